@@ -1,0 +1,214 @@
+# terarec: one non-recursive Makefile.
+#
+#   make                 all libraries and binaries into build/ (binaries in build/bin/)
+#   make test            every CPU test (unit, kernel parity, golden, integration);
+#                        ends with "total: N passed, N failed, N skipped"
+#   make check-headers   each header compiles on its own
+#   make check-cuda      kernels/kmath.h as C11 and as CUDA, every .cu file (compile + link)
+#   make SANITIZE=address,undefined test
+#   make deps            installs the Debian packages that are missing (prints them)
+#   make bench           builds the benchmarks (run them from bench/)
+#
+# Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
+# CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64).
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+BUILD := build
+BIN := $(BUILD)/bin
+V ?= 0
+DEVELOPER ?= 0
+BLAS ?= dnnl
+SANITIZE ?=
+
+VERSION := 0.1.0
+GIT_HASH := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+MACHINE := $(shell uname -m)
+
+ifeq ($(MACHINE),x86_64)
+ARCH ?= -march=x86-64-v3
+else
+ARCH ?=
+endif
+
+# ---- optional CUDA / NCCL, detected ------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+CUDA ?= $(if $(NVCC),1,0)
+NCCL_HOME ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+NCCL ?= $(if $(and $(filter 1,$(CUDA)),$(NCCL_HOME)),1,0)
+NVCC_GENCODE ?= -gencode arch=compute_90,code=sm_90
+
+# ---- flags ---------------------------------------------------------------------
+WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wformat=2 -fno-common
+ifeq ($(DEVELOPER),1)
+WARN += -Werror
+endif
+OPT ?= -O2
+CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
+CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -DTR_GIT_HASH='"$(GIT_HASH)"'
+LDFLAGS := -fopenmp
+LDLIBS := -ljansson -lm -lpthread
+
+ifeq ($(BLAS),dnnl)
+CPPFLAGS += -DTR_BLAS_DNNL=1
+LDLIBS += -ldnnl
+else ifeq ($(BLAS),openblas)
+CPPFLAGS += -DTR_BLAS_OPENBLAS=1 -I/usr/include/$(MULTIARCH)/openblas-openmp
+LDLIBS += -L/usr/lib/$(MULTIARCH)/openblas-openmp -Wl,-rpath,/usr/lib/$(MULTIARCH)/openblas-openmp -lopenblas
+else ifeq ($(BLAS),blis)
+CPPFLAGS += -DTR_BLAS_BLIS=1
+LDLIBS += -L/usr/lib/$(MULTIARCH)/blis-openmp -Wl,-rpath,/usr/lib/$(MULTIARCH)/blis-openmp -lblis
+else
+$(error BLAS must be dnnl, openblas or blis, not '$(BLAS)')
+endif
+
+ifneq ($(SANITIZE),)
+ifneq ($(and $(findstring address,$(SANITIZE)),$(findstring thread,$(SANITIZE))),)
+$(error SANITIZE: address and thread cannot be combined)
+endif
+CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+ifeq ($(CUDA),1)
+CPPFLAGS += -DTR_HAVE_CUDA=1
+endif
+ifeq ($(NCCL),1)
+CPPFLAGS += -DTR_HAVE_NCCL=1
+endif
+CPPFLAGS += -DTR_BLAS_NAME='"$(BLAS)"'
+
+ifeq ($(V),1)
+Q :=
+QUIET_CC =
+QUIET_AR =
+QUIET_LINK =
+QUIET_NVCC =
+else
+Q := @
+QUIET_CC = @echo "  CC      $@";
+QUIET_AR = @echo "  AR      $@";
+QUIET_LINK = @echo "  LINK    $@";
+QUIET_NVCC = @echo "  NVCC    $@";
+endif
+
+ifeq ($(filter clean deps,$(MAKECMDGOALS)),)
+$(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
+endif
+
+# ---- sources ---------------------------------------------------------------------
+COMMON_SRCS := $(wildcard common/*.c)
+KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
+LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
+WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBCOMMON := $(BUILD)/libcommon.a
+LIBKERNELS := $(BUILD)/libkernels.a
+LIBLOADER := $(BUILD)/libloader.a
+LIBWORKER := $(BUILD)/libworker.a
+# link order: dependents first
+ALL_LIBS := $(LIBWORKER) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
+
+$(LIBCOMMON): $(call obj,$(COMMON_SRCS))
+$(LIBKERNELS): $(call obj,$(KERN_SRCS))
+$(LIBLOADER): $(call obj,$(LOADER_SRCS))
+$(LIBWORKER): $(call obj,$(WORKER_SRCS))
+
+$(BUILD)/%.a:
+	@mkdir -p $(@D)
+	$(QUIET_AR)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(QUIET_CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+BINS := $(BIN)/terarec-worker
+
+$(BIN)/terarec-worker: $(call obj,worker/main.c) $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+# ---- tests -------------------------------------------------------------------------
+TEST_SRCS := $(wildcard tests/unit/*/test_*.c tests/kernels/test_*.c tests/golden/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+# ---- benchmarks --------------------------------------------------------------------
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_BINS := $(patsubst bench/%.c,$(BIN)/bench-%,$(BENCH_SRCS))
+
+$(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+.PHONY: all test check-headers check-cuda deps clean bench asan ubsan test-gpu
+.SECONDARY:
+
+all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
+
+bench: $(BENCH_BINS)
+
+test: all
+	$(Q)tests/run.sh $(BUILD)
+
+test-gpu: all
+	$(Q)TR_TEST_GPU=1 tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) SANITIZE=address BUILD=build-asan test
+ubsan:
+	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
+
+# every header compiles alone (as C11; headers used from CUDA are also checked by check-cuda)
+HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h worker/*.h)
+check-headers:
+	$(Q)set -e; mkdir -p $(BUILD)/hdr; for h in $(HEADERS); do \
+	  echo "#include \"$(CURDIR)/$$h\"" > $(BUILD)/hdr/t.c; \
+	  $(CC) $(CPPFLAGS) -std=c11 $(WARN) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header $$h does not compile alone"; exit 1; }; \
+	done; echo "check-headers: $(words $(HEADERS)) headers ok"
+
+# kmath.h as C11 (pedantic) and as CUDA; every .cu compiled and linked with cudart
+CU_SRCS := $(wildcard kernels/cuda/*.cu)
+check-cuda:
+	$(Q)$(CC) -std=c11 -Wall -Wextra -pedantic -Wstrict-prototypes -Wmissing-prototypes -Werror -fsyntax-only -x c kernels/kmath.h
+	@echo "  kmath.h compiles as C11"
+ifeq ($(CUDA),1)
+	$(Q)mkdir -p $(BUILD)/cuda
+	$(QUIET_NVCC)$(NVCC) -std=c++17 $(NVCC_GENCODE) -Werror all-warnings -x cu -c kernels/kmath.h -diag-suppress 177 -o $(BUILD)/cuda/kmath_h.o
+	@echo "  kmath.h compiles as CUDA"
+	$(Q)set -e; for f in $(CU_SRCS); do \
+	  echo "  NVCC    $$f"; \
+	  $(NVCC) -std=c++17 $(NVCC_GENCODE) $(CPPFLAGS) -Werror all-warnings -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o; \
+	done
+	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_cuda_link $(BUILD)/cuda/*.o $(LIBKERNELS_CUDA_LINK) -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas
+	@echo "check-cuda: $(words $(CU_SRCS)) .cu files compiled and linked (no GPU needed)"
+else
+	@echo "check-cuda: nvcc not found; only the C11 half ran" && false
+endif
+
+# Debian packages needed to build, test and benchmark; installs only what is missing
+DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev
+DEPS_TEST := python3
+DEPS_BENCH := python3-torch python3-numpy
+deps:
+	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)
+
+deps-bench:
+	$(Q)tools/deps.sh $(DEPS_BENCH)
+
+clean:
+	rm -rf $(BUILD) build-asan build-ubsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

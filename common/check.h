@@ -1,0 +1,84 @@
+/* check.h: status propagation and assertion macros. Every macro is a single
+ * statement (do { } while (0)) and evaluates its argument exactly once.
+ * TR_ASSERT/TR_BUG stay on in release builds: they guard invariants, not input. */
+#ifndef TR_CHECK_H
+#define TR_CHECK_H
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Prints "BUG: file:line: func: message" and aborts. Never returns. */
+void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 4, 5)));
+
+#define TR_BUG(...) tr_bug_(__FILE__, __LINE__, __func__, __VA_ARGS__)
+
+#define TR_ASSERT(x)                                                                      \
+    do {                                                                                  \
+        if (!(x))                                                                         \
+            tr_bug_(__FILE__, __LINE__, __func__, "assertion failed: %s", #x);            \
+    } while (0)
+
+/* A defensive check that should never fire: true when the impossible happened. */
+#define TR_NEVER(x) __builtin_expect(!!(x), 0)
+
+#define TR_CHECK(call)                                                                    \
+    do {                                                                                  \
+        enum tr_status tr_rc_ = (call);                                                   \
+        if (tr_rc_ != TR_OK) {                                                            \
+            LOG_DEBUG(INIT, "%s:%d %s -> %s", __FILE__, __LINE__, #call,                  \
+                      tr_strerror(tr_rc_));                                               \
+            return tr_rc_;                                                                \
+        }                                                                                 \
+    } while (0)
+
+#define TR_CHECK_GOTO(call, rc, label)                                                    \
+    do {                                                                                  \
+        enum tr_status tr_rc_ = (call);                                                   \
+        if (tr_rc_ != TR_OK) {                                                            \
+            LOG_DEBUG(INIT, "%s:%d %s -> %s", __FILE__, __LINE__, #call,                  \
+                      tr_strerror(tr_rc_));                                               \
+            (rc) = tr_rc_;                                                                \
+            goto label;                                                                   \
+        }                                                                                 \
+    } while (0)
+
+/* Keeps the first error: use in cleanup paths. */
+#define TR_CHECK_IGNORE(call, rc)                                                         \
+    do {                                                                                  \
+        enum tr_status tr_rc_ = (call);                                                   \
+        if (tr_rc_ != TR_OK && (rc) == TR_OK)                                             \
+            (rc) = tr_rc_;                                                                \
+    } while (0)
+
+/* Runs a syscall expression returning -1 on error, retrying EINTR and EAGAIN.
+ * On failure logs the call and errno and returns TR_ERR_IO. `res` receives the result. */
+#define TR_SYS_CHECK(res, call)                                                           \
+    do {                                                                                  \
+        int tr_tries_ = 0;                                                                \
+        do {                                                                              \
+            (res) = (call);                                                               \
+        } while ((res) == -1 && (errno == EINTR || errno == EAGAIN) && ++tr_tries_ < 1000); \
+        if ((res) == -1) {                                                                \
+            LOG_WARN("%s:%d %s failed: %s", __FILE__, __LINE__, #call, strerror(errno));  \
+            return TR_ERR_IO;                                                             \
+        }                                                                                 \
+    } while (0)
+
+#define TR_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define TR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define TR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TR_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/* param.h: declarative option tables. A binary lists its options once; the table
+ * gives defaults, parses the environment (TR_<NAME>) and the command line in that
+ * order of precedence, checks ranges, and prints --help.
+ *
+ * Names are written with underscores (the canonical spelling, as in the seed's
+ * absl flags); the command line also accepts dashes. Booleans take --x, --x=true,
+ * --no_x, --no-x and --nox. Lists are comma-separated. */
+#ifndef TR_PARAM_H
+#define TR_PARAM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tr_opt_type {
+    TR_OPT_END = 0,
+    TR_OPT_BOOL,      /* dst: int (0/1) */
+    TR_OPT_INT,       /* dst: int */
+    TR_OPT_INT64,     /* dst: int64_t */
+    TR_OPT_DOUBLE,    /* dst: double */
+    TR_OPT_STRING,    /* dst: char * (owned by the table, tr_opt_release frees it; NULL if unset) */
+    TR_OPT_ENUM,      /* dst: int index into choices */
+    TR_OPT_INT_LIST,  /* dst: struct tr_i64_list */
+};
+
+struct tr_i64_list {
+    int64_t *v; /* (n), owned; freed by tr_opt_release */
+    int n;
+};
+
+struct tr_opt {
+    const char *name;            /* canonical, underscores */
+    enum tr_opt_type type;
+    void *dst;
+    const char *def;             /* default as text; NULL = empty/unset */
+    const char *help;
+    double min, max;             /* numeric bounds, inclusive; ignored when min > max */
+    const char *const *choices;  /* ENUM: NULL-terminated list */
+    const char *alias;           /* another accepted name, or NULL */
+    int set_by;                  /* filled by parsing: 0 default, 1 env, 2 cli */
+};
+
+#define TR_OPT_NOBOUNDS 1.0, 0.0
+
+/* Parse outcome flags returned through *want. */
+enum { TR_OPT_WANT_HELP = 1, TR_OPT_WANT_VERSION = 2, TR_OPT_WANT_PARSABLE = 4 };
+
+/* Applies defaults, then TR_<NAME> environment variables, then argv[1..argc).
+ * Positional arguments are not accepted unless `rest` is non-NULL, in which case
+ * *rest receives the index of the first non-option argument (or argc).
+ * On bad input logs one error line naming the option and a hint, and returns
+ * TR_ERR_ARG (or TR_ERR_NOMEM). --help/-h and --version[--parsable] set *want.
+ * Not thread-safe. */
+enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *rest,
+                            int *want) TR_WUR;
+
+/* Frees strings and lists owned by the table. Safe to call twice. */
+void tr_opt_release(struct tr_opt *opts);
+
+/* Prints "usage" followed by one line per option with its default. */
+void tr_opt_print_help(const struct tr_opt *opts, const char *usage, FILE *fp);
+
+/* Formats the current value of `o` as text (lists comma-separated) into buf. */
+void tr_opt_format(const struct tr_opt *o, char *buf, size_t n);
+
+/* Finds an option by canonical name; NULL if absent. */
+struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name);
+
+/* Parses a comma-separated list of int64 ("1,2,3"; "4x100" repeats 100 four times).
+ * On success *out holds a tr_malloc'd array. Returns TR_ERR_ARG on bad text. */
+enum tr_status tr_parse_i64_list(const char *text, struct tr_i64_list *out) TR_WUR;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

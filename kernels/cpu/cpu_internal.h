@@ -1,0 +1,27 @@
+/* cpu_internal.h: the CPU backend's op implementations, shared by the files of
+ * kernels/cpu/ and kernels/backend_cpu.c only. Contracts are those of kern.h. */
+#ifndef TR_KERN_CPU_INTERNAL_H
+#define TR_KERN_CPU_INTERNAL_H
+
+#include "../kern.h"
+
+enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a);
+enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a);
+enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a);
+enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a);
+enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a);
+size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int threads);
+enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a);
+enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a);
+enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
+enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
+void kern_cpu_blas_set_threads(int threads);
+const char *kern_cpu_blas_name(void);
+
+/* Reads index i of an I32 or I64 index array. */
+static inline int64_t kern_cpu_idx(const void *idx, enum kern_dtype t, int64_t i)
+{
+    return t == KERN_I64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
+}
+
+#endif

@@ -1,0 +1,260 @@
+/* embedding.c: CPU embedding gather (one-hot and multi-hot, sum/mean, any column
+ * slice) and the fused sparse backward + optimizer step. The update sorts
+ * (row, position) pairs with an LSD radix sort so that duplicates are summed in
+ * position order and each distinct row is owned by one thread: no atomics, no
+ * dense gradient, and bitwise the same result for any thread count.
+ * It does not cache rows or handle tables that live on another device. */
+#include <string.h>
+
+#include "../../common/check.h"
+#include "../kmath.h"
+#include "cpu_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define PREFETCH_AHEAD 8
+
+/* Checks idx/offsets; on a bad entry sets *bad_pos and returns TR_ERR_RANGE.
+ * Writes the position of the first index used into *base and their count into *nidx. */
+static enum tr_status check_indices(const void *idx, enum kern_dtype t, const int64_t *offsets, int64_t nbags,
+                                    int64_t rows, int64_t *base, int64_t *nidx, int64_t *bad_pos)
+{
+    if (bad_pos)
+        *bad_pos = -1;
+    if (t != KERN_I32 && t != KERN_I64)
+        return TR_ERR_ARG;
+    if (nbags < 0)
+        return TR_ERR_ARG;
+    int64_t b0 = 0, n = nbags;
+    if (offsets) {
+        for (int64_t b = 0; b < nbags; b++) {
+            if (offsets[b + 1] < offsets[b] || offsets[b] < 0) {
+                if (bad_pos)
+                    *bad_pos = b;
+                return TR_ERR_RANGE;
+            }
+        }
+        b0 = nbags ? offsets[0] : 0;
+        n = nbags ? offsets[nbags] - b0 : 0;
+    }
+    int64_t bad = INT64_MAX;
+    if (t == KERN_I32) {
+        const int32_t *p = (const int32_t *)idx + b0;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+        for (int64_t i = 0; i < n; i++)
+            if (p[i] < 0 || p[i] >= rows)
+                bad = i < bad ? i : bad;
+    } else {
+        const int64_t *p = (const int64_t *)idx + b0;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+        for (int64_t i = 0; i < n; i++)
+            if (p[i] < 0 || p[i] >= rows)
+                bad = i < bad ? i : bad;
+    }
+    *base = b0;
+    *nidx = n;
+    if (bad != INT64_MAX) {
+        if (bad_pos)
+            *bad_pos = b0 + bad;
+        return TR_ERR_RANGE;
+    }
+    return TR_OK;
+}
+
+enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a)
+{
+    int64_t base, nidx;
+    if (a->c0 < 0 || a->c1 < a->c0 || a->c1 > a->ld)
+        return TR_ERR_ARG;
+    TR_CHECK(check_indices(a->idx, a->idx_dtype, a->offsets, a->nbags, a->rows, &base, &nidx, a->bad_pos));
+    const int64_t w = a->c1 - a->c0, nbags = a->nbags, ld = a->ld;
+    const float *tab = a->table + a->c0;
+    const int mean = a->comb == KERN_COMB_MEAN;
+    (void)base;
+    (void)nidx;
+    if (!a->offsets) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nbags; b++) {
+            if (b + PREFETCH_AHEAD < nbags)
+                __builtin_prefetch(tab + kern_cpu_idx(a->idx, a->idx_dtype, b + PREFETCH_AHEAD) * ld);
+            const float *src = tab + kern_cpu_idx(a->idx, a->idx_dtype, b) * ld;
+            memcpy(a->out + b * a->out_ld, src, (size_t)w * sizeof(float));
+        }
+        return TR_OK;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nbags; b++) {
+        float *o = a->out + b * a->out_ld;
+        int64_t p0 = a->offsets[b], p1 = a->offsets[b + 1];
+        if (p0 == p1) {
+            memset(o, 0, (size_t)w * sizeof(float));
+            continue;
+        }
+        memcpy(o, tab + kern_cpu_idx(a->idx, a->idx_dtype, p0) * ld, (size_t)w * sizeof(float));
+        for (int64_t p = p0 + 1; p < p1; p++) {
+            const float *src = tab + kern_cpu_idx(a->idx, a->idx_dtype, p) * ld;
+            for (int64_t c = 0; c < w; c++)
+                o[c] += src[c];
+        }
+        float s = km_bag_scale(p1 - p0, mean);
+        if (s != 1.0f)
+            for (int64_t c = 0; c < w; c++)
+                o[c] *= s;
+    }
+    return TR_OK;
+}
+
+static int bits_for(uint64_t v) /* bits needed to hold values 0..v */
+{
+    int b = 0;
+    while (b < 64 && (v >> b) != 0)
+        b++;
+    return b;
+}
+
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int threads)
+{
+    size_t n = (size_t)(nidx > 0 ? nidx : 1);
+    size_t w = (size_t)(width > 0 ? width : 1);
+    return align64(2 * n * sizeof(uint64_t)) /* keys, double buffer */
+           + align64(n * sizeof(int64_t))     /* bag of each position (multi-hot) */
+           + align64((n + 1) * sizeof(int64_t)) /* run starts */
+           + align64(256 * sizeof(int64_t))   /* radix histogram */
+           + (size_t)(threads > 0 ? threads : 1) * align64(2 * w * sizeof(float)) + 64;
+}
+
+/* Stable LSD radix sort of keys by bits [lo, hi); result in *out (one of a, b). */
+static uint64_t *radix_sort(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi, int64_t *hist)
+{
+    for (int shift = lo; shift < hi; shift += 8) {
+        memset(hist, 0, 256 * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++)
+            hist[(a[i] >> shift) & 0xff]++;
+        int64_t sum = 0;
+        for (int d = 0; d < 256; d++) {
+            int64_t c = hist[d];
+            hist[d] = sum;
+            sum += c;
+        }
+        for (int64_t i = 0; i < n; i++)
+            b[hist[(a[i] >> shift) & 0xff]++] = a[i];
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
+{
+    int64_t base, nidx;
+    if (a->c0 < 0 || a->c1 < a->c0 || a->c1 > a->ld)
+        return TR_ERR_ARG;
+    if (a->hp.kind == KERN_OPT_ADAGRAD && !a->accum)
+        return TR_ERR_ARG;
+    TR_CHECK(check_indices(a->idx, a->idx_dtype, a->offsets, a->nbags, a->rows, &base, &nidx, a->bad_pos));
+    if (nidx == 0 || a->c1 == a->c0)
+        return TR_OK;
+    const int64_t w = a->c1 - a->c0;
+    const int posbits = bits_for((uint64_t)(nidx - 1));
+    const int rowbits = bits_for((uint64_t)(a->rows - 1));
+    if (posbits + rowbits > 64)
+        return TR_ERR_UNSUPPORTED;
+
+    /* carve the workspace */
+    char *ws = (char *)(((uintptr_t)a->ws + 63) & ~(uintptr_t)63);
+    size_t need = kern_cpu_emb_update_ws_bytes(nidx, w, 1);
+    if (!a->ws || a->ws_bytes < need)
+        return TR_ERR_ARG;
+    char *end = (char *)a->ws + a->ws_bytes;
+    uint64_t *k0 = (uint64_t *)ws;
+    uint64_t *k1 = k0 + nidx;
+    ws += align64(2 * (size_t)nidx * sizeof(uint64_t));
+    int64_t *bag_of = (int64_t *)ws;
+    ws += align64((size_t)nidx * sizeof(int64_t));
+    int64_t *runs = (int64_t *)ws;
+    ws += align64(((size_t)nidx + 1) * sizeof(int64_t));
+    int64_t *hist = (int64_t *)ws;
+    ws += align64(256 * sizeof(int64_t));
+    const size_t acc_stride = align64(2 * (size_t)w * sizeof(float));
+    int nt_fit = (int)((size_t)(end - ws) / acc_stride);
+    if (nt_fit < 1)
+        return TR_ERR_ARG;
+    float *accbuf = (float *)ws;
+
+    /* keys: row << posbits | position (positions already ascending) */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nidx; i++)
+        k0[i] = ((uint64_t)kern_cpu_idx(a->idx, a->idx_dtype, base + i) << posbits) | (uint64_t)i;
+    if (a->offsets) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < a->nbags; b++)
+            for (int64_t p = a->offsets[b]; p < a->offsets[b + 1]; p++)
+                bag_of[p - base] = b;
+    }
+    uint64_t *sorted = radix_sort(k0, k1, nidx, posbits, posbits + rowbits, hist);
+    int64_t nruns = 0;
+    for (int64_t i = 0; i < nidx; i++)
+        if (i == 0 || (sorted[i] >> posbits) != (sorted[i - 1] >> posbits))
+            runs[nruns++] = i;
+    runs[nruns] = nidx;
+
+    const uint64_t posmask = posbits ? (~0ULL >> (64 - posbits)) : 0;
+    const int mean = a->comb == KERN_COMB_MEAN;
+    const struct km_optim h = {a->hp.lr, a->hp.eps};
+    const float gs = a->grad_scale;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    if (nt > nt_fit)
+        nt = nt_fit;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *acc = (float *)((char *)accbuf + (size_t)tid * acc_stride);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < nruns; r++) {
+            int64_t s = runs[r], e = runs[r + 1];
+            int64_t row = (int64_t)(sorted[s] >> posbits);
+            if (r + 1 < nruns) {
+                int64_t nrow = (int64_t)(sorted[e] >> posbits);
+                __builtin_prefetch(a->table + nrow * a->ld + a->c0, 1);
+            }
+            for (int64_t q = s; q < e; q++) {
+                int64_t pos = (int64_t)(sorted[q] & posmask);
+                int64_t bag = a->offsets ? bag_of[pos] : pos;
+                float sc = 1.0f;
+                if (a->offsets)
+                    sc = km_bag_scale(a->offsets[bag + 1] - a->offsets[bag], mean);
+                const float *g = a->grad + bag * a->grad_ld;
+                if (q == s)
+                    for (int64_t c = 0; c < w; c++)
+                        acc[c] = g[c] * sc;
+                else
+                    for (int64_t c = 0; c < w; c++)
+                        acc[c] += g[c] * sc;
+            }
+            float *p = a->table + row * a->ld + a->c0;
+            if (a->hp.kind == KERN_OPT_SGD) {
+                for (int64_t c = 0; c < w; c++)
+                    km_sgd_step(&p[c], gs * acc[c], &h);
+            } else {
+                float *st = a->accum + row * a->accum_ld + a->c0;
+                for (int64_t c = 0; c < w; c++)
+                    km_adagrad_step(&p[c], &st[c], gs * acc[c], &h);
+            }
+        }
+    }
+    return TR_OK;
+}

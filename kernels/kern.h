@@ -1,0 +1,233 @@
+/* kern.h: the compute backend interface. A backend is a vtable of ops, each taking
+ * one args struct (new fields never break a signature). The CPU backend always
+ * exists; a CUDA backend is compiled in when nvcc is found (TR_HAVE_CUDA).
+ *
+ * Conventions for every op: tensors are row-major; `ld*` is the distance in
+ * elements between consecutive rows; pointers are in the backend's memory
+ * (host for CPU, device for CUDA); 64-bit sizes and offsets everywhere, so tables
+ * beyond 2^31 elements work. Ops are not thread-safe on one backend instance
+ * (a backend runs one op at a time and parallelises inside it). */
+#ifndef TR_KERN_H
+#define TR_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kern_op {
+    KERN_OP_GEMM = 0,
+    KERN_OP_BIAS_ACT_FWD,
+    KERN_OP_BIAS_ACT_BWD,
+    KERN_OP_EMB_FWD,
+    KERN_OP_EMB_UPDATE,
+    KERN_OP_INTERACT_FWD,
+    KERN_OP_INTERACT_BWD,
+    KERN_OP_BCE,
+    KERN_OP_DENSE_UPDATE,
+    KERN_OP_COUNT_ /* not an op; keep last */
+};
+
+/* Name of an op ("gemm", "emb_fwd", ...); never NULL. */
+const char *kern_op_name(enum kern_op op);
+
+enum kern_dtype { KERN_F32 = 0, KERN_I32 = 1, KERN_I64 = 2, KERN_F16 = 3, KERN_I8 = 4, KERN_I16 = 5, KERN_U8 = 6 };
+enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
+enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
+enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1 };
+
+/* Size in bytes of one element of `t`. */
+size_t kern_dtype_size(enum kern_dtype t);
+
+/* C (m, n) = alpha * op(A) op(B) + beta * C, op = transpose when trans_* is set.
+ * A is (m, k) or, transposed, (k, m); B is (k, n) or (n, k). */
+struct kern_gemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+};
+
+/* In place: y = act(y + bias) for y (rows, cols). bias (cols) may be NULL. */
+struct kern_bias_act_fwd_args {
+    int64_t rows, cols;
+    float *y;
+    int64_t ldy;
+    const float *bias;
+    enum kern_act act;
+};
+
+/* Backward of bias_act_fwd: dy = act'(y) * dy in place, and dbias (cols) =
+ * column sums of the new dy (overwritten, or added to when accumulate is set;
+ * dbias may be NULL). The sum order is fixed, independent of the thread count. */
+struct kern_bias_act_bwd_args {
+    int64_t rows, cols;
+    const float *y; /* (rows, cols): the forward output */
+    int64_t ldy;
+    float *dy;      /* (rows, cols) */
+    int64_t lddy;
+    float *dbias;
+    int accumulate;
+    enum kern_act act;
+};
+
+/* Gathers columns [c0, c1) of table rows into out (nbags, c1-c0):
+ * one-hot when offsets is NULL (bag b = idx[b]), else bag b = idx[offsets[b] ..
+ * offsets[b+1]) combined by sum or mean (an empty bag gives zeros).
+ * Returns TR_ERR_RANGE and sets *bad_pos (if non-NULL) to the first position
+ * whose index is outside [0, rows), or whose offsets are not monotone. */
+struct kern_emb_fwd_args {
+    const float *table; /* (rows, ld) */
+    int64_t rows, ld, c0, c1;
+    const void *idx;    /* (nidx) of idx_dtype, KERN_I32 or KERN_I64 */
+    enum kern_dtype idx_dtype;
+    const int64_t *offsets; /* (nbags + 1) or NULL */
+    int64_t nbags;
+    enum kern_combiner comb;
+    float *out; /* (nbags, out_ld) */
+    int64_t out_ld;
+    int64_t *bad_pos;
+};
+
+/* Optimizer hyper-parameters of one step. */
+struct kern_optim_hp {
+    enum kern_optim kind;
+    float lr;
+    float eps; /* Adagrad */
+};
+
+/* Backward of emb_fwd fused with a sparse optimizer step on the touched rows
+ * only: for each distinct row r, g = grad_scale * sum over its occurrences (in
+ * position order) of bag_scale * grad[bag], then SGD or Adagrad on columns
+ * [c0, c1) of r (accum has the same layout as table, for Adagrad). Duplicate ids
+ * are summed before the step; no dense gradient is formed. The result is bitwise
+ * independent of the thread count. ws must hold kern_emb_update_ws_bytes(...).
+ * Errors: TR_ERR_RANGE as in emb_fwd (nothing is updated), TR_ERR_ARG if ws is
+ * too small. */
+struct kern_emb_update_args {
+    float *table; /* (rows, ld) */
+    int64_t rows, ld, c0, c1;
+    float *accum; /* (rows, accum_ld) or NULL for SGD */
+    int64_t accum_ld;
+    const void *idx;
+    enum kern_dtype idx_dtype;
+    const int64_t *offsets;
+    int64_t nbags;
+    enum kern_combiner comb;
+    const float *grad; /* (nbags, grad_ld) gradient of the loss w.r.t. out */
+    int64_t grad_ld;
+    float grad_scale;
+    struct kern_optim_hp hp;
+    void *ws;
+    size_t ws_bytes;
+    int64_t *bad_pos;
+};
+
+/* Dot interaction of n vectors of width d per sample (the seed's layout):
+ * out (batch, out_w) = [x[:,0,:] if has_bottom | x_i . x_j for i > j in
+ * row-major lower-triangle order | zeros up to out_w]. out_w >= km_interact_width. */
+struct kern_interact_fwd_args {
+    int64_t batch;
+    int n, d;
+    int has_bottom;
+    const float *x; /* (batch, n, d) */
+    float *out;     /* (batch, out_w) */
+    int64_t out_w;
+};
+
+/* Backward: dx (batch, n, d) = sum_j S_ij x_j with S the symmetric matrix of pair
+ * gradients (zero diagonal), plus dout[:, 0:d] added into dx[:,0,:] when
+ * has_bottom. dx is overwritten. */
+struct kern_interact_bwd_args {
+    int64_t batch;
+    int n, d;
+    int has_bottom;
+    const float *x;    /* (batch, n, d) */
+    const float *dout; /* (batch, out_w) */
+    int64_t out_w;
+    float *dx;         /* (batch, n, d) */
+};
+
+/* Binary cross-entropy with logits over n samples: *loss_sum = sum of per-sample
+ * losses (accumulated in double, fixed order); dlogits (n) = grad_scale *
+ * (sigmoid(x) - y) when non-NULL. */
+struct kern_bce_args {
+    int64_t n;
+    const float *logits;
+    const float *labels;
+    double *loss_sum; /* host pointer */
+    float *dlogits;
+    float grad_scale;
+};
+
+/* Dense optimizer step over n parameters: p -= step(grad_scale * g). */
+struct kern_dense_update_args {
+    int64_t n;
+    float *param;
+    const float *grad;
+    float *accum; /* Adagrad state (n) or NULL */
+    float grad_scale;
+    struct kern_optim_hp hp;
+};
+
+struct kern_backend_i {
+    const char *name;
+    /* True if the op is implemented by this backend. */
+    int (*supports)(void *ctx, enum kern_op op);
+    /* Memory in the backend's address space, zero-filled. */
+    enum tr_status (*mem_alloc)(void *ctx, size_t n, void **p);
+    void (*mem_release)(void *ctx, void *p, size_t n);
+    /* Copies between host and backend memory (dir: 0 host->dev, 1 dev->host, 2 dev->dev). */
+    enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, int dir);
+    /* Workspace bytes emb_update needs for nidx indices and width columns. */
+    size_t (*emb_update_ws_bytes)(void *ctx, int64_t nidx, int64_t width);
+    enum tr_status (*gemm)(void *ctx, const struct kern_gemm_args *a);
+    enum tr_status (*bias_act_fwd)(void *ctx, const struct kern_bias_act_fwd_args *a);
+    enum tr_status (*bias_act_bwd)(void *ctx, const struct kern_bias_act_bwd_args *a);
+    enum tr_status (*emb_fwd)(void *ctx, const struct kern_emb_fwd_args *a);
+    enum tr_status (*emb_update)(void *ctx, const struct kern_emb_update_args *a);
+    enum tr_status (*interact_fwd)(void *ctx, const struct kern_interact_fwd_args *a);
+    enum tr_status (*interact_bwd)(void *ctx, const struct kern_interact_bwd_args *a);
+    enum tr_status (*bce)(void *ctx, const struct kern_bce_args *a);
+    enum tr_status (*dense_update)(void *ctx, const struct kern_dense_update_args *a);
+    /* Waits for queued work (a no-op on CPU). */
+    enum tr_status (*synchronize)(void *ctx);
+    /* Sets the number of threads used inside ops (CPU); ignored elsewhere. */
+    void (*set_threads)(void *ctx, int threads);
+};
+
+struct kern_backend {
+    const struct kern_backend_i *i;
+    void *ctx;
+};
+
+/* Fills *be with the CPU backend using `threads` threads (0 = all available CPUs).
+ * Always succeeds. The backend holds no resources to free. */
+void kern_backend_cpu(struct kern_backend *be, int threads);
+
+/* Number of CPUs this process may run on (sched_getaffinity). */
+int kern_cpu_count(void);
+
+/* Name and version of the BLAS the CPU backend was built with ("OpenBLAS 0.3.21 ..."). */
+const char *kern_blas_info(void);
+
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+/* Fills *be with the CUDA backend on `device`. TR_ERR_CUDA if no device. */
+enum tr_status kern_backend_cuda(struct kern_backend *be, int device) TR_WUR;
+/* Number of visible CUDA devices (0 when none or no driver). */
+int kern_cuda_device_count(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,108 @@
+/* synth.c: the synthetic dataset of synth.h. No state and no files: each value
+ * is hashed from (seed, stream, counter) with kmath's counter-based generator. */
+#include "synth.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../common/check.h"
+#include "../kernels/kmath.h"
+
+#define ST_NUM 0x1000u
+#define ST_CAT 0x2000u
+#define ST_LABEL 0x3000u
+#define ST_SPLIT 0x100000u
+#define ST_T_NUM 0x4000u
+#define ST_T_CAT 0x5000u
+#define ST_T_VEC 0x6000u
+#define VEC_DIM 4
+#define MAX_PAIRS 4
+
+/* teacher scales: logit std ~ 2.4 in all (numerical ~1.6, ids ~1.5, pairs ~1) */
+#define NUM_SIGMA 0.8
+#define CAT_VAR_TOTAL 2.3
+#define VEC_SIGMA 0.5
+#define TEACHER_BIAS (-1.0)
+
+static int64_t cat_id(const struct synth_cfg *c, enum synth_split split, int t, int64_t i)
+{
+    uint64_t r = km_rand3(c->seed, ST_CAT + (uint64_t)t + split * ST_SPLIT, (uint64_t)i);
+    if (c->ids == SYNTH_IDS_UNIFORM)
+        return (int64_t)((r >> 11) % (uint64_t)c->cards[t]);
+    return km_powerlaw_id(r, c->cards[t]);
+}
+
+static float num_value(const struct synth_cfg *c, enum synth_split split, int j, int64_t i)
+{
+    return 2.0f * km_u01(km_rand3(c->seed, ST_NUM + (uint64_t)j + split * ST_SPLIT, (uint64_t)i));
+}
+
+static double teacher(const struct synth_cfg *c, const float *num, const int64_t *ids)
+{
+    double z = TEACHER_BIAS;
+    for (int j = 0; j < c->num_features; j++) {
+        double a = NUM_SIGMA * km_normal(km_rand3(c->seed, ST_T_NUM, (uint64_t)j));
+        z += a * (num[j] - 1.0);
+    }
+    double cs = c->ntables ? sqrt(CAT_VAR_TOTAL / c->ntables) : 0.0;
+    for (int t = 0; t < c->ntables; t++)
+        z += cs * km_normal(km_rand3(c->seed, ST_T_CAT + (uint64_t)t, (uint64_t)ids[t]));
+    for (int p = 0; p < MAX_PAIRS && 2 * p + 1 < c->ntables; p++) {
+        int t1 = 2 * p, t2 = 2 * p + 1;
+        double dot = 0.0;
+        for (int k = 0; k < VEC_DIM; k++) {
+            double v1 = VEC_SIGMA * km_normal(km_rand3(c->seed, ST_T_VEC + (uint64_t)t1, (uint64_t)ids[t1] * VEC_DIM + k));
+            double v2 = VEC_SIGMA * km_normal(km_rand3(c->seed, ST_T_VEC + (uint64_t)t2, (uint64_t)ids[t2] * VEC_DIM + k));
+            dot += v1 * v2;
+        }
+        z += 2.0 * dot;
+    }
+    return z;
+}
+
+double synth_teacher_logit(const struct synth_cfg *c, enum synth_split split, int64_t i)
+{
+    float num[256];
+    int64_t ids[1024];
+    int nf = c->num_features < 256 ? c->num_features : 256;
+    int nt = c->ntables < 1024 ? c->ntables : 1024;
+    struct synth_cfg cc = *c;
+    cc.num_features = nf;
+    cc.ntables = nt;
+    for (int j = 0; j < nf; j++)
+        num[j] = num_value(c, split, j, i);
+    for (int t = 0; t < nt; t++)
+        ids[t] = cat_id(c, split, t, i);
+    return teacher(&cc, num, ids);
+}
+
+enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int64_t first, int64_t n,
+                          struct tr_batch *b)
+{
+    if (n < 0 || n > b->cap || b->num_features != c->num_features || b->ntables != c->ntables ||
+        c->num_features > 256 || c->ntables > 1024)
+        return TR_ERR_ARG;
+    for (int t = 0; t < c->ntables; t++)
+        if (c->cards[t] < 1 || c->cards[t] > INT32_MAX)
+            return TR_ERR_ARG;
+    b->n = n;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = first + k;
+        float *num = b->numerical + k * b->num_ld;
+        int64_t ids[1024];
+        for (int j = 0; j < c->num_features; j++)
+            num[j] = num_value(c, split, j, i);
+        for (int j = c->num_features; j < b->num_ld; j++)
+            num[j] = 0.0f;
+        for (int t = 0; t < c->ntables; t++) {
+            ids[t] = cat_id(c, split, t, i);
+            b->cat[(int64_t)t * b->cap + k] = (int32_t)ids[t];
+        }
+        double z = teacher(c, num, ids);
+        double p = 1.0 / (1.0 + exp(-z));
+        float u = km_u01(km_rand3(c->seed, ST_LABEL + split * ST_SPLIT, (uint64_t)i));
+        b->labels[k] = u < p ? 1.0f : 0.0f;
+    }
+    return TR_OK;
+}

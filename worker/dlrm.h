@@ -1,0 +1,163 @@
+/* dlrm.h: the DLRM model of the seed (NVIDIA TF2 DLRM), on a kern backend.
+ *
+ *   numerical (B, F) -> zero-pad to (B, ceil8(F)) -> bottom MLP (ReLU on every layer)
+ *   categorical ids  -> one embedding row per table (B, D)
+ *   interaction input X (B, n, D): row 0 = bottom output, rows 1..T = tables in
+ *       cardinality-descending order (stable) -- the seed's v2 single-GPU order
+ *   dot interaction -> [bottom (D) | strict lower triangle | zero pad to 8k]
+ *   top MLP (ReLU except the last, linear, layer of width 1) -> logit
+ *   loss = mean BCE-with-logits over the batch
+ *
+ * Dense kernels are (in, out) row-major (Keras layout); all dense parameters live
+ * in one flat buffer (so one all-reduce and one optimizer call cover them), in the
+ * order bottom_mlp_layer_0_kernel, _bias, ..., top_mlp_layer_0_kernel, ....
+ * Embedding tables are separate allocations and each may hold a column slice
+ * [col0, col0 + width) of the full D columns. Not thread-safe: one step at a time. */
+#ifndef TR_DLRM_H
+#define TR_DLRM_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../kernels/kern.h"
+#include "../loader_svc/batch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLRM_MAX_LAYERS 16
+
+struct dlrm_cfg {
+    int num_features;        /* numerical inputs; 0 = no bottom MLP */
+    int ntables;
+    const int64_t *cards;    /* (ntables) rows per table, borrowed */
+    int emb_dim;             /* D */
+    int nbottom;
+    int bottom[DLRM_MAX_LAYERS]; /* output widths; the last must equal D */
+    int ntop;
+    int top[DLRM_MAX_LAYERS];    /* output widths; the last must be 1 */
+    enum kern_optim optim;
+    float adagrad_init;      /* initial accumulator value */
+    float adagrad_eps;
+    uint64_t seed;           /* initialisation seed */
+    int64_t max_batch;       /* largest batch forward/backward will see */
+};
+
+struct dlrm_layer {
+    int in, out;
+    float *w, *b;   /* (in, out), (out): views into params */
+    float *dw, *db; /* views into grads */
+    float *y;       /* (max_batch, ldy) output (post-activation) */
+    int64_t ldy;
+    int relu;
+    char name[48];  /* "bottom_mlp_layer_0" */
+};
+
+struct dlrm_table {
+    int id;          /* index in the config's table list */
+    int pos;         /* row of the interaction input X holding this table */
+    int64_t rows;
+    int64_t col0;    /* first global column held */
+    int64_t width;   /* columns held */
+    float *w;        /* (rows, width) */
+    float *accum;    /* (rows, width), Adagrad only */
+    size_t bytes;    /* of w (and of accum) */
+};
+
+enum dlrm_phase {
+    DLRM_T_EMB_FWD = 0,
+    DLRM_T_BOTTOM_FWD,
+    DLRM_T_INTERACT_FWD,
+    DLRM_T_TOP_FWD,
+    DLRM_T_LOSS,
+    DLRM_T_TOP_BWD,
+    DLRM_T_INTERACT_BWD,
+    DLRM_T_BOTTOM_BWD,
+    DLRM_T_EMB_UPDATE,
+    DLRM_T_DENSE_UPDATE,
+    DLRM_T_COUNT_
+};
+
+/* Name of a phase ("emb_fwd", ...). */
+const char *dlrm_phase_name(enum dlrm_phase p);
+
+struct dlrm {
+    struct dlrm_cfg cfg;
+    int64_t *cards;        /* owned copy of cfg.cards */
+    struct kern_backend be;
+    int has_bottom;
+    int n;                 /* interaction vectors: ntables + has_bottom */
+    int num_ld;            /* padded numerical width */
+    int64_t top_in_w;      /* interaction output width */
+    struct dlrm_layer bottom[DLRM_MAX_LAYERS];
+    struct dlrm_layer top[DLRM_MAX_LAYERS];
+    struct dlrm_table *tables; /* (ntables) in config order */
+
+    float *params;  /* (nparams) flat dense parameters */
+    float *grads;   /* (nparams) */
+    float *accum;   /* (nparams) Adagrad state, or NULL */
+    int64_t nparams;
+    size_t dense_bytes;
+
+    /* activations, one allocation (act_bytes) */
+    float *x;       /* (max_batch, n, D) interaction input */
+    float *dx;      /* (max_batch, n, D) its gradient */
+    float *top_in;  /* (max_batch, top_in_w) */
+    float *dtop_in; /* (max_batch, top_in_w) */
+    float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */
+    float *dlogits; /* (max_batch) */
+    void *emb_ws;
+    size_t emb_ws_bytes;
+    size_t act_bytes;
+
+    double t[DLRM_T_COUNT_]; /* seconds spent per phase since the last reset */
+};
+
+/* Validates cfg and allocates the model on `be`, every table whole on this process
+ * (columns [0, D)). Parameters are initialised as the seed does (dlrm_init_params).
+ * Errors: TR_ERR_ARG (bad config, message logged naming the field), TR_ERR_NOMEM. */
+enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out) TR_WUR;
+void dlrm_free(struct dlrm **m);
+
+/* Initialises every parameter from cfg.seed: embeddings U(+-sqrt(1/rows)), dense
+ * kernels truncated-normal Glorot, biases N(0, 1/units); Adagrad accumulators to
+ * adagrad_init. The values depend only on (seed, tensor, element), never on sharding. */
+void dlrm_init_params(struct dlrm *m);
+
+/* Forward pass over b->n samples; on return logits are in m->top[ntop-1].y (n, 1).
+ * Errors: TR_ERR_RANGE (a categorical id outside its table; logged with table,
+ * sample and value), TR_ERR_ARG (batch larger than max_batch or wrong shape). */
+enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b) TR_WUR;
+
+/* Loss of the last forward: *loss = mean BCE over b->n samples; also fills the
+ * logit gradients (scaled by 1/n). */
+enum tr_status dlrm_loss(struct dlrm *m, const struct tr_batch *b, double *loss) TR_WUR;
+
+/* Backward through the dense part into m->grads and m->dx. */
+enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b) TR_WUR;
+
+/* Applies the sparse embedding update (fused backward + optimizer) from m->dx. */
+enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, float lr) TR_WUR;
+
+/* Applies the optimizer to the dense parameters from m->grads. */
+enum tr_status dlrm_update_dense(struct dlrm *m, float lr) TR_WUR;
+
+/* One training step: forward, loss, backward, both updates. */
+enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float lr, double *loss) TR_WUR;
+
+/* Logits of the last forward: (n) with stride 1. */
+const float *dlrm_logits(const struct dlrm *m);
+
+/* Bytes held: dense params+grads+state, embeddings (+state), activations. */
+struct dlrm_bytes {
+    int64_t dense, embeddings, activations;
+};
+void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b);
+
+void dlrm_reset_timers(struct dlrm *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

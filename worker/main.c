@@ -1,0 +1,30 @@
+/* main.c: terarec-worker entry point: parse options, run, map status to exit code. */
+#include <stdio.h>
+
+#include "../common/log.h"
+#include "../common/param.h"
+#include "../common/version.h"
+#include "../kernels/kern.h"
+#include "worker.h"
+
+int main(int argc, char **argv)
+{
+    struct worker_cfg cfg = {0};
+    int want = 0;
+    tr_log_init();
+    struct tr_opt opts[WORKER_MAX_OPTS];
+    worker_opts_fill(&cfg, opts);
+    enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
+    if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
+        tr_opt_print_help(opts, "usage: terarec-worker [options]\n\ntrains a DLRM model (one process per GPU or CPU slot)",
+                          stdout);
+    } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
+        tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
+    } else if (rc == TR_OK) {
+        rc = worker_run(&cfg);
+        if (rc != TR_OK)
+            LOG_ERROR("training failed: %s", tr_strerror(rc));
+    }
+    tr_opt_release(opts);
+    return rc == TR_OK ? 0 : (rc == TR_ERR_ARG ? 2 : 1);
+}

@@ -1,0 +1,372 @@
+/* worker.c: the training loop of terarec-worker: option table, validation,
+ * model construction, the step loop with the seed's schedule, periodic
+ * evaluation (exact AUC, log loss), console output and the DLLogger log.
+ * It runs one process; the distributed layer wraps these same phases. */
+#include "worker.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/version.h"
+#include "../kernels/kern.h"
+#include "../kernels/metrics.h"
+#include "../loader_svc/synth.h"
+#include "dllog.h"
+#include "dlrm.h"
+#include "sched.h"
+
+static const char *const dataset_choices[] = {"synthetic", NULL};
+static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
+static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
+
+void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
+{
+    const struct tr_opt t[] = {
+        {"dataset_type", TR_OPT_ENUM, &c->dataset_type, "synthetic", "where samples come from", 1, 0,
+         dataset_choices, NULL, 0},
+        {"synthetic_dataset_cardinalities", TR_OPT_INT_LIST, &c->cards, "26x1000",
+         "rows of each embedding table (one per categorical feature)", 1, 2147483647.0, NULL, NULL, 0},
+        {"synthetic_dataset_num_numerical_features", TR_OPT_INT, &c->num_numerical, "13",
+         "numerical features per sample (0: no bottom MLP)", 0, 1024, NULL, NULL, 0},
+        {"synthetic_dataset_train_batches", TR_OPT_INT64, &c->train_batches, "64008",
+         "distinct training batches in one epoch", 1, 1e15, NULL, NULL, 0},
+        {"synthetic_dataset_valid_batches", TR_OPT_INT64, &c->valid_batches, "1350",
+         "validation batches in one evaluation", 0, 1e15, NULL, NULL, 0},
+        {"synthetic_ids", TR_OPT_ENUM, &c->synthetic_ids, "powerlaw",
+         "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0},
+        {"batch_size", TR_OPT_INT64, &c->batch_size, "65536", "global training batch", 1, 1e9, NULL, NULL, 0},
+        {"valid_batch_size", TR_OPT_INT64, &c->valid_batch_size, "0",
+         "evaluation batch (0: same as --batch_size)", 0, 1e9, NULL, NULL, 0},
+        {"embedding_dim", TR_OPT_INT, &c->embedding_dim, "128", "width D of every embedding", 1, 65536, NULL,
+         NULL, 0},
+        {"bottom_mlp_dims", TR_OPT_INT_LIST, &c->bottom, "512,256,128",
+         "bottom MLP widths; the last must equal --embedding_dim", 1, 1e6, NULL, NULL, 0},
+        {"top_mlp_dims", TR_OPT_INT_LIST, &c->top, "1024,1024,512,256,1", "top MLP widths; the last must be 1",
+         1, 1e6, NULL, NULL, 0},
+        {"optimizer", TR_OPT_ENUM, &c->optimizer, "sgd", "optimizer of embeddings and MLPs", 1, 0, optim_choices,
+         NULL, 0},
+        {"learning_rate", TR_OPT_DOUBLE, &c->learning_rate, "24", "base learning rate", 0, 1e6, NULL, NULL, 0},
+        {"warmup_steps", TR_OPT_INT64, &c->warmup_steps, "8000", "linear warm-up steps (lr 0 at step 0)", 0,
+         1e15, NULL, NULL, 0},
+        {"decay_start_step", TR_OPT_INT64, &c->decay_start_step, "48000", "first step of the polynomial decay",
+         0, 1e15, NULL, NULL, 0},
+        {"decay_steps", TR_OPT_INT64, &c->decay_steps, "24000", "length of the decay (power 2)", 1, 1e15, NULL,
+         NULL, 0},
+        {"adagrad_initial_accumulator_value", TR_OPT_DOUBLE, &c->adagrad_init, "0.1",
+         "Adagrad accumulator start value (Keras default)", 0, 1e6, NULL, NULL, 0},
+        {"adagrad_epsilon", TR_OPT_DOUBLE, &c->adagrad_eps, "1e-7", "Adagrad epsilon (Keras default)", 0, 1,
+         NULL, NULL, 0},
+        {"epochs", TR_OPT_INT, &c->epochs, "1", "passes over the training batches", 1, 1e6, NULL, NULL, 0},
+        {"max_steps", TR_OPT_INT64, &c->max_steps, "-1",
+         "run exactly this many steps (-1: epochs x batches per epoch)", -1, 1e15, NULL, NULL, 0},
+        {"evals_per_epoch", TR_OPT_INT, &c->evals_per_epoch, "1",
+         "evaluations spread over each epoch (one more runs at the end if needed)", 0, 1e6, NULL, NULL, 0},
+        {"print_freq", TR_OPT_INT64, &c->print_freq, "1000", "steps between progress lines and log records", 1,
+         1e15, NULL, NULL, 0},
+        {"benchmark_warmup_steps", TR_OPT_INT64, &c->benchmark_warmup_steps, "100",
+         "steps left out of the throughput figure", 0, 1e15, NULL, NULL, 0},
+        {"seed", TR_OPT_INT64, &c->seed, "12345", "seed of initialisation and synthetic data", 0, 9.2e18, NULL,
+         NULL, 0},
+        {"threads", TR_OPT_INT, &c->threads, "0", "CPU threads (0: every CPU this process may use)", 0, 4096,
+         NULL, NULL, 0},
+        {"log_path", TR_OPT_STRING, &c->log_path, "dlrm_tf_log.json",
+         "DLLogger JSON-lines log ('' disables it)", 1, 0, NULL, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
+    };
+    TR_ASSERT(TR_ARRAY_SIZE(t) <= WORKER_MAX_OPTS);
+    memcpy(o, t, sizeof t);
+}
+
+enum tr_status worker_cfg_check(const struct worker_cfg *c)
+{
+    if (c->cards.n < 1 && c->num_numerical < 1) {
+        LOG_ERROR("--synthetic_dataset_cardinalities: no tables and no numerical features: nothing to train");
+        return TR_ERR_ARG;
+    }
+    if (c->cards.n > 1024) {
+        LOG_ERROR("--synthetic_dataset_cardinalities: %d tables; at most 1024 are supported", c->cards.n);
+        return TR_ERR_ARG;
+    }
+    if (c->num_numerical > 0) {
+        if (c->bottom.n < 1 || c->bottom.n > DLRM_MAX_LAYERS) {
+            LOG_ERROR("--bottom_mlp_dims: needs 1 to %d layers, got %d", DLRM_MAX_LAYERS, c->bottom.n);
+            return TR_ERR_ARG;
+        }
+        if (c->bottom.v[c->bottom.n - 1] != c->embedding_dim) {
+            LOG_ERROR("--bottom_mlp_dims: last width %lld must equal --embedding_dim %d",
+                      (long long)c->bottom.v[c->bottom.n - 1], c->embedding_dim);
+            LOG_HINT("the bottom MLP output joins the embeddings in the interaction, e.g. --bottom_mlp_dims "
+                     "512,256,%d",
+                     c->embedding_dim);
+            return TR_ERR_ARG;
+        }
+    }
+    if (c->top.n < 1 || c->top.n > DLRM_MAX_LAYERS || c->top.v[c->top.n - 1] != 1) {
+        LOG_ERROR("--top_mlp_dims: needs 1 to %d layers and the last width must be 1 (the logit)",
+                  DLRM_MAX_LAYERS);
+        LOG_HINT("for example --top_mlp_dims 1024,1024,512,256,1");
+        return TR_ERR_ARG;
+    }
+    return TR_OK;
+}
+
+/* A JSON number, or null for NaN and infinities (which JSON cannot hold). */
+static json_t *json_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The PARAMETER record: every option's effective value. */
+static json_t *params_json(struct tr_opt *opts, int threads)
+{
+    json_t *d = json_object();
+    char buf[4096];
+    for (struct tr_opt *o = opts; o->type != TR_OPT_END; o++) {
+        tr_opt_format(o, buf, sizeof buf);
+        switch (o->type) {
+        case TR_OPT_INT: json_object_set_new(d, o->name, json_integer(*(int *)o->dst)); break;
+        case TR_OPT_INT64: json_object_set_new(d, o->name, json_integer(*(int64_t *)o->dst)); break;
+        case TR_OPT_DOUBLE: json_object_set_new(d, o->name, json_num(*(double *)o->dst)); break;
+        case TR_OPT_BOOL: json_object_set_new(d, o->name, json_boolean(*(int *)o->dst)); break;
+        case TR_OPT_INT_LIST: {
+            json_t *a = json_array();
+            const struct tr_i64_list *l = o->dst;
+            for (int i = 0; i < l->n; i++)
+                json_array_append_new(a, json_integer(l->v[i]));
+            json_object_set_new(d, o->name, a);
+            break;
+        }
+        default: json_object_set_new(d, o->name, json_string(buf)); break;
+        }
+    }
+    json_object_set_new(d, "effective_threads", json_integer(threads));
+    json_object_set_new(d, "terarec_version", json_string(tr_version()));
+    json_object_set_new(d, "blas", json_string(kern_blas_info()));
+    return d;
+}
+
+struct eval_out {
+    double auc, logloss, seconds;
+    int64_t samples;
+};
+
+static enum tr_status evaluate(struct dlrm *m, const struct synth_cfg *sc, struct tr_batch *b, int64_t vbs,
+                               int64_t nbatches, struct eval_out *out)
+{
+    enum tr_status rc = TR_OK;
+    int64_t n = vbs * nbatches;
+    double t0 = now_sec();
+    memset(out, 0, sizeof *out);
+    out->auc = NAN;
+    if (n == 0)
+        return TR_OK;
+    float *scores = tr_malloc((size_t)n * sizeof(float));
+    float *labels = tr_malloc((size_t)n * sizeof(float));
+    if (!scores || !labels) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    for (int64_t k = 0; k < nbatches; k++) {
+        TR_CHECK_GOTO(synth_fill(sc, SYNTH_VALID, k * vbs, vbs, b), rc, exit);
+        b->index = k;
+        TR_CHECK_GOTO(dlrm_forward(m, b), rc, exit);
+        memcpy(scores + k * vbs, dlrm_logits(m), (size_t)vbs * sizeof(float));
+        memcpy(labels + k * vbs, b->labels, (size_t)vbs * sizeof(float));
+    }
+    TR_CHECK_GOTO(kern_auc_exact(scores, labels, n, &out->auc), rc, exit);
+    out->logloss = kern_logloss(scores, labels, n);
+    out->samples = n;
+    out->seconds = now_sec() - t0;
+exit:
+    tr_free(scores);
+    tr_free(labels);
+    return rc;
+}
+
+/* Steps within an epoch after which the seed evaluates:
+ * round(linspace(0, nb - 1, evals + 1)[1:]). */
+static int is_eval_step(int64_t step_in_epoch, int64_t nb, int evals)
+{
+    for (int e = 1; e <= evals; e++) {
+        double p = (double)(nb - 1) * (double)e / (double)evals;
+        if ((int64_t)llround(p) == step_in_epoch)
+            return 1;
+    }
+    return 0;
+}
+
+enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *res)
+{
+    enum tr_status rc = TR_OK;
+    struct dlrm *m = NULL;
+    struct tr_batch train = {0}, valid = {0};
+    struct dllog log = {0};
+    memset(res, 0, sizeof *res);
+    res->best_auc = res->last_auc = NAN;
+    TR_CHECK(worker_cfg_check(c));
+
+    struct kern_backend be;
+    kern_backend_cpu(&be, c->threads);
+    int threads = c->threads > 0 ? c->threads : kern_cpu_count();
+
+    const int64_t B = c->batch_size, VB = c->valid_batch_size ? c->valid_batch_size : c->batch_size;
+    struct dlrm_cfg mc = {0};
+    mc.num_features = c->num_numerical;
+    mc.ntables = c->cards.n;
+    mc.cards = c->cards.v;
+    mc.emb_dim = c->embedding_dim;
+    mc.nbottom = c->num_numerical > 0 ? c->bottom.n : 0;
+    for (int l = 0; l < mc.nbottom; l++)
+        mc.bottom[l] = (int)c->bottom.v[l];
+    mc.ntop = c->top.n;
+    for (int l = 0; l < mc.ntop; l++)
+        mc.top[l] = (int)c->top.v[l];
+    mc.optim = c->optimizer == WORKER_OPT_ADAGRAD ? KERN_OPT_ADAGRAD : KERN_OPT_SGD;
+    mc.adagrad_init = (float)c->adagrad_init;
+    mc.adagrad_eps = (float)c->adagrad_eps;
+    mc.seed = (uint64_t)c->seed;
+    mc.max_batch = B > VB ? B : VB;
+
+    struct synth_cfg sc = {(uint64_t)c->seed, c->num_numerical, c->cards.n, c->cards.v,
+                           c->synthetic_ids == 1 ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
+    const struct lr_sched sched = {c->learning_rate, c->warmup_steps, c->decay_start_step, c->decay_steps};
+    const int64_t nb = c->train_batches;
+    const int64_t total = c->max_steps >= 0 ? c->max_steps : (int64_t)c->epochs * nb;
+    lr_sched_check(&sched, total);
+
+    TR_CHECK_GOTO(dllog_open(&log, c->log_path), rc, exit);
+    {
+        struct worker_cfg tmp = *c; /* a table bound to a copy: it is only read, never released */
+        struct tr_opt o[WORKER_MAX_OPTS];
+        worker_opts_fill(&tmp, o);
+        TR_CHECK_GOTO(dllog_write(&log, json_string("PARAMETER"), params_json(o, threads)), rc, exit);
+    }
+
+    double t_init = now_sec();
+    TR_CHECK_GOTO(dlrm_new(&mc, &be, &m), rc, exit);
+    {
+        struct dlrm_bytes mb;
+        dlrm_get_bytes(m, &mb);
+        int64_t rows = 0;
+        for (int t = 0; t < mc.ntables; t++)
+            rows += mc.cards[t];
+        LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; memory: embeddings "
+                  "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s, %d threads, blas %s",
+                  mc.ntables, (long long)rows, mc.emb_dim, (long long)m->nparams, mb.embeddings / 1048576.0,
+                  mb.dense / 1048576.0, mb.activations / 1048576.0, now_sec() - t_init, threads, kern_blas_info());
+    }
+    TR_CHECK_GOTO(tr_batch_init(&train, B, c->num_numerical, c->cards.n), rc, exit);
+    TR_CHECK_GOTO(tr_batch_init(&valid, VB, c->num_numerical, c->cards.n), rc, exit);
+
+    double t_run0 = now_sec(), t_timed = 0.0, t_data = 0.0, interval_loss = 0.0;
+    int64_t timed_steps = 0, interval_n = 0;
+    int evaluated_last = 0;
+    for (int64_t s = 0; s < total; s++) {
+        int64_t k = s % nb;
+        double ts0 = now_sec();
+        TR_CHECK_GOTO(synth_fill(&sc, SYNTH_TRAIN, k * B, B, &train), rc, exit);
+        train.index = k;
+        double ts1 = now_sec();
+        float lr = (float)lr_sched_at(&sched, s);
+        double loss = 0.0;
+        TR_CHECK_GOTO(dlrm_train_step(m, &train, lr, &loss), rc, exit);
+        double ts2 = now_sec();
+        if (!isfinite(loss)) {
+            LOG_ERROR("step %lld: loss is %f; training diverged", (long long)s, loss);
+            LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+            rc = TR_ERR_INTERNAL;
+            goto exit;
+        }
+        t_data += ts1 - ts0;
+        if (s >= c->benchmark_warmup_steps || total <= c->benchmark_warmup_steps) {
+            t_timed += ts2 - ts0;
+            timed_steps++;
+        }
+        if (s == 0)
+            res->first_loss = loss;
+        interval_loss += loss;
+        interval_n++;
+        res->steps = s + 1;
+        if ((s + 1) % c->print_freq == 0 || s + 1 == total) {
+            double mean = interval_loss / (double)interval_n;
+            double step_ms = 1e3 * (ts2 - ts0);
+            LOG_RANK0("step=%lld, throughput=%.3fM, step_time=%.3f ms, learning_rate=%.4f, loss=%.8f,",
+                      (long long)(s + 1), (double)B / (ts2 - ts0) / 1e6, step_ms, lr, mean);
+            json_t *d = json_object();
+            json_object_set_new(d, "loss", json_num(mean));
+            json_object_set_new(d, "learning_rate", json_num(lr));
+            json_object_set_new(d, "step_time_ms", json_num(step_ms));
+            TR_CHECK_GOTO(dllog_write(&log, json_integer(s + 1), d), rc, exit);
+            res->last_loss = mean;
+            interval_loss = 0.0;
+            interval_n = 0;
+        }
+        int eval_now = c->evals_per_epoch > 0 && is_eval_step(k, nb, c->evals_per_epoch);
+        evaluated_last = 0;
+        if ((eval_now || s + 1 == total) && c->valid_batches > 0) {
+            struct eval_out ev;
+            TR_CHECK_GOTO(evaluate(m, &sc, &valid, VB, c->valid_batches, &ev), rc, exit);
+            res->last_auc = ev.auc;
+            res->last_logloss = ev.logloss;
+            if (isnan(res->best_auc) || ev.auc > res->best_auc)
+                res->best_auc = ev.auc;
+            LOG_RANK0("validation: step=%lld, auc=%.6f, logloss=%.6f, samples=%lld, eval_time=%.3f s",
+                      (long long)(s + 1), ev.auc, ev.logloss, (long long)ev.samples, ev.seconds);
+            json_t *d = json_object();
+            json_object_set_new(d, "auc", json_num(ev.auc));
+            json_object_set_new(d, "logloss", json_num(ev.logloss));
+            json_object_set_new(d, "eval_samples", json_integer(ev.samples));
+            TR_CHECK_GOTO(dllog_write(&log, json_integer(s + 1), d), rc, exit);
+            evaluated_last = 1;
+        }
+    }
+    (void)evaluated_last;
+    res->mean_step_ms = timed_steps ? 1e3 * t_timed / (double)timed_steps : NAN;
+    res->throughput = t_timed > 0 ? (double)B * (double)timed_steps / t_timed : NAN;
+    LOG_RANK0("Training run completed, elapsed: %.0f [s]", now_sec() - t_run0);
+    {
+        char phases[512];
+        size_t o = 0;
+        for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)
+            o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
+                                  res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0);
+        LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
+                  "ms/step: data=%.2f %s",
+                  (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc,
+                  res->steps ? 1e3 * t_data / (double)res->steps : 0.0, phases);
+        json_t *d = json_object();
+        json_object_set_new(d, "throughput", json_num(res->throughput));
+        json_object_set_new(d, "mean_step_time_ms", json_num(res->mean_step_ms));
+        json_object_set_new(d, "auc", json_num(res->best_auc));
+        json_object_set_new(d, "steps", json_integer(res->steps));
+        json_t *ph = json_object();
+        json_object_set_new(ph, "data", json_num(res->steps ? 1e3 * t_data / (double)res->steps : 0.0));
+        for (int p = 0; p < DLRM_T_COUNT_; p++)
+            json_object_set_new(ph, dlrm_phase_name(p), json_num(res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0));
+        json_object_set_new(d, "phase_ms_per_step", ph);
+        TR_CHECK_GOTO(dllog_write(&log, NULL, d), rc, exit);
+    }
+exit:
+    tr_batch_release(&train);
+    tr_batch_release(&valid);
+    dlrm_free(&m);
+    dllog_close(&log);
+    return rc;
+}
+
+enum tr_status worker_run(const struct worker_cfg *c)
+{
+    struct worker_result r;
+    return worker_run_ex(c, &r);
+}
