@@ -7,6 +7,7 @@
 #   make check-cuda      kernels/kmath.h as C11 and as CUDA, every .cu file (compile + link)
 #   make SANITIZE=address,undefined test
 #   make deps            installs the Debian packages that are missing (prints them)
+#   make run             the main job: a local training run on synthetic data
 #   make bench           builds the benchmarks (run them from bench/)
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
@@ -153,12 +154,19 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-.PHONY: all test check-headers check-cuda deps clean bench asan ubsan test-gpu
+.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run
 .SECONDARY:
 
 all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
 
 bench: $(BENCH_BINS)
+
+# the main job: a local training run on the built-in synthetic data
+RUN_FLAGS ?= --batch_size 2048 --synthetic_dataset_cardinalities 26x100000 --embedding_dim 16 \
+  --bottom_mlp_dims 64,16 --top_mlp_dims 64,1 --learning_rate 1 --warmup_steps 20 --max_steps 300 \
+  --print_freq 50 --synthetic_dataset_valid_batches 10 --log_path $(BUILD)/run_log.json
+run: $(BIN)/terarec-worker
+	$(BIN)/terarec-worker $(RUN_FLAGS)
 
 test: all
 	$(Q)tests/run.sh $(BUILD)
@@ -190,9 +198,9 @@ ifeq ($(CUDA),1)
 	@echo "  kmath.h compiles as CUDA"
 	$(Q)set -e; for f in $(CU_SRCS); do \
 	  echo "  NVCC    $$f"; \
-	  $(NVCC) -std=c++17 $(NVCC_GENCODE) $(CPPFLAGS) -Werror all-warnings -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o; \
+	  $(NVCC) -std=c++17 $(NVCC_GENCODE) $(CPPFLAGS) -Xcompiler -fPIC -Werror all-warnings -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o; \
 	done
-	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_cuda_link $(BUILD)/cuda/*.o $(LIBKERNELS_CUDA_LINK) -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas
+	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -shared -Xlinker --no-undefined -o $(BUILD)/cuda/libterarec_cuda_check.so $(BUILD)/cuda/*.o -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas
 	@echo "check-cuda: $(words $(CU_SRCS)) .cu files compiled and linked (no GPU needed)"
 else
 	@echo "check-cuda: nvcc not found; only the C11 half ran" && false

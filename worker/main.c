@@ -22,7 +22,7 @@ int main(int argc, char **argv)
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
     } else if (rc == TR_OK) {
         rc = worker_run(&cfg);
-        if (rc != TR_OK)
+        if (rc != TR_OK && rc != TR_ERR_ARG) /* bad input was already reported in one line */
             LOG_ERROR("training failed: %s", tr_strerror(rc));
     }
     tr_opt_release(opts);
