@@ -37,13 +37,18 @@ static float num_value(const struct synth_cfg *c, enum synth_split split, int j,
     return 2.0f * km_u01(km_rand3(c->seed, ST_NUM + (uint64_t)j + split * ST_SPLIT, (uint64_t)i));
 }
 
-static double teacher(const struct synth_cfg *c, const float *num, const int64_t *ids)
+/* The teacher's weight of numerical feature j. */
+static double num_weight(const struct synth_cfg *c, int j)
+{
+    return NUM_SIGMA * km_normal(km_rand3(c->seed, ST_T_NUM, (uint64_t)j));
+}
+
+/* Teacher logit of one sample; a = num_weight(c, j) for every j. */
+static double teacher(const struct synth_cfg *c, const double *a, const float *num, const int64_t *ids)
 {
     double z = TEACHER_BIAS;
-    for (int j = 0; j < c->num_features; j++) {
-        double a = NUM_SIGMA * km_normal(km_rand3(c->seed, ST_T_NUM, (uint64_t)j));
-        z += a * (num[j] - 1.0);
-    }
+    for (int j = 0; j < c->num_features; j++)
+        z += a[j] * (num[j] - 1.0);
     double cs = c->ntables ? sqrt(CAT_VAR_TOTAL / c->ntables) : 0.0;
     for (int t = 0; t < c->ntables; t++)
         z += cs * km_normal(km_rand3(c->seed, ST_T_CAT + (uint64_t)t, (uint64_t)ids[t]));
@@ -63,17 +68,20 @@ static double teacher(const struct synth_cfg *c, const float *num, const int64_t
 double synth_teacher_logit(const struct synth_cfg *c, enum synth_split split, int64_t i)
 {
     float num[256];
+    double a[256];
     int64_t ids[1024];
     int nf = c->num_features < 256 ? c->num_features : 256;
     int nt = c->ntables < 1024 ? c->ntables : 1024;
     struct synth_cfg cc = *c;
     cc.num_features = nf;
     cc.ntables = nt;
-    for (int j = 0; j < nf; j++)
+    for (int j = 0; j < nf; j++) {
         num[j] = num_value(c, split, j, i);
+        a[j] = num_weight(c, j);
+    }
     for (int t = 0; t < nt; t++)
         ids[t] = cat_id(c, split, t, i);
-    return teacher(&cc, num, ids);
+    return teacher(&cc, a, num, ids);
 }
 
 enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int64_t first, int64_t n,
@@ -86,6 +94,9 @@ enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int
         if (c->cards[t] < 1 || c->cards[t] > INT32_MAX)
             return TR_ERR_ARG;
     b->n = n;
+    double a[256];
+    for (int j = 0; j < c->num_features; j++)
+        a[j] = num_weight(c, j);
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; k++) {
         int64_t i = first + k;
@@ -99,7 +110,7 @@ enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int
             ids[t] = cat_id(c, split, t, i);
             b->cat[(int64_t)t * b->cap + k] = (int32_t)ids[t];
         }
-        double z = teacher(c, num, ids);
+        double z = teacher(c, a, num, ids);
         double p = 1.0 / (1.0 + exp(-z));
         float u = km_u01(km_rand3(c->seed, ST_LABEL + split * ST_SPLIT, (uint64_t)i));
         b->labels[k] = u < p ? 1.0f : 0.0f;

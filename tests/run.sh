@@ -36,7 +36,7 @@ run_one() { # name, command...
     if [ "$f" -gt 0 ] || [ "${TR_TEST_VERBOSE:-0}" = 1 ]; then
         sed 's/^/    /' "$log" | grep -vE '^    ok [0-9]+ - ' | tail -n 60
     fi
-    grep -E '^ok [0-9]+ - .*# SKIP' "$log" | sed "s/^/    [$name] /"
+    grep -E '^ok [0-9]+ - .*# SKIP' "$log" | sed "s|^|    [$name] |"
 }
 
 while IFS= read -r bin; do

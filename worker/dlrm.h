@@ -102,7 +102,8 @@ struct dlrm {
 
     /* activations, one allocation (act_bytes) */
     float *x;       /* (max_batch, n, D) interaction input */
-    float *dx;      /* (max_batch, n, D) its gradient */
+    float *dx;      /* (max_batch, n, D) dLoss/dX; after dlrm_backward row 0 holds the
+                       gradient before the last bottom ReLU (that backward runs in place) */
     float *top_in;  /* (max_batch, top_in_w) */
     float *dtop_in; /* (max_batch, top_in_w) */
     float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */

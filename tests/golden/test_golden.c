@@ -1,0 +1,822 @@
+/* test_golden.c: checks the C DLRM (worker/dlrm.c on the CPU backend) against the
+ * PyTorch reference tests/golden/dlrm_small.gold written by gen_golden.py: forward
+ * logits and loss, every gradient, and all weights (and Adagrad state) after 3 SGD
+ * and 3 Adagrad steps, each tensor to a relative error <= 1e-5. It needs no PyTorch
+ * and does not test the C initialiser: the fixture's initial weights are loaded. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/alloc.h"
+#include "../../common/check.h"
+#include "../../common/harness.h"
+#include "../../kernels/kern.h"
+#include "../../loader_svc/batch.h"
+#include "../../worker/dlrm.h"
+#include "../../worker/sched.h"
+
+/* Fixture format (little-endian), see gen_golden.py:
+ *   header: u32 magic 0x444C4F47 ('GOLD'), u32 version 1, u32 count, u32 reserved
+ *   `count` records: u32 name_len, name (no NUL), u32 dtype (0 f32, 1 i32, 2 f64),
+ *                    u32 ndim, u64 dims[ndim], raw row-major data */
+#define GOLD_MAGIC 0x444C4F47u
+#define GOLD_VERSION 1u
+#define GOLD_FILE "tests/golden/dlrm_small.gold"
+#define GOLD_MAX_NAME 127
+#define GOLD_MAX_DIMS 8
+#define GOLD_MAX_BYTES (64u << 20)
+
+#define REL_TOL 1e-5 /* ||c - ref||_2 / ||ref||_2 */
+#define ELEM_ATOL 1e-6 /* |c - ref| <= REL_TOL * max|ref| + ELEM_ATOL */
+#define NSTEPS 3
+#define MAX_TABLES 64
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the fixture reader assumes a little-endian host");
+
+enum gold_dtype { GOLD_F32 = 0, GOLD_I32 = 1, GOLD_F64 = 2 };
+
+struct gold_rec {
+    char name[GOLD_MAX_NAME + 1];
+    uint32_t dtype, ndim;
+    uint64_t dims[GOLD_MAX_DIMS];
+    int64_t count;              /* elements */
+    const unsigned char *data;  /* (count) of dtype, unaligned, into gold.buf */
+};
+
+struct gold {
+    unsigned char *buf; /* whole file */
+    size_t len;
+    struct gold_rec *recs; /* (nrecs) */
+    uint32_t nrecs;
+    char path[1024];
+};
+
+/* ---- fixture reader ------------------------------------------------------------ */
+
+static size_t dtype_size(uint32_t t)
+{
+    return t == GOLD_F64 ? 8 : 4;
+}
+
+static int take(const struct gold *g, size_t *off, size_t n, const unsigned char **p)
+{
+    if (n > g->len - *off)
+        return -1;
+    *p = g->buf + *off;
+    *off += n;
+    return 0;
+}
+
+static int take_u32(const struct gold *g, size_t *off, uint32_t *v)
+{
+    const unsigned char *p;
+    if (take(g, off, 4, &p))
+        return -1;
+    memcpy(v, p, 4);
+    return 0;
+}
+
+static void gold_release(struct gold *g)
+{
+    tr_free(g->buf);
+    tr_free(g->recs);
+    memset(g, 0, sizeof *g);
+}
+
+/* Parses g->buf (g->len bytes, owned by g) into g->recs. On a bad header or
+ * record, writes a message to err and returns TR_ERR_FORMAT (TR_ERR_NOMEM if the
+ * record table cannot be allocated). */
+static enum tr_status gold_parse(struct gold *g, char *err, size_t errlen)
+{
+    size_t off = 0;
+    uint32_t magic, version, count, reserved;
+    if (take_u32(g, &off, &magic) || take_u32(g, &off, &version) || take_u32(g, &off, &count) ||
+        take_u32(g, &off, &reserved)) {
+        snprintf(err, errlen, "'%s' is too short for a header (%zu bytes)", g->path, g->len);
+        return TR_ERR_FORMAT;
+    }
+    if (magic != GOLD_MAGIC) {
+        snprintf(err, errlen, "'%s' is not a golden fixture: magic 0x%08x, expected 0x%08x ('GOLD')\n"
+                 "# hint: regenerate it with /usr/bin/python3 tests/golden/gen_golden.py", g->path, magic,
+                 GOLD_MAGIC);
+        return TR_ERR_FORMAT;
+    }
+    if (version != GOLD_VERSION) {
+        snprintf(err, errlen, "'%s' has fixture version %u; this test reads version %u\n"
+                 "# hint: regenerate it with /usr/bin/python3 tests/golden/gen_golden.py", g->path, version,
+                 GOLD_VERSION);
+        return TR_ERR_FORMAT;
+    }
+    if (count > (g->len - off) / 12) { /* a record takes at least 12 bytes */
+        snprintf(err, errlen, "'%s' claims %u records but has only %zu bytes after the header", g->path, count,
+                 g->len - off);
+        return TR_ERR_FORMAT;
+    }
+    g->recs = tr_calloc(count ? count : 1, sizeof *g->recs);
+    if (!g->recs)
+        return TR_ERR_NOMEM;
+    for (uint32_t r = 0; r < count; r++) {
+        struct gold_rec *rec = &g->recs[r];
+        const unsigned char *p;
+        uint32_t nlen;
+        if (take_u32(g, &off, &nlen) || nlen == 0 || nlen > GOLD_MAX_NAME || take(g, &off, nlen, &p)) {
+            snprintf(err, errlen, "'%s': record %u has a bad or truncated name (offset %zu)", g->path, r, off);
+            return TR_ERR_FORMAT;
+        }
+        memcpy(rec->name, p, nlen);
+        rec->name[nlen] = '\0';
+        if (memchr(rec->name, '\0', nlen)) {
+            snprintf(err, errlen, "'%s': record %u has a NUL in its name", g->path, r);
+            return TR_ERR_FORMAT;
+        }
+        if (take_u32(g, &off, &rec->dtype) || take_u32(g, &off, &rec->ndim) || rec->dtype > GOLD_F64 ||
+            rec->ndim > GOLD_MAX_DIMS) {
+            snprintf(err, errlen, "'%s': record '%s' has a bad dtype or rank", g->path, rec->name);
+            return TR_ERR_FORMAT;
+        }
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < rec->ndim; d++) {
+            if (take(g, &off, 8, &p)) {
+                snprintf(err, errlen, "'%s': record '%s' is truncated in its dims", g->path, rec->name);
+                return TR_ERR_FORMAT;
+            }
+            memcpy(&rec->dims[d], p, 8);
+            if (rec->dims[d] != 0 && n > (uint64_t)g->len / rec->dims[d]) {
+                snprintf(err, errlen, "'%s': record '%s' is larger than the file", g->path, rec->name);
+                return TR_ERR_FORMAT;
+            }
+            n *= rec->dims[d];
+        }
+        rec->count = (int64_t)n;
+        if (n > (g->len - off) / dtype_size(rec->dtype) || take(g, &off, n * dtype_size(rec->dtype), &p)) {
+            snprintf(err, errlen, "'%s': record '%s' is truncated (%llu elements, %zu bytes left)", g->path,
+                     rec->name, (unsigned long long)n, g->len - off);
+            return TR_ERR_FORMAT;
+        }
+        rec->data = p;
+        for (uint32_t q = 0; q < r; q++)
+            if (!strcmp(g->recs[q].name, rec->name)) {
+                snprintf(err, errlen, "'%s': record '%s' appears twice", g->path, rec->name);
+                return TR_ERR_FORMAT;
+            }
+        g->nrecs = r + 1;
+    }
+    if (off != g->len) {
+        snprintf(err, errlen, "'%s' has %zu trailing bytes after %u records", g->path, g->len - off, count);
+        return TR_ERR_FORMAT;
+    }
+    return TR_OK;
+}
+
+/* Finds and reads the fixture: $TR_ROOT/GOLD_FILE, then GOLD_FILE relative to the
+ * working directory and up to three parents. TR_ERR_IO if none can be read. */
+static enum tr_status gold_load(struct gold *g, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    char cand[5][1024];
+    int nc = 0;
+    const char *root = getenv("TR_ROOT");
+    if (root && *root)
+        snprintf(cand[nc++], sizeof cand[0], "%s/%s", root, GOLD_FILE);
+    snprintf(cand[nc++], sizeof cand[0], "%s", GOLD_FILE);
+    snprintf(cand[nc++], sizeof cand[0], "../%s", GOLD_FILE);
+    snprintf(cand[nc++], sizeof cand[0], "../../%s", GOLD_FILE);
+    snprintf(cand[nc++], sizeof cand[0], "../../../%s", GOLD_FILE);
+    FILE *f = NULL;
+    for (int i = 0; i < nc && !f; i++) {
+        f = fopen(cand[i], "rb");
+        if (f)
+            snprintf(g->path, sizeof g->path, "%s", cand[i]);
+    }
+    if (!f) {
+        snprintf(err, errlen, "cannot find the golden fixture '%s' (TR_ROOT=%s)\n"
+                 "# hint: it is committed; run from the repository root or set TR_ROOT", GOLD_FILE,
+                 root ? root : "unset");
+        return TR_ERR_IO;
+    }
+    enum tr_status rc = TR_OK;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        len = ftell(f);
+    if (len < 0 || (unsigned long)len > GOLD_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
+        snprintf(err, errlen, "cannot size '%s' (or it is over %u bytes)", g->path, GOLD_MAX_BYTES);
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    g->len = (size_t)len;
+    g->buf = tr_malloc(g->len ? g->len : 1);
+    if (!g->buf) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    if (fread(g->buf, 1, g->len, f) != g->len) {
+        snprintf(err, errlen, "cannot read '%s'", g->path);
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    rc = gold_parse(g, err, errlen);
+exit:
+    fclose(f);
+    if (rc != TR_OK)
+        gold_release(g);
+    return rc;
+}
+
+static const struct gold_rec *gold_find(const struct gold *g, const char *name)
+{
+    for (uint32_t r = 0; r < g->nrecs; r++)
+        if (!strcmp(g->recs[r].name, name))
+            return &g->recs[r];
+    return NULL;
+}
+
+/* Copies record `name` (dtype, exactly n elements) into dst; on a missing or
+ * mismatched record records a test failure and returns NULL. */
+static const struct gold_rec *gold_get(const struct gold *g, const char *name, uint32_t dtype, int64_t n,
+                                       void *dst)
+{
+    const struct gold_rec *r = gold_find(g, name);
+    TH_CHECKF(r, "fixture '%s' has no record '%s'", g->path, name);
+    if (!r)
+        return NULL;
+    TH_CHECKF(r->dtype == dtype && r->count == n,
+              "fixture record '%s': dtype %u with %lld elements, expected %u with %lld", name, r->dtype,
+              (long long)r->count, dtype, (long long)n);
+    if (r->dtype != dtype || r->count != n)
+        return NULL;
+    memcpy(dst, r->data, (size_t)n * dtype_size(dtype));
+    return r;
+}
+
+/* One integer of a shape-[1] i32 record, or -1 (failure recorded). */
+static int gold_int(const struct gold *g, const char *name)
+{
+    int32_t v;
+    return gold_get(g, name, GOLD_I32, 1, &v) ? v : -1;
+}
+
+static double gold_double(const struct gold *g, const char *name)
+{
+    double v;
+    return gold_get(g, name, GOLD_F64, 1, &v) ? v : NAN;
+}
+
+/* ---- comparison ---------------------------------------------------------------- */
+
+struct cmp {
+    double rel;     /* ||c - ref||_2 / ||ref||_2 */
+    double max_abs; /* max |c - ref| */
+    double tol_abs; /* REL_TOL * max|ref| + ELEM_ATOL */
+    double max_ref; /* max |ref| */
+    int64_t worst;  /* element with the largest |c - ref| */
+    int ok;
+};
+
+static struct cmp compare(const float *c, const float *ref, int64_t n)
+{
+    struct cmp r = {0};
+    double dd = 0.0, rr = 0.0;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)c[i] - (double)ref[i]);
+        if (!isfinite(c[i]) || !isfinite(d)) {
+            if (finite)
+                r.worst = i;
+            finite = 0;
+            continue;
+        }
+        dd += d * d;
+        rr += (double)ref[i] * ref[i];
+        r.max_ref = fmax(r.max_ref, fabs((double)ref[i]));
+        if (d > r.max_abs) {
+            r.max_abs = d;
+            r.worst = i;
+        }
+    }
+    r.rel = rr > 0.0 ? sqrt(dd / rr) : (dd > 0.0 ? INFINITY : 0.0);
+    r.tol_abs = REL_TOL * r.max_ref + ELEM_ATOL;
+    if (!finite)
+        r.rel = r.max_abs = INFINITY;
+    r.ok = finite && r.max_abs <= r.tol_abs && (r.rel <= REL_TOL || (rr == 0.0 && r.max_abs <= ELEM_ATOL));
+    return r;
+}
+
+/* Worst errors seen by the running case (printed at its end). */
+static struct {
+    double rel, elem; /* elem: max |c - ref| / max |ref| */
+    char rel_name[160], elem_name[160];
+} worst;
+
+static void worst_reset(void)
+{
+    memset(&worst, 0, sizeof worst);
+}
+
+static void worst_print(const char *what)
+{
+    printf("# %s: worst relative L2 error %.3e (%s), worst element error / max|ref| %.3e (%s)\n", what, worst.rel,
+           worst.rel_name, worst.elem, worst.elem_name);
+}
+
+/* Compares c with ref (n floats each, contiguous; rows of `cols` for messages)
+ * under `name`. With expect_ok, records a failure naming the tensor, the worst
+ * element and both values, and updates the case's worst errors. */
+static struct cmp check_arr(const char *name, const float *c, const float *ref, int64_t n, int64_t cols,
+                            int expect_ok)
+{
+    struct cmp r = compare(c, ref, n);
+    cols = cols > 0 ? cols : 1;
+    printf("# %-44s rel %.3e  max|d| %.3e (tol %.3e) at [%lld, %lld]%s\n", name, r.rel, r.max_abs, r.tol_abs,
+           (long long)(r.worst / cols), (long long)(r.worst % cols), r.ok ? "" : "  MISMATCH");
+    if (!expect_ok)
+        return r;
+    TH_CHECKF(r.ok, "'%s' differs from the reference: rel L2 %.3e (limit %.0e); worst element %lld "
+              "(row %lld, col %lld): c = %.9g, ref = %.9g, |d| = %.3e (limit %.3e)",
+              name, r.rel, REL_TOL, (long long)r.worst, (long long)(r.worst / cols), (long long)(r.worst % cols),
+              (double)c[r.worst], (double)ref[r.worst], r.max_abs, r.tol_abs);
+    if (r.rel > worst.rel) {
+        worst.rel = r.rel;
+        snprintf(worst.rel_name, sizeof worst.rel_name, "%s", name);
+    }
+    double e = r.max_ref > 0.0 ? r.max_abs / r.max_ref : r.max_abs;
+    if (e > worst.elem) {
+        worst.elem = e;
+        snprintf(worst.elem_name, sizeof worst.elem_name, "%s", name);
+    }
+    return r;
+}
+
+/* A copy of f32 record `name` (n elements) from tr_malloc, or NULL (failure
+ * recorded). *cols gets its last dimension. */
+static float *gold_dup(const struct gold *g, const char *name, int64_t n, int64_t *cols)
+{
+    float *ref = tr_malloc((size_t)(n ? n : 1) * sizeof(float));
+    TH_CHECK(ref != NULL);
+    const struct gold_rec *rec = ref ? gold_get(g, name, GOLD_F32, n, ref) : NULL;
+    if (!rec) {
+        tr_free(ref);
+        return NULL;
+    }
+    *cols = rec->ndim ? (int64_t)rec->dims[rec->ndim - 1] : 1;
+    return ref;
+}
+
+/* Compares c (n floats, contiguous) with fixture record `name` (check_arr). The
+ * result has ok = 0 also when the record is missing. */
+static struct cmp check_vs(const struct gold *g, const char *name, const float *c, int64_t n, int expect_ok)
+{
+    struct cmp r = {0};
+    int64_t cols = 1;
+    float *ref = gold_dup(g, name, n, &cols);
+    if (ref)
+        r = check_arr(name, c, ref, n, cols, expect_ok);
+    tr_free(ref);
+    return r;
+}
+
+/* Relative check of a double scalar (loss, lr). */
+static void check_scalar(const char *what, double c, double ref, double tol)
+{
+    double rel = fabs(c - ref) / fmax(fabs(ref), 1e-30);
+    printf("# %-44s c %.12g ref %.12g rel %.3e\n", what, c, ref, rel);
+    TH_CHECKF(rel <= tol, "%s: c = %.12g, ref = %.12g, relative error %.3e > %.0e", what, c, ref, rel, tol);
+    if (rel > worst.rel) {
+        worst.rel = rel;
+        snprintf(worst.rel_name, sizeof worst.rel_name, "%s", what);
+    }
+}
+
+/* ---- the model under test ------------------------------------------------------ */
+
+struct fx {
+    struct gold g;
+    struct kern_backend be;
+    struct dlrm *m;
+    struct tr_batch b[NSTEPS];
+    int64_t cards[MAX_TABLES];
+    int B;
+};
+
+/* One dense tensor of the model: name and offset/size in the flat buffers. */
+struct dense_view {
+    char name[64];
+    int64_t off, n;
+};
+
+static int dense_views(const struct dlrm *m, struct dense_view *v)
+{
+    int nv = 0;
+    for (int part = 0; part < 2; part++) {
+        int nl = part ? m->cfg.ntop : m->cfg.nbottom;
+        const struct dlrm_layer *L = part ? m->top : m->bottom;
+        for (int l = 0; l < nl; l++) {
+            snprintf(v[nv].name, sizeof v[nv].name, "%s_kernel", L[l].name);
+            v[nv].off = L[l].w - m->params;
+            v[nv++].n = (int64_t)L[l].in * L[l].out;
+            snprintf(v[nv].name, sizeof v[nv].name, "%s_bias", L[l].name);
+            v[nv].off = L[l].b - m->params;
+            v[nv++].n = L[l].out;
+        }
+    }
+    return nv;
+}
+
+static void fx_release(struct fx *f)
+{
+    for (int k = 0; k < NSTEPS; k++)
+        tr_batch_release(&f->b[k]);
+    dlrm_free(&f->m);
+    gold_release(&f->g);
+}
+
+static int load_fixture(struct gold *g)
+{
+    char err[2048] = "";
+    enum tr_status rc = gold_load(g, err, sizeof err);
+    TH_CHECKF(rc == TR_OK, "%s (%s)", err, tr_strerror(rc));
+    return rc == TR_OK;
+}
+
+/* Reads an i32 vector record of at most cap entries; returns its length or -1. */
+static int gold_ints(const struct gold *g, const char *name, int32_t *dst, int cap)
+{
+    const struct gold_rec *r = gold_find(g, name);
+    TH_CHECKF(r && r->dtype == GOLD_I32 && r->count >= 1 && r->count <= cap, "fixture record '%s' is missing or "
+              "not an i32 vector of 1..%d entries", name, cap);
+    if (!r || r->dtype != GOLD_I32 || r->count < 1 || r->count > cap)
+        return -1;
+    memcpy(dst, r->data, (size_t)r->count * 4);
+    return (int)r->count;
+}
+
+/* Loads the fixture, builds the model from its config with optimizer `opt`,
+ * loads the initial weights and the batches. Returns 1 on success (failures are
+ * recorded). */
+static int fx_setup(struct fx *f, enum kern_optim opt)
+{
+    memset(f, 0, sizeof *f);
+    if (!load_fixture(&f->g))
+        return 0;
+    const struct gold *g = &f->g;
+    struct dlrm_cfg cfg = {0};
+    int32_t cards[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
+    int T = gold_ints(g, "cfg/cards", cards, MAX_TABLES);
+    cfg.nbottom = gold_ints(g, "cfg/bottom", bottom, DLRM_MAX_LAYERS);
+    cfg.ntop = gold_ints(g, "cfg/top", top, DLRM_MAX_LAYERS);
+    cfg.emb_dim = gold_int(g, "cfg/emb_dim");
+    cfg.num_features = gold_int(g, "cfg/num_features");
+    f->B = gold_int(g, "cfg/batch");
+    if (T < 1 || cfg.nbottom < 1 || cfg.ntop < 1 || cfg.emb_dim < 1 || cfg.num_features < 1 || f->B < 1)
+        return 0;
+    for (int t = 0; t < T; t++)
+        f->cards[t] = cards[t];
+    for (int l = 0; l < cfg.nbottom; l++)
+        cfg.bottom[l] = bottom[l];
+    for (int l = 0; l < cfg.ntop; l++)
+        cfg.top[l] = top[l];
+    cfg.ntables = T;
+    cfg.cards = f->cards;
+    cfg.optim = opt;
+    cfg.adagrad_init = (float)gold_double(g, "cfg/adagrad_init");
+    cfg.adagrad_eps = (float)gold_double(g, "cfg/adagrad_eps");
+    cfg.seed = 12345;
+    cfg.max_batch = f->B;
+    kern_backend_cpu(&f->be, 0);
+    enum tr_status rc = dlrm_new(&cfg, &f->be, &f->m);
+    TH_CHECKF(rc == TR_OK, "dlrm_new from the fixture's config: %s", tr_strerror(rc));
+    if (rc != TR_OK)
+        return 0;
+    struct dlrm *m = f->m;
+    TH_CHECKF(m->n == T + 1 && m->num_ld == (cfg.num_features + 7) / 8 * 8, "model shape: n %d, num_ld %d", m->n,
+              m->num_ld);
+
+    /* initial values replace the C initialiser's */
+    struct dense_view v[4 * DLRM_MAX_LAYERS];
+    int nv = dense_views(m, v);
+    char name[160];
+    for (int i = 0; i < nv; i++) {
+        snprintf(name, sizeof name, "init/%.63s", v[i].name);
+        if (!gold_get(g, name, GOLD_F32, v[i].n, m->params + v[i].off))
+            return 0;
+    }
+    if (m->accum)
+        for (int64_t i = 0; i < m->nparams; i++)
+            m->accum[i] = cfg.adagrad_init;
+    for (int t = 0; t < T; t++) {
+        struct dlrm_table *tb = &m->tables[t];
+        TH_CHECK(tb->id == t && tb->col0 == 0 && tb->width == cfg.emb_dim);
+        snprintf(name, sizeof name, "init/table_%d", t);
+        if (!gold_get(g, name, GOLD_F32, tb->rows * tb->width, tb->w))
+            return 0;
+        if (tb->accum)
+            for (int64_t i = 0; i < tb->rows * tb->width; i++)
+                tb->accum[i] = cfg.adagrad_init;
+    }
+
+    /* batches: numerical (B, F) padded with zeros to num_ld, cat (T, B) table-major */
+    const int B = f->B, nf = cfg.num_features;
+    float *num = tr_malloc((size_t)B * (size_t)nf * sizeof(float));
+    TH_CHECK(num != NULL);
+    if (!num)
+        return 0;
+    int ok = 1;
+    for (int k = 0; k < NSTEPS && ok; k++) {
+        struct tr_batch *b = &f->b[k];
+        rc = tr_batch_init(b, B, nf, T);
+        TH_CHECKF(rc == TR_OK, "tr_batch_init: %s", tr_strerror(rc));
+        if (rc != TR_OK) {
+            ok = 0;
+            break;
+        }
+        b->n = B;
+        b->index = k;
+        snprintf(name, sizeof name, "batch%d/numerical", k);
+        ok = gold_get(g, name, GOLD_F32, (int64_t)B * nf, num) != NULL;
+        for (int i = 0; ok && i < B; i++)
+            memcpy(b->numerical + (int64_t)i * b->num_ld, num + (int64_t)i * nf, (size_t)nf * sizeof(float));
+        snprintf(name, sizeof name, "batch%d/labels", k);
+        ok = ok && gold_get(g, name, GOLD_F32, B, b->labels);
+        snprintf(name, sizeof name, "batch%d/cat", k);
+        ok = ok && gold_get(g, name, GOLD_I32, (int64_t)T * B, b->cat);
+    }
+    tr_free(num);
+    return ok;
+}
+
+/* Compares every dense tensor (of params, grads or accum) and every table (or its
+ * accumulator) with records "<prefix><name>"; tables are skipped when !tables. */
+static void check_model(struct fx *f, const char *prefix, const float *flat, int tables, int accum)
+{
+    struct dense_view v[4 * DLRM_MAX_LAYERS];
+    int nv = dense_views(f->m, v);
+    char name[200];
+    for (int i = 0; i < nv; i++) {
+        snprintf(name, sizeof name, "%s%s%.63s", prefix, accum ? "accum_" : "", v[i].name);
+        check_vs(&f->g, name, flat + v[i].off, v[i].n, 1);
+    }
+    for (int t = 0; tables && t < f->m->cfg.ntables; t++) {
+        const struct dlrm_table *tb = &f->m->tables[t];
+        snprintf(name, sizeof name, "%s%stable_%d", prefix, accum ? "accum_" : "", t);
+        check_vs(&f->g, name, accum ? tb->accum : tb->w, tb->rows * tb->width, 1);
+    }
+}
+
+/* ---- cases ----------------------------------------------------------------------- */
+
+static void test_fixture_format(void)
+{
+    struct gold g;
+    if (!load_fixture(&g))
+        return;
+    printf("# fixture '%s': %zu bytes, %u records\n", g.path, g.len, g.nrecs);
+    TH_CHECK(g.nrecs > 50);
+    TH_CHECK(gold_find(&g, "fwd/logits") && gold_find(&g, "adagrad/after3/accum_table_0"));
+    /* corrupted copies must be rejected with TR_ERR_FORMAT */
+    static const struct {
+        const char *what;
+        size_t at;
+        unsigned char byte;
+        int truncate;
+    } bad[] = {
+        {"magic", 0, 0x00, 0},
+        {"version", 4, 0x02, 0},
+        {"record count", 10, 0xff, 0},
+        {"first name length", 16, 0xff, 0},
+        {"truncated by one byte", 0, 0, 1},
+    };
+    for (size_t i = 0; i < TR_ARRAY_SIZE(bad); i++) {
+        struct gold c = {0};
+        c.len = g.len - (size_t)bad[i].truncate;
+        c.buf = tr_malloc(g.len);
+        TH_REQUIRE(c.buf != NULL);
+        memcpy(c.buf, g.buf, c.len);
+        if (!bad[i].truncate)
+            c.buf[bad[i].at] = bad[i].byte;
+        snprintf(c.path, sizeof c.path, "corrupt copy (%s)", bad[i].what);
+        char err[2048] = "";
+        enum tr_status rc = gold_parse(&c, err, sizeof err);
+        TH_CHECKF(rc == TR_ERR_FORMAT, "a corrupt %s was accepted (%s)", bad[i].what, tr_strerror(rc));
+        TH_CHECKF(strstr(err, c.path) != NULL, "message for a corrupt %s does not name the file: '%s'",
+                  bad[i].what, err);
+        printf("# rejected: %s\n", strtok(err, "\n"));
+        gold_release(&c);
+    }
+    gold_release(&g);
+}
+
+static void test_forward(void)
+{
+    struct fx f;
+    worst_reset();
+    if (fx_setup(&f, KERN_OPT_SGD)) {
+        struct dlrm *m = f.m;
+        enum tr_status rc = dlrm_forward(m, &f.b[0]);
+        TH_CHECKF(rc == TR_OK, "dlrm_forward: %s", tr_strerror(rc));
+        double loss = 0.0;
+        rc = dlrm_loss(m, &f.b[0], &loss);
+        TH_CHECKF(rc == TR_OK, "dlrm_loss: %s", tr_strerror(rc));
+        const int64_t B = f.B, nd = (int64_t)m->n * m->cfg.emb_dim;
+        check_vs(&f.g, "fwd/interaction_input", m->x, B * nd, 1);
+        check_vs(&f.g, "fwd/interaction_output", m->top_in, B * m->top_in_w, 1);
+        check_vs(&f.g, "fwd/logits", dlrm_logits(m), B, 1);
+        check_scalar("fwd/loss", loss, gold_double(&f.g, "fwd/loss"), REL_TOL);
+        worst_print("forward");
+    }
+    fx_release(&f);
+}
+
+static void test_gradients(void)
+{
+    struct fx f;
+    worst_reset();
+    if (fx_setup(&f, KERN_OPT_SGD)) {
+        struct dlrm *m = f.m;
+        double loss = 0.0;
+        enum tr_status rc = dlrm_forward(m, &f.b[0]);
+        if (rc == TR_OK)
+            rc = dlrm_loss(m, &f.b[0], &loss);
+        if (rc == TR_OK)
+            rc = dlrm_backward(m, &f.b[0]);
+        TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
+        check_model(&f, "grad/", m->grads, 0, 0);
+        /* dLoss/dX as the interaction backward produces it: the backend's
+         * interact_bwd rerun on the saved forward (backward leaves m->x and
+         * m->dtop_in as they were) */
+        const int64_t D = m->cfg.emb_dim, nd = (int64_t)m->n * D, nx = (int64_t)f.B * nd;
+        float *dx = tr_malloc((size_t)nx * sizeof(float));
+        TH_CHECK(dx != NULL);
+        if (dx) {
+            struct kern_interact_bwd_args ia = {f.B, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w,
+                                                dx};
+            rc = m->be.i->interact_bwd(m->be.ctx, &ia);
+            TH_CHECKF(rc == TR_OK, "interact_bwd: %s", tr_strerror(rc));
+            check_vs(&f.g, "grad/interaction_input", dx, nx, 1);
+            tr_free(dx);
+        }
+        /* m->dx itself: rows 1..T are dLoss/dX (what the embedding update reads);
+         * dlrm_backward turns row 0 in place into the gradient of the last bottom
+         * layer's pre-activation, i.e. dLoss/dX[:,0,:] masked by ReLU'(X[:,0,:]) */
+        int64_t cols = 1;
+        float *ref = gold_dup(&f.g, "grad/interaction_input", nx, &cols);
+        if (ref) {
+            for (int64_t i = 0; i < f.B; i++)
+                for (int64_t k = 0; k < D; k++)
+                    if (!(m->x[i * nd + k] > 0.0f))
+                        ref[i * nd + k] = 0.0f;
+            check_arr("grad/interaction_input (m->dx, row 0 masked)", m->dx, ref, nx, cols, 1);
+            tr_free(ref);
+        }
+        /* embedding gradients through the real sparse path: on zeroed tables an SGD
+         * step with lr = -1 leaves exactly the summed gradient of each touched row */
+        for (int t = 0; t < m->cfg.ntables; t++)
+            memset(m->tables[t].w, 0, m->tables[t].bytes);
+        rc = dlrm_update_embeddings(m, &f.b[0], -1.0f);
+        TH_CHECKF(rc == TR_OK, "dlrm_update_embeddings: %s", tr_strerror(rc));
+        char name[64];
+        for (int t = 0; t < m->cfg.ntables; t++) {
+            snprintf(name, sizeof name, "grad/table_%d", t);
+            check_vs(&f.g, name, m->tables[t].w, m->tables[t].rows * m->tables[t].width, 1);
+        }
+        worst_print("gradients");
+    }
+    fx_release(&f);
+}
+
+static int sched_from_fixture(const struct gold *g, const char *base_rec, struct lr_sched *s)
+{
+    s->base = gold_double(g, base_rec);
+    s->warmup_steps = gold_int(g, "cfg/warmup");
+    s->decay_start = gold_int(g, "cfg/decay_start");
+    s->decay_steps = gold_int(g, "cfg/decay_steps");
+    return isfinite(s->base) && s->warmup_steps >= 0 && s->decay_start >= 0 && s->decay_steps >= 1;
+}
+
+static void test_lr_schedule(void)
+{
+    struct gold g;
+    if (!load_fixture(&g))
+        return;
+    static const char *const kinds[] = {"sgd", "adagrad"};
+    for (int k = 0; k < 2; k++) {
+        char name[64];
+        struct lr_sched s;
+        double ref[NSTEPS];
+        snprintf(name, sizeof name, "cfg/lr_base_%s", kinds[k]);
+        if (!sched_from_fixture(&g, name, &s))
+            break;
+        snprintf(name, sizeof name, "%s/lr", kinds[k]);
+        if (!gold_get(&g, name, GOLD_F64, NSTEPS, ref))
+            break;
+        for (int i = 0; i < NSTEPS; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s lr of step %d", kinds[k], i);
+            check_scalar(what, lr_sched_at(&s, i), ref[i], 1e-7);
+        }
+    }
+    gold_release(&g);
+}
+
+/* Three training steps with `opt`, then every parameter (and Adagrad state). */
+static void run_steps(enum kern_optim opt)
+{
+    const char *kind = opt == KERN_OPT_SGD ? "sgd" : "adagrad";
+    struct fx f;
+    worst_reset();
+    if (fx_setup(&f, opt)) {
+        struct lr_sched s;
+        double ref_loss[NSTEPS];
+        char name[64];
+        snprintf(name, sizeof name, "cfg/lr_base_%s", kind);
+        int ok = sched_from_fixture(&f.g, name, &s);
+        snprintf(name, sizeof name, "%s/loss", kind);
+        ok = ok && gold_get(&f.g, name, GOLD_F64, NSTEPS, ref_loss);
+        for (int i = 0; ok && i < NSTEPS; i++) {
+            double loss = 0.0;
+            enum tr_status rc = dlrm_train_step(f.m, &f.b[i], (float)lr_sched_at(&s, i), &loss);
+            TH_CHECKF(rc == TR_OK, "dlrm_train_step %d: %s", i, tr_strerror(rc));
+            snprintf(name, sizeof name, "%s loss of step %d", kind, i);
+            check_scalar(name, loss, ref_loss[i], REL_TOL);
+        }
+        if (ok) {
+            snprintf(name, sizeof name, "%s/after3/", kind);
+            check_model(&f, name, f.m->params, 1, 0);
+            if (opt == KERN_OPT_ADAGRAD)
+                check_model(&f, name, f.m->accum, 1, 1);
+        }
+        worst_print(opt == KERN_OPT_SGD ? "SGD after 3 steps" : "Adagrad after 3 steps");
+    }
+    fx_release(&f);
+}
+
+static void test_sgd_3_steps(void)
+{
+    run_steps(KERN_OPT_SGD);
+}
+
+static void test_adagrad_3_steps(void)
+{
+    run_steps(KERN_OPT_ADAGRAD);
+}
+
+/* The comparison must be able to fail: one initial weight off by a relative 1e-3
+ * must show up in the logits, the loss and the first bottom layer's gradient.
+ * The weight is the one of the last bottom layer with the largest |w * dLoss/dw|
+ * in the reference (a weight feeding a ReLU that is off for the whole batch
+ * changes nothing), so the error has to cross the interaction. */
+static void test_negative_control(void)
+{
+    struct fx f;
+    if (fx_setup(&f, KERN_OPT_SGD)) {
+        struct dlrm *m = f.m;
+        struct dlrm_layer *L = &m->bottom[m->cfg.nbottom - 1];
+        const int64_t nw = (int64_t)L->in * L->out;
+        int64_t at = 0, cols = 1;
+        char name[96];
+        snprintf(name, sizeof name, "grad/%s_kernel", L->name);
+        float *g = gold_dup(&f.g, name, nw, &cols);
+        TH_REQUIRE(g != NULL);
+        for (int64_t i = 1; i < nw; i++) /* largest first-order change of the loss */
+            if (fabsf(g[i] * L->w[i]) > fabsf(g[at] * L->w[at]))
+                at = i;
+        tr_free(g);
+        float before = L->w[at];
+        L->w[at] *= 1.0f + 1e-3f;
+        printf("# perturbed %s_kernel[%lld]: %.9g -> %.9g\n", L->name, (long long)at, (double)before,
+               (double)L->w[at]);
+        double loss = 0.0;
+        enum tr_status rc = dlrm_forward(m, &f.b[0]);
+        if (rc == TR_OK)
+            rc = dlrm_loss(m, &f.b[0], &loss);
+        if (rc == TR_OK)
+            rc = dlrm_backward(m, &f.b[0]);
+        TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
+        struct cmp c = check_vs(&f.g, "fwd/logits", dlrm_logits(m), f.B, 0);
+        TH_CHECKF(!c.ok, "a 1e-3 change of one weight was not detected in the logits (rel %.3e)", c.rel);
+        double ref_loss = gold_double(&f.g, "fwd/loss");
+        double rel = fabs(loss - ref_loss) / fabs(ref_loss);
+        printf("# perturbed loss rel %.3e\n", rel);
+        TH_CHECKF(rel > REL_TOL, "a 1e-3 change of one weight was not detected in the loss (rel %.3e)", rel);
+        const struct dlrm_layer *L0 = &m->bottom[0];
+        snprintf(name, sizeof name, "grad/%s_kernel", L0->name);
+        c = check_vs(&f.g, name, L0->dw, (int64_t)L0->in * L0->out, 0);
+        TH_CHECKF(!c.ok, "a 1e-3 change of one weight was not detected in '%s' (rel %.3e)", name, c.rel);
+    }
+    fx_release(&f);
+}
+
+static const struct th_case cases[] = {
+    {"fixture_format", test_fixture_format},
+    {"forward", test_forward},
+    {"gradients", test_gradients},
+    {"lr_schedule", test_lr_schedule},
+    {"sgd_3_steps", test_sgd_3_steps},
+    {"adagrad_3_steps", test_adagrad_3_steps},
+    {"negative_control", test_negative_control},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}

@@ -1,0 +1,167 @@
+/* test_synth.c: the synthetic dataset is a pure function of (seed, split, sample):
+ * deterministic, sliceable at any offset, ids in range with the promised
+ * distribution, and labels that follow the teacher (so the data is learnable). */
+#include <math.h>
+#include <string.h>
+
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../kernels/metrics.h"
+#include "../../../loader_svc/synth.h"
+
+static const int64_t cards[4] = {1000, 7, 100000, 1};
+
+static struct synth_cfg cfg(enum synth_ids ids)
+{
+    struct synth_cfg c = {42, 13, 4, cards, ids};
+    return c;
+}
+
+static void deterministic_and_sliceable(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct tr_batch a, b;
+    TH_REQUIRE(tr_batch_init(&a, 100, 13, 4) == TR_OK);
+    TH_REQUIRE(tr_batch_init(&b, 100, 13, 4) == TR_OK);
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &a) == TR_OK);
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &b) == TR_OK);
+    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(a.labels, b.labels, 100 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(a.cat, b.cat, 4 * 100 * sizeof(int32_t)) == 0);
+    /* samples 1050..1099 from a fill that starts at 1050 equal the second half */
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1050, 50, &b) == TR_OK);
+    TH_CHECK(memcmp(a.numerical + 50 * 16, b.numerical, 50 * 16 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(a.labels + 50, b.labels, 50 * sizeof(float)) == 0);
+    for (int t = 0; t < 4; t++)
+        TH_CHECK(memcmp(a.cat + t * 100 + 50, b.cat + t * 100, 50 * sizeof(int32_t)) == 0);
+    /* another seed and the validation split give other samples */
+    TH_CHECK(synth_fill(&c, SYNTH_VALID, 1000, 100, &b) == TR_OK);
+    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) != 0);
+    c.seed = 43;
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &b) == TR_OK);
+    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) != 0);
+    tr_batch_release(&a);
+    tr_batch_release(&b);
+}
+
+static void value_ranges(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct tr_batch a;
+    const int64_t n = 20000;
+    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        for (int j = 0; j < 16; j++) {
+            float v = a.numerical[i * 16 + j];
+            if (j < 13 ? !(v >= 0.0f && v < 2.0f) : v != 0.0f)
+                bad++;
+        }
+        if (a.labels[i] != 0.0f && a.labels[i] != 1.0f)
+            bad++;
+        for (int t = 0; t < 4; t++)
+            if (a.cat[t * n + i] < 0 || a.cat[t * n + i] >= cards[t])
+                bad++;
+    }
+    TH_CHECKF(bad == 0, "%d values out of range", bad);
+    tr_batch_release(&a);
+}
+
+static void powerlaw_shape(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct tr_batch a;
+    const int64_t n = 50000;
+    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    /* P(id <= x) = ln(x + 2) / ln(C + 1) for the continuous Zipf(1) law used */
+    int64_t le0 = 0, le9 = 0, le99 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id = a.cat[i]; /* table 0, C = 1000 */
+        le0 += id <= 0;
+        le9 += id <= 9;
+        le99 += id <= 99;
+    }
+    double L = log(1001.0);
+    double f0 = (double)le0 / n, f9 = (double)le9 / n, f99 = (double)le99 / n;
+    TH_CHECKF(fabs(f0 - log(2.0) / L) < 0.01, "P(id=0) %.4f, expected %.4f", f0, log(2.0) / L);
+    TH_CHECKF(fabs(f9 - log(11.0) / L) < 0.01, "P(id<=9) %.4f, expected %.4f", f9, log(11.0) / L);
+    TH_CHECKF(fabs(f99 - log(101.0) / L) < 0.01, "P(id<=99) %.4f, expected %.4f", f99, log(101.0) / L);
+    /* a table of cardinality 1 always yields id 0 */
+    int64_t nz = 0;
+    for (int64_t i = 0; i < n; i++)
+        nz += a.cat[3 * n + i] != 0;
+    TH_CHECK(nz == 0);
+    tr_batch_release(&a);
+}
+
+static void uniform_ids(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_UNIFORM);
+    struct tr_batch a;
+    const int64_t n = 50000;
+    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        mean += a.cat[2 * n + i]; /* table 2, C = 100000 */
+    mean /= n;
+    TH_CHECKF(fabs(mean - 49999.5) < 1000.0, "mean id %.1f, expected 49999.5", mean);
+    tr_batch_release(&a);
+}
+
+static void labels_follow_teacher(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct tr_batch a;
+    const int64_t n = 40000;
+    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, SYNTH_VALID, 0, n, &a) == TR_OK);
+    float *z = malloc((size_t)n * sizeof(float));
+    TH_REQUIRE(z != NULL);
+    double mean_p = 0.0, mean_y = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        z[i] = (float)synth_teacher_logit(&c, SYNTH_VALID, i);
+        mean_p += 1.0 / (1.0 + exp(-z[i]));
+        mean_y += a.labels[i];
+    }
+    mean_p /= n;
+    mean_y /= n;
+    TH_CHECKF(fabs(mean_p - mean_y) < 0.01, "label rate %.4f vs teacher mean probability %.4f", mean_y, mean_p);
+    TH_CHECKF(mean_y > 0.15 && mean_y < 0.6, "label rate %.4f", mean_y);
+    double auc = 0.0;
+    TH_CHECK(kern_auc_exact(z, a.labels, n, &auc) == TR_OK);
+    TH_CHECKF(auc > 0.8, "the teacher's own AUC is %.4f: the labels carry too little signal", auc);
+    free(z);
+    tr_batch_release(&a);
+}
+
+static void bad_shapes(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct tr_batch a;
+    TH_REQUIRE(tr_batch_init(&a, 10, 13, 3) == TR_OK);
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 10, &a) == TR_ERR_ARG); /* 3 tables vs 4 */
+    tr_batch_release(&a);
+    TH_REQUIRE(tr_batch_init(&a, 10, 13, 4) == TR_OK);
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 11, &a) == TR_ERR_ARG); /* more than cap */
+    int64_t zero[4] = {1000, 0, 5, 5};
+    c.cards = zero;
+    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 10, &a) == TR_ERR_ARG);
+    tr_batch_release(&a);
+}
+
+static const struct th_case cases[] = {
+    {"deterministic_and_sliceable", deterministic_and_sliceable},
+    {"value_ranges", value_ranges},
+    {"powerlaw_shape", powerlaw_shape},
+    {"uniform_ids", uniform_ids},
+    {"labels_follow_teacher", labels_follow_teacher},
+    {"bad_shapes", bad_shapes},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}
