@@ -123,14 +123,16 @@ size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int threads)
 {
     size_t n = (size_t)(nidx > 0 ? nidx : 1);
     size_t w = (size_t)(width > 0 ? width : 1);
-    return align64(2 * n * sizeof(uint64_t)) /* keys, double buffer */
-           + align64(n * sizeof(int64_t))     /* bag of each position (multi-hot) */
-           + align64((n + 1) * sizeof(int64_t)) /* run starts */
-           + align64(256 * sizeof(int64_t))   /* radix histogram */
-           + (size_t)(threads > 0 ? threads : 1) * align64(2 * w * sizeof(float)) + 64;
+    (void)threads;
+    return align64(2 * n * sizeof(uint64_t))     /* keys, double buffer */
+           + align64(n * sizeof(int64_t))         /* bag of each position (multi-hot) */
+           + align64((n + 1) * sizeof(int64_t))   /* run starts */
+           + align64(n * sizeof(int32_t))         /* slot (distinct-row number) of each position */
+           + align64(256 * sizeof(int64_t))       /* radix histogram */
+           + align64(n * w * sizeof(float)) + 64; /* one gradient accumulator per distinct row */
 }
 
-/* Stable LSD radix sort of keys by bits [lo, hi); result in *out (one of a, b). */
+/* Stable LSD radix sort of keys by bits [lo, hi); returns the buffer holding the result. */
 static uint64_t *radix_sort(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi, int64_t *hist)
 {
     for (int shift = lo; shift < hi; shift += 8) {
@@ -152,6 +154,13 @@ static uint64_t *radix_sort(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi,
     return a;
 }
 
+/* The update runs in four passes:
+ *  1. sort (row << posbits | position) keys: equal rows become runs, in position order;
+ *  2. give every position the number (slot) of its row's run;
+ *  3. accumulate gradients per slot in position order -- gradient rows are read
+ *     sequentially; each thread owns a range of slots and reads only its positions;
+ *  4. apply the optimizer once per distinct row (one thread per row).
+ * Every sum has a fixed order, so the result does not depend on the thread count. */
 enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
 {
     int64_t base, nidx;
@@ -165,15 +174,14 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
     const int64_t w = a->c1 - a->c0;
     const int posbits = bits_for((uint64_t)(nidx - 1));
     const int rowbits = bits_for((uint64_t)(a->rows - 1));
-    if (posbits + rowbits > 64)
+    if (posbits + rowbits > 64 || nidx > INT32_MAX)
         return TR_ERR_UNSUPPORTED;
 
     /* carve the workspace */
-    char *ws = (char *)(((uintptr_t)a->ws + 63) & ~(uintptr_t)63);
     size_t need = kern_cpu_emb_update_ws_bytes(nidx, w, 1);
     if (!a->ws || a->ws_bytes < need)
         return TR_ERR_ARG;
-    char *end = (char *)a->ws + a->ws_bytes;
+    char *ws = (char *)(((uintptr_t)a->ws + 63) & ~(uintptr_t)63);
     uint64_t *k0 = (uint64_t *)ws;
     uint64_t *k1 = k0 + nidx;
     ws += align64(2 * (size_t)nidx * sizeof(uint64_t));
@@ -181,78 +189,83 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
     ws += align64((size_t)nidx * sizeof(int64_t));
     int64_t *runs = (int64_t *)ws;
     ws += align64(((size_t)nidx + 1) * sizeof(int64_t));
+    int32_t *slot_of = (int32_t *)ws;
+    ws += align64((size_t)nidx * sizeof(int32_t));
     int64_t *hist = (int64_t *)ws;
     ws += align64(256 * sizeof(int64_t));
-    const size_t acc_stride = align64(2 * (size_t)w * sizeof(float));
-    int nt_fit = (int)((size_t)(end - ws) / acc_stride);
-    if (nt_fit < 1)
-        return TR_ERR_ARG;
-    float *accbuf = (float *)ws;
-
-    /* keys: row << posbits | position (positions already ascending) */
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < nidx; i++)
-        k0[i] = ((uint64_t)kern_cpu_idx(a->idx, a->idx_dtype, base + i) << posbits) | (uint64_t)i;
-    if (a->offsets) {
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < a->nbags; b++)
-            for (int64_t p = a->offsets[b]; p < a->offsets[b + 1]; p++)
-                bag_of[p - base] = b;
-    }
-    uint64_t *sorted = radix_sort(k0, k1, nidx, posbits, posbits + rowbits, hist);
-    int64_t nruns = 0;
-    for (int64_t i = 0; i < nidx; i++)
-        if (i == 0 || (sorted[i] >> posbits) != (sorted[i - 1] >> posbits))
-            runs[nruns++] = i;
-    runs[nruns] = nidx;
+    float *acc = (float *)ws;
 
     const uint64_t posmask = posbits ? (~0ULL >> (64 - posbits)) : 0;
     const int mean = a->comb == KERN_COMB_MEAN;
     const struct km_optim h = {a->hp.lr, a->hp.eps};
     const float gs = a->grad_scale;
-    int nt = 1;
-#ifdef _OPENMP
-    nt = omp_get_max_threads();
-#endif
-    if (nt > nt_fit)
-        nt = nt_fit;
-#pragma omp parallel num_threads(nt)
+    const uint64_t *sorted = NULL;
+    int64_t nruns = 0;
+#pragma omp parallel
     {
-        int tid = 0;
+        int64_t nt = 1, t = 0;
 #ifdef _OPENMP
-        tid = omp_get_thread_num();
+        nt = omp_get_num_threads();
+        t = omp_get_thread_num();
 #endif
-        float *acc = (float *)((char *)accbuf + (size_t)tid * acc_stride);
+        /* 1. keys: row << posbits | position (positions already ascending) */
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < nidx; i++)
+            k0[i] = ((uint64_t)kern_cpu_idx(a->idx, a->idx_dtype, base + i) << posbits) | (uint64_t)i;
+        if (a->offsets) {
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < a->nbags; b++)
+                for (int64_t p = a->offsets[b]; p < a->offsets[b + 1]; p++)
+                    bag_of[p - base] = b;
+        }
+        /* 2. sort; runs of equal rows; the slot (run number) of each position */
+#pragma omp single
+        {
+            sorted = radix_sort(k0, k1, nidx, posbits, posbits + rowbits, hist);
+            for (int64_t i = 0; i < nidx; i++) {
+                if (i == 0 || (sorted[i] >> posbits) != (sorted[i - 1] >> posbits))
+                    runs[nruns++] = i;
+                slot_of[sorted[i] & posmask] = (int32_t)(nruns - 1);
+            }
+            runs[nruns] = nidx;
+        }
+        /* 3. per-slot gradient sums in position order; each thread owns the slots
+         * holding about 1/nt of the positions (a hot row stays with one thread) */
+        int32_t s0 = t == 0 ? 0 : slot_of[sorted[nidx * t / nt] & posmask];
+        int32_t s1 = t + 1 == nt ? (int32_t)nruns : slot_of[sorted[nidx * (t + 1) / nt] & posmask];
+        if (s1 > s0)
+            memset(acc + (int64_t)s0 * w, 0, (size_t)(s1 - s0) * (size_t)w * sizeof(float));
+        for (int64_t pos = 0; pos < nidx && s1 > s0; pos++) {
+            int32_t sl = slot_of[pos];
+            if (sl < s0 || sl >= s1)
+                continue;
+            int64_t bag = a->offsets ? bag_of[pos] : pos;
+            float sc = a->offsets ? km_bag_scale(a->offsets[bag + 1] - a->offsets[bag], mean) : 1.0f;
+            const float *restrict g = a->grad + bag * a->grad_ld;
+            float *restrict ac = acc + (int64_t)sl * w;
+            for (int64_t c = 0; c < w; c++)
+                ac[c] += g[c] * sc;
+        }
+#pragma omp barrier
+        /* 4. one optimizer step per distinct row */
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < nruns; r++) {
-            int64_t s = runs[r], e = runs[r + 1];
-            int64_t row = (int64_t)(sorted[s] >> posbits);
-            if (r + 1 < nruns) {
-                int64_t nrow = (int64_t)(sorted[e] >> posbits);
+            if (r + PREFETCH_AHEAD < nruns) {
+                int64_t nrow = (int64_t)(sorted[runs[r + PREFETCH_AHEAD]] >> posbits);
                 __builtin_prefetch(a->table + nrow * a->ld + a->c0, 1);
+                if (a->accum)
+                    __builtin_prefetch(a->accum + nrow * a->accum_ld + a->c0, 1);
             }
-            for (int64_t q = s; q < e; q++) {
-                int64_t pos = (int64_t)(sorted[q] & posmask);
-                int64_t bag = a->offsets ? bag_of[pos] : pos;
-                float sc = 1.0f;
-                if (a->offsets)
-                    sc = km_bag_scale(a->offsets[bag + 1] - a->offsets[bag], mean);
-                const float *g = a->grad + bag * a->grad_ld;
-                if (q == s)
-                    for (int64_t c = 0; c < w; c++)
-                        acc[c] = g[c] * sc;
-                else
-                    for (int64_t c = 0; c < w; c++)
-                        acc[c] += g[c] * sc;
-            }
-            float *p = a->table + row * a->ld + a->c0;
+            int64_t row = (int64_t)(sorted[runs[r]] >> posbits);
+            const float *restrict ac = acc + r * w;
+            float *restrict p = a->table + row * a->ld + a->c0;
             if (a->hp.kind == KERN_OPT_SGD) {
                 for (int64_t c = 0; c < w; c++)
-                    km_sgd_step(&p[c], gs * acc[c], &h);
+                    km_sgd_step(&p[c], gs * ac[c], &h);
             } else {
-                float *st = a->accum + row * a->accum_ld + a->c0;
+                float *restrict st = a->accum + row * a->accum_ld + a->c0;
                 for (int64_t c = 0; c < w; c++)
-                    km_adagrad_step(&p[c], &st[c], gs * acc[c], &h);
+                    km_adagrad_step(&p[c], &st[c], gs * ac[c], &h);
             }
         }
     }
