@@ -80,6 +80,7 @@ endif
 
 ifeq ($(CUDA),1)
 CPPFLAGS += -DTR_HAVE_CUDA=1
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 endif
 ifeq ($(NCCL),1)
 CPPFLAGS += -DTR_HAVE_NCCL=1
@@ -107,6 +108,7 @@ endif
 # ---- sources ---------------------------------------------------------------------
 COMMON_SRCS := $(wildcard common/*.c)
 KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
+KERN_CU_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
 LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
 WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
 
@@ -120,7 +122,7 @@ LIBWORKER := $(BUILD)/libworker.a
 ALL_LIBS := $(LIBWORKER) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
-$(LIBKERNELS): $(call obj,$(KERN_SRCS))
+$(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
 $(LIBLOADER): $(call obj,$(LOADER_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
 
@@ -134,6 +136,11 @@ $(BUILD)/obj/kernels/%.o: CFLAGS += -O3
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(QUIET_CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+NVCCFLAGS := -std=c++17 -O2 $(NVCC_GENCODE) -Xcompiler -fPIC -Werror all-warnings
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
 BINS := $(BIN)/terarec-worker
 

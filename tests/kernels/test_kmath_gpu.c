@@ -1,0 +1,81 @@
+/* test_kmath_gpu.c: the kmath.h functions evaluated on a CUDA device agree with
+ * the same functions on the host (the CPU backend's arithmetic). SKIPs when the
+ * build has no CUDA or the machine has no device; a SKIP is not a pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../common/check.h"
+#include "../../common/harness.h"
+#include "../../kernels/kern.h"
+#include "../../kernels/kmath.h"
+
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+int kern_cuda_kmath_eval(const float *in_host, int n, uint64_t seed, float *out_host);
+#endif
+
+/* Host side of kmath_device.cu's kernel: slot k of sample i, same expressions. */
+static void host_eval(const float *in, int n, uint64_t seed, float *out)
+{
+    for (int i = 0; i < n; i++) {
+        float x = in[i], *o = out + (int64_t)i * 16;
+        struct km_optim h = {0.1f, 1e-7f};
+        float p = x, acc = 0.1f;
+        o[0] = km_relu(x);
+        o[1] = km_relu_grad(x, 2.0f);
+        o[2] = km_sigmoid(x);
+        o[3] = km_bce_logit(x, 1.0f);
+        o[4] = km_bce_logit_grad(x, 0.0f);
+        km_sgd_step(&p, x, &h);
+        o[5] = p;
+        p = x;
+        km_adagrad_step(&p, &acc, x, &h);
+        o[6] = p;
+        o[7] = acc;
+        o[8] = km_init_embedding(seed, 3, (uint64_t)i, 0.5f);
+        o[9] = km_init_glorot(seed, 0x100, (uint64_t)i, 16.0f, 512.0f);
+        o[10] = km_init_bias(seed, 0x200, (uint64_t)i, 512.0f);
+        o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
+        o[12] = km_half_to_float(km_float_to_half(x));
+        o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
+        o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
+        o[15] = 0.0f;
+    }
+}
+
+static void device_matches_host(void)
+{
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    if (kern_cuda_device_count() == 0)
+        TH_SKIP("no CUDA device");
+    enum { N = 4096 };
+    float *in = malloc(N * sizeof(float)), *dev = malloc(N * 16 * sizeof(float)), *host = malloc(N * 16 * sizeof(float));
+    TH_REQUIRE(in && dev && host);
+    for (int i = 0; i < N; i++)
+        in[i] = (km_u01(km_rand3(9, 9, (uint64_t)i)) - 0.5f) * 40.0f;
+    TH_REQUIRE(kern_cuda_kmath_eval(in, N, 1234, dev) == 0);
+    host_eval(in, N, 1234, host);
+    int bad = 0;
+    for (int i = 0; i < N * 16; i++) {
+        /* transcendental functions may differ by a few ulp between libm and CUDA */
+        float d = fabsf(dev[i] - host[i]), tol = 1e-6f + 4e-6f * fabsf(host[i]);
+        if (!(d <= tol) && bad++ < 5)
+            printf("# sample %d slot %d: device %.9g host %.9g\n", i / 16, i % 16, dev[i], host[i]);
+    }
+    TH_CHECKF(bad == 0, "%d kmath values differ between device and host", bad);
+    free(in);
+    free(dev);
+    free(host);
+#else
+    TH_SKIP("built without CUDA");
+#endif
+}
+
+static const struct th_case cases[] = {
+    {"device_matches_host", device_matches_host},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}
