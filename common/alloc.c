@@ -103,6 +103,8 @@ enum tr_status tr_big_alloc(size_t n, void **p)
     *p = NULL;
     if (should_fail())
         return TR_ERR_NOMEM;
+    if (n > SIZE_MAX - HUGE_ALIGN - 4096) /* the rounding below would wrap */
+        return TR_ERR_NOMEM;
     if (n == 0)
         n = 1;
     size_t align = n >= HUGE_MIN ? HUGE_ALIGN : 4096;

@@ -121,7 +121,11 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
             LOG_ERROR("%s%s: '%s' is not an integer", src, o->name, text);
             return TR_ERR_ARG;
         }
-        if (out_of_bounds(o, (double)v) || (o->type == TR_OPT_INT && (v > INT32_MAX || v < INT32_MIN))) {
+        if (o->type == TR_OPT_INT && (v > INT32_MAX || v < INT32_MIN)) {
+            LOG_ERROR("%s%s: '%s' does not fit in 32 bits", src, o->name, text);
+            return TR_ERR_ARG;
+        }
+        if (out_of_bounds(o, (double)v)) {
             bounds_error(o, src, text);
             return TR_ERR_ARG;
         }
@@ -231,6 +235,10 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
             TR_CHECK(opt_set(o, o->def, "default of --"));
         else if (o->type == TR_OPT_BOOL || o->type == TR_OPT_INT || o->type == TR_OPT_ENUM)
             *(int *)o->dst = 0;
+        else if (o->type == TR_OPT_INT64)
+            *(int64_t *)o->dst = 0;
+        else if (o->type == TR_OPT_DOUBLE)
+            *(double *)o->dst = 0.0;
     }
     for (struct tr_opt *o = opts; o->type != TR_OPT_END; o++) {
         char env[128] = "TR_";

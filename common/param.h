@@ -59,7 +59,8 @@ enum { TR_OPT_WANT_HELP = 1, TR_OPT_WANT_VERSION = 2, TR_OPT_WANT_PARSABLE = 4 }
 enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *rest,
                             int *want) TR_WUR;
 
-/* Frees strings and lists owned by the table. Safe to call twice. */
+/* Frees strings and lists owned by the table. Safe to call twice. Call it before
+ * parsing the same table again: tr_opt_parse does not free earlier values. */
 void tr_opt_release(struct tr_opt *opts);
 
 /* Prints "usage" followed by one line per option with its default. */

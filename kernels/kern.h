@@ -83,8 +83,9 @@ struct kern_bias_act_bwd_args {
 /* Gathers columns [c0, c1) of table rows into out (nbags, c1-c0):
  * one-hot when offsets is NULL (bag b = idx[b]), else bag b = idx[offsets[b] ..
  * offsets[b+1]) combined by sum or mean (an empty bag gives zeros).
- * Returns TR_ERR_RANGE and sets *bad_pos (if non-NULL) to the first position
- * whose index is outside [0, rows), or whose offsets are not monotone. */
+ * Returns TR_ERR_RANGE and sets *bad_pos (if non-NULL) to the first index
+ * position holding a value outside [0, rows), or, when the offsets are not
+ * monotone or negative, to the first bag b whose offsets[b] > offsets[b+1]. */
 struct kern_emb_fwd_args {
     const float *table; /* (rows, ld) */
     int64_t rows, ld, c0, c1;
@@ -134,7 +135,9 @@ struct kern_emb_update_args {
 
 /* Dot interaction of n vectors of width d per sample (the seed's layout):
  * out (batch, out_w) = [x[:,0,:] if has_bottom | x_i . x_j for i > j in
- * row-major lower-triangle order | zeros up to out_w]. out_w >= km_interact_width. */
+ * row-major lower-triangle order | zeros up to out_w]. out_w must be at least the
+ * used width (d if has_bottom, plus n(n-1)/2); the model passes km_interact_width.
+ * Errors: TR_ERR_ARG (out_w too small, n or d < 1), TR_ERR_NOMEM (scratch). */
 struct kern_interact_fwd_args {
     int64_t batch;
     int n, d;
@@ -146,7 +149,7 @@ struct kern_interact_fwd_args {
 
 /* Backward: dx (batch, n, d) = sum_j S_ij x_j with S the symmetric matrix of pair
  * gradients (zero diagonal), plus dout[:, 0:d] added into dx[:,0,:] when
- * has_bottom. dx is overwritten. */
+ * has_bottom. dx is overwritten. Errors as for the forward. */
 struct kern_interact_bwd_args {
     int64_t batch;
     int n, d;

@@ -96,7 +96,7 @@ enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
-        struct scratch sc;
+        struct scratch sc = {0};
         if (scratch_get(&sc, n, d) != 0) {
             failed = 1;
         } else {
@@ -147,7 +147,7 @@ enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a)
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
-        struct scratch sc;
+        struct scratch sc = {0};
         if (scratch_get(&sc, n, d) != 0) {
             failed = 1;
         } else {

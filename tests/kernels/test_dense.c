@@ -1,0 +1,361 @@
+/* test_dense.c: parity tests of gemm (all transpose combinations, odd shapes,
+ * padded leading dimensions) and of the fused bias + activation epilogue and its
+ * backward, against naive double references; then a finite-difference check of
+ * a whole layer y = relu(x W + b). It does not benchmark the BLAS. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/alloc.h"
+#include "../../common/check.h"
+#include "../../common/harness.h"
+#include "../../kernels/kern.h"
+#include "../../kernels/kmath.h"
+#include "kt_util.h"
+
+static struct kern_backend cpu(void)
+{
+    struct kern_backend be;
+    kern_backend_cpu(&be, 0);
+    return be;
+}
+
+/* ---- gemm ---------------------------------------------------------------------------- */
+
+/* C = alpha op(A) op(B) + beta C in double; c holds the old C on entry. */
+static void ref_gemm(const struct kern_gemm_args *g, const float *c_old, double *c)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            double s = 0.0;
+            for (int64_t p = 0; p < g->k; p++) {
+                double av = g->trans_a ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
+                double bv = g->trans_b ? g->b[j * g->ldb + p] : g->b[p * g->ldb + j];
+                s += av * bv;
+            }
+            double old = c_old[i * g->ldc + j];
+            c[i * g->n + j] = (double)g->alpha * s + (g->beta == 0.0f ? 0.0 : (double)g->beta * old);
+        }
+}
+
+static void gemm_case(struct kern_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      float beta, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    const int64_t lda = acols + 3, ldb = bcols + 1, ldc = n + 5;
+    float *a = tr_malloc((size_t)(arows * lda) * sizeof(float));
+    float *b = tr_malloc((size_t)(brows * ldb) * sizeof(float));
+    float *c = kt_guarded(m * ldc);
+    float *c_old = tr_malloc((size_t)(m * ldc) * sizeof(float));
+    double *ref = tr_malloc((size_t)(m * n) * sizeof(double));
+    kt_fill(&r, a, arows * lda, -1, 1);
+    kt_fill(&r, b, brows * ldb, -1, 1);
+    for (int64_t i = 0; i < m; i++)
+        kt_fill(&r, c + i * ldc, n, -1, 1); /* padding columns keep the sentinel */
+    memcpy(c_old, c, (size_t)(m * ldc) * sizeof(float));
+    struct kern_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                               .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc};
+    ref_gemm(&g, c_old, ref);
+    enum tr_status rc = be->i->gemm(be->ctx, &g);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %c%c m=%lld n=%lld k=%lld alpha=%g beta=%g", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta);
+    TH_CHECKF(rc == TR_OK, "%s: rc %d", what, (int)rc);
+    /* float accumulation of k products of |x| <= 1: error grows like sqrt(k) eps */
+    double atol = 1e-6 * (1.0 + sqrt((double)k)) * (fabs(alpha) + 1.0);
+    kt_close2d(what, c, ldc, ref, n, m, n, atol, 1e-5, 1e-9);
+    int pad_ok = 1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = n; j < ldc; j++)
+            pad_ok &= kt_is_sentinel(&c[i * ldc + j]);
+    TH_CHECKF(pad_ok, "%s: wrote into C's padding columns (ldc > n)", what);
+    TH_CHECKF(kt_guard_ok(c, m * ldc), "%s: wrote outside C", what);
+    tr_free(ref);
+    tr_free(c_old);
+    kt_guarded_free(c);
+    tr_free(b);
+    tr_free(a);
+}
+
+static void test_gemm(void)
+{
+    struct kern_backend be = cpu();
+    static const int64_t shapes[][3] = {
+        {1, 1, 1}, {1, 3, 17}, {3, 1, 33}, {17, 33, 1}, {33, 17, 3}, {3, 3, 3},
+        {17, 17, 17}, {33, 33, 33}, {64, 1, 128}, {1, 128, 64}, {128, 33, 17}, {5, 7, 300},
+    };
+    uint64_t seed = 1000;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++);
+                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 0.75f, 0.5f, seed++);
+                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -2.0f, 1.0f, seed++);
+            }
+}
+
+/* beta = 0 overwrites C (old values, however large, must not leak in); k = 0 gives
+ * beta*C; m = 0 or n = 0 is a no-op; negative sizes are TR_ERR_ARG. */
+static void test_gemm_edges(void)
+{
+    struct kern_backend be = cpu();
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = 3e38f;
+    struct kern_gemm_args g = {.m = 2, .n = 2, .k = 3, .alpha = 1.0f, .beta = 0.0f, .a = a, .lda = 3, .b = b,
+                               .ldb = 2, .c = c, .ldc = 2};
+    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
+    /* A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,1]] */
+    TH_CHECK(c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11);
+    g.k = 0;
+    g.beta = 0.5f;
+    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
+    TH_CHECK(c[0] == 2 && c[1] == 2.5f && c[2] == 5 && c[3] == 5.5f);
+    g.beta = 0.0f;
+    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
+    TH_CHECK(c[0] == 0 && c[1] == 0 && c[2] == 0 && c[3] == 0);
+    for (int i = 0; i < 4; i++)
+        c[i] = 9.0f;
+    g.k = 3;
+    g.m = 0;
+    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_OK);
+    g.m = 2;
+    g.n = 0;
+    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_OK);
+    TH_CHECK(c[0] == 9 && c[1] == 9 && c[2] == 9 && c[3] == 9);
+    g.n = -1;
+    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_ERR_ARG);
+    g.n = 2;
+    g.k = -3;
+    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_ERR_ARG);
+}
+
+/* ---- bias + activation ----------------------------------------------------------------- */
+
+static void bias_act_case(struct kern_backend *be, int64_t rows, int64_t cols, int relu, int with_bias,
+                          uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t ldy = cols + 3;
+    float *y = kt_guarded(rows * ldy);
+    float *bias = tr_malloc((size_t)cols * sizeof(float));
+    float *want = tr_malloc((size_t)(rows * ldy) * sizeof(float));
+    for (int64_t i = 0; i < rows; i++)
+        kt_fill(&r, y + i * ldy, cols, -1, 1);
+    kt_fill(&r, bias, cols, -0.5f, 0.5f);
+    memcpy(want, y, (size_t)(rows * ldy) * sizeof(float));
+    /* one rounding per element (y + b), so the float reference is exact */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float v = want[i * ldy + j] + (with_bias ? bias[j] : 0.0f);
+            want[i * ldy + j] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
+    struct kern_bias_act_fwd_args a = {.rows = rows, .cols = cols, .y = y, .ldy = ldy,
+                                       .bias = with_bias ? bias : NULL, .act = relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+    TH_CHECK(be->i->bias_act_fwd(be->ctx, &a) == TR_OK);
+    char what[80];
+    snprintf(what, sizeof what, "bias_act_fwd %lldx%lld relu=%d bias=%d", (long long)rows, (long long)cols, relu,
+             with_bias);
+    kt_same_bits(what, y, want, rows * ldy); /* includes the untouched padding */
+    TH_CHECKF(kt_guard_ok(y, rows * ldy), "%s: wrote outside y", what);
+    tr_free(want);
+    tr_free(bias);
+    kt_guarded_free(y);
+}
+
+static void test_bias_act_fwd(void)
+{
+    struct kern_backend be = cpu();
+    static const int64_t shapes[][2] = {{1, 1}, {1, 17}, {5, 3}, {7, 33}, {64, 100}, {3, 128}};
+    uint64_t seed = 2000;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int relu = 0; relu < 2; relu++)
+            for (int wb = 0; wb < 2; wb++)
+                bias_act_case(&be, shapes[s][0], shapes[s][1], relu, wb, seed++);
+}
+
+static void bias_act_bwd_case(struct kern_backend *be, int64_t rows, int64_t cols, int relu, int accumulate,
+                              int with_db, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t ldy = cols + 2, lddy = cols + 5;
+    float *y = tr_malloc((size_t)(rows * ldy) * sizeof(float));
+    float *dy = kt_guarded(rows * lddy);
+    float *db = kt_guarded(cols);
+    float *db0 = tr_malloc((size_t)cols * sizeof(float));
+    double *want_dy = tr_malloc((size_t)(rows * cols) * sizeof(double));
+    double *want_db = tr_malloc((size_t)cols * sizeof(double));
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t j = 0; j < cols; j++) {
+            /* a forward output: a quarter of the entries are ReLU zeros */
+            float v = kt_uniform(&r, -0.3f, 1.0f);
+            y[i * ldy + j] = v > 0.0f ? v : 0.0f;
+        }
+        kt_fill(&r, dy + i * lddy, cols, -1, 1);
+    }
+    kt_fill(&r, db, cols, -1, 1);
+    memcpy(db0, db, (size_t)cols * sizeof(float));
+    for (int64_t j = 0; j < cols; j++)
+        want_db[j] = accumulate ? db0[j] : 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            double g = dy[i * lddy + j];
+            if (relu && !(y[i * ldy + j] > 0.0f))
+                g = 0.0;
+            want_dy[i * cols + j] = g;
+            want_db[j] += g;
+        }
+    struct kern_bias_act_bwd_args a = {.rows = rows, .cols = cols, .y = y, .ldy = ldy, .dy = dy, .lddy = lddy,
+                                       .dbias = with_db ? db : NULL, .accumulate = accumulate,
+                                       .act = relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+    TH_CHECK(be->i->bias_act_bwd(be->ctx, &a) == TR_OK);
+    char what[96];
+    snprintf(what, sizeof what, "bias_act_bwd %lldx%lld relu=%d acc=%d db=%d", (long long)rows, (long long)cols,
+             relu, accumulate, with_db);
+    kt_close2d(what, dy, lddy, want_dy, cols, rows, cols, 0.0, 0.0, 0.0); /* a select: exact */
+    if (with_db)
+        kt_close(what, db, want_db, cols, 1e-6 * (1.0 + sqrt((double)rows)), 1e-5, 1e-9);
+    else
+        TH_CHECKF(memcmp(db, db0, (size_t)cols * sizeof(float)) == 0, "%s: dbias written although NULL", what);
+    int pad_ok = 1;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = cols; j < lddy; j++)
+            pad_ok &= kt_is_sentinel(&dy[i * lddy + j]);
+    TH_CHECKF(pad_ok, "%s: wrote into dy's padding columns", what);
+    TH_CHECKF(kt_guard_ok(dy, rows * lddy) && kt_guard_ok(db, cols), "%s: wrote outside dy or dbias", what);
+    tr_free(want_db);
+    tr_free(want_dy);
+    tr_free(db0);
+    kt_guarded_free(db);
+    kt_guarded_free(dy);
+    tr_free(y);
+}
+
+static void test_bias_act_bwd(void)
+{
+    struct kern_backend be = cpu();
+    static const int64_t shapes[][2] = {{1, 1}, {1, 17}, {5, 3}, {7, 33}, {64, 100}, {200, 16}, {3, 129}};
+    uint64_t seed = 3000;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int relu = 0; relu < 2; relu++)
+            for (int acc = 0; acc < 2; acc++)
+                for (int wdb = 0; wdb < 2; wdb++)
+                    bias_act_bwd_case(&be, shapes[s][0], shapes[s][1], relu, acc, wdb, seed++);
+}
+
+/* ---- finite differences of a layer ------------------------------------------------------
+ * y = relu(x W + b), L = sum R .* y with a random R. The kernels give dy' = relu'(y) R
+ * (bias_act_bwd, which also gives db), dW = x^T dy' and dx = dy' W^T (gemm).
+ * The finite differences are taken in double of a double re-implementation of the
+ * forward, not in float through the kernels: L is piecewise linear, so central
+ * differences in double with h = 1e-6 are exact up to ~1e-10, and the tolerance then
+ * only has to cover the float rounding of the kernels' gradients (~1e-6). Float
+ * differences would need h ~ 1e-2 to beat rounding, which makes ReLU kinks fall
+ * inside the step. The kernels' forward is checked against the same double forward,
+ * so both directions are tied to one definition. Inputs are chosen so that no
+ * pre-activation lies within 1e-4 of the kink (required below). */
+
+struct layer {
+    int64_t bsz, kin, nout;
+    double *x, *w, *b, *r; /* (bsz, kin), (kin, nout), (nout), (bsz, nout) */
+};
+
+static double layer_loss(const struct layer *l)
+{
+    double loss = 0.0;
+    for (int64_t i = 0; i < l->bsz; i++)
+        for (int64_t j = 0; j < l->nout; j++) {
+            double z = l->b[j];
+            for (int64_t p = 0; p < l->kin; p++)
+                z += l->x[i * l->kin + p] * l->w[p * l->nout + j];
+            loss += l->r[i * l->nout + j] * (z > 0.0 ? z : 0.0);
+        }
+    return loss;
+}
+
+static double fd_entry(const struct layer *l, double *v)
+{
+    const double h = 1e-6, old = *v;
+    *v = old + h;
+    double lp = layer_loss(l);
+    *v = old - h;
+    double lm = layer_loss(l);
+    *v = old;
+    return (lp - lm) / (2 * h);
+}
+
+static void test_fd_layer(void)
+{
+    struct kern_backend be = cpu();
+    const int64_t bsz = 6, kin = 17, nout = 9;
+    struct kt_rng r = kt_rng_seed(4000);
+    float x[6 * 17], w[17 * 9], b[9], y[6 * 9], dy[6 * 9], dw[17 * 9], dx[6 * 17], db[9];
+    double dx_[6 * 17], dw_[17 * 9], db_[9], rr[6 * 9], yref[6 * 9], fd_x[6 * 17], fd_w[17 * 9], fd_b[9];
+    kt_fill(&r, x, bsz * kin, -1, 1);
+    kt_fill(&r, w, kin * nout, -0.5f, 0.5f);
+    kt_fill(&r, b, nout, -0.2f, 0.2f);
+    for (int64_t i = 0; i < bsz * nout; i++)
+        rr[i] = kt_uniform(&r, -1, 1);
+    for (int64_t i = 0; i < bsz * kin; i++)
+        dx_[i] = x[i];
+    for (int64_t i = 0; i < kin * nout; i++)
+        dw_[i] = w[i];
+    for (int64_t i = 0; i < nout; i++)
+        db_[i] = b[i];
+    struct layer l = {bsz, kin, nout, dx_, dw_, db_, rr};
+    double min_abs_z = INFINITY;
+    for (int64_t i = 0; i < bsz; i++)
+        for (int64_t j = 0; j < nout; j++) {
+            double z = db_[j];
+            for (int64_t p = 0; p < kin; p++)
+                z += dx_[i * kin + p] * dw_[p * nout + j];
+            min_abs_z = fmin(min_abs_z, fabs(z));
+            yref[i * nout + j] = z > 0.0 ? z : 0.0;
+        }
+    TH_REQUIRE(min_abs_z > 1e-4); /* no kink within reach of the step or of float rounding */
+    /* forward through the kernels */
+    struct kern_gemm_args g = {.m = bsz, .n = nout, .k = kin, .alpha = 1, .beta = 0, .a = x, .lda = kin, .b = w,
+                               .ldb = nout, .c = y, .ldc = nout};
+    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
+    struct kern_bias_act_fwd_args fa = {.rows = bsz, .cols = nout, .y = y, .ldy = nout, .bias = b,
+                                        .act = KERN_ACT_RELU};
+    TH_REQUIRE(be.i->bias_act_fwd(be.ctx, &fa) == TR_OK);
+    kt_close("layer forward", y, yref, bsz * nout, 1e-5, 1e-5, 1e-9);
+    /* backward through the kernels */
+    for (int64_t i = 0; i < bsz * nout; i++)
+        dy[i] = (float)rr[i];
+    struct kern_bias_act_bwd_args ba = {.rows = bsz, .cols = nout, .y = y, .ldy = nout, .dy = dy, .lddy = nout,
+                                        .dbias = db, .accumulate = 0, .act = KERN_ACT_RELU};
+    TH_REQUIRE(be.i->bias_act_bwd(be.ctx, &ba) == TR_OK);
+    struct kern_gemm_args gw = {.trans_a = 1, .m = kin, .n = nout, .k = bsz, .alpha = 1, .beta = 0, .a = x,
+                                .lda = kin, .b = dy, .ldb = nout, .c = dw, .ldc = nout};
+    TH_REQUIRE(be.i->gemm(be.ctx, &gw) == TR_OK);
+    struct kern_gemm_args gx = {.trans_b = 1, .m = bsz, .n = kin, .k = nout, .alpha = 1, .beta = 0, .a = dy,
+                                .lda = nout, .b = w, .ldb = nout, .c = dx, .ldc = kin};
+    TH_REQUIRE(be.i->gemm(be.ctx, &gx) == TR_OK);
+    for (int64_t i = 0; i < bsz * kin; i++)
+        fd_x[i] = fd_entry(&l, &dx_[i]);
+    for (int64_t i = 0; i < kin * nout; i++)
+        fd_w[i] = fd_entry(&l, &dw_[i]);
+    for (int64_t i = 0; i < nout; i++)
+        fd_b[i] = fd_entry(&l, &db_[i]);
+    kt_close("layer dL/dx", dx, fd_x, bsz * kin, 1e-5, 1e-4, 1e-8);
+    kt_close("layer dL/dW", dw, fd_w, kin * nout, 1e-5, 1e-4, 1e-8);
+    kt_close("layer dL/db", db, fd_b, nout, 1e-5, 1e-4, 1e-8);
+}
+
+static const struct th_case cases[] = {
+    {"gemm", test_gemm},
+    {"gemm_edges", test_gemm_edges},
+    {"bias_act_fwd", test_bias_act_fwd},
+    {"bias_act_bwd", test_bias_act_bwd},
+    {"fd_layer", test_fd_layer},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}
