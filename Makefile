@@ -55,7 +55,7 @@ OPT ?= -O2
 CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
 CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -DTR_GIT_HASH='"$(GIT_HASH)"'
 LDFLAGS := -fopenmp
-LDLIBS := -ljansson -lm -lpthread
+LDLIBS := -ljansson -lyaml -lz -lm -lpthread
 
 ifeq ($(BLAS),dnnl)
 CPPFLAGS += -DTR_BLAS_DNNL=1
@@ -217,7 +217,7 @@ else
 endif
 
 # Debian packages needed to build, test and benchmark; installs only what is missing
-DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev
+DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev zlib1g-dev
 DEPS_TEST := python3
 DEPS_BENCH := python3-torch python3-numpy
 deps:

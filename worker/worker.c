@@ -14,20 +14,25 @@
 #include "../common/version.h"
 #include "../kernels/kern.h"
 #include "../kernels/metrics.h"
-#include "../loader_svc/synth.h"
+#include "../loader_svc/dataset.h"
 #include "dllog.h"
 #include "dlrm.h"
 #include "sched.h"
 
-static const char *const dataset_choices[] = {"synthetic", NULL};
+/* "tf_raw" (seed v2) and "raw" (seed v1) name the same split-binary format */
+static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_raw", "raw", NULL};
 static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
 static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
 
 void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
 {
     const struct tr_opt t[] = {
-        {"dataset_type", TR_OPT_ENUM, &c->dataset_type, "synthetic", "where samples come from", 1, 0,
-         dataset_choices, NULL, 0},
+        {"dataset_type", TR_OPT_ENUM, &c->dataset_type, "synthetic",
+         "where samples come from (split_binary needs --dataset_path)", 1, 0, dataset_choices, NULL, 0},
+        {"dataset_path", TR_OPT_STRING, &c->dataset_path, NULL,
+         "directory of a split-binary dataset (train/, test/ and the feature spec)", 1, 0, NULL, NULL, 0},
+        {"feature_spec", TR_OPT_STRING, &c->feature_spec, "feature_spec.yaml",
+         "FeatureSpec file name inside --dataset_path", 1, 0, NULL, NULL, 0},
         {"synthetic_dataset_cardinalities", TR_OPT_INT_LIST, &c->cards, "26x1000",
          "rows of each embedding table (one per categorical feature)", 1, 2147483647.0, NULL, NULL, 0},
         {"synthetic_dataset_num_numerical_features", TR_OPT_INT, &c->num_numerical, "13",
@@ -63,6 +68,8 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
         {"epochs", TR_OPT_INT, &c->epochs, "1", "passes over the training batches", 1, 1e6, NULL, NULL, 0},
         {"max_steps", TR_OPT_INT64, &c->max_steps, "-1",
          "run exactly this many steps (-1: epochs x batches per epoch)", -1, 1e15, NULL, NULL, 0},
+        {"auc_threshold", TR_OPT_DOUBLE, &c->auc_threshold, "0",
+         "stop once an evaluation reaches this AUC (0: never; the MLPerf rule)", 0, 1, NULL, NULL, 0},
         {"evals_per_epoch", TR_OPT_INT, &c->evals_per_epoch, "1",
          "evaluations spread over each epoch (one more runs at the end if needed)", 0, 1e6, NULL, NULL, 0},
         {"print_freq", TR_OPT_INT64, &c->print_freq, "1000", "steps between progress lines and log records", 1,
@@ -81,17 +88,20 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
     memcpy(o, t, sizeof t);
 }
 
-enum tr_status worker_cfg_check(const struct worker_cfg *c)
+/* Relations between the model flags and the data's shape (numerical features
+ * and tables come from the dataset for split_binary). */
+static enum tr_status check_model_flags(const struct worker_cfg *c, int num_features, int ntables,
+                                        const char *source)
 {
-    if (c->cards.n < 1 && c->num_numerical < 1) {
-        LOG_ERROR("--synthetic_dataset_cardinalities: no tables and no numerical features: nothing to train");
+    if (ntables < 1 && num_features < 1) {
+        LOG_ERROR("%s: no tables and no numerical features: nothing to train", source);
         return TR_ERR_ARG;
     }
-    if (c->cards.n > 1024) {
-        LOG_ERROR("--synthetic_dataset_cardinalities: %d tables; at most 1024 are supported", c->cards.n);
+    if (ntables > 1024) {
+        LOG_ERROR("%s: %d tables; at most 1024 are supported", source, ntables);
         return TR_ERR_ARG;
     }
-    if (c->num_numerical > 0) {
+    if (num_features > 0) {
         if (c->bottom.n < 1 || c->bottom.n > DLRM_MAX_LAYERS) {
             LOG_ERROR("--bottom_mlp_dims: needs 1 to %d layers, got %d", DLRM_MAX_LAYERS, c->bottom.n);
             return TR_ERR_ARG;
@@ -105,12 +115,24 @@ enum tr_status worker_cfg_check(const struct worker_cfg *c)
             return TR_ERR_ARG;
         }
     }
+    return TR_OK;
+}
+
+enum tr_status worker_cfg_check(const struct worker_cfg *c)
+{
+    if (c->dataset_type != WORKER_DATA_SYNTHETIC && (!c->dataset_path || !*c->dataset_path)) {
+        LOG_ERROR("--dataset_type split_binary needs --dataset_path");
+        LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");
+        return TR_ERR_ARG;
+    }
     if (c->top.n < 1 || c->top.n > DLRM_MAX_LAYERS || c->top.v[c->top.n - 1] != 1) {
         LOG_ERROR("--top_mlp_dims: needs 1 to %d layers and the last width must be 1 (the logit)",
                   DLRM_MAX_LAYERS);
         LOG_HINT("for example --top_mlp_dims 1024,1024,512,256,1");
         return TR_ERR_ARG;
     }
+    if (c->dataset_type == WORKER_DATA_SYNTHETIC)
+        return check_model_flags(c, c->num_numerical, c->cards.n, "--synthetic_dataset_cardinalities");
     return TR_OK;
 }
 
@@ -161,11 +183,13 @@ struct eval_out {
     int64_t samples;
 };
 
-static enum tr_status evaluate(struct dlrm *m, const struct synth_cfg *sc, struct tr_batch *b, int64_t vbs,
-                               int64_t nbatches, struct eval_out *out)
+/* Forward over the whole test split in batches of vbs (the last one partial),
+ * then exact AUC and log loss over every sample. */
+static enum tr_status evaluate(struct dlrm *m, const struct dataset *ds, struct tr_batch *b, int64_t vbs,
+                               struct eval_out *out)
 {
     enum tr_status rc = TR_OK;
-    int64_t n = vbs * nbatches;
+    const int64_t n = ds->nsamples[DS_TEST];
     double t0 = now_sec();
     memset(out, 0, sizeof *out);
     out->auc = NAN;
@@ -177,12 +201,13 @@ static enum tr_status evaluate(struct dlrm *m, const struct synth_cfg *sc, struc
         rc = TR_ERR_NOMEM;
         goto exit;
     }
-    for (int64_t k = 0; k < nbatches; k++) {
-        TR_CHECK_GOTO(synth_fill(sc, SYNTH_VALID, k * vbs, vbs, b), rc, exit);
+    for (int64_t first = 0, k = 0; first < n; first += vbs, k++) {
+        int64_t cnt = TR_MIN(vbs, n - first);
+        TR_CHECK_GOTO(dataset_fill(ds, DS_TEST, first, cnt, b), rc, exit);
         b->index = k;
         TR_CHECK_GOTO(dlrm_forward(m, b), rc, exit);
-        memcpy(scores + k * vbs, dlrm_logits(m), (size_t)vbs * sizeof(float));
-        memcpy(labels + k * vbs, b->labels, (size_t)vbs * sizeof(float));
+        memcpy(scores + first, dlrm_logits(m), (size_t)cnt * sizeof(float));
+        memcpy(labels + first, b->labels, (size_t)cnt * sizeof(float));
     }
     TR_CHECK_GOTO(kern_auc_exact(scores, labels, n, &out->auc), rc, exit);
     out->logloss = kern_logloss(scores, labels, n);
@@ -206,12 +231,23 @@ static int is_eval_step(int64_t step_in_epoch, int64_t nb, int evals)
     return 0;
 }
 
+static enum tr_status open_dataset(const struct worker_cfg *c, int64_t B, int64_t VB, struct dataset *ds)
+{
+    if (c->dataset_type == WORKER_DATA_SYNTHETIC) {
+        struct synth_cfg sc = {(uint64_t)c->seed, c->num_numerical, c->cards.n, c->cards.v,
+                               c->synthetic_ids == 1 ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
+        return dataset_open_synthetic(ds, &sc, c->train_batches * B, c->valid_batches * VB);
+    }
+    return dataset_open_split_binary(ds, c->dataset_path, c->feature_spec);
+}
+
 enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *res)
 {
     enum tr_status rc = TR_OK;
     struct dlrm *m = NULL;
     struct tr_batch train = {0}, valid = {0};
     struct dllog log = {0};
+    struct dataset ds = {0};
     memset(res, 0, sizeof *res);
     res->best_auc = res->last_auc = NAN;
     TR_CHECK(worker_cfg_check(c));
@@ -221,12 +257,25 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
     int threads = c->threads > 0 ? c->threads : kern_cpu_count();
 
     const int64_t B = c->batch_size, VB = c->valid_batch_size ? c->valid_batch_size : c->batch_size;
+    TR_CHECK_GOTO(open_dataset(c, B, VB, &ds), rc, exit);
+    TR_CHECK_GOTO(check_model_flags(c, ds.num_features, ds.ntables, ds.source), rc, exit);
+    /* the seed drops the last partial training batch; a dataset smaller than one
+     * batch would train zero steps (seed issue #1316): refuse it */
+    const int64_t nb = ds.nsamples[DS_TRAIN] / B;
+    if (nb < 1) {
+        LOG_ERROR("%s: %lld training samples, fewer than one batch of --batch_size %lld", ds.source,
+                  (long long)ds.nsamples[DS_TRAIN], (long long)B);
+        LOG_HINT("lower --batch_size or use a larger dataset");
+        rc = TR_ERR_ARG;
+        goto exit;
+    }
+
     struct dlrm_cfg mc = {0};
-    mc.num_features = c->num_numerical;
-    mc.ntables = c->cards.n;
-    mc.cards = c->cards.v;
+    mc.num_features = ds.num_features;
+    mc.ntables = ds.ntables;
+    mc.cards = ds.cards;
     mc.emb_dim = c->embedding_dim;
-    mc.nbottom = c->num_numerical > 0 ? c->bottom.n : 0;
+    mc.nbottom = ds.num_features > 0 ? c->bottom.n : 0;
     for (int l = 0; l < mc.nbottom; l++)
         mc.bottom[l] = (int)c->bottom.v[l];
     mc.ntop = c->top.n;
@@ -238,10 +287,7 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
     mc.seed = (uint64_t)c->seed;
     mc.max_batch = B > VB ? B : VB;
 
-    struct synth_cfg sc = {(uint64_t)c->seed, c->num_numerical, c->cards.n, c->cards.v,
-                           c->synthetic_ids == 1 ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
     const struct lr_sched sched = {c->learning_rate, c->warmup_steps, c->decay_start_step, c->decay_steps};
-    const int64_t nb = c->train_batches;
     const int64_t total = c->max_steps >= 0 ? c->max_steps : (int64_t)c->epochs * nb;
     lr_sched_check(&sched, total);
 
@@ -250,7 +296,14 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
         struct worker_cfg tmp = *c; /* a table bound to a copy: it is only read, never released */
         struct tr_opt o[WORKER_MAX_OPTS];
         worker_opts_fill(&tmp, o);
-        TR_CHECK_GOTO(dllog_write(&log, json_string("PARAMETER"), params_json(o, threads)), rc, exit);
+        json_t *pj = params_json(o, threads);
+        json_t *cj = json_array();
+        for (int t = 0; t < ds.ntables; t++)
+            json_array_append_new(cj, json_integer(ds.cards[t]));
+        json_object_set_new(pj, "table_cardinalities", cj);
+        json_object_set_new(pj, "train_samples", json_integer(ds.nsamples[DS_TRAIN]));
+        json_object_set_new(pj, "test_samples", json_integer(ds.nsamples[DS_TEST]));
+        TR_CHECK_GOTO(dllog_write(&log, json_string("PARAMETER"), pj), rc, exit);
     }
 
     double t_init = now_sec();
@@ -261,21 +314,22 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
         int64_t rows = 0;
         for (int t = 0; t < mc.ntables; t++)
             rows += mc.cards[t];
+        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld), %lld test samples", ds.source,
+                  (long long)ds.nsamples[DS_TRAIN], (long long)nb, (long long)B, (long long)ds.nsamples[DS_TEST]);
         LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; memory: embeddings "
                   "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s, %d threads, blas %s",
                   mc.ntables, (long long)rows, mc.emb_dim, (long long)m->nparams, mb.embeddings / 1048576.0,
                   mb.dense / 1048576.0, mb.activations / 1048576.0, now_sec() - t_init, threads, kern_blas_info());
     }
-    TR_CHECK_GOTO(tr_batch_init(&train, B, c->num_numerical, c->cards.n), rc, exit);
-    TR_CHECK_GOTO(tr_batch_init(&valid, VB, c->num_numerical, c->cards.n), rc, exit);
+    TR_CHECK_GOTO(tr_batch_init(&train, B, ds.num_features, ds.ntables), rc, exit);
+    TR_CHECK_GOTO(tr_batch_init(&valid, VB, ds.num_features, ds.ntables), rc, exit);
 
     double t_run0 = now_sec(), t_timed = 0.0, t_data = 0.0, interval_loss = 0.0;
     int64_t timed_steps = 0, interval_n = 0;
-    int evaluated_last = 0;
     for (int64_t s = 0; s < total; s++) {
         int64_t k = s % nb;
         double ts0 = now_sec();
-        TR_CHECK_GOTO(synth_fill(&sc, SYNTH_TRAIN, k * B, B, &train), rc, exit);
+        TR_CHECK_GOTO(dataset_fill(&ds, DS_TRAIN, k * B, B, &train), rc, exit);
         train.index = k;
         double ts1 = now_sec();
         float lr = (float)lr_sched_at(&sched, s);
@@ -313,10 +367,9 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
             interval_n = 0;
         }
         int eval_now = c->evals_per_epoch > 0 && is_eval_step(k, nb, c->evals_per_epoch);
-        evaluated_last = 0;
-        if ((eval_now || s + 1 == total) && c->valid_batches > 0) {
+        if ((eval_now || s + 1 == total) && ds.nsamples[DS_TEST] > 0) {
             struct eval_out ev;
-            TR_CHECK_GOTO(evaluate(m, &sc, &valid, VB, c->valid_batches, &ev), rc, exit);
+            TR_CHECK_GOTO(evaluate(m, &ds, &valid, VB, &ev), rc, exit);
             res->last_auc = ev.auc;
             res->last_logloss = ev.logloss;
             if (isnan(res->best_auc) || ev.auc > res->best_auc)
@@ -328,10 +381,14 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
             json_object_set_new(d, "logloss", json_num(ev.logloss));
             json_object_set_new(d, "eval_samples", json_integer(ev.samples));
             TR_CHECK_GOTO(dllog_write(&log, json_integer(s + 1), d), rc, exit);
-            evaluated_last = 1;
+            if (c->auc_threshold > 0 && ev.auc >= c->auc_threshold) {
+                LOG_RANK0("auc %.6f reached --auc_threshold %.6f at step %lld: stopping", ev.auc, c->auc_threshold,
+                          (long long)(s + 1));
+                res->reached_threshold = 1;
+                break;
+            }
         }
     }
-    (void)evaluated_last;
     res->mean_step_ms = timed_steps ? 1e3 * t_timed / (double)timed_steps : NAN;
     res->throughput = t_timed > 0 ? (double)B * (double)timed_steps / t_timed : NAN;
     LOG_RANK0("Training run completed, elapsed: %.0f [s]", now_sec() - t_run0);
@@ -353,7 +410,8 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
         json_t *ph = json_object();
         json_object_set_new(ph, "data", json_num(res->steps ? 1e3 * t_data / (double)res->steps : 0.0));
         for (int p = 0; p < DLRM_T_COUNT_; p++)
-            json_object_set_new(ph, dlrm_phase_name(p), json_num(res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0));
+            json_object_set_new(ph, dlrm_phase_name(p),
+                                json_num(res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0));
         json_object_set_new(d, "phase_ms_per_step", ph);
         TR_CHECK_GOTO(dllog_write(&log, NULL, d), rc, exit);
     }
@@ -361,6 +419,7 @@ exit:
     tr_batch_release(&train);
     tr_batch_release(&valid);
     dlrm_free(&m);
+    dataset_close(&ds);
     dllog_close(&log);
     return rc;
 }

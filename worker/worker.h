@@ -1,5 +1,6 @@
 /* worker.h: terarec-worker, the training process. Today it runs as one process
- * (world size 1) over the synthetic dataset; the flags use the seed's names. */
+ * (world size 1) over the synthetic dataset or a split-binary dataset; the flags
+ * use the seed's names. */
 #ifndef TR_WORKER_H
 #define TR_WORKER_H
 
@@ -12,11 +13,14 @@
 extern "C" {
 #endif
 
-enum worker_dataset { WORKER_DATA_SYNTHETIC = 0 };
+enum worker_dataset { WORKER_DATA_SYNTHETIC = 0, WORKER_DATA_SPLIT_BINARY = 1 /* also 2, 3: aliases */ };
 enum worker_optim { WORKER_OPT_SGD = 0, WORKER_OPT_ADAGRAD = 1 };
 
 struct worker_cfg {
     int dataset_type;
+    char *dataset_path;
+    char *feature_spec;
+    double auc_threshold;
     struct tr_i64_list cards;     /* --synthetic_dataset_cardinalities */
     int num_numerical;            /* --synthetic_dataset_num_numerical_features */
     int64_t train_batches;        /* --synthetic_dataset_train_batches */
@@ -65,6 +69,7 @@ struct worker_result {
     double best_auc, last_auc, last_logloss;
     double throughput;            /* samples/s over the timed steps */
     double mean_step_ms;
+    int reached_threshold;        /* stopped early by --auc_threshold */
 };
 
 enum tr_status worker_run_ex(const struct worker_cfg *cfg, struct worker_result *res) TR_WUR;

@@ -1,0 +1,76 @@
+/* dataset.c: dispatch between the synthetic generator and split-binary files. */
+#include "dataset.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+
+enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
+                                      int64_t ntest)
+{
+    memset(d, 0, sizeof *d);
+    d->kind = DS_SYNTHETIC;
+    d->num_features = cfg->num_features;
+    d->ntables = cfg->ntables;
+    d->cards = tr_malloc((size_t)(cfg->ntables ? cfg->ntables : 1) * sizeof(int64_t));
+    d->source = tr_strdup("synthetic");
+    if (!d->cards || !d->source)
+        return TR_ERR_NOMEM;
+    memcpy(d->cards, cfg->cards, (size_t)cfg->ntables * sizeof(int64_t));
+    d->synth = *cfg;
+    d->synth.cards = d->cards;
+    d->nsamples[DS_TRAIN] = ntrain;
+    d->nsamples[DS_TEST] = ntest;
+    return TR_OK;
+}
+
+enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, const char *spec_name)
+{
+    memset(d, 0, sizeof *d);
+    d->kind = DS_SPLIT_BINARY;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, spec_name) >= (int)sizeof path) {
+        LOG_ERROR("--dataset_path: '%s' is too long", dir);
+        return TR_ERR_ARG;
+    }
+    if (!(d->source = tr_strdup(path)))
+        return TR_ERR_NOMEM;
+    enum tr_status rc = feature_spec_read(path, &d->fs);
+    if (rc == TR_ERR_IO)
+        LOG_HINT("--dataset_path must be a directory holding %s (write one with 'terarec data prepare')",
+                 spec_name);
+    TR_CHECK(rc);
+    TR_CHECK(sb_open(&d->fs, "train", &d->sb[DS_TRAIN]));
+    TR_CHECK(sb_open(&d->fs, "test", &d->sb[DS_TEST]));
+    const struct fs_dlrm_split *L = &d->sb[DS_TRAIN].layout;
+    d->num_features = L->nnumerical;
+    d->ntables = L->ncat;
+    d->cards = tr_malloc((size_t)(L->ncat ? L->ncat : 1) * sizeof(int64_t));
+    if (!d->cards)
+        return TR_ERR_NOMEM;
+    memcpy(d->cards, L->cardinality, (size_t)L->ncat * sizeof(int64_t));
+    d->nsamples[DS_TRAIN] = d->sb[DS_TRAIN].nsamples;
+    d->nsamples[DS_TEST] = d->sb[DS_TEST].nsamples;
+    return TR_OK;
+}
+
+enum tr_status dataset_fill(const struct dataset *d, enum ds_split s, int64_t first, int64_t n, struct tr_batch *b)
+{
+    if (first < 0 || n < 0 || first + n > d->nsamples[s])
+        return TR_ERR_ARG;
+    if (d->kind == DS_SYNTHETIC)
+        return synth_fill(&d->synth, s == DS_TRAIN ? SYNTH_TRAIN : SYNTH_VALID, first, n, b);
+    return sb_fill(&d->sb[s], first, n, b);
+}
+
+void dataset_close(struct dataset *d)
+{
+    sb_close(&d->sb[DS_TRAIN]);
+    sb_close(&d->sb[DS_TEST]);
+    feature_spec_release(&d->fs);
+    tr_free(d->cards);
+    tr_free(d->source);
+    memset(d, 0, sizeof *d);
+}

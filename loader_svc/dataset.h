@@ -1,0 +1,52 @@
+/* dataset.h: what the trainer reads samples from, whatever their source: the
+ * synthetic generator or a split-binary directory with a FeatureSpec. Two
+ * splits: train and test (the seed evaluates on "test"). */
+#ifndef TR_DATASET_H
+#define TR_DATASET_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "batch.h"
+#include "feature_spec.h"
+#include "split_binary.h"
+#include "synth.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ds_split { DS_TRAIN = 0, DS_TEST = 1 };
+enum ds_kind { DS_SYNTHETIC = 0, DS_SPLIT_BINARY = 1 };
+
+struct dataset {
+    enum ds_kind kind;
+    int num_features;
+    int ntables;
+    int64_t *cards;       /* (ntables) rows of each table, owned */
+    int64_t nsamples[2];  /* per split */
+    char *source;         /* "synthetic" or the FeatureSpec path, for messages */
+    struct synth_cfg synth;
+    struct feature_spec fs;
+    struct sb_split sb[2];
+};
+
+/* The synthetic dataset with ntrain / ntest samples. cfg->cards is copied. */
+enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
+                                      int64_t ntest) TR_WUR;
+
+/* A split-binary dataset: reads dir/spec_name and maps its train and test splits.
+ * Errors (logged naming the file): TR_ERR_IO, TR_ERR_FORMAT, TR_ERR_NOMEM. */
+enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, const char *spec_name) TR_WUR;
+
+/* Fills b with samples [first, first + n) of split s (n <= b->cap). */
+enum tr_status dataset_fill(const struct dataset *d, enum ds_split s, int64_t first, int64_t n,
+                            struct tr_batch *b) TR_WUR;
+
+/* Releases everything; safe on a zeroed or partly opened dataset. */
+void dataset_close(struct dataset *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

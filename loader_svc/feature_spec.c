@@ -1,0 +1,514 @@
+/* feature_spec.c: FeatureSpec YAML through libyaml's document API (anchors and
+ * aliases are resolved by libyaml), the DLRM checks of the seed's
+ * check_feature_spec, and a plain writer. It does not support csv or parquet
+ * chunks (the seed's DLRM reads split_binary only). */
+#define _POSIX_C_SOURCE 200809L
+#include "feature_spec.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+
+struct ctx {
+    yaml_document_t *doc;
+    const char *path;
+};
+
+static int line_of(const yaml_node_t *n)
+{
+    return n ? (int)n->start_mark.line + 1 : 0;
+}
+
+static enum tr_status bad(const struct ctx *c, const yaml_node_t *n, const char *key, const char *what)
+{
+    LOG_ERROR("feature spec '%s': '%s' %s (line %d)", c->path, key, what, line_of(n));
+    return TR_ERR_FORMAT;
+}
+
+static yaml_node_t *map_get(const struct ctx *c, yaml_node_t *map, const char *key)
+{
+    if (!map || map->type != YAML_MAPPING_NODE)
+        return NULL;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+        if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
+            return yaml_document_get_node(c->doc, p->value);
+    }
+    return NULL;
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+/* Copies a sequence of scalars into a tr_malloc'd array of strings. */
+static enum tr_status str_list(const struct ctx *c, yaml_node_t *seq, const char *key, char ***out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!seq || seq->type != YAML_SEQUENCE_NODE)
+        return bad(c, seq, key, "must be a list");
+    int cnt = (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    char **v = tr_calloc((size_t)(cnt ? cnt : 1), sizeof *v);
+    if (!v)
+        return TR_ERR_NOMEM;
+    *out = v;
+    for (int i = 0; i < cnt; i++) {
+        const char *s = scalar(yaml_document_get_node(c->doc, seq->data.sequence.items.start[i]));
+        if (!s)
+            return bad(c, seq, key, "must hold only names");
+        if (!(v[i] = tr_strdup(s)))
+            return TR_ERR_NOMEM;
+        *n = i + 1;
+    }
+    return TR_OK;
+}
+
+static void free_list(char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        tr_free(v[i]);
+    tr_free(v);
+}
+
+static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struct feature_spec *fs)
+{
+    if (!fsn || fsn->type != YAML_MAPPING_NODE)
+        return bad(c, fsn, "feature_spec", "must be a mapping of feature names");
+    int n = (int)(fsn->data.mapping.pairs.top - fsn->data.mapping.pairs.start);
+    fs->features = tr_calloc((size_t)(n ? n : 1), sizeof *fs->features);
+    if (!fs->features)
+        return TR_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        yaml_node_pair_t *p = fsn->data.mapping.pairs.start + i;
+        const char *name = scalar(yaml_document_get_node(c->doc, p->key));
+        yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+        struct fs_feature *f = &fs->features[i];
+        f->cardinality = -1;
+        if (!name)
+            return bad(c, v, "feature_spec", "has a key that is not a name");
+        if (!(f->name = tr_strdup(name)))
+            return TR_ERR_NOMEM;
+        fs->nfeatures = i + 1;
+        if (v && v->type == YAML_SCALAR_NODE && (!*scalar(v) || !strcmp(scalar(v), "null")))
+            continue; /* "name:" with no metadata */
+        if (!v || v->type != YAML_MAPPING_NODE)
+            return bad(c, v, name, "must map to {dtype, cardinality}");
+        const char *dt = scalar(map_get(c, v, "dtype"));
+        if (dt && !(f->dtype = tr_strdup(dt)))
+            return TR_ERR_NOMEM;
+        yaml_node_t *card = map_get(c, v, "cardinality");
+        if (card) {
+            const char *cs = scalar(card);
+            char *end = NULL;
+            errno = 0;
+            long long cv = cs ? strtoll(cs, &end, 10) : 0;
+            if (cs && !strcmp(cs, "auto"))
+                f->cardinality = -1;
+            else if (!cs || end == cs || *end || errno || cv < 1)
+                return bad(c, card, name, "has a cardinality that is not a positive integer");
+            else
+                f->cardinality = cv;
+        }
+    }
+    return TR_OK;
+}
+
+static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct feature_spec *fs)
+{
+    if (!ss || ss->type != YAML_MAPPING_NODE)
+        return bad(c, ss, "source_spec", "must be a mapping of splits (train, test)");
+    int n = (int)(ss->data.mapping.pairs.top - ss->data.mapping.pairs.start);
+    fs->mappings = tr_calloc((size_t)(n ? n : 1), sizeof *fs->mappings);
+    if (!fs->mappings)
+        return TR_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        yaml_node_pair_t *p = ss->data.mapping.pairs.start + i;
+        const char *name = scalar(yaml_document_get_node(c->doc, p->key));
+        yaml_node_t *seq = yaml_document_get_node(c->doc, p->value);
+        struct fs_mapping *m = &fs->mappings[i];
+        if (!name)
+            return bad(c, seq, "source_spec", "has a key that is not a name");
+        if (!(m->name = tr_strdup(name)))
+            return TR_ERR_NOMEM;
+        fs->nmappings = i + 1;
+        if (!seq || seq->type != YAML_SEQUENCE_NODE)
+            return bad(c, seq, name, "must be a list of chunks");
+        int nc = (int)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+        m->chunks = tr_calloc((size_t)(nc ? nc : 1), sizeof *m->chunks);
+        if (!m->chunks)
+            return TR_ERR_NOMEM;
+        for (int k = 0; k < nc; k++) {
+            yaml_node_t *ch = yaml_document_get_node(c->doc, seq->data.sequence.items.start[k]);
+            struct fs_chunk *chunk = &m->chunks[k];
+            m->nchunks = k + 1;
+            if (!ch || ch->type != YAML_MAPPING_NODE)
+                return bad(c, ch, name, "chunks must be mappings {type, features, files}");
+            const char *type = scalar(map_get(c, ch, "type"));
+            if (!type)
+                return bad(c, ch, name, "has a chunk without 'type'");
+            if (!(chunk->type = tr_strdup(type)))
+                return TR_ERR_NOMEM;
+            TR_CHECK(str_list(c, map_get(c, ch, "features"), "features", &chunk->features, &chunk->nfeatures));
+            TR_CHECK(str_list(c, map_get(c, ch, "files"), "files", &chunk->files, &chunk->nfiles));
+        }
+    }
+    return TR_OK;
+}
+
+enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
+{
+    enum tr_status rc = TR_OK;
+    memset(fs, 0, sizeof *fs);
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int have_doc = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        LOG_ERROR("cannot open feature spec '%s': %s", path, strerror(errno));
+        return TR_ERR_IO;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(fp);
+        return TR_ERR_NOMEM;
+    }
+    yaml_parser_set_input_file(&parser, fp);
+    if (!(fs->path = tr_strdup(path))) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    {
+        const char *slash = strrchr(path, '/');
+        size_t dl = slash ? (size_t)(slash - path) : 1;
+        if (!(fs->dir = tr_malloc(dl + 1))) {
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        memcpy(fs->dir, slash ? path : ".", dl);
+        fs->dir[dl] = '\0';
+    }
+    if (!yaml_parser_load(&parser, &doc)) {
+        LOG_ERROR("feature spec '%s': %s at line %d", path, parser.problem ? parser.problem : "syntax error",
+                  (int)parser.problem_mark.line + 1);
+        rc = TR_ERR_FORMAT;
+        goto exit;
+    }
+    have_doc = 1;
+    struct ctx c = {&doc, path};
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root || root->type != YAML_MAPPING_NODE) {
+        rc = bad(&c, root, "(top level)", "must be a mapping with feature_spec, source_spec and channel_spec");
+        goto exit;
+    }
+    TR_CHECK_GOTO(read_features(&c, map_get(&c, root, "feature_spec"), fs), rc, exit);
+    TR_CHECK_GOTO(read_sources(&c, map_get(&c, root, "source_spec"), fs), rc, exit);
+    yaml_node_t *ch = map_get(&c, root, "channel_spec");
+    if (!ch || ch->type != YAML_MAPPING_NODE) {
+        rc = bad(&c, ch ? ch : root, "channel_spec", "must be a mapping of channels");
+        goto exit;
+    }
+    yaml_node_t *cat = map_get(&c, ch, "categorical"), *num = map_get(&c, ch, "numerical"),
+                *lab = map_get(&c, ch, "label");
+    if (cat)
+        TR_CHECK_GOTO(str_list(&c, cat, "channel_spec.categorical", &fs->categorical, &fs->ncategorical), rc, exit);
+    if (num)
+        TR_CHECK_GOTO(str_list(&c, num, "channel_spec.numerical", &fs->numerical, &fs->nnumerical), rc, exit);
+    if (lab)
+        TR_CHECK_GOTO(str_list(&c, lab, "channel_spec.label", &fs->label, &fs->nlabel), rc, exit);
+exit:
+    if (have_doc)
+        yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(fp);
+    return rc;
+}
+
+void feature_spec_release(struct feature_spec *fs)
+{
+    for (int i = 0; i < fs->nfeatures; i++) {
+        tr_free(fs->features[i].name);
+        tr_free(fs->features[i].dtype);
+    }
+    tr_free(fs->features);
+    for (int i = 0; i < fs->nmappings; i++) {
+        struct fs_mapping *m = &fs->mappings[i];
+        for (int k = 0; k < m->nchunks; k++) {
+            tr_free(m->chunks[k].type);
+            free_list(m->chunks[k].features, m->chunks[k].nfeatures);
+            free_list(m->chunks[k].files, m->chunks[k].nfiles);
+        }
+        tr_free(m->chunks);
+        tr_free(m->name);
+    }
+    tr_free(fs->mappings);
+    free_list(fs->categorical, fs->ncategorical);
+    free_list(fs->numerical, fs->nnumerical);
+    free_list(fs->label, fs->nlabel);
+    tr_free(fs->path);
+    tr_free(fs->dir);
+    memset(fs, 0, sizeof *fs);
+}
+
+/* ---- writer ----------------------------------------------------------------- */
+
+static void put_name(FILE *fp, const char *s)
+{
+    int plain = *s != '\0';
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '.' || *p == '/' || *p == '-'))
+            plain = 0;
+    if (plain && !(s[0] >= '0' && s[0] <= '9'))
+        fputs(s, fp);
+    else {
+        fputc('"', fp);
+        for (const char *p = s; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                fputc('\\', fp);
+            fputc(*p, fp);
+        }
+        fputc('"', fp);
+    }
+}
+
+static void put_list(FILE *fp, char *const *v, int n)
+{
+    fputc('[', fp);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs(", ", fp);
+        put_name(fp, v[i]);
+    }
+    fputc(']', fp);
+}
+
+enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
+{
+    fputs("channel_spec:\n", fp);
+    fputs("  categorical: ", fp);
+    put_list(fp, fs->categorical, fs->ncategorical);
+    fputs("\n  label: ", fp);
+    put_list(fp, fs->label, fs->nlabel);
+    fputs("\n  numerical: ", fp);
+    put_list(fp, fs->numerical, fs->nnumerical);
+    fputs("\nfeature_spec:\n", fp);
+    for (int i = 0; i < fs->nfeatures; i++) {
+        const struct fs_feature *f = &fs->features[i];
+        fputs("  ", fp);
+        put_name(fp, f->name);
+        fputs(": {", fp);
+        if (f->cardinality >= 0)
+            fprintf(fp, "cardinality: %lld, ", (long long)f->cardinality);
+        fputs("dtype: ", fp);
+        put_name(fp, f->dtype ? f->dtype : "float32");
+        fputs("}\n", fp);
+    }
+    fputs("metadata: {}\nsource_spec:\n", fp);
+    for (int i = 0; i < fs->nmappings; i++) {
+        const struct fs_mapping *m = &fs->mappings[i];
+        fputs("  ", fp);
+        put_name(fp, m->name);
+        fputs(":\n", fp);
+        for (int k = 0; k < m->nchunks; k++) {
+            fputs("  - features: ", fp);
+            put_list(fp, m->chunks[k].features, m->chunks[k].nfeatures);
+            fputs("\n    files: ", fp);
+            put_list(fp, m->chunks[k].files, m->chunks[k].nfiles);
+            fputs("\n    type: ", fp);
+            put_name(fp, m->chunks[k].type);
+            fputc('\n', fp);
+        }
+    }
+    return ferror(fp) ? TR_ERR_IO : TR_OK;
+}
+
+/* ---- the DLRM view ------------------------------------------------------------ */
+
+enum kern_dtype fs_cat_dtype_for(int64_t cardinality)
+{
+    if (cardinality < 127)
+        return KERN_I8;
+    if (cardinality < 32767)
+        return KERN_I16;
+    return KERN_I32;
+}
+
+const char *fs_dtype_name(enum kern_dtype t)
+{
+    switch (t) {
+    case KERN_I8: return "int8";
+    case KERN_I16: return "int16";
+    case KERN_I32: return "int32";
+    case KERN_I64: return "int64";
+    case KERN_F16: return "float16";
+    case KERN_F32: return "float32";
+    case KERN_U8: return "bool";
+    }
+    return "?";
+}
+
+static const struct fs_feature *find_feature(const struct feature_spec *fs, const char *name)
+{
+    for (int i = 0; i < fs->nfeatures; i++)
+        if (!strcmp(fs->features[i].name, name))
+            return &fs->features[i];
+    return NULL;
+}
+
+/* The chunk of mapping m whose first feature is `name`. */
+static const struct fs_chunk *find_chunk(const struct fs_mapping *m, const char *name)
+{
+    for (int k = 0; k < m->nchunks; k++)
+        for (int f = 0; f < m->chunks[k].nfeatures; f++)
+            if (!strcmp(m->chunks[k].features[f], name))
+                return &m->chunks[k];
+    return NULL;
+}
+
+static char *join_path(const char *dir, const char *file)
+{
+    if (file[0] == '/')
+        return tr_strdup(file);
+    size_t n = strlen(dir) + strlen(file) + 2;
+    char *p = tr_malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, file);
+    return p;
+}
+
+/* Checks that `ch` is one split_binary file and returns its joined path. */
+static enum tr_status chunk_file(const struct feature_spec *fs, const char *split, const struct fs_chunk *ch,
+                                 const char *feature, char **out)
+{
+    if (!ch) {
+        LOG_ERROR("feature spec '%s': source_spec.%s has no chunk for feature '%s'", fs->path, split, feature);
+        return TR_ERR_FORMAT;
+    }
+    if (strcmp(ch->type, "split_binary") != 0) {
+        LOG_ERROR("feature spec '%s': source_spec.%s chunk of '%s' has type '%s'; only split_binary is supported",
+                  fs->path, split, feature, ch->type);
+        return TR_ERR_FORMAT;
+    }
+    if (ch->nfiles != 1) {
+        LOG_ERROR("feature spec '%s': source_spec.%s chunk of '%s' lists %d files; exactly one is supported",
+                  fs->path, split, feature, ch->nfiles);
+        return TR_ERR_FORMAT;
+    }
+    *out = join_path(fs->dir, ch->files[0]);
+    return *out ? TR_OK : TR_ERR_NOMEM;
+}
+
+enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split, struct fs_dlrm_split *out)
+{
+    enum tr_status rc = TR_OK;
+    memset(out, 0, sizeof *out);
+    const struct fs_mapping *m = NULL;
+    for (int i = 0; i < fs->nmappings; i++)
+        if (!strcmp(fs->mappings[i].name, split))
+            m = &fs->mappings[i];
+    if (!m) {
+        LOG_ERROR("feature spec '%s': source_spec has no '%s' split", fs->path, split);
+        return TR_ERR_FORMAT;
+    }
+    if (fs->nlabel != 1) {
+        LOG_ERROR("feature spec '%s': channel_spec.label must name exactly one feature (it names %d)", fs->path,
+                  fs->nlabel);
+        return TR_ERR_FORMAT;
+    }
+    const struct fs_feature *lf = find_feature(fs, fs->label[0]);
+    if (lf && lf->dtype && strcmp(lf->dtype, "bool") != 0) {
+        LOG_ERROR("feature spec '%s': label '%s' has dtype '%s'; it must be bool", fs->path, fs->label[0], lf->dtype);
+        return TR_ERR_FORMAT;
+    }
+    const struct fs_chunk *lc = find_chunk(m, fs->label[0]);
+    TR_CHECK_GOTO(chunk_file(fs, split, lc, fs->label[0], &out->label_path), rc, fail);
+    out->nnumerical = fs->nnumerical;
+    if (fs->nnumerical > 0) {
+        const struct fs_chunk *nc = find_chunk(m, fs->numerical[0]);
+        TR_CHECK_GOTO(chunk_file(fs, split, nc, fs->numerical[0], &out->numerical_path), rc, fail);
+        int same = nc->nfeatures == fs->nnumerical;
+        for (int i = 0; same && i < fs->nnumerical; i++)
+            same = !strcmp(nc->features[i], fs->numerical[i]);
+        if (!same) {
+            LOG_ERROR("feature spec '%s': source_spec.%s must hold all numerical features in one chunk, in "
+                      "channel_spec order",
+                      fs->path, split);
+            rc = TR_ERR_FORMAT;
+            goto fail;
+        }
+        for (int i = 0; i < fs->nnumerical; i++) {
+            const struct fs_feature *f = find_feature(fs, fs->numerical[i]);
+            if (f && f->dtype && strcmp(f->dtype, "float16") != 0) {
+                LOG_ERROR("feature spec '%s': numerical feature '%s' has dtype '%s'; it must be float16", fs->path,
+                          f->name, f->dtype);
+                rc = TR_ERR_FORMAT;
+                goto fail;
+            }
+        }
+    }
+    out->ncat = fs->ncategorical;
+    int nc = fs->ncategorical ? fs->ncategorical : 1;
+    out->cat_paths = tr_calloc((size_t)nc, sizeof *out->cat_paths);
+    out->cat_dtype = tr_calloc((size_t)nc, sizeof *out->cat_dtype);
+    out->cardinality = tr_calloc((size_t)nc, sizeof *out->cardinality);
+    if (!out->cat_paths || !out->cat_dtype || !out->cardinality) {
+        rc = TR_ERR_NOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < fs->ncategorical; i++) {
+        const char *name = fs->categorical[i];
+        const struct fs_feature *f = find_feature(fs, name);
+        if (!f || f->cardinality < 1) {
+            LOG_ERROR("feature spec '%s': categorical feature '%s' needs an integer cardinality in feature_spec",
+                      fs->path, name);
+            rc = TR_ERR_FORMAT;
+            goto fail;
+        }
+        const struct fs_chunk *ch = find_chunk(m, name);
+        TR_CHECK_GOTO(chunk_file(fs, split, ch, name, &out->cat_paths[i]), rc, fail);
+        if (ch->nfeatures != 1) {
+            LOG_ERROR("feature spec '%s': categorical feature '%s' must be alone in its chunk", fs->path, name);
+            rc = TR_ERR_FORMAT;
+            goto fail;
+        }
+        const char *dt = f->dtype ? f->dtype : "";
+        enum kern_dtype t;
+        if (!strcmp(dt, "int8"))
+            t = KERN_I8;
+        else if (!strcmp(dt, "int16"))
+            t = KERN_I16;
+        else if (!strcmp(dt, "int32"))
+            t = KERN_I32;
+        else {
+            LOG_ERROR("feature spec '%s': categorical feature '%s' has dtype '%s'; it must be int8, int16 or int32",
+                      fs->path, name, dt);
+            rc = TR_ERR_FORMAT;
+            goto fail;
+        }
+        out->cat_dtype[i] = t;
+        out->cardinality[i] = f->cardinality;
+    }
+    return TR_OK;
+fail:
+    fs_dlrm_split_release(out);
+    return rc;
+}
+
+void fs_dlrm_split_release(struct fs_dlrm_split *s)
+{
+    tr_free(s->label_path);
+    tr_free(s->numerical_path);
+    if (s->cat_paths)
+        for (int i = 0; i < s->ncat; i++)
+            tr_free(s->cat_paths[i]);
+    tr_free(s->cat_paths);
+    tr_free(s->cat_dtype);
+    tr_free(s->cardinality);
+    memset(s, 0, sizeof *s);
+}

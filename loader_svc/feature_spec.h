@@ -1,0 +1,92 @@
+/* feature_spec.h: the seed's FeatureSpec (feature_spec.yaml, NVIDIA DLE v2):
+ * feature_spec (name -> dtype, cardinality), source_spec (mapping -> chunks of
+ * {type, features, files}), channel_spec (categorical, numerical, label) and
+ * metadata. Read with libyaml (aliases resolved); written without anchors.
+ * Also the DLRM view of a spec: which file holds the labels, the numerical
+ * features and each categorical feature of a split. */
+#ifndef TR_FEATURE_SPEC_H
+#define TR_FEATURE_SPEC_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/status.h"
+#include "../kernels/kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct fs_feature {
+    char *name;
+    char *dtype;         /* numpy name: "bool", "float16", "int8", "int16", "int32", ... */
+    int64_t cardinality; /* -1 when absent */
+};
+
+struct fs_chunk {
+    char *type;          /* "split_binary" */
+    char **features;     /* (nfeatures) */
+    int nfeatures;
+    char **files;        /* (nfiles), relative to the spec's directory */
+    int nfiles;
+};
+
+struct fs_mapping {
+    char *name;          /* "train", "test" */
+    struct fs_chunk *chunks;
+    int nchunks;
+};
+
+struct feature_spec {
+    char *path;          /* the yaml file read, for messages */
+    char *dir;           /* its directory: the base of relative file names */
+    struct fs_feature *features;
+    int nfeatures;
+    struct fs_mapping *mappings;
+    int nmappings;
+    char **categorical, **numerical, **label; /* channel_spec lists */
+    int ncategorical, nnumerical, nlabel;
+};
+
+/* Reads `path`. On a syntax error or a missing/ill-typed key logs one error
+ * naming the file, the key and the line, and returns TR_ERR_FORMAT; TR_ERR_IO if
+ * the file cannot be read; TR_ERR_NOMEM. *fs is zeroed first and must be released
+ * with feature_spec_release whatever the result. */
+enum tr_status feature_spec_read(const char *path, struct feature_spec *fs) TR_WUR;
+void feature_spec_release(struct feature_spec *fs);
+
+/* Writes fs as YAML to fp (keys in the seed's order: channel_spec, feature_spec,
+ * metadata, source_spec). TR_ERR_IO on a write error. */
+enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp) TR_WUR;
+
+/* The DLRM layout of one mapping (split) of a spec, resolved to paths. */
+struct fs_dlrm_split {
+    char *label_path;          /* one byte per sample (bool) */
+    char *numerical_path;      /* float16 [N, nnumerical]; NULL when nnumerical == 0 */
+    int nnumerical;
+    int ncat;
+    char **cat_paths;          /* (ncat), channel order */
+    enum kern_dtype *cat_dtype; /* (ncat) KERN_I8 / KERN_I16 / KERN_I32 */
+    int64_t *cardinality;      /* (ncat) */
+};
+
+/* Checks the seed's DLRM constraints (channels categorical, numerical, label; one
+ * bool label; all numerical float16 in one chunk in channel order; each
+ * categorical alone in a split_binary chunk with one file, int8/16/32 and an
+ * integer cardinality) for mapping `split` and fills *out. TR_ERR_FORMAT with one
+ * error naming the file and the offending key otherwise. Release with
+ * fs_dlrm_split_release. */
+enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split,
+                                       struct fs_dlrm_split *out) TR_WUR;
+void fs_dlrm_split_release(struct fs_dlrm_split *s);
+
+/* The seed's dtype for a table of `cardinality` rows: int8 if < 127, int16 if
+ * < 32767, else int32 (strict, as numpy iinfo max in the seed, v2 rule). */
+enum kern_dtype fs_cat_dtype_for(int64_t cardinality);
+/* numpy name of a dtype ("int8", ...); "?" for others. */
+const char *fs_dtype_name(enum kern_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

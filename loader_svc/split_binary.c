@@ -1,0 +1,150 @@
+/* split_binary.c: memory-mapped reading of split-binary files with size checks
+ * and per-batch conversion (float16 -> float through kmath, narrow ints ->
+ * int32). It does not shuffle or prefetch; the loader service does that. */
+#define _GNU_SOURCE
+#include "split_binary.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../kernels/kmath.h"
+
+static enum tr_status map_file(const char *path, struct sb_file *f)
+{
+    f->data = NULL;
+    f->bytes = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        LOG_ERROR("cannot open dataset file '%s': %s", path, strerror(errno));
+        return TR_ERR_IO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        LOG_ERROR("dataset file '%s' is not a regular file", path);
+        close(fd);
+        return TR_ERR_IO;
+    }
+    f->bytes = (size_t)st.st_size;
+    if (f->bytes > 0) {
+        void *p = mmap(NULL, f->bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            LOG_ERROR("cannot map dataset file '%s': %s", path, strerror(errno));
+            close(fd);
+            f->bytes = 0;
+            return TR_ERR_IO;
+        }
+        madvise(p, f->bytes, MADV_SEQUENTIAL);
+        f->data = p;
+    }
+    close(fd);
+    return TR_OK;
+}
+
+static void unmap_file(struct sb_file *f)
+{
+    if (f->data)
+        munmap((void *)f->data, f->bytes);
+    f->data = NULL;
+    f->bytes = 0;
+}
+
+static enum tr_status check_size(const char *path, const struct sb_file *f, int64_t n, size_t per_sample,
+                                 const char *label_path)
+{
+    if ((uint64_t)f->bytes != (uint64_t)n * per_sample) {
+        LOG_ERROR("dataset file '%s' has %zu bytes; '%s' holds %lld samples, so it must have %llu (%zu per "
+                  "sample)",
+                  path, f->bytes, label_path, (long long)n, (unsigned long long)((uint64_t)n * per_sample),
+                  per_sample);
+        LOG_HINT("the files of a split must come from the same preprocessing run; regenerate the dataset");
+        return TR_ERR_FORMAT;
+    }
+    return TR_OK;
+}
+
+enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct sb_split *s)
+{
+    memset(s, 0, sizeof *s);
+    TR_CHECK(feature_spec_dlrm_split(fs, split, &s->layout));
+    const struct fs_dlrm_split *L = &s->layout;
+    s->cat = tr_calloc((size_t)(L->ncat ? L->ncat : 1), sizeof *s->cat);
+    if (!s->cat)
+        return TR_ERR_NOMEM;
+    TR_CHECK(map_file(L->label_path, &s->label));
+    s->nsamples = (int64_t)s->label.bytes;
+    if (L->nnumerical > 0) {
+        TR_CHECK(map_file(L->numerical_path, &s->numerical));
+        TR_CHECK(check_size(L->numerical_path, &s->numerical, s->nsamples, (size_t)L->nnumerical * 2,
+                            L->label_path));
+    }
+    for (int i = 0; i < L->ncat; i++) {
+        TR_CHECK(map_file(L->cat_paths[i], &s->cat[i]));
+        TR_CHECK(check_size(L->cat_paths[i], &s->cat[i], s->nsamples, kern_dtype_size(L->cat_dtype[i]),
+                            L->label_path));
+    }
+    LOG_INFO(DATA, "split '%s' of '%s': %lld samples, %d numerical, %d categorical", split, fs->path,
+             (long long)s->nsamples, L->nnumerical, L->ncat);
+    return TR_OK;
+}
+
+void sb_close(struct sb_split *s)
+{
+    unmap_file(&s->label);
+    unmap_file(&s->numerical);
+    if (s->cat)
+        for (int i = 0; i < s->layout.ncat; i++)
+            unmap_file(&s->cat[i]);
+    tr_free(s->cat);
+    fs_dlrm_split_release(&s->layout);
+    memset(s, 0, sizeof *s);
+}
+
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct tr_batch *b)
+{
+    const struct fs_dlrm_split *L = &s->layout;
+    if (first < 0 || n < 0 || first + n > s->nsamples || n > b->cap || b->num_features != L->nnumerical ||
+        b->ntables != L->ncat)
+        return TR_ERR_ARG;
+    b->n = n;
+    const uint8_t *lab = (const uint8_t *)s->label.data + first;
+    const int F = L->nnumerical;
+    const uint16_t *num = s->numerical.data ? (const uint16_t *)s->numerical.data + first * F : NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < n; k++) {
+        b->labels[k] = lab[k] ? 1.0f : 0.0f;
+        float *row = b->numerical + k * b->num_ld;
+        for (int j = 0; j < F; j++)
+            row[j] = km_half_to_float(num[k * F + j]);
+        for (int j = F; j < b->num_ld; j++)
+            row[j] = 0.0f;
+    }
+    for (int t = 0; t < L->ncat; t++) {
+        int32_t *dst = b->cat + (int64_t)t * b->cap;
+        switch (L->cat_dtype[t]) {
+        case KERN_I8: {
+            const int8_t *src = (const int8_t *)s->cat[t].data + first;
+            for (int64_t k = 0; k < n; k++)
+                dst[k] = src[k];
+            break;
+        }
+        case KERN_I16: {
+            const int16_t *src = (const int16_t *)s->cat[t].data + first;
+            for (int64_t k = 0; k < n; k++)
+                dst[k] = src[k];
+            break;
+        }
+        default: {
+            const int32_t *src = (const int32_t *)s->cat[t].data + first;
+            memcpy(dst, src, (size_t)n * sizeof(int32_t));
+            break;
+        }
+        }
+    }
+    return TR_OK;
+}

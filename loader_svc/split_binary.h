@@ -1,0 +1,48 @@
+/* split_binary.h: reader of the seed's split-binary dataset (one split: train or
+ * test): label.bin (bool, 1 byte), numerical.bin (float16 [N, F] row-major) and
+ * cat_<i>.bin (int8/int16/int32 by cardinality), little-endian, no headers, as a
+ * FeatureSpec describes them. Files are memory-mapped; sample k of every file is
+ * at offset k * itemsize, so any range of samples is read without scanning. */
+#ifndef TR_SPLIT_BINARY_H
+#define TR_SPLIT_BINARY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "batch.h"
+#include "feature_spec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sb_file {
+    const void *data; /* mapping, or NULL for an empty file */
+    size_t bytes;
+};
+
+struct sb_split {
+    struct fs_dlrm_split layout;
+    int64_t nsamples;
+    struct sb_file label, numerical;
+    struct sb_file *cat; /* (layout.ncat) */
+};
+
+/* Opens mapping `split` of fs: resolves the files, maps them and checks that
+ * every file holds the same number of samples. A size that disagrees is refused
+ * with one error naming the file, its size and the expected size (TR_ERR_FORMAT);
+ * a missing file gives TR_ERR_IO naming it. *s must be released with sb_close
+ * whatever the result. Thread-safe reads afterwards. */
+enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct sb_split *s) TR_WUR;
+void sb_close(struct sb_split *s);
+
+/* Converts samples [first, first + n) into b: labels to float, numerical float16
+ * to float (padding columns zero), categorical ids to int32. TR_ERR_ARG if the
+ * range is outside the split or b's shape differs from the split's. */
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct tr_batch *b) TR_WUR;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,261 @@
+/* test_split_binary.c: FeatureSpec reading (the seed's yaml.dump shape, with
+ * anchors and aliases), the DLRM checks, the writer round trip, and the
+ * split-binary reader on files written byte by byte here: values, dtypes,
+ * partial ranges, and refusal of files whose sizes disagree. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../kernels/kmath.h"
+#include "../../../loader_svc/dataset.h"
+#include "../../../loader_svc/feature_spec.h"
+#include "../../../loader_svc/split_binary.h"
+
+static char tmpdir[256];
+
+static void write_file(const char *rel, const void *data, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    FILE *fp = fopen(path, "wb");
+    TR_ASSERT(fp);
+    if (n)
+        TR_ASSERT(fwrite(data, 1, n, fp) == n);
+    fclose(fp);
+}
+
+static void write_text(const char *rel, const char *text)
+{
+    write_file(rel, text, strlen(text));
+}
+
+/* The shape the seed's yaml.dump produces: sorted keys, an anchor on the
+ * numerical list reused by the source spec, flow-style maps. */
+static const char *seed_yaml = "channel_spec:\n"
+                               "  categorical: [cat_0.bin, cat_1.bin, cat_2.bin]\n"
+                               "  label: [label]\n"
+                               "  numerical: &id001 [num_0, num_1]\n"
+                               "feature_spec:\n"
+                               "  cat_0.bin: {cardinality: 5, dtype: int8}\n"
+                               "  cat_1.bin: {cardinality: 200, dtype: int16}\n"
+                               "  cat_2.bin: {cardinality: 70000, dtype: int32}\n"
+                               "  label: {dtype: bool}\n"
+                               "  num_0: {dtype: float16}\n"
+                               "  num_1: {dtype: float16}\n"
+                               "metadata: {}\n"
+                               "source_spec:\n"
+                               "  test:\n"
+                               "  - features: *id001\n"
+                               "    files: [test/numerical.bin]\n"
+                               "    type: split_binary\n"
+                               "  - features: [label]\n"
+                               "    files: [test/label.bin]\n"
+                               "    type: split_binary\n"
+                               "  - {features: [cat_0.bin], files: [test/cat_0.bin], type: split_binary}\n"
+                               "  - {features: [cat_1.bin], files: [test/cat_1.bin], type: split_binary}\n"
+                               "  - {features: [cat_2.bin], files: [test/cat_2.bin], type: split_binary}\n"
+                               "  train:\n"
+                               "  - features: *id001\n"
+                               "    files: [train/numerical.bin]\n"
+                               "    type: split_binary\n"
+                               "  - features: [label]\n"
+                               "    files: [train/label.bin]\n"
+                               "    type: split_binary\n"
+                               "  - {features: [cat_0.bin], files: [train/cat_0.bin], type: split_binary}\n"
+                               "  - {features: [cat_1.bin], files: [train/cat_1.bin], type: split_binary}\n"
+                               "  - {features: [cat_2.bin], files: [train/cat_2.bin], type: split_binary}\n";
+
+/* 3 train samples, 2 test samples */
+static void make_dataset(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/tr-sb-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    TR_ASSERT(mkdtemp(tmpdir));
+    char p[512];
+    snprintf(p, sizeof p, "%s/train", tmpdir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/test", tmpdir);
+    mkdir(p, 0755);
+    write_text("feature_spec.yaml", seed_yaml);
+    const uint8_t lab[3] = {1, 0, 1};
+    /* float16: 1.0 = 0x3c00, -2.0 = 0xc000, 0.5 = 0x3800, 0 = 0, 65504 = 0x7bff, 2^-24 = 0x0001 */
+    const uint16_t num[6] = {0x3c00, 0xc000, 0x3800, 0x0000, 0x7bff, 0x0001};
+    const int8_t c0[3] = {4, 0, 3};
+    const int16_t c1[3] = {199, 7, 0};
+    const int32_t c2[3] = {69999, 12345, 1};
+    write_file("train/label.bin", lab, 3);
+    write_file("train/numerical.bin", num, sizeof num);
+    write_file("train/cat_0.bin", c0, sizeof c0);
+    write_file("train/cat_1.bin", c1, sizeof c1);
+    write_file("train/cat_2.bin", c2, sizeof c2);
+    write_file("test/label.bin", lab, 2);
+    write_file("test/numerical.bin", num, 8);
+    write_file("test/cat_0.bin", c0, 2);
+    write_file("test/cat_1.bin", c1, 4);
+    write_file("test/cat_2.bin", c2, 8);
+}
+
+static void remove_dataset(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    TR_ASSERT(system(cmd) == 0);
+}
+
+static void read_seed_spec(void)
+{
+    make_dataset();
+    struct feature_spec fs;
+    char path[512];
+    snprintf(path, sizeof path, "%s/feature_spec.yaml", tmpdir);
+    TH_REQUIRE(feature_spec_read(path, &fs) == TR_OK);
+    TH_CHECK(fs.ncategorical == 3 && fs.nnumerical == 2 && fs.nlabel == 1 && fs.nmappings == 2);
+    TH_CHECK(fs.nfeatures == 6);
+    struct fs_dlrm_split sp;
+    TH_REQUIRE(feature_spec_dlrm_split(&fs, "train", &sp) == TR_OK);
+    TH_CHECK(sp.ncat == 3 && sp.nnumerical == 2);
+    TH_CHECK(sp.cat_dtype[0] == KERN_I8 && sp.cat_dtype[1] == KERN_I16 && sp.cat_dtype[2] == KERN_I32);
+    TH_CHECK(sp.cardinality[0] == 5 && sp.cardinality[1] == 200 && sp.cardinality[2] == 70000);
+    TH_CHECK(strstr(sp.numerical_path, "/train/numerical.bin") != NULL); /* alias resolved */
+    TH_CHECK(strstr(sp.cat_paths[2], "/train/cat_2.bin") != NULL);
+    fs_dlrm_split_release(&sp);
+    TH_CHECK(feature_spec_dlrm_split(&fs, "validation", &sp) == TR_ERR_FORMAT);
+    /* round trip through the writer */
+    char out[512];
+    snprintf(out, sizeof out, "%s/written.yaml", tmpdir);
+    FILE *fp = fopen(out, "w");
+    TH_REQUIRE(fp);
+    TH_CHECK(feature_spec_write(&fs, fp) == TR_OK);
+    fclose(fp);
+    struct feature_spec fs2;
+    TH_REQUIRE(feature_spec_read(out, &fs2) == TR_OK);
+    TH_CHECK(fs2.ncategorical == 3 && fs2.nfeatures == 6 && fs2.nmappings == 2);
+    TH_REQUIRE(feature_spec_dlrm_split(&fs2, "test", &sp) == TR_OK);
+    TH_CHECK(sp.cardinality[1] == 200 && sp.cat_dtype[1] == KERN_I16);
+    fs_dlrm_split_release(&sp);
+    feature_spec_release(&fs2);
+    feature_spec_release(&fs);
+    remove_dataset();
+}
+
+static void read_values(void)
+{
+    make_dataset();
+    struct dataset ds;
+    TH_REQUIRE(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_OK);
+    TH_CHECK(ds.nsamples[DS_TRAIN] == 3 && ds.nsamples[DS_TEST] == 2);
+    TH_CHECK(ds.num_features == 2 && ds.ntables == 3 && ds.cards[2] == 70000);
+    struct tr_batch b;
+    TH_REQUIRE(tr_batch_init(&b, 4, 2, 3) == TR_OK);
+    TH_REQUIRE(dataset_fill(&ds, DS_TRAIN, 0, 3, &b) == TR_OK);
+    TH_CHECK(b.n == 3 && b.num_ld == 8);
+    TH_CHECK(b.labels[0] == 1.0f && b.labels[1] == 0.0f && b.labels[2] == 1.0f);
+    TH_CHECK(b.numerical[0] == 1.0f && b.numerical[1] == -2.0f);
+    TH_CHECK(b.numerical[8] == 0.5f && b.numerical[9] == 0.0f);
+    TH_CHECK(b.numerical[16] == 65504.0f && b.numerical[17] == 5.9604644775390625e-08f);
+    int pad_zero = 1;
+    for (int k = 0; k < 3; k++)
+        for (int j = 2; j < 8; j++)
+            pad_zero &= b.numerical[k * 8 + j] == 0.0f;
+    TH_CHECK(pad_zero);
+    TH_CHECK(b.cat[0] == 4 && b.cat[1] == 0 && b.cat[2] == 3);                       /* int8 */
+    TH_CHECK(b.cat[4 + 0] == 199 && b.cat[4 + 1] == 7 && b.cat[4 + 2] == 0);         /* int16 */
+    TH_CHECK(b.cat[8 + 0] == 69999 && b.cat[8 + 1] == 12345 && b.cat[8 + 2] == 1);   /* int32 */
+    /* a range in the middle, and the test split */
+    TH_REQUIRE(dataset_fill(&ds, DS_TRAIN, 1, 2, &b) == TR_OK);
+    TH_CHECK(b.n == 2 && b.labels[0] == 0.0f && b.cat[8] == 12345 && b.numerical[0] == 0.5f);
+    TH_REQUIRE(dataset_fill(&ds, DS_TEST, 0, 2, &b) == TR_OK);
+    TH_CHECK(b.labels[1] == 0.0f && b.cat[4 + 1] == 7);
+    TH_CHECK(dataset_fill(&ds, DS_TEST, 1, 2, &b) == TR_ERR_ARG); /* past the end */
+    tr_batch_release(&b);
+    dataset_close(&ds);
+    remove_dataset();
+}
+
+static void size_mismatch_refused(void)
+{
+    make_dataset();
+    const int16_t c1[2] = {1, 2}; /* train has 3 samples; 2 written */
+    write_file("train/cat_1.bin", c1, sizeof c1);
+    struct dataset ds;
+    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_FORMAT);
+    dataset_close(&ds);
+    remove_dataset();
+    make_dataset();
+    const uint16_t num[5] = {0};
+    write_file("train/numerical.bin", num, sizeof num); /* 3 x 2 halves expected */
+    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_FORMAT);
+    dataset_close(&ds);
+    remove_dataset();
+    make_dataset();
+    char p[512];
+    snprintf(p, sizeof p, "%s/test/cat_0.bin", tmpdir);
+    unlink(p);
+    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_IO);
+    dataset_close(&ds);
+    TH_CHECK(dataset_open_split_binary(&ds, "/nonexistent-dir", "feature_spec.yaml") == TR_ERR_IO);
+    dataset_close(&ds);
+    remove_dataset();
+}
+
+/* replace the first occurrence of `from` in the seed yaml by `to` and read it */
+static enum tr_status read_edited(const char *from, const char *to)
+{
+    char buf[8192];
+    const char *at = strstr(seed_yaml, from);
+    TR_ASSERT(at);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - seed_yaml), seed_yaml, to, at + strlen(from));
+    write_text("feature_spec.yaml", buf);
+    struct dataset ds;
+    enum tr_status rc = dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml");
+    dataset_close(&ds);
+    return rc;
+}
+
+static void bad_specs_refused(void)
+{
+    make_dataset();
+    TH_CHECK(read_edited("cardinality: 5, dtype: int8", "cardinality: 5, dtype: float32") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("cardinality: 5, ", "") == TR_ERR_FORMAT);                 /* no cardinality */
+    TH_CHECK(read_edited("cardinality: 5,", "cardinality: -5,") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("label: {dtype: bool}", "label: {dtype: int8}") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("label: [label]", "label: [label, num_0]") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("files: [train/cat_1.bin], type: split_binary",
+                         "files: [train/cat_1.bin], type: parquet") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("files: [train/cat_2.bin]", "files: [train/cat_2.bin, x.bin]") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("  train:\n", "  training:\n") == TR_ERR_FORMAT);          /* no train split */
+    TH_CHECK(read_edited("channel_spec:\n", "channel_spec: [\n") == TR_ERR_FORMAT); /* yaml syntax */
+    TH_CHECK(read_edited("source_spec:\n", "source_spec: 3\nx:\n") == TR_ERR_FORMAT);
+    TH_CHECK(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_1, num_0]") ==
+             TR_ERR_FORMAT); /* numerical chunk order differs from the channel */
+    TH_CHECK(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_0]") ==
+             TR_ERR_FORMAT); /* a numerical feature missing from the chunk */
+    remove_dataset();
+}
+
+static void dtype_rule(void)
+{
+    TH_CHECK(fs_cat_dtype_for(1) == KERN_I8);
+    TH_CHECK(fs_cat_dtype_for(126) == KERN_I8);
+    TH_CHECK(fs_cat_dtype_for(127) == KERN_I16); /* strict < iinfo(int8).max */
+    TH_CHECK(fs_cat_dtype_for(32766) == KERN_I16);
+    TH_CHECK(fs_cat_dtype_for(32767) == KERN_I32);
+    TH_CHECK(fs_cat_dtype_for(2147483646) == KERN_I32);
+}
+
+static const struct th_case cases[] = {
+    {"read_seed_spec", read_seed_spec},
+    {"read_values", read_values},
+    {"size_mismatch_refused", size_mismatch_refused},
+    {"bad_specs_refused", bad_specs_refused},
+    {"dtype_rule", dtype_rule},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}
