@@ -111,6 +111,7 @@ KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 KERN_CU_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
 LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
 WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
+LAUNCHER_SRCS := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -118,13 +119,15 @@ LIBCOMMON := $(BUILD)/libcommon.a
 LIBKERNELS := $(BUILD)/libkernels.a
 LIBLOADER := $(BUILD)/libloader.a
 LIBWORKER := $(BUILD)/libworker.a
+LIBLAUNCHER := $(BUILD)/liblauncher.a
 # link order: dependents first
-ALL_LIBS := $(LIBWORKER) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
+ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
 $(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
 $(LIBLOADER): $(call obj,$(LOADER_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
+$(LIBLAUNCHER): $(call obj,$(LAUNCHER_SRCS))
 
 $(BUILD)/%.a:
 	@mkdir -p $(@D)
@@ -142,7 +145,11 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-BINS := $(BIN)/terarec-worker
+BINS := $(BIN)/terarec-worker $(BIN)/terarec
+
+$(BIN)/terarec: $(call obj,launcher/main.c) $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 $(BIN)/terarec-worker: $(call obj,worker/main.c) $(ALL_LIBS)
 	@mkdir -p $(@D)
@@ -190,7 +197,7 @@ ubsan:
 	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
 
 # every header compiles alone (as C11; headers used from CUDA are also checked by check-cuda)
-HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h worker/*.h)
+HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h worker/*.h launcher/*.h)
 check-headers:
 	$(Q)set -e; mkdir -p $(BUILD)/hdr; for h in $(HEADERS); do \
 	  echo "#include \"$(CURDIR)/$$h\"" > $(BUILD)/hdr/t.c; \
