@@ -1,0 +1,820 @@
+/* bench_train.c: samples/s and per-phase split of DLRM training steps on the CPU backend
+ * (tiny, MLPerf-shaped, embedding-bound configs), against machine limits measured in the
+ * same run: sgemm time of every GEMM of a step (be.i->gemm) and random row reads/RMWs on
+ * the config's own tables -> GEMM and bandwidth rooflines and terarec's share of them.
+ * It does not read data files or run PyTorch (bench/torch_dlrm.py does). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/log.h"
+#include "../common/param.h"
+#include "../common/version.h"
+#include "../kernels/kern.h"
+#include "../kernels/kmath.h"
+#include "../loader_svc/batch.h"
+#include "../loader_svc/synth.h"
+#include "../worker/dlrm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define NUM_FEATURES 13
+#define NTABLES 26
+#define CARD_CAP 4000000
+#define MAX_GEMMS (3 * 2 * DLRM_MAX_LAYERS)
+#define ROW_CHUNKS 16     /* batches of fresh random ids per pass of the row benchmark */
+#define ROW_LR 1e-6f      /* keeps the tables sane under the RMW benchmark */
+#define CACHE_LINE 64
+
+static const int64_t criteo_kaggle_cards[NTABLES] = {
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+};
+
+/* One benchmark config. rows = 0 means the Criteo Kaggle cardinalities. */
+struct bench_config {
+    const char *name;
+    int64_t rows;
+    int emb_dim;
+    int nbottom, bottom[4];
+    int ntop, top[8];
+    enum synth_ids ids;
+    int steps, warmup;   /* defaults */
+    int target_rows;     /* target is a share of the random-row limit, not of the min roofline */
+    double target;
+};
+
+static const struct bench_config configs[] = {
+    {"tiny", 100000, 16, 3, {512, 256, 16}, 3, {512, 256, 1}, SYNTH_IDS_POWERLAW, 100, 10, 0, 0.80},
+    {"mlperf", 0, 128, 3, {512, 256, 128}, 5, {1024, 1024, 512, 256, 1}, SYNTH_IDS_POWERLAW, 30, 5, 0, 0.80},
+    {"embbound", 2000000, 64, 2, {64, 64}, 2, {64, 1}, SYNTH_IDS_UNIFORM, 300, 20, 1, 0.70},
+};
+#define NCONFIGS ((int)TR_ARRAY_SIZE(configs))
+
+static const char *const config_choices[] = {"tiny", "mlperf", "embbound", "all", NULL};
+
+struct bench_opts {
+    int config;
+    int threads;
+    int64_t batch;
+    int steps, warmup, nbatches;
+    int64_t scale;
+    double lr, limit_sec;
+    char *json;
+};
+
+/* One GEMM of a training step, with the model's shapes and leading dimensions. */
+struct gemm_case {
+    char name[64];
+    enum dlrm_phase phase;
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    double sec; /* measured, best of the trials */
+};
+
+/* Best rate of one random-row access pattern. */
+struct rows_rate {
+    double rate;          /* rows/s (step: rows gathered and updated, counted once) */
+    int pf, sorted;       /* prefetch distance and visiting order of the best */
+    double by_order[2];   /* best rows/s in position order, in row order */
+    double gather_share;  /* step: fraction of the best pass spent gathering */
+};
+
+struct bench_result {
+    const struct bench_config *c;
+    int64_t cards[NTABLES];
+    int steps, warmup;
+    struct dlrm_bytes bytes;
+    double init_sec, step_sec, samples_per_s, loss_first, loss_last;
+    double step_min, step_median, step_max; /* seconds of one timed step */
+    double phase_sec[DLRM_T_COUNT_]; /* per step */
+    struct gemm_case gemms[MAX_GEMMS];
+    int ngemms;
+    double gemm_sec, gemm_phase_sec[DLRM_T_COUNT_]; /* per step */
+    struct rows_rate rows[3];                       /* read, RMW, step-shaped (enum rows_op) */
+    double roof_gemm, roof_rows, roof_rows_indep, roof_both, roof, share, share_rows, share_target;
+    const char *bound;
+    int met;
+};
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fill_random(float *p, int64_t n, uint64_t stream)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        p[i] = km_u01(km_rand3(7, stream, (uint64_t)i)) - 0.5f;
+}
+
+static void format_dims(char *buf, size_t n, const int *v, int nv)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < nv && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%d", i ? "," : "", v[i]);
+}
+
+/* ---- GEMM limit --------------------------------------------------------------- */
+
+static void gemm_add(struct bench_result *r, const struct dlrm_layer *L, const char *kind, enum dlrm_phase ph,
+                     int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    TR_ASSERT(r->ngemms < MAX_GEMMS);
+    struct gemm_case *g = &r->gemms[r->ngemms++];
+    snprintf(g->name, sizeof g->name, "%s %s", L->name, kind);
+    g->phase = ph;
+    g->ta = ta, g->tb = tb;
+    g->m = M, g->n = N, g->k = K;
+    g->lda = lda, g->ldb = ldb, g->ldc = ldc;
+    g->sec = 0.0;
+}
+
+/* Lists the GEMMs dlrm_train_step runs, as layer_fwd/layer_bwd in worker/dlrm.c issue
+ * them: every layer's input and input gradient are contiguous (ld = in); its output
+ * and output gradient use ld = ldy (n*D for the last bottom layer, which writes row 0
+ * of the interaction input). The first bottom layer has no input gradient. */
+static void gemm_list(const struct dlrm *m, int64_t B, struct bench_result *r)
+{
+    r->ngemms = 0;
+    for (int part = 0; part < 2; part++) {
+        int nl = part ? m->cfg.ntop : m->cfg.nbottom;
+        const struct dlrm_layer *Ls = part ? m->top : m->bottom;
+        for (int l = 0; l < nl; l++) {
+            const struct dlrm_layer *L = &Ls[l];
+            enum dlrm_phase fwd = part ? DLRM_T_TOP_FWD : DLRM_T_BOTTOM_FWD;
+            enum dlrm_phase bwd = part ? DLRM_T_TOP_BWD : DLRM_T_BOTTOM_BWD;
+            gemm_add(r, L, "fwd X*W", fwd, 0, 0, B, L->out, L->in, L->in, L->out, L->ldy);
+            gemm_add(r, L, "dW X^T*dY", bwd, 1, 0, L->in, L->out, B, L->in, L->ldy, L->out);
+            if (part || l)
+                gemm_add(r, L, "dX dY*W^T", bwd, 0, 1, B, L->in, L->out, L->ldy, L->out, L->in);
+        }
+    }
+}
+
+static int64_t gemm_a_elems(const struct gemm_case *g)
+{
+    return (g->ta ? g->k : g->m) * g->lda;
+}
+
+static int64_t gemm_b_elems(const struct gemm_case *g)
+{
+    return (g->tb ? g->n : g->k) * g->ldb;
+}
+
+/* Times each GEMM on its own buffers: one untimed call, then 3 trials of `reps` calls
+ * (reps sized so a trial takes about limit_sec / 3); keeps the best trial's mean. */
+static enum tr_status gemm_measure(const struct kern_backend *be, struct bench_result *r, double limit_sec)
+{
+    enum tr_status rc = TR_OK;
+    int64_t na = 1, nb = 1, nc = 1;
+    for (int i = 0; i < r->ngemms; i++) {
+        const struct gemm_case *g = &r->gemms[i];
+        na = TR_MAX(na, gemm_a_elems(g));
+        nb = TR_MAX(nb, gemm_b_elems(g));
+        nc = TR_MAX(nc, g->m * g->ldc);
+    }
+    float *A = tr_malloc((size_t)na * sizeof(float));
+    float *Bm = tr_malloc((size_t)nb * sizeof(float));
+    float *C = tr_malloc((size_t)nc * sizeof(float));
+    if (!A || !Bm || !C) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    fill_random(A, na, 1);
+    fill_random(Bm, nb, 2);
+    fill_random(C, nc, 3);
+    memset(r->gemm_phase_sec, 0, sizeof r->gemm_phase_sec);
+    r->gemm_sec = 0.0;
+    for (int i = 0; i < r->ngemms; i++) {
+        struct gemm_case *g = &r->gemms[i];
+        struct kern_gemm_args a = {g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, A, g->lda, Bm, g->ldb, C, g->ldc};
+        double t0 = now_sec();
+        TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
+        TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
+        double one = (now_sec() - t0) / 2.0;
+        int64_t reps = (int64_t)(limit_sec / 3.0 / (one > 1e-7 ? one : 1e-7));
+        reps = TR_MAX(reps, 3);
+        reps = TR_MIN(reps, 100000);
+        double best = 1e30;
+        for (int trial = 0; trial < 3; trial++) {
+            t0 = now_sec();
+            for (int64_t k = 0; k < reps; k++)
+                TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
+            double s = (now_sec() - t0) / (double)reps;
+            best = TR_MIN(best, s);
+        }
+        g->sec = best;
+        r->gemm_sec += best;
+        r->gemm_phase_sec[g->phase] += best;
+    }
+exit:
+    tr_free(A);
+    tr_free(Bm);
+    tr_free(C);
+    return rc;
+}
+
+/* ---- random-row limit ---------------------------------------------------------- */
+
+/* Uniform random ids for ROW_CHUNKS batches of every table, and the positions of each
+ * (chunk, table) grouped by owner thread (thread o owns rows [o*rows/nt, (o+1)*rows/nt)),
+ * so no two threads ever write the same row: within a group in position order (random
+ * rows) or sorted by row (as the model's update visits them after its radix sort). */
+struct row_ids {
+    int nt, T;
+    int64_t B;
+    int32_t *ids;     /* (ROW_CHUNKS, T, B) */
+    int32_t *pos;     /* (ROW_CHUNKS, T, B) positions b, grouped by owner */
+    int32_t *spos;    /* (ROW_CHUNKS, T, B) the same, each group sorted by (row, position) */
+    int64_t *off;     /* (ROW_CHUNKS, T, nt + 1) group starts */
+};
+
+static void row_ids_release(struct row_ids *r)
+{
+    tr_free(r->ids);
+    tr_free(r->pos);
+    tr_free(r->spos);
+    tr_free(r->off);
+    memset(r, 0, sizeof *r);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static enum tr_status row_ids_init(struct row_ids *r, const struct dlrm *m, int64_t B, int nt)
+{
+    const int T = m->cfg.ntables;
+    memset(r, 0, sizeof *r);
+    r->nt = nt, r->T = T, r->B = B;
+    size_t n = (size_t)ROW_CHUNKS * (size_t)T * (size_t)B;
+    r->ids = tr_malloc(n * sizeof(int32_t));
+    r->pos = tr_malloc(n * sizeof(int32_t));
+    r->spos = tr_malloc(n * sizeof(int32_t));
+    r->off = tr_malloc((size_t)ROW_CHUNKS * (size_t)T * (size_t)(nt + 1) * sizeof(int64_t));
+    uint64_t *keys = tr_malloc((size_t)B * sizeof(uint64_t) * (size_t)ROW_CHUNKS * (size_t)T);
+    if (!r->ids || !r->pos || !r->spos || !r->off || !keys) {
+        tr_free(keys);
+        row_ids_release(r);
+        return TR_ERR_NOMEM;
+    }
+#pragma omp parallel for schedule(static)
+    for (int ct = 0; ct < ROW_CHUNKS * T; ct++) {
+        const int64_t rows = m->tables[ct % T].rows;
+        int32_t *id = r->ids + (int64_t)ct * B;
+        int32_t *pos = r->pos + (int64_t)ct * B;
+        int64_t *off = r->off + (int64_t)ct * (nt + 1);
+        for (int64_t b = 0; b < B; b++)
+            id[b] = (int32_t)((km_rand3(11, 0x7000u + (uint64_t)ct, (uint64_t)b) >> 11) % (uint64_t)rows);
+        for (int o = 0; o <= nt; o++)
+            off[o] = 0;
+        for (int64_t b = 0; b < B; b++)
+            off[(int64_t)id[b] * nt / rows + 1]++;
+        for (int o = 0; o < nt; o++)
+            off[o + 1] += off[o];
+        int64_t fill[64];
+        TR_ASSERT(nt <= 64);
+        for (int o = 0; o < nt; o++)
+            fill[o] = off[o];
+        for (int64_t b = 0; b < B; b++)
+            pos[fill[(int64_t)id[b] * nt / rows]++] = (int32_t)b;
+        uint64_t *key = keys + (int64_t)ct * B;
+        int32_t *spos = r->spos + (int64_t)ct * B;
+        for (int64_t q = 0; q < B; q++)
+            key[q] = (uint64_t)id[pos[q]] << 32 | (uint32_t)pos[q];
+        for (int o = 0; o < nt; o++)
+            qsort(key + off[o], (size_t)(off[o + 1] - off[o]), sizeof *key, cmp_u64);
+        for (int64_t q = 0; q < B; q++)
+            spos[q] = (int32_t)(key[q] & 0xffffffffu);
+    }
+    tr_free(keys);
+    return TR_OK;
+}
+
+static void prefetch_row(const float *p, int64_t bytes, int write)
+{
+    for (int64_t o = 0; o < bytes; o += CACHE_LINE) {
+        if (write)
+            __builtin_prefetch((const char *)p + o, 1);
+        else
+            __builtin_prefetch((const char *)p + o, 0);
+    }
+}
+
+/* Gathers table t's rows for chunk c into out (B, T, D) [b, t], prefetching `pf` rows
+ * ahead (every cache line of a row). sorted = 0: this thread takes a static share of
+ * the positions b, as emb_fwd does; sorted = 1: it gathers the rows it owns in row
+ * order. Called by every thread of a parallel region. */
+static void gather_one(const struct dlrm *m, const struct row_ids *r, int c, int t, float *out, int pf,
+                       int sorted, int tid, int nthr)
+{
+    const int T = r->T, nt = r->nt;
+    const int64_t B = r->B, D = m->cfg.emb_dim, bytes = D * (int64_t)sizeof(float);
+    const int64_t ct = (int64_t)c * T + t;
+    const int32_t *id = r->ids + ct * B;
+    const float *tab = m->tables[t].w;
+    if (!sorted) {
+        const int64_t b0 = B * tid / nthr, b1 = B * (tid + 1) / nthr;
+        for (int64_t b = b0; b < b1; b++) {
+            if (pf && b + pf < b1)
+                prefetch_row(tab + (int64_t)id[b + pf] * D, bytes, 0);
+            memcpy(out + (b * T + t) * D, tab + (int64_t)id[b] * D, (size_t)bytes);
+        }
+        return;
+    }
+    const int32_t *pos = r->spos + ct * B;
+    const int64_t *off = r->off + ct * (nt + 1);
+    for (int o = tid; o < nt; o += nthr) {
+        for (int64_t q = off[o]; q < off[o + 1]; q++) {
+            if (pf && q + pf < off[o + 1])
+                prefetch_row(tab + (int64_t)id[pos[q + pf]] * D, bytes, 0);
+            const int64_t b = pos[q];
+            memcpy(out + (b * T + t) * D, tab + (int64_t)id[b] * D, (size_t)bytes);
+        }
+    }
+}
+
+/* Read-modify-writes table t's rows for chunk c: row -= lr * g (B, D) [b], each row
+ * written only by its owner thread, in position order or (sorted) row order. g is small
+ * enough to stay in cache, as the model's just-computed gradient is, so the pass
+ * measures the table rows' traffic only. */
+static void rmw_one(const struct dlrm *m, const struct row_ids *r, int c, int t, const float *g, int pf,
+                    int sorted, int tid, int nthr)
+{
+    const int T = r->T, nt = r->nt;
+    const int64_t B = r->B, D = m->cfg.emb_dim, bytes = D * (int64_t)sizeof(float);
+    const int64_t ct = (int64_t)c * T + t;
+    const int32_t *id = r->ids + ct * B;
+    const int32_t *pos = (sorted ? r->spos : r->pos) + ct * B;
+    const int64_t *off = r->off + ct * (nt + 1);
+    float *tab = m->tables[t].w;
+    for (int o = tid; o < nt; o += nthr) {
+        for (int64_t q = off[o]; q < off[o + 1]; q++) {
+            if (pf && q + pf < off[o + 1])
+                prefetch_row(tab + (int64_t)id[pos[q + pf]] * D, bytes, 1);
+            const int64_t b = pos[q];
+            float *row = tab + (int64_t)id[b] * D;
+            const float *gr = g + b * D;
+            for (int64_t k = 0; k < D; k++)
+                row[k] -= ROW_LR * gr[k];
+        }
+    }
+}
+
+enum rows_op { ROWS_READ = 0, ROWS_RMW = 1, ROWS_STEP = 2, ROWS_NOPS_ };
+
+/* One pass over the ROW_CHUNKS batches of ids: ROWS_READ gathers every table,
+ * ROWS_RMW updates every table, ROWS_STEP does per batch what a training step does:
+ * gather all tables, then update the same rows (which may still be cached). The
+ * threads meet only between the two halves of a step. For ROWS_STEP, t_half[0..1]
+ * receive the seconds spent in the gather and update halves. Returns the rows read
+ * (READ), updated (RMW) or both, counted once (STEP). */
+static int64_t rows_pass(const struct dlrm *m, const struct row_ids *r, float *out, const float *g,
+                         enum rows_op op, int pf, int sorted, double *t_half)
+{
+    const int T = r->T;
+    double th[2] = {0.0, 0.0};
+#pragma omp parallel num_threads(r->nt)
+    {
+        int tid = 0, nthr = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nthr = omp_get_num_threads();
+#endif
+        for (int c = 0; c < ROW_CHUNKS; c++) {
+            double t0 = now_sec();
+            if (op != ROWS_RMW)
+                for (int t = 0; t < T; t++)
+                    gather_one(m, r, c, t, out, pf, op == ROWS_STEP ? 0 : sorted, tid, nthr);
+            if (op == ROWS_STEP) {
+#pragma omp barrier
+            }
+            double t1 = now_sec();
+            if (op != ROWS_READ)
+                for (int t = 0; t < T; t++)
+                    rmw_one(m, r, c, t, g, pf, sorted, tid, nthr);
+            if (op == ROWS_STEP) {
+#pragma omp barrier
+            }
+            if (tid == 0) {
+                th[0] += t1 - t0;
+                th[1] += now_sec() - t1;
+            }
+        }
+    }
+    if (t_half) {
+        t_half[0] += th[0];
+        t_half[1] += th[1];
+    }
+    return (int64_t)ROW_CHUNKS * T * r->B;
+}
+
+/* Rows/s of gathers, of RMWs and of step-shaped gather-then-update on the model's own
+ * tables: each the best over visiting order (position or row order; the step always
+ * gathers in position order, as emb_fwd) and a few prefetch distances, each measured
+ * for at least limit_sec after one untimed pass. */
+static enum tr_status rows_measure(const struct dlrm *m, int64_t B, int nt, double limit_sec,
+                                   struct bench_result *r)
+{
+    static const int pfs[] = {0, 4, 8, 16, 32};
+    enum tr_status rc = TR_OK;
+    struct row_ids ri;
+    const int64_t n = B * m->cfg.ntables * m->cfg.emb_dim, ng = B * m->cfg.emb_dim;
+    float *out = NULL, *g = NULL;
+    TR_CHECK(row_ids_init(&ri, m, B, nt));
+    out = tr_malloc((size_t)n * sizeof(float));
+    g = tr_malloc((size_t)ng * sizeof(float));
+    if (!out || !g) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    fill_random(out, n, 4);
+    fill_random(g, ng, 5);
+    memset(r->rows, 0, sizeof r->rows);
+    for (int op = 0; op < ROWS_NOPS_; op++) {
+        for (int sorted = 0; sorted < 2; sorted++) {
+            for (size_t i = 0; i < TR_ARRAY_SIZE(pfs); i++) {
+                int64_t rows = 0;
+                double half[2] = {0.0, 0.0}, dt;
+                rows_pass(m, &ri, out, g, (enum rows_op)op, pfs[i], sorted, NULL);
+                double t0 = now_sec();
+                do {
+                    rows += rows_pass(m, &ri, out, g, (enum rows_op)op, pfs[i], sorted, half);
+                    dt = now_sec() - t0;
+                } while (dt < limit_sec);
+                struct rows_rate *best = &r->rows[op];
+                double rate = (double)rows / dt;
+                best->by_order[sorted] = TR_MAX(best->by_order[sorted], rate);
+                if (rate > best->rate) {
+                    best->rate = rate;
+                    best->pf = pfs[i];
+                    best->sorted = sorted;
+                    best->gather_share = half[0] / (half[0] + half[1]);
+                }
+            }
+        }
+    }
+exit:
+    tr_free(out);
+    tr_free(g);
+    row_ids_release(&ri);
+    return rc;
+}
+
+/* ---- one config ------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs the warm-up steps, then times r->steps steps (each one separately too, for the
+ * median, which a stall of the shared machine moves less than the mean). */
+static enum tr_status train_measure(struct dlrm *m, struct tr_batch *batches, int nb, const struct bench_opts *o,
+                                    struct bench_result *r)
+{
+    double loss = 0.0;
+    double *st = tr_malloc((size_t)r->steps * sizeof(double));
+    if (!st)
+        return TR_ERR_NOMEM;
+    for (int s = 0; s < r->warmup; s++) {
+        TR_CHECK(dlrm_train_step(m, &batches[s % nb], (float)o->lr, &loss));
+        if (s == 0)
+            r->loss_first = loss;
+    }
+    dlrm_reset_timers(m);
+    double t0 = now_sec();
+    for (int s = 0; s < r->steps; s++) {
+        double ts = now_sec();
+        enum tr_status rc = dlrm_train_step(m, &batches[(r->warmup + s) % nb], (float)o->lr, &loss);
+        st[s] = now_sec() - ts;
+        if (rc != TR_OK) {
+            tr_free(st);
+            return rc;
+        }
+        if (s == 0 && r->warmup == 0)
+            r->loss_first = loss;
+    }
+    double dt = now_sec() - t0;
+    qsort(st, (size_t)r->steps, sizeof *st, cmp_double);
+    r->step_min = st[0];
+    r->step_median = st[r->steps / 2];
+    r->step_max = st[r->steps - 1];
+    tr_free(st);
+    r->loss_last = loss;
+    r->step_sec = dt / r->steps;
+    r->samples_per_s = (double)o->batch * r->steps / dt;
+    for (int p = 0; p < DLRM_T_COUNT_; p++)
+        r->phase_sec[p] = m->t[p] / r->steps;
+    return TR_OK;
+}
+
+/* GEMM roofline = B / (sum of the step's GEMM times); bandwidth roofline = R_step / T
+ * (R_step: rows/s gathered and then updated, as a step touches them); for reference
+ * also the independent-rates form 1 / (T/R_read + T/R_rmw), which ignores that the
+ * update finds the rows the gather just brought into the cache. */
+static void rooflines(const struct bench_opts *o, int T, struct bench_result *r)
+{
+    r->roof_gemm = (double)o->batch / r->gemm_sec;
+    r->roof_rows = r->rows[ROWS_STEP].rate / T;
+    r->roof_rows_indep = 1.0 / ((double)T / r->rows[ROWS_READ].rate + (double)T / r->rows[ROWS_RMW].rate);
+    r->roof_both = 1.0 / (1.0 / r->roof_gemm + 1.0 / r->roof_rows);
+    r->bound = r->roof_gemm <= r->roof_rows ? "GEMM" : "bandwidth";
+    r->roof = TR_MIN(r->roof_gemm, r->roof_rows);
+    r->share = r->samples_per_s / r->roof;
+    r->share_rows = r->samples_per_s / r->roof_rows;
+    r->share_target = r->c->target_rows ? r->share_rows : r->share;
+    r->met = r->share_target >= r->c->target;
+}
+
+static void print_rows(const char *what, const struct rows_rate *x, double row_bytes, int passes)
+{
+    printf("  %-36s %7.1f M rows/s %6.2f GB/s  (best: %s order, prefetch %d; position order %.1f, row order %.1f)\n",
+           what, 1e-6 * x->rate, 1e-9 * x->rate * row_bytes * passes, x->sorted ? "row" : "position", x->pf,
+           1e-6 * x->by_order[0], 1e-6 * x->by_order[1]);
+}
+
+static void print_result(const struct bench_opts *o, const struct bench_result *r)
+{
+    const struct bench_config *c = r->c;
+    const int T = NTABLES;
+    const double B = (double)o->batch;
+    printf("train: %d timed steps after %d warm-up: %.2f ms/step, %.0f samples/s (loss %.4f -> %.4f)\n", r->steps,
+           r->warmup, 1e3 * r->step_sec, r->samples_per_s, r->loss_first, r->loss_last);
+    printf("  one step: min %.2f, median %.2f, max %.2f ms (median-step rate %.0f samples/s)\n", 1e3 * r->step_min,
+           1e3 * r->step_median, 1e3 * r->step_max, B / r->step_median);
+    printf("sgemm through be.i->gemm (%s), %d threads, best of 3 trials:\n", kern_blas_info(), o->threads);
+    printf("  %-34s %6s %6s %6s %9s %8s\n", "gemm", "m", "n", "k", "ms", "GFLOP/s");
+    for (int i = 0; i < r->ngemms; i++) {
+        const struct gemm_case *g = &r->gemms[i];
+        printf("  %-34s %6lld %6lld %6lld %9.3f %8.1f\n", g->name, (long long)g->m, (long long)g->n,
+               (long long)g->k, 1e3 * g->sec, 2e-9 * (double)g->m * (double)g->n * (double)g->k / g->sec);
+    }
+    double flops = 0.0;
+    for (int i = 0; i < r->ngemms; i++)
+        flops += 2.0 * (double)r->gemms[i].m * (double)r->gemms[i].n * (double)r->gemms[i].k;
+    printf("  all %d GEMMs of a step: %.3f ms, %.1f GFLOP/s -> GEMM roofline = B / sum(t_gemm) = %.0f samples/s\n",
+           r->ngemms, 1e3 * r->gemm_sec, 1e-9 * flops / r->gemm_sec, r->roof_gemm);
+    const double row_bytes = (double)c->emb_dim * 4.0;
+    const struct rows_rate *rs = &r->rows[ROWS_STEP];
+    printf("random rows (uniform ids on this config's %d tables, %d threads, %.0f-byte rows, %d x B ids per pass):\n",
+           T, o->threads, row_bytes, ROW_CHUNKS * T);
+    print_rows("R_read: gather into (B,26,D)", &r->rows[ROWS_READ], row_bytes, 1);
+    print_rows("R_rmw:  row -= lr*g, owner thread", &r->rows[ROWS_RMW], row_bytes, 2);
+    print_rows("R_step: per batch gather, then RMW", rs, row_bytes, 3);
+    printf("  bandwidth roofline = R_step / %d = %.0f samples/s (each sample: %d gathers + %d RMWs of the same rows,"
+           " in a step's order; independent rates would give 1/(%d/R_read + %d/R_rmw) = %.0f)\n",
+           T, r->roof_rows, T, T, T, T, r->roof_rows_indep);
+    printf("roofline: GEMM-bound %.0f, bandwidth-bound %.0f samples/s -> %s-bound (the smaller): %.0f samples/s;"
+           " both in sequence: %.0f\n",
+           r->roof_gemm, r->roof_rows, r->bound, r->roof, r->roof_both);
+    printf("terarec: %.0f samples/s = %.1f%% of the %s-bound roofline, %.1f%% of the random-row limit\n",
+           r->samples_per_s, 100.0 * r->share, r->bound, 100.0 * r->share_rows);
+    printf("target: >= %.0f%% of the %s: %.1f%% -> %s\n", 100.0 * c->target,
+           c->target_rows ? "random-row limit" : "roofline", 100.0 * r->share_target, r->met ? "MET" : "NOT MET");
+    /* roofline time of each phase: its GEMMs, or its rows at the measured rates */
+    double ideal[DLRM_T_COUNT_];
+    for (int p = 0; p < DLRM_T_COUNT_; p++)
+        ideal[p] = r->gemm_phase_sec[p];
+    ideal[DLRM_T_EMB_FWD] = T * B / rs->rate * rs->gather_share;
+    ideal[DLRM_T_EMB_UPDATE] = T * B / rs->rate * (1.0 - rs->gather_share);
+    printf("phase split (ms per step; limit = the phase's GEMMs at measured speed, or its half of 26xB rows at"
+           " R_step):\n");
+    printf("  %-14s %9s %7s %9s %9s\n", "phase", "ms", "%", "limit ms", "excess ms");
+    double sum = 0.0, sum_ideal = 0.0;
+    for (int p = 0; p < DLRM_T_COUNT_; p++) {
+        sum += r->phase_sec[p];
+        sum_ideal += ideal[p];
+        printf("  %-14s %9.3f %6.1f%% %9.3f %9.3f\n", dlrm_phase_name((enum dlrm_phase)p), 1e3 * r->phase_sec[p],
+               100.0 * r->phase_sec[p] / r->step_sec, 1e3 * ideal[p], 1e3 * (r->phase_sec[p] - ideal[p]));
+    }
+    printf("  %-14s %9.3f %6.1f%%\n", "(untimed)", 1e3 * (r->step_sec - sum), 100.0 * (r->step_sec - sum) / r->step_sec);
+    printf("  %-14s %9.3f %6.1f%% %9.3f %9.3f\n", "step", 1e3 * r->step_sec, 100.0, 1e3 * sum_ideal,
+           1e3 * (r->step_sec - sum_ideal));
+    fflush(stdout);
+}
+
+static json_t *result_json(const struct bench_opts *o, const struct bench_result *r)
+{
+    const struct bench_config *c = r->c;
+    json_t *j = json_object();
+    json_t *cards = json_array(), *bottom = json_array(), *top = json_array();
+    for (int t = 0; t < NTABLES; t++)
+        json_array_append_new(cards, json_integer(r->cards[t]));
+    for (int l = 0; l < c->nbottom; l++)
+        json_array_append_new(bottom, json_integer(c->bottom[l]));
+    for (int l = 0; l < c->ntop; l++)
+        json_array_append_new(top, json_integer(c->top[l]));
+    json_object_set_new(j, "name", json_string(c->name));
+    json_object_set_new(j, "cards", cards);
+    json_object_set_new(j, "emb_dim", json_integer(c->emb_dim));
+    json_object_set_new(j, "bottom", bottom);
+    json_object_set_new(j, "top", top);
+    json_object_set_new(j, "ids", json_string(c->ids == SYNTH_IDS_UNIFORM ? "uniform" : "powerlaw"));
+    json_object_set_new(j, "batch_size", json_integer(o->batch));
+    json_object_set_new(j, "threads", json_integer(o->threads));
+    json_object_set_new(j, "scale", json_integer(o->scale));
+    json_object_set_new(j, "steps", json_integer(r->steps));
+    json_object_set_new(j, "warmup", json_integer(r->warmup));
+    json_object_set_new(j, "embedding_bytes", json_integer(r->bytes.embeddings));
+    json_object_set_new(j, "init_s", json_real(r->init_sec));
+    json_object_set_new(j, "samples_per_s", json_real(r->samples_per_s));
+    json_object_set_new(j, "ms_per_step", json_real(1e3 * r->step_sec));
+    json_object_set_new(j, "step_ms_min", json_real(1e3 * r->step_min));
+    json_object_set_new(j, "step_ms_median", json_real(1e3 * r->step_median));
+    json_object_set_new(j, "step_ms_max", json_real(1e3 * r->step_max));
+    json_object_set_new(j, "loss_first", json_real(r->loss_first));
+    json_object_set_new(j, "loss_last", json_real(r->loss_last));
+    json_t *ph = json_object();
+    for (int p = 0; p < DLRM_T_COUNT_; p++)
+        json_object_set_new(ph, dlrm_phase_name((enum dlrm_phase)p), json_real(1e3 * r->phase_sec[p]));
+    json_object_set_new(j, "phase_ms", ph);
+    json_t *gs = json_array();
+    for (int i = 0; i < r->ngemms; i++) {
+        const struct gemm_case *g = &r->gemms[i];
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(g->name));
+        json_object_set_new(e, "m", json_integer(g->m));
+        json_object_set_new(e, "n", json_integer(g->n));
+        json_object_set_new(e, "k", json_integer(g->k));
+        json_object_set_new(e, "ms", json_real(1e3 * g->sec));
+        json_object_set_new(e, "gflops", json_real(2e-9 * (double)g->m * (double)g->n * (double)g->k / g->sec));
+        json_array_append_new(gs, e);
+    }
+    json_object_set_new(j, "gemms", gs);
+    json_object_set_new(j, "gemm_ms_per_step", json_real(1e3 * r->gemm_sec));
+    static const char *const rows_names[ROWS_NOPS_] = {"read", "rmw", "step"};
+    for (int op = 0; op < ROWS_NOPS_; op++) {
+        const struct rows_rate *x = &r->rows[op];
+        json_t *e = json_object();
+        json_object_set_new(e, "rows_per_s", json_real(x->rate));
+        json_object_set_new(e, "prefetch", json_integer(x->pf));
+        json_object_set_new(e, "order", json_string(x->sorted ? "row" : "position"));
+        json_object_set_new(e, "rows_per_s_position_order", json_real(x->by_order[0]));
+        json_object_set_new(e, "rows_per_s_row_order", json_real(x->by_order[1]));
+        if (op == ROWS_STEP)
+            json_object_set_new(e, "gather_share", json_real(x->gather_share));
+        char key[32];
+        snprintf(key, sizeof key, "rows_%s", rows_names[op]);
+        json_object_set_new(j, key, e);
+    }
+    json_object_set_new(j, "roofline_gemm", json_real(r->roof_gemm));
+    json_object_set_new(j, "roofline_rows", json_real(r->roof_rows));
+    json_object_set_new(j, "roofline_both", json_real(r->roof_both));
+    json_object_set_new(j, "roofline_rows_formula", json_string("R_step / 26"));
+    json_object_set_new(j, "roofline_rows_independent", json_real(r->roof_rows_indep));
+    json_object_set_new(j, "bound", json_string(r->bound));
+    json_object_set_new(j, "roofline", json_real(r->roof));
+    json_object_set_new(j, "share", json_real(r->share));
+    json_object_set_new(j, "share_rows", json_real(r->share_rows));
+    json_object_set_new(j, "target_kind", json_string(c->target_rows ? "random-row limit" : "roofline"));
+    json_object_set_new(j, "target", json_real(c->target));
+    json_object_set_new(j, "share_target", json_real(r->share_target));
+    json_object_set_new(j, "target_met", json_boolean(r->met));
+    return j;
+}
+
+static enum tr_status run_config(const struct bench_config *c, const struct bench_opts *o, json_t *out)
+{
+    enum tr_status rc = TR_OK;
+    struct bench_result *r = tr_calloc(1, sizeof *r);
+    struct tr_batch *batches = tr_calloc((size_t)o->nbatches, sizeof *batches);
+    struct dlrm *m = NULL;
+    struct kern_backend be;
+    int nb = 0;
+    if (!r || !batches) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    r->c = c;
+    r->steps = o->steps > 0 ? o->steps : c->steps;
+    r->warmup = o->warmup >= 0 ? o->warmup : c->warmup;
+    int64_t rows_total = 0;
+    for (int t = 0; t < NTABLES; t++) {
+        int64_t card = c->rows ? c->rows : TR_MIN(criteo_kaggle_cards[t], CARD_CAP);
+        r->cards[t] = TR_MAX(card / o->scale, 1);
+        rows_total += r->cards[t];
+    }
+    kern_backend_cpu(&be, o->threads);
+    struct dlrm_cfg mc = {
+        .num_features = NUM_FEATURES, .ntables = NTABLES, .cards = r->cards, .emb_dim = c->emb_dim,
+        .nbottom = c->nbottom, .ntop = c->ntop, .optim = KERN_OPT_SGD, .seed = 42, .max_batch = o->batch,
+    };
+    memcpy(mc.bottom, c->bottom, sizeof c->bottom);
+    memcpy(mc.top, c->top, sizeof c->top);
+    char bdims[64], tdims[64];
+    format_dims(bdims, sizeof bdims, c->bottom, c->nbottom);
+    format_dims(tdims, sizeof tdims, c->top, c->ntop);
+    printf("\n== %s: %d tables, %lld rows in all (%s, scale 1/%lld), dim %d, bottom %s, top %s, %s ids, batch %lld,"
+           " %d threads, SGD lr %g\n",
+           c->name, NTABLES, (long long)rows_total, c->rows ? "equal tables" : "Criteo Kaggle cards capped at 4M",
+           (long long)o->scale, c->emb_dim, bdims, tdims, c->ids == SYNTH_IDS_UNIFORM ? "uniform" : "power-law",
+           (long long)o->batch, o->threads, o->lr);
+    fflush(stdout);
+    double t0 = now_sec();
+    TR_CHECK_GOTO(dlrm_new(&mc, &be, &m), rc, exit);
+    r->init_sec = now_sec() - t0;
+    dlrm_get_bytes(m, &r->bytes);
+    printf("model: embeddings %.1f MiB, dense %.2f MiB, activations %.1f MiB; dlrm_new %.1f s\n",
+           r->bytes.embeddings / 1048576.0, r->bytes.dense / 1048576.0, r->bytes.activations / 1048576.0,
+           r->init_sec);
+    struct synth_cfg sc = {1234, NUM_FEATURES, NTABLES, r->cards, c->ids};
+    for (nb = 0; nb < o->nbatches; nb++) {
+        TR_CHECK_GOTO(tr_batch_init(&batches[nb], o->batch, NUM_FEATURES, NTABLES), rc, exit);
+        TR_CHECK_GOTO(synth_fill(&sc, SYNTH_TRAIN, nb * o->batch, o->batch, &batches[nb]), rc, exit);
+    }
+    TR_CHECK_GOTO(train_measure(m, batches, nb, o, r), rc, exit);
+    gemm_list(m, o->batch, r);
+    TR_CHECK_GOTO(gemm_measure(&be, r, o->limit_sec), rc, exit);
+    TR_CHECK_GOTO(rows_measure(m, o->batch, o->threads, o->limit_sec, r), rc, exit);
+    rooflines(o, NTABLES, r);
+    print_result(o, r);
+    json_array_append_new(out, result_json(o, r));
+exit:
+    for (int i = 0; i < nb; i++)
+        tr_batch_release(&batches[i]);
+    tr_free(batches);
+    dlrm_free(&m);
+    tr_free(r);
+    return rc;
+}
+
+static enum tr_status write_json(const char *path, const struct bench_opts *o, json_t *results)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "bench", json_string("bench-bench_train"));
+    json_object_set_new(root, "version", json_string(tr_version()));
+    json_object_set_new(root, "blas", json_string(kern_blas_info()));
+    json_object_set_new(root, "threads", json_integer(o->threads));
+    json_object_set_new(root, "batch_size", json_integer(o->batch));
+    json_object_set_new(root, "scale", json_integer(o->scale));
+    json_object_set_new(root, "configs", json_incref(results));
+    int err = json_dump_file(root, path, JSON_INDENT(2));
+    json_decref(root);
+    if (err) {
+        LOG_ERROR("cannot write results to '%s'", path);
+        return TR_ERR_IO;
+    }
+    return TR_OK;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o = {0};
+    int want = 0;
+    tr_log_init();
+    struct tr_opt opts[] = {
+        {"config", TR_OPT_ENUM, &o.config, "all", "which config to run", 1, 0, config_choices, NULL, 0},
+        {"threads", TR_OPT_INT, &o.threads, "2", "CPU threads (OpenMP and BLAS)", 1, 64, NULL, NULL, 0},
+        {"batch_size", TR_OPT_INT64, &o.batch, "2048", "samples per step", 1, 1 << 20, NULL, NULL, 0},
+        {"steps", TR_OPT_INT, &o.steps, "0", "timed steps (0: per config, tiny 100, mlperf 30, embbound 300)", 0,
+         1e7, NULL, NULL, 0},
+        {"warmup", TR_OPT_INT, &o.warmup, "-1", "untimed steps first (-1: per config, 10, 5, 20)", -1, 1e7, NULL,
+         NULL, 0},
+        {"scale", TR_OPT_INT64, &o.scale, "1", "divide every table's rows by this (for quick runs)", 1, 1e9, NULL,
+         NULL, 0},
+        {"batches", TR_OPT_INT, &o.nbatches, "32", "distinct pre-generated batches, used round robin", 1, 4096,
+         NULL, NULL, 0},
+        {"lr", TR_OPT_DOUBLE, &o.lr, "0.01", "SGD learning rate", 0, 1e3, NULL, NULL, 0},
+        {"limit_sec", TR_OPT_DOUBLE, &o.limit_sec, "0.3", "seconds spent on each machine-limit measurement", 0.001,
+         60, NULL, NULL, 0},
+        {"json", TR_OPT_STRING, &o.json, NULL, "write machine-readable results to this file", TR_OPT_NOBOUNDS,
+         NULL, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, TR_OPT_NOBOUNDS, NULL, NULL, 0},
+    };
+    enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
+    if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
+        tr_opt_print_help(opts, "usage: bench-bench_train [options]\n\nsamples/s and phase split of DLRM training"
+                                " steps against measured GEMM and random-row rooflines", stdout);
+    } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
+        tr_version_print(stdout, "bench-bench_train", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
+    } else if (rc == TR_OK) {
+        json_t *results = json_array();
+        printf("bench_train: terarec %s, blas %s, %d threads, batch %lld, scale 1/%lld\n", tr_version(),
+               kern_blas_info(), o.threads, (long long)o.batch, (long long)o.scale);
+        for (int i = 0; i < NCONFIGS && rc == TR_OK; i++)
+            if (o.config == NCONFIGS || o.config == i)
+                rc = run_config(&configs[i], &o, results);
+        if (rc == TR_OK && o.json)
+            rc = write_json(o.json, &o, results);
+        json_decref(results);
+        if (rc != TR_OK)
+            LOG_ERROR("benchmark failed: %s", tr_strerror(rc));
+    }
+    tr_opt_release(opts);
+    return rc == TR_OK ? 0 : (rc == TR_ERR_ARG ? 2 : 1);
+}
