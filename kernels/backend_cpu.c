@@ -95,10 +95,22 @@ static enum tr_status cpu_copy(void *ctx, void *dst, const void *src, size_t n, 
     return TR_OK;
 }
 
-static size_t cpu_emb_ws(void *ctx, int64_t nidx, int64_t width)
+static size_t cpu_emb_ws(void *ctx, int64_t nidx, int64_t width, int ntables)
 {
     struct cpu_ctx *c = ctx;
-    return kern_cpu_emb_update_ws_bytes(nidx, width, c->threads);
+    return kern_cpu_emb_update_ws_bytes(nidx, width, ntables, c->threads);
+}
+
+static enum tr_status cpu_emb_fwd(void *ctx, const struct kern_emb_fwd_args *a, int n)
+{
+    (void)ctx;
+    return kern_cpu_emb_fwd(a, n);
+}
+
+static enum tr_status cpu_emb_update(void *ctx, const struct kern_emb_update_args *a, int n)
+{
+    (void)ctx;
+    return kern_cpu_emb_update(a, n);
 }
 
 #define CPU_WRAP(op, argt)                                                                \
@@ -110,8 +122,6 @@ static size_t cpu_emb_ws(void *ctx, int64_t nidx, int64_t width)
 CPU_WRAP(gemm, kern_gemm_args)
 CPU_WRAP(bias_act_fwd, kern_bias_act_fwd_args)
 CPU_WRAP(bias_act_bwd, kern_bias_act_bwd_args)
-CPU_WRAP(emb_fwd, kern_emb_fwd_args)
-CPU_WRAP(emb_update, kern_emb_update_args)
 CPU_WRAP(interact_fwd, kern_interact_fwd_args)
 CPU_WRAP(interact_bwd, kern_interact_bwd_args)
 CPU_WRAP(bce, kern_bce_args)
@@ -131,6 +141,7 @@ static void cpu_set_threads(void *ctx, int threads)
     c->threads = threads;
 #ifdef _OPENMP
     omp_set_num_threads(threads);
+    omp_set_max_active_levels(1); /* table-batched ops run inner regions on one thread */
 #endif
     kern_cpu_blas_set_threads(threads);
 }

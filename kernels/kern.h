@@ -111,9 +111,10 @@ struct kern_optim_hp {
  * position order) of bag_scale * grad[bag], then SGD or Adagrad on columns
  * [c0, c1) of r (accum has the same layout as table, for Adagrad). Duplicate ids
  * are summed before the step; no dense gradient is formed. The result is bitwise
- * independent of the thread count. ws must hold kern_emb_update_ws_bytes(...).
- * Errors: TR_ERR_RANGE as in emb_fwd (nothing is updated), TR_ERR_ARG if ws is
- * too small. */
+ * independent of the thread count. The workspace of a call is a[0].ws, holding
+ * emb_update_ws_bytes(ctx, max nidx, max width, n) bytes (the ws fields of the
+ * other tables are ignored). Errors: TR_ERR_RANGE as in emb_fwd (checked for
+ * every table first: on error no table is updated), TR_ERR_ARG if ws is too small. */
 struct kern_emb_update_args {
     float *table; /* (rows, ld) */
     int64_t rows, ld, c0, c1;
@@ -191,13 +192,17 @@ struct kern_backend_i {
     void (*mem_release)(void *ctx, void *p, size_t n);
     /* Copies between host and backend memory (dir: 0 host->dev, 1 dev->host, 2 dev->dev). */
     enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, int dir);
-    /* Workspace bytes emb_update needs for nidx indices and width columns. */
-    size_t (*emb_update_ws_bytes)(void *ctx, int64_t nidx, int64_t width);
+    /* Workspace bytes of an emb_update call on ntables tables of at most nidx
+     * indices and width columns each. */
+    size_t (*emb_update_ws_bytes)(void *ctx, int64_t nidx, int64_t width, int ntables);
     enum tr_status (*gemm)(void *ctx, const struct kern_gemm_args *a);
     enum tr_status (*bias_act_fwd)(void *ctx, const struct kern_bias_act_fwd_args *a);
     enum tr_status (*bias_act_bwd)(void *ctx, const struct kern_bias_act_bwd_args *a);
-    enum tr_status (*emb_fwd)(void *ctx, const struct kern_emb_fwd_args *a);
-    enum tr_status (*emb_update)(void *ctx, const struct kern_emb_update_args *a);
+    /* The embedding ops take n tables at once (a[0..n)), like a table-batched
+     * embedding: the backend spreads small tables over threads (or one launch) and
+     * parallelises inside large ones. Results do not depend on that choice. */
+    enum tr_status (*emb_fwd)(void *ctx, const struct kern_emb_fwd_args *a, int n);
+    enum tr_status (*emb_update)(void *ctx, const struct kern_emb_update_args *a, int n);
     enum tr_status (*interact_fwd)(void *ctx, const struct kern_interact_fwd_args *a);
     enum tr_status (*interact_bwd)(void *ctx, const struct kern_interact_bwd_args *a);
     enum tr_status (*bce)(void *ctx, const struct kern_bce_args *a);

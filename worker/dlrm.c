@@ -158,7 +158,10 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     const int64_t D = cfg->emb_dim, B = cfg->max_batch;
     m->cards = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
     m->tables = tr_calloc((size_t)(T ? T : 1), sizeof(struct dlrm_table));
-    if (!m->cards || !m->tables) {
+    m->fwd_args = tr_calloc((size_t)(T ? T : 1), sizeof *m->fwd_args);
+    m->upd_args = tr_calloc((size_t)(T ? T : 1), sizeof *m->upd_args);
+    m->bad_pos = tr_calloc((size_t)(T ? T : 1), sizeof *m->bad_pos);
+    if (!m->cards || !m->tables || !m->fwd_args || !m->upd_args || !m->bad_pos) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
@@ -231,7 +234,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
             hidden += m->top[l].out;
         size_t floats = (size_t)B * ((size_t)(2 * m->n * D) + 2 * (size_t)m->top_in_w + 2 * (size_t)maxw + 1 +
                                      (size_t)hidden);
-        m->emb_ws_bytes = T ? be->i->emb_update_ws_bytes(be->ctx, B, D) : 0;
+        m->emb_ws_bytes = T ? be->i->emb_update_ws_bytes(be->ctx, B, D, T) : 0;
         m->act_bytes = floats * sizeof(float) + m->emb_ws_bytes + 64;
         char *act = NULL;
         TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, m->act_bytes, (void **)&act), rc, fail);
@@ -284,6 +287,9 @@ void dlrm_free(struct dlrm **pm)
     be->i->mem_release(be->ctx, m->params, m->dense_bytes);
     be->i->mem_release(be->ctx, m->x, m->act_bytes);
     tr_free(m->tables);
+    tr_free(m->fwd_args);
+    tr_free(m->upd_args);
+    tr_free(m->bad_pos);
     tr_free(m->cards);
     tr_free(m);
     *pm = NULL;
@@ -336,23 +342,29 @@ enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b)
     const int64_t B = b->n, D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
     const struct kern_backend *be = &m->be;
     double t0 = now_sec();
-    for (int t = 0; t < m->cfg.ntables; t++) {
+    const int T = m->cfg.ntables;
+    for (int t = 0; t < T; t++) {
         struct dlrm_table *tb = &m->tables[t];
-        int64_t bad = -1;
-        struct kern_emb_fwd_args a = {
+        m->bad_pos[t] = -1;
+        m->fwd_args[t] = (struct kern_emb_fwd_args){
             .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
             .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .offsets = NULL, .nbags = B,
-            .comb = KERN_COMB_SUM, .out = m->x + (int64_t)tb->pos * D + tb->col0, .out_ld = ldx, .bad_pos = &bad,
+            .comb = KERN_COMB_SUM, .out = m->x + (int64_t)tb->pos * D + tb->col0, .out_ld = ldx,
+            .bad_pos = &m->bad_pos[t],
         };
-        enum tr_status rc = be->i->emb_fwd(be->ctx, &a);
-        if (rc == TR_ERR_RANGE && bad >= 0) {
+    }
+    enum tr_status rc = T ? be->i->emb_fwd(be->ctx, m->fwd_args, T) : TR_OK;
+    for (int t = 0; rc == TR_ERR_RANGE && t < T; t++) {
+        int64_t bad = m->bad_pos[t];
+        if (bad >= 0) {
             LOG_ERROR("table %d: categorical id %d of sample %lld (batch %lld) is outside [0, %lld)", t,
                       (int)b->cat[(int64_t)t * b->cap + bad], (long long)bad, (long long)b->index,
-                      (long long)tb->rows);
+                      (long long)m->tables[t].rows);
             LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
+            break;
         }
-        TR_CHECK(rc);
     }
+    TR_CHECK(rc);
     double t1 = now_sec();
     m->t[DLRM_T_EMB_FWD] += t1 - t0;
     for (int l = 0; l < m->cfg.nbottom; l++) {
@@ -437,9 +449,10 @@ enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, 
     const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
     const struct kern_backend *be = &m->be;
     double t0 = now_sec();
-    for (int t = 0; t < m->cfg.ntables; t++) {
+    const int T = m->cfg.ntables;
+    for (int t = 0; t < T; t++) {
         struct dlrm_table *tb = &m->tables[t];
-        struct kern_emb_update_args a = {
+        m->upd_args[t] = (struct kern_emb_update_args){
             .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
             .accum = tb->accum, .accum_ld = tb->width,
             .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .offsets = NULL, .nbags = b->n,
@@ -447,8 +460,9 @@ enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, 
             .grad_scale = 1.0f, .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps},
             .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes, .bad_pos = NULL,
         };
-        TR_CHECK(be->i->emb_update(be->ctx, &a));
     }
+    if (T)
+        TR_CHECK(be->i->emb_update(be->ctx, m->upd_args, T));
     m->t[DLRM_T_EMB_UPDATE] += now_sec() - t0;
     return TR_OK;
 }

@@ -110,6 +110,9 @@ struct dlrm {
     float *dlogits; /* (max_batch) */
     void *emb_ws;
     size_t emb_ws_bytes;
+    struct kern_emb_fwd_args *fwd_args;    /* (ntables) per-step op arguments */
+    struct kern_emb_update_args *upd_args; /* (ntables) */
+    int64_t *bad_pos;                      /* (ntables) */
     size_t act_bytes;
 
     double t[DLRM_T_COUNT_]; /* seconds spent per phase since the last reset */

@@ -42,13 +42,13 @@ static enum tr_status check_indices(const void *idx, enum kern_dtype t, const in
     int64_t bad = INT64_MAX;
     if (t == KERN_I32) {
         const int32_t *p = (const int32_t *)idx + b0;
-#pragma omp parallel for schedule(static) reduction(min : bad)
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n > 65536)
         for (int64_t i = 0; i < n; i++)
             if (p[i] < 0 || p[i] >= rows)
                 bad = i < bad ? i : bad;
     } else {
         const int64_t *p = (const int64_t *)idx + b0;
-#pragma omp parallel for schedule(static) reduction(min : bad)
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n > 65536)
         for (int64_t i = 0; i < n; i++)
             if (p[i] < 0 || p[i] >= rows)
                 bad = i < bad ? i : bad;
@@ -63,7 +63,7 @@ static enum tr_status check_indices(const void *idx, enum kern_dtype t, const in
     return TR_OK;
 }
 
-enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a)
+static enum tr_status emb_fwd_one(const struct kern_emb_fwd_args *a)
 {
     int64_t base, nidx;
     if (a->c0 < 0 || a->c1 < a->c0 || a->c1 > a->ld)
@@ -119,11 +119,11 @@ static size_t align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int threads)
+/* Workspace of one table. */
+static size_t ws_one(int64_t nidx, int64_t width)
 {
     size_t n = (size_t)(nidx > 0 ? nidx : 1);
     size_t w = (size_t)(width > 0 ? width : 1);
-    (void)threads;
     return align64(2 * n * sizeof(uint64_t))     /* keys, double buffer */
            + align64(n * sizeof(int64_t))         /* bag of each position (multi-hot) */
            + align64((n + 1) * sizeof(int64_t))   /* run starts */
@@ -161,14 +161,12 @@ static uint64_t *radix_sort(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi,
  *     sequentially; each thread owns a range of slots and reads only its positions;
  *  4. apply the optimizer once per distinct row (one thread per row).
  * Every sum has a fixed order, so the result does not depend on the thread count. */
-enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
+/* Updates one table; a->ws/ws_bytes is this table's workspace. Indices were
+ * checked by the caller. */
+static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
 {
-    int64_t base, nidx;
-    if (a->c0 < 0 || a->c1 < a->c0 || a->c1 > a->ld)
-        return TR_ERR_ARG;
-    if (a->hp.kind == KERN_OPT_ADAGRAD && !a->accum)
-        return TR_ERR_ARG;
-    TR_CHECK(check_indices(a->idx, a->idx_dtype, a->offsets, a->nbags, a->rows, &base, &nidx, a->bad_pos));
+    int64_t base = a->offsets && a->nbags ? a->offsets[0] : 0;
+    int64_t nidx = a->offsets ? (a->nbags ? a->offsets[a->nbags] - base : 0) : a->nbags;
     if (nidx == 0 || a->c1 == a->c0)
         return TR_OK;
     const int64_t w = a->c1 - a->c0;
@@ -178,7 +176,7 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
         return TR_ERR_UNSUPPORTED;
 
     /* carve the workspace */
-    size_t need = kern_cpu_emb_update_ws_bytes(nidx, w, 1);
+    size_t need = ws_one(nidx, w);
     if (!a->ws || a->ws_bytes < need)
         return TR_ERR_ARG;
     char *ws = (char *)(((uintptr_t)a->ws + 63) & ~(uintptr_t)63);
@@ -270,4 +268,119 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a)
         }
     }
     return TR_OK;
+}
+
+/* ---- table-batched entry points ------------------------------------------------------ */
+
+/* A table is small when one thread does it in a few microseconds: then tables
+ * are spread over threads instead of threads over a table. */
+#define SMALL_TABLE_WORK ((int64_t)1 << 16)
+
+static int64_t nidx_of(const void *offsets, int64_t nbags)
+{
+    const int64_t *o = offsets;
+    return o ? (nbags ? o[nbags] - o[0] : 0) : nbags;
+}
+
+static int spread_tables(int n, int64_t max_work)
+{
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    return n > 1 && nt > 1 && (max_work < SMALL_TABLE_WORK || n >= 4 * nt);
+}
+
+size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int ntables, int threads)
+{
+    int slots = ntables < threads ? ntables : threads;
+    return ws_one(nidx, width) * (size_t)(slots > 1 ? slots : 1);
+}
+
+enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n)
+{
+    int64_t max_work = 0;
+    for (int t = 0; t < n; t++)
+        max_work = TR_MAX(max_work, nidx_of(a[t].offsets, a[t].nbags) * (a[t].c1 - a[t].c0));
+    if (!spread_tables(n, max_work)) {
+        for (int t = 0; t < n; t++)
+            TR_CHECK(emb_fwd_one(&a[t]));
+        return TR_OK;
+    }
+    /* the first failing table (in table order) decides the status */
+    int first_bad = n;
+    enum tr_status bad_rc = TR_OK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < n; t++) {
+        enum tr_status rc = emb_fwd_one(&a[t]);
+        if (rc != TR_OK) {
+#pragma omp critical(emb_fwd_err)
+            if (t < first_bad) {
+                first_bad = t;
+                bad_rc = rc;
+            }
+        }
+    }
+    return bad_rc;
+}
+
+enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
+{
+    if (n < 1)
+        return TR_OK;
+    int64_t max_nidx = 0, max_w = 0;
+    for (int t = 0; t < n; t++) {
+        int64_t base, nidx;
+        if (a[t].c0 < 0 || a[t].c1 < a[t].c0 || a[t].c1 > a[t].ld)
+            return TR_ERR_ARG;
+        if (a[t].hp.kind == KERN_OPT_ADAGRAD && !a[t].accum)
+            return TR_ERR_ARG;
+        TR_CHECK(check_indices(a[t].idx, a[t].idx_dtype, a[t].offsets, a[t].nbags, a[t].rows, &base, &nidx,
+                               a[t].bad_pos));
+        if (nidx > INT32_MAX)
+            return TR_ERR_UNSUPPORTED;
+        max_nidx = TR_MAX(max_nidx, nidx);
+        max_w = TR_MAX(max_w, a[t].c1 - a[t].c0);
+    }
+    const size_t slot = ws_one(max_nidx, max_w);
+    if (!a[0].ws || a[0].ws_bytes < slot)
+        return TR_ERR_ARG;
+    if (!spread_tables(n, max_nidx * max_w)) {
+        for (int t = 0; t < n; t++) {
+            struct kern_emb_update_args one = a[t];
+            one.ws = a[0].ws;
+            one.ws_bytes = a[0].ws_bytes;
+            TR_CHECK(emb_update_one(&one));
+        }
+        return TR_OK;
+    }
+    int nslots = (int)(a[0].ws_bytes / slot);
+    if (nslots < 1)
+        nslots = 1;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    if (nt > nslots)
+        nt = nslots;
+    enum tr_status bad_rc = TR_OK;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < n; t++) {
+            struct kern_emb_update_args one = a[t];
+            one.ws = (char *)a[0].ws + (size_t)tid * slot;
+            one.ws_bytes = slot;
+            enum tr_status rc = emb_update_one(&one);
+            if (rc != TR_OK) {
+#pragma omp critical(emb_update_err)
+                bad_rc = rc;
+            }
+        }
+    }
+    return bad_rc;
 }

@@ -57,7 +57,7 @@ static void run_emb_fwd(struct kern_backend *be, float *out)
     struct kern_emb_fwd_args a = {.table = e_table, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
                                   .idx = e_idx, .idx_dtype = KERN_I64, .offsets = e_off, .nbags = E_BAGS,
                                   .comb = KERN_COMB_MEAN, .out = out, .out_ld = E_W};
-    enum tr_status rc = be->i->emb_fwd(be->ctx, &a);
+    enum tr_status rc = be->i->emb_fwd(be->ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
 }
 
@@ -68,21 +68,21 @@ static void run_emb_update(struct kern_backend *be, float *out)
     memcpy(tab, e_table, sizeof e_table);
     for (int i = 0; i < E_ROWS * E_LD; i++)
         acc[i] = 0.1f;
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, e_off[E_BAGS], E_W);
+    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, e_off[E_BAGS], E_W, 1);
     void *ws = tr_malloc(ws_bytes);
     struct kern_emb_update_args a = {.table = tab, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
                                      .accum = acc, .accum_ld = E_LD, .idx = e_idx, .idx_dtype = KERN_I64,
                                      .offsets = e_off, .nbags = E_BAGS, .comb = KERN_COMB_MEAN, .grad = e_grad,
                                      .grad_ld = E_W, .grad_scale = 0.37f, .hp = {KERN_OPT_ADAGRAD, 0.01f, 1e-8f},
                                      .ws = ws, .ws_bytes = ws_bytes};
-    enum tr_status rc = be->i->emb_update(be->ctx, &a);
+    enum tr_status rc = be->i->emb_update(be->ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
     /* one-hot SGD on top, all ~10000 ids as bags */
     a.offsets = NULL;
     a.nbags = e_off[E_BAGS];
     a.hp.kind = KERN_OPT_SGD;
     a.accum = NULL;
-    rc = be->i->emb_update(be->ctx, &a);
+    rc = be->i->emb_update(be->ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
     tr_free(ws);
 }

@@ -154,7 +154,7 @@ static void fwd_case(struct kern_backend *be, int64_t w, enum kern_dtype t, int 
         .offsets = b.offsets, .nbags = nbags, .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out,
         .out_ld = out_ld, .bad_pos = &bad_pos,
     };
-    enum tr_status rc = be->i->emb_fwd(be->ctx, &a);
+    enum tr_status rc = be->i->emb_fwd(be->ctx, &a, 1);
     TH_CHECKF(rc == TR_OK, "w=%lld t=%d mean=%d maxlen=%lld: rc %d", (long long)w, (int)t, mean, (long long)maxlen,
               (int)rc);
     TH_CHECKF(bad_pos == -1, "bad_pos %lld after success (want -1)", (long long)bad_pos);
@@ -220,7 +220,7 @@ static void test_fwd_offsets_base(void)
     struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = 3, .idx = idx,
                                   .idx_dtype = KERN_I64, .offsets = offsets, .nbags = 3, .comb = KERN_COMB_SUM,
                                   .out = out, .out_ld = 3};
-    TH_REQUIRE(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_REQUIRE(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     /* bag 0 = rows 0,1; bag 1 empty; bag 2 = rows 2,3,0 */
     const float want[9] = {1 + 4, 2 + 5, 3 + 6, 0, 0, 0, 7 + 10 + 1, 8 + 11 + 2, 9 + 12 + 3};
     for (int i = 0; i < 9; i++)
@@ -265,13 +265,13 @@ static void test_fwd_range(void)
                                               .idx_dtype = t ? KERN_I64 : KERN_I32,
                                               .offsets = multi ? offsets : NULL, .nbags = multi ? n / 4 : n,
                                               .comb = KERN_COMB_SUM, .out = out, .out_ld = ld, .bad_pos = &bad_pos};
-                enum tr_status rc = be.i->emb_fwd(be.ctx, &a);
+                enum tr_status rc = be.i->emb_fwd(be.ctx, &a, 1);
                 TH_CHECKF(rc == TR_ERR_RANGE, "case %zu dtype %d multi %d: rc %d, want TR_ERR_RANGE", k, t, multi,
                           (int)rc);
                 TH_CHECKF(bad_pos == bad[k].pos1, "case %zu dtype %d multi %d: bad_pos %lld, want %lld", k, t, multi,
                           (long long)bad_pos, (long long)bad[k].pos1);
                 a.bad_pos = NULL; /* optional */
-                TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_ERR_RANGE);
+                TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE);
             }
         }
     }
@@ -284,12 +284,12 @@ static void test_fwd_range(void)
     struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = i64,
                                   .idx_dtype = KERN_I64, .nbags = n, .comb = KERN_COMB_SUM, .out = out,
                                   .out_ld = ld, .bad_pos = &bad_pos};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_ERR_RANGE);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE);
     TH_CHECK(bad_pos == 100);
     /* the boundary ids 0 and rows-1 are valid */
     i64[100] = 0;
     i64[200] = rows - 1;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     TH_CHECK(bad_pos == -1);
     tr_free(offsets);
     tr_free(i32);
@@ -315,7 +315,7 @@ static void test_fwd_offsets_bad(void)
         struct kern_emb_fwd_args a = {.table = table, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
                                       .idx_dtype = KERN_I64, .offsets = sets[k], .nbags = 4, .comb = KERN_COMB_MEAN,
                                       .out = out, .out_ld = 2, .bad_pos = &bad_pos};
-        TH_CHECKF(be.i->emb_fwd(be.ctx, &a) == TR_ERR_RANGE, "offsets set %d accepted", k);
+        TH_CHECKF(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE, "offsets set %d accepted", k);
         /* kern.h leaves open whether bad_pos names the bag b or the offsets entry b+1 */
         TH_CHECKF(bad_pos == first_bad[k] || bad_pos == first_bad[k] + 1, "offsets set %d: bad_pos %lld", k,
                   (long long)bad_pos);
@@ -323,13 +323,13 @@ static void test_fwd_offsets_bad(void)
     struct kern_emb_fwd_args a = {.table = table, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
                                   .idx_dtype = KERN_I64, .offsets = ok, .nbags = 4, .comb = KERN_COMB_MEAN,
                                   .out = out, .out_ld = 2};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     /* no bags at all: nothing to do, nothing written */
     kt_sentinel_fill(out, 8);
     a.nbags = 0;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     a.offsets = NULL;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     int untouched = 1;
     for (int i = 0; i < 8; i++)
         untouched &= kt_is_sentinel(&out[i]);
@@ -337,10 +337,10 @@ static void test_fwd_offsets_bad(void)
     /* a column slice outside the row, or an index dtype that is not I32/I64 */
     a.nbags = 2;
     a.c1 = 3;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_ERR_ARG);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_ARG);
     a.c1 = 2;
     a.idx_dtype = KERN_F32;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_ERR_ARG);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_ARG);
 }
 
 /* ---- emb_update -------------------------------------------------------------------- */
@@ -373,7 +373,7 @@ static void update_case(struct kern_backend *be, int64_t w, enum kern_dtype t, i
     struct batch b;
     batch_make(&b, &r, nbags, rows, maxlen);
     struct kern_optim_hp hp = {kind, 0.1f, 1e-8f};
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, w);
+    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, w, 1);
     char *ws = tr_malloc(ws_bytes + 8);
     int64_t bad_pos = 777;
     struct kern_emb_update_args a = {
@@ -387,7 +387,7 @@ static void update_case(struct kern_backend *be, int64_t w, enum kern_dtype t, i
     char what[112];
     snprintf(what, sizeof what, "emb_update %s w=%lld dtype=%d mean=%d maxlen=%lld",
              kind == KERN_OPT_SGD ? "sgd" : "adagrad", (long long)w, (int)t, mean, (long long)maxlen);
-    enum tr_status rc = be->i->emb_update(be->ctx, &a);
+    enum tr_status rc = be->i->emb_update(be->ctx, &a, 1);
     TH_CHECKF(rc == TR_OK, "%s: rc %d", what, (int)rc);
     TH_CHECKF(bad_pos == -1, "%s: bad_pos %lld after success", what, (long long)bad_pos);
     ref_update(dtab, ld, dacc, accum_ld, rows, c0, c0 + w, &b, mean, grad, grad_ld, gs, &hp, touched);
@@ -460,13 +460,13 @@ static void test_update_mean_scaling(void)
     const float grad[4 * 2] = {3, 6, 5, -1, 100, 100, 4, 8};
     const int32_t idx[] = {0, 0, 1, 2, 1, 3};
     const int64_t offsets[] = {0, 3, 4, 4, 6};
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 6, 2);
+    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 6, 2, 1);
     void *ws = tr_malloc(ws_bytes);
     struct kern_emb_update_args a = {.table = table, .rows = 5, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
                                      .idx_dtype = KERN_I32, .offsets = offsets, .nbags = 4, .comb = KERN_COMB_MEAN,
                                      .grad = grad, .grad_ld = 2, .grad_scale = 2.0f, .hp = {KERN_OPT_SGD, 1.0f, 0.0f},
                                      .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     const double want[5 * 2] = {-2 * (2.0 / 3 * 3), -2 * (2.0 / 3 * 6), -2 * (1.0 / 3 * 3 + 0.5 * 4),
                                 -2 * (1.0 / 3 * 6 + 0.5 * 8), -2 * 5.0, -2 * -1.0, -2 * (0.5 * 4), -2 * (0.5 * 8),
                                 0, 0};
@@ -475,7 +475,7 @@ static void test_update_mean_scaling(void)
     /* the same with the sum combiner: bag scales are 1 */
     memset(table, 0, sizeof table);
     a.comb = KERN_COMB_SUM;
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     const double want_sum[5 * 2] = {-2 * 6.0, -2 * 12.0, -2 * 7.0, -2 * 14.0, -2 * 5.0, -2 * -1.0, -2 * 4.0,
                                     -2 * 8.0, 0, 0};
     kt_close("sum combiner", table, want_sum, 10, 1e-5, 1e-6, 1e-12);
@@ -490,13 +490,13 @@ static void test_update_duplicates_adagrad(void)
     float table[3] = {1.0f, 1.0f, 1.0f}, accum[3] = {0.5f, 0.5f, 0.5f};
     const float grad[4] = {1, 1, 1, 1};
     const int64_t idx[] = {1, 2, 1, 1};
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, 1);
+    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, 1, 1);
     void *ws = tr_malloc(ws_bytes);
     struct kern_emb_update_args a = {.table = table, .rows = 3, .ld = 1, .c0 = 0, .c1 = 1, .accum = accum,
                                      .accum_ld = 1, .idx = idx, .idx_dtype = KERN_I64, .nbags = 4,
                                      .grad = grad, .grad_ld = 1, .grad_scale = 1.0f,
                                      .hp = {KERN_OPT_ADAGRAD, 0.25f, 1e-3f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     const double want_t[3] = {1.0, 1.0 - 0.25 * 3 / (sqrt(9.5) + 1e-3), 1.0 - 0.25 * 1 / (sqrt(1.5) + 1e-3)};
     const double want_a[3] = {0.5, 9.5, 1.5};
     kt_close("adagrad duplicates: table", table, want_t, 3, 1e-6, 1e-6, 1e-12);
@@ -519,7 +519,7 @@ static void test_update_ws_small(void)
         idx[i] = kt_below(&r, rows);
     memcpy(table0, table, sizeof table);
     be.i->set_threads(be.ctx, 1);
-    size_t need = be.i->emb_update_ws_bytes(be.ctx, n, w);
+    size_t need = be.i->emb_update_ws_bytes(be.ctx, n, w, 1);
     be.i->set_threads(be.ctx, 0);
     char *ws = tr_malloc(need);
     struct kern_emb_update_args a = {.table = table, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = idx,
@@ -529,10 +529,10 @@ static void test_update_ws_small(void)
     for (size_t k = 0; k < TR_ARRAY_SIZE(sizes); k++) {
         a.ws = sizes[k] ? ws : NULL;
         a.ws_bytes = sizes[k];
-        enum tr_status rc = be.i->emb_update(be.ctx, &a);
+        enum tr_status rc = be.i->emb_update(be.ctx, &a, 1);
         TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): rc %d, want TR_ERR_ARG", sizes[k], need, (int)rc);
         a.ws = ws; /* a non-NULL pointer with a too-small size */
-        rc = be.i->emb_update(be.ctx, &a);
+        rc = be.i->emb_update(be.ctx, &a, 1);
         TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): rc %d, want TR_ERR_ARG", sizes[k], need, (int)rc);
     }
     TH_CHECK(memcmp(table, table0, sizeof table) == 0);
@@ -540,12 +540,12 @@ static void test_update_ws_small(void)
     a.ws = ws;
     a.ws_bytes = need;
     a.hp.kind = KERN_OPT_ADAGRAD;
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_ERR_ARG);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_ERR_ARG);
     TH_CHECK(memcmp(table, table0, sizeof table) == 0);
     /* exactly the one-thread size works, on 1 thread */
     be.i->set_threads(be.ctx, 1);
     a.hp.kind = KERN_OPT_SGD;
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     be.i->set_threads(be.ctx, 0);
     tr_free(ws);
 }
@@ -572,7 +572,7 @@ static void test_update_range(void)
     memcpy(accum0, accum, (size_t)(rows * w) * sizeof(float));
     for (int64_t b = 0; b <= n / 5; b++)
         offsets[b] = 5 * b;
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, n, w);
+    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, n, w, 1);
     void *ws = tr_malloc(ws_bytes);
     const int64_t bad_at[] = {0, 2500, n - 1};
     const int64_t bad_val[] = {-1, 30, 1000000};
@@ -595,7 +595,7 @@ static void test_update_range(void)
                         .grad = grad, .grad_ld = w, .grad_scale = 1.0f,
                         .hp = {kind ? KERN_OPT_ADAGRAD : KERN_OPT_SGD, 0.1f, 1e-8f}, .ws = ws,
                         .ws_bytes = ws_bytes, .bad_pos = &bad_pos};
-                    enum tr_status rc = be.i->emb_update(be.ctx, &a);
+                    enum tr_status rc = be.i->emb_update(be.ctx, &a, 1);
                     TH_CHECKF(rc == TR_ERR_RANGE, "kind %d dtype %d multi %d bad at %lld: rc %d", kind, t, multi,
                               (long long)bad_at[k], (int)rc);
                     TH_CHECKF(bad_pos == bad_at[k], "bad_pos %lld want %lld", (long long)bad_pos,
@@ -611,16 +611,16 @@ static void test_update_range(void)
                                      .idx_dtype = KERN_I64, .offsets = offsets, .nbags = n / 5,
                                      .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = w, .grad_scale = 1.0f,
                                      .hp = {KERN_OPT_SGD, 0.1f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_ERR_RANGE);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_ERR_RANGE);
     TH_CHECK(memcmp(table, table0, (size_t)(rows * w) * sizeof(float)) == 0);
     /* empty input: no bags, or only empty bags, changes nothing */
     for (int64_t b = 0; b <= n / 5; b++)
         offsets[b] = 0;
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     a.nbags = 0;
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     a.offsets = NULL;
-    TH_CHECK(be.i->emb_update(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
     TH_CHECK(memcmp(table, table0, (size_t)(rows * w) * sizeof(float)) == 0);
     tr_free(ws);
     tr_free(offsets);
@@ -643,7 +643,7 @@ static void test_update_range(void)
 
 static double fd_loss(struct kern_backend *be, struct kern_emb_fwd_args *a, float *out, const float *w, int64_t wd)
 {
-    enum tr_status rc = be->i->emb_fwd(be->ctx, a);
+    enum tr_status rc = be->i->emb_fwd(be->ctx, a, 1);
     TR_ASSERT(rc == TR_OK);
     double l = 0.0;
     for (int64_t b = 0; b < a->nbags; b++)
@@ -665,13 +665,13 @@ static void fd_case(struct kern_backend *be, int64_t maxlen, int mean, enum kern
     struct kern_emb_fwd_args fa = {.table = table, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
                                    .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.offsets, .nbags = nbags,
                                    .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out, .out_ld = wd};
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, wd);
+    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, wd, 1);
     void *ws = tr_malloc(ws_bytes);
     struct kern_emb_update_args ua = {.table = upd, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
                                       .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.offsets,
                                       .nbags = nbags, .comb = fa.comb, .grad = w, .grad_ld = wd, .grad_scale = 1.0f,
                                       .hp = {KERN_OPT_SGD, 1.0f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be->i->emb_update(be->ctx, &ua) == TR_OK);
+    TH_REQUIRE(be->i->emb_update(be->ctx, &ua, 1) == TR_OK);
     const float h = 1.0f / 64;
     int nbad = 0;
     for (int64_t row = 0; row < rows; row++) {
@@ -743,7 +743,7 @@ static void test_large_table(void)
                                           .idx = t ? (const void *)i64 : (const void *)i32,
                                           .idx_dtype = t ? KERN_I64 : KERN_I32, .nbags = nused,
                                           .comb = KERN_COMB_SUM, .out = out, .out_ld = ld};
-            TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+            TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
             for (int k = 0; k < nused; k++)
                 TH_CHECKF(memcmp(out + k * ld, table + i64[k] * ld + c0, (size_t)(ld - c0) * sizeof(float)) == 0,
                           "large table: gathered row %lld (dtype %d, c0 %lld) is wrong", (long long)i64[k], t,
@@ -756,7 +756,7 @@ static void test_large_table(void)
     struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = mi,
                                   .idx_dtype = KERN_I64, .offsets = mo, .nbags = 2, .comb = KERN_COMB_SUM,
                                   .out = out, .out_ld = ld};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_OK);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
     for (int64_t c = 0; c < ld; c++) {
         TH_CHECK(out[c] == table[(rows - 1) * ld + c] + table[c]);
         TH_CHECK(out[ld + c] == table[(rows - 3) * ld + c] + table[(rows - 2) * ld + c]);
@@ -767,7 +767,7 @@ static void test_large_table(void)
     a.offsets = NULL;
     a.nbags = 1;
     a.bad_pos = &bad_pos;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a) == TR_ERR_RANGE && bad_pos == 0);
+    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE && bad_pos == 0);
     /* SGD update, lr = 1, grad 1: exactly the used rows (all columns) drop by 1 per use */
     const int64_t ui[] = {rows - 1, rows - 1, ((int64_t)1 << 24) + 5, rows - 3};
     float grad[4 * 65];
@@ -776,7 +776,7 @@ static void test_large_table(void)
     float before[6 * 65];
     for (int k = 0; k < nused; k++)
         memcpy(before + k * ld, table + used[k] * ld, (size_t)ld * sizeof(float));
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, ld);
+    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, ld, 1);
     void *ws = tr_malloc(ws_bytes);
     for (int t = 0; t < 2; t++) {
         int32_t ui32[4];
@@ -787,7 +787,7 @@ static void test_large_table(void)
                                          .idx_dtype = t ? KERN_I64 : KERN_I32, .nbags = 4, .grad = grad,
                                          .grad_ld = ld, .grad_scale = 1.0f, .hp = {KERN_OPT_SGD, 1.0f, 0.0f},
                                          .ws = ws, .ws_bytes = ws_bytes};
-        TH_CHECK(be.i->emb_update(be.ctx, &u) == TR_OK);
+        TH_CHECK(be.i->emb_update(be.ctx, &u, 1) == TR_OK);
     }
     /* two updates: rows-1 used twice per update, 2^24+5 and rows-3 once */
     const float drop[6] = {0, 0, 2, 2, 0, 4};
