@@ -53,7 +53,7 @@ WARN += -Werror
 endif
 OPT ?= -O2
 CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
-CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -DTR_GIT_HASH='"$(GIT_HASH)"'
+CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -I$(BUILD)/gen
 LDFLAGS := -fopenmp
 LDLIBS := -ljansson -lyaml -lz -lm -lpthread
 
@@ -76,6 +76,18 @@ $(error SANITIZE: address and thread cannot be combined)
 endif
 CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# ---- optional MPI and PMIx, detected through pkg-config (MPI=0 / PMIX=0 force them off)
+MPI ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+PMIX ?= $(shell pkg-config --exists pmix 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),1)
+CPPFLAGS += -DTR_HAVE_MPI=1 $(shell pkg-config --cflags ompi-c)
+LDLIBS += $(shell pkg-config --libs ompi-c)
+endif
+ifeq ($(PMIX),1)
+CPPFLAGS += -DTR_HAVE_PMIX=1 $(shell pkg-config --cflags pmix)
+LDLIBS += $(shell pkg-config --libs pmix)
 endif
 
 ifeq ($(CUDA),1)
@@ -101,8 +113,16 @@ QUIET_LINK = @echo "  LINK    $@";
 QUIET_NVCC = @echo "  NVCC    $@";
 endif
 
+# Objects depend on the flags they were built with (a changed knob rebuilds), and
+# the git hash lives in a generated header that changes only when HEAD does.
+ifeq ($(filter clean deps deps-bench,$(MAKECMDGOALS)),)
+FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
+$(shell mkdir -p $(BUILD)/gen; echo '$(subst ','\'',$(FLAGS_LINE))' | cmp -s - $(BUILD)/gen/flags || echo '$(subst ','\'',$(FLAGS_LINE))' > $(BUILD)/gen/flags)
+$(shell echo '#define TR_GIT_HASH "$(GIT_HASH)"' | cmp -s - $(BUILD)/gen/version_gen.h || echo '#define TR_GIT_HASH "$(GIT_HASH)"' > $(BUILD)/gen/version_gen.h)
+endif
+
 ifeq ($(filter clean deps,$(MAKECMDGOALS)),)
-$(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
+$(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) mpi=$(MPI) pmix=$(PMIX) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
 endif
 
 # ---- sources ---------------------------------------------------------------------
@@ -136,7 +156,7 @@ $(BUILD)/%.a:
 # kernels are loops the vectoriser must see through (-O2's cost model skips them)
 $(BUILD)/obj/kernels/%.o: CFLAGS += -O3
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(BUILD)/gen/flags
 	@mkdir -p $(@D)
 	$(QUIET_CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -224,7 +244,8 @@ else
 endif
 
 # Debian packages needed to build, test and benchmark; installs only what is missing
-DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev zlib1g-dev
+DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev zlib1g-dev \
+  libopenmpi-dev openmpi-bin libpmix-dev
 DEPS_TEST := python3
 DEPS_BENCH := python3-torch python3-numpy
 deps:
