@@ -1,0 +1,146 @@
+/* dist.c: PMIx bootstrap (rank, sizes, node) and a Put/Fence/Get blob exchange.
+ * Values of PMIx keys come in different widths (uint16 local rank, uint32 sizes,
+ * rank type), so every Get checks the type. It does not start MPI: the comm
+ * layer does, after this. */
+#define _POSIX_C_SOURCE 200809L
+#include "dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/check.h"
+
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+#include <pmix.h>
+
+static enum tr_status get_uint(const pmix_proc_t *who, const char *key, int *out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = PMIx_Get(who, key, NULL, 0, &v);
+    if (rc != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Get(%s) failed: %s", key, PMIx_Error_string(rc));
+        return TR_ERR_MPI;
+    }
+    enum tr_status st = TR_OK;
+    switch (v->type) {
+    case PMIX_UINT32: *out = (int)v->data.uint32; break;
+    case PMIX_UINT16: *out = (int)v->data.uint16; break;
+    case PMIX_PROC_RANK: *out = (int)v->data.rank; break;
+    case PMIX_INT: *out = v->data.integer; break;
+    case PMIX_UINT64: *out = (int)v->data.uint64; break;
+    default:
+        LOG_ERROR("PMIx key %s has unexpected type %d", key, (int)v->type);
+        st = TR_ERR_MPI;
+    }
+    PMIX_VALUE_RELEASE(v);
+    return st;
+}
+
+static pmix_proc_t me;
+#endif
+
+enum tr_status dist_init(struct dist_info *d)
+{
+    memset(d, 0, sizeof *d);
+    d->world = d->local_world = d->nnodes = 1;
+    if (gethostname(d->host, sizeof d->host - 1) != 0)
+        strcpy(d->host, "?");
+    const char *ns = getenv("PMIX_NAMESPACE");
+    if (!ns || !*ns)
+        return TR_OK;
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    if (rc != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Init failed: %s", PMIx_Error_string(rc));
+        LOG_HINT("under srun use --mpi=pmix; PMIX_NAMESPACE is set but no PMIx server answered");
+        return TR_ERR_MPI;
+    }
+    d->pmix = 1;
+    pmix_proc_t job;
+    PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
+    snprintf(d->nspace, sizeof d->nspace, "%s", me.nspace);
+    d->rank = (int)me.rank;
+    TR_CHECK(get_uint(&job, PMIX_JOB_SIZE, &d->world));
+    TR_CHECK(get_uint(&job, PMIX_LOCAL_SIZE, &d->local_world));
+    TR_CHECK(get_uint(&me, PMIX_LOCAL_RANK, &d->local_rank));
+    if (get_uint(&me, PMIX_NODEID, &d->node) != TR_OK)
+        d->node = 0;
+    if (get_uint(&job, PMIX_NUM_NODES, &d->nnodes) != TR_OK)
+        d->nnodes = 1;
+    return TR_OK;
+#else
+    LOG_ERROR("launched under PMIx (PMIX_NAMESPACE=%s) but built without PMIx", ns);
+    LOG_HINT("install libpmix-dev and rebuild (make deps && make)");
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob, int bytes)
+{
+    if (bytes < 0 || bytes > 4096 || root < 0 || root >= d->world)
+        return TR_ERR_ARG;
+    if (!d->pmix)
+        return TR_OK; /* world of 1: the blob is already where it belongs */
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    pmix_status_t rc;
+    char full[128];
+    snprintf(full, sizeof full, "terarec.%s", key);
+    if (d->rank == root) {
+        pmix_value_t v;
+        PMIX_VALUE_CONSTRUCT(&v);
+        v.type = PMIX_BYTE_OBJECT;
+        v.data.bo.bytes = blob;
+        v.data.bo.size = (size_t)bytes;
+        rc = PMIx_Put(PMIX_GLOBAL, full, &v);
+        v.data.bo.bytes = NULL; /* not ours to free */
+        if (rc != PMIX_SUCCESS) {
+            LOG_ERROR("PMIx_Put(%s) failed: %s", full, PMIx_Error_string(rc));
+            return TR_ERR_MPI;
+        }
+    }
+    if ((rc = PMIx_Commit()) != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Commit failed: %s", PMIx_Error_string(rc));
+        return TR_ERR_MPI;
+    }
+    pmix_proc_t job;
+    PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
+    pmix_info_t info;
+    bool collect = true;
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(&job, 1, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Fence failed: %s", PMIx_Error_string(rc));
+        return TR_ERR_MPI;
+    }
+    pmix_proc_t src;
+    PMIX_LOAD_PROCID(&src, me.nspace, (pmix_rank_t)root);
+    pmix_value_t *got = NULL;
+    if ((rc = PMIx_Get(&src, full, NULL, 0, &got)) != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Get(%s) from rank %d failed: %s", full, root, PMIx_Error_string(rc));
+        return TR_ERR_MPI;
+    }
+    enum tr_status st = TR_OK;
+    if (got->type != PMIX_BYTE_OBJECT || got->data.bo.size != (size_t)bytes) {
+        LOG_ERROR("PMIx key %s has the wrong type or size", full);
+        st = TR_ERR_MPI;
+    } else if (d->rank != root) {
+        memcpy(blob, got->data.bo.bytes, (size_t)bytes);
+    }
+    PMIX_VALUE_RELEASE(got);
+    return st;
+#else
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+void dist_finalize(struct dist_info *d)
+{
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    if (d->pmix)
+        PMIx_Finalize(NULL, 0);
+#endif
+    d->pmix = 0;
+}
