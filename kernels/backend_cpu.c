@@ -48,6 +48,7 @@ size_t kern_dtype_size(enum kern_dtype t)
     case KERN_I8: return 1;
     case KERN_I16: return 2;
     case KERN_U8: return 1;
+    case KERN_F64: return 8;
     }
     return 0;
 }

@@ -35,7 +35,7 @@ enum kern_op {
 /* Name of an op ("gemm", "emb_fwd", ...); never NULL. */
 const char *kern_op_name(enum kern_op op);
 
-enum kern_dtype { KERN_F32 = 0, KERN_I32 = 1, KERN_I64 = 2, KERN_F16 = 3, KERN_I8 = 4, KERN_I16 = 5, KERN_U8 = 6 };
+enum kern_dtype { KERN_F32 = 0, KERN_I32 = 1, KERN_I64 = 2, KERN_F16 = 3, KERN_I8 = 4, KERN_I16 = 5, KERN_U8 = 6, KERN_F64 = 7 };
 enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
 enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
 enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1 };

@@ -349,6 +349,7 @@ const char *fs_dtype_name(enum kern_dtype t)
     case KERN_F16: return "float16";
     case KERN_F32: return "float32";
     case KERN_U8: return "bool";
+    case KERN_F64: return "float64";
     }
     return "?";
 }

@@ -37,6 +37,7 @@ static MPI_Datatype mpi_type(enum kern_dtype t)
     case KERN_U8: return MPI_UINT8_T;
     case KERN_I16: return MPI_INT16_T;
     case KERN_F16: return MPI_UINT16_T;
+    case KERN_F64: return MPI_DOUBLE;
     }
     return MPI_BYTE;
 }
@@ -65,9 +66,9 @@ static enum tr_status m_alltoallv(void *ctx, const void *send, const int64_t *sc
 static enum tr_status m_allreduce(void *ctx, void *buf, int64_t n, enum kern_dtype t)
 {
     (void)ctx;
-    MPI_Datatype dt = t == KERN_F32 ? MPI_FLOAT : t == KERN_I64 ? MPI_INT64_T : t == KERN_I32 ? MPI_INT32_T : 0;
-    if (!dt)
+    if (t != KERN_F32 && t != KERN_F64 && t != KERN_I64 && t != KERN_I32)
         return TR_ERR_ARG;
+    MPI_Datatype dt = mpi_type(t);
     size_t es = kern_dtype_size(t);
     for (int64_t off = 0; off < n;) { /* chunks of at most INT_MAX elements */
         int cnt = (int)TR_MIN(n - off, (int64_t)INT_MAX);

@@ -104,6 +104,8 @@ void dlrm_init_params(struct dlrm *m)
     const int64_t D = m->cfg.emb_dim;
     for (int t = 0; t < m->cfg.ntables; t++) {
         struct dlrm_table *tb = &m->tables[t];
+        if (!tb->w)
+            continue;
         const float bound = sqrtf(1.0f / (float)tb->rows);
         const int64_t w = tb->width, c0 = tb->col0;
 #pragma omp parallel for schedule(static)
@@ -144,6 +146,96 @@ static void layer_setup(struct dlrm_layer *L, const char *kind, int idx, int in,
     snprintf(L->name, sizeof L->name, "%s_mlp_layer_%d", kind, idx);
 }
 
+/* Everything dlrm_new sizes, computed from the config alone (shared by the
+ * allocation and by dlrm_plan_bytes, so the plan is what gets allocated). */
+struct sizes {
+    int has_bottom, n, num_ld, dp_bottom, mp_bottom, rank;
+    int64_t top_in_w, nparams, top_param0, maxw, bottom_rows, hidden_bottom, hidden_top;
+    int64_t emb_rows_bytes; /* embedding tables (+ Adagrad state) held here */
+    int ntables_held;
+    int64_t width_held;     /* widest column slice held */
+    size_t dense_bytes, act_floats;
+};
+
+static void table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *width)
+{
+    const struct shard_plan *p = c->plan;
+    *col0 = 0;
+    *width = c->emb_dim;
+    if (!p || p->world == 1)
+        return;
+    if (p->mode == SHARD_COLUMNWISE) {
+        *col0 = p->col0[p->rank];
+        *width = p->col1[p->rank] - p->col0[p->rank];
+    } else if (p->owner[t] != p->rank) {
+        *width = 0;
+    }
+}
+
+static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
+{
+    memset(z, 0, sizeof *z);
+    const int64_t D = c->emb_dim, B = c->max_batch, G = c->max_global > 0 ? c->max_global : c->max_batch;
+    const struct shard_plan *p = c->plan;
+    z->has_bottom = c->num_features > 0;
+    z->n = c->ntables + z->has_bottom;
+    z->num_ld = (c->num_features + 7) / 8 * 8;
+    z->top_in_w = km_interact_width(z->n, D, z->has_bottom);
+    z->rank = p ? p->rank : 0;
+    z->dp_bottom = z->has_bottom && (!p || p->dp_bottom);
+    z->mp_bottom = z->has_bottom && !z->dp_bottom && z->rank == 0;
+    z->bottom_rows = z->mp_bottom ? TR_MAX(B, G) : B;
+    int64_t np = 0, maxw = 1, in = z->num_ld;
+    for (int l = 0; z->has_bottom && l < c->nbottom; l++) {
+        np += in * c->bottom[l] + c->bottom[l];
+        maxw = TR_MAX(maxw, c->bottom[l]);
+        if (l + 1 < c->nbottom)
+            z->hidden_bottom += c->bottom[l];
+        in = c->bottom[l];
+    }
+    z->top_param0 = np;
+    in = z->top_in_w;
+    for (int l = 0; l < c->ntop; l++) {
+        np += in * c->top[l] + c->top[l];
+        maxw = TR_MAX(maxw, c->top[l]);
+        z->hidden_top += c->top[l];
+        in = c->top[l];
+    }
+    z->nparams = np;
+    z->maxw = maxw;
+    z->dense_bytes = (size_t)np * sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 3u : 2u);
+    for (int t = 0; t < c->ntables; t++) {
+        int64_t col0, width;
+        table_part(c, t, &col0, &width);
+        if (width == 0)
+            continue;
+        z->ntables_held++;
+        z->width_held = TR_MAX(z->width_held, width);
+        z->emb_rows_bytes += c->cards[t] * width * (int64_t)sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 2 : 1);
+    }
+    /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
+     * hidden bottom outputs (bottom_rows each); top outputs (B each) */
+    z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top) +
+                    (size_t)z->bottom_rows * (size_t)(2 * maxw + z->hidden_bottom);
+}
+
+static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be)
+{
+    const int64_t G = c->max_global > 0 ? c->max_global : c->max_batch;
+    return z->ntables_held ? be->i->emb_update_ws_bytes(be->ctx, TR_MAX(G, c->max_batch), z->width_held,
+                                                        z->ntables_held)
+                           : 0;
+}
+
+void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
+{
+    struct sizes z;
+    compute_sizes(cfg, &z);
+    b->dense = (int64_t)z.dense_bytes;
+    b->embeddings = z.emb_rows_bytes;
+    b->activations = (int64_t)(z.act_floats * sizeof(float) + ws_bytes_for(cfg, &z, be) + 64);
+}
+
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
 {
     enum tr_status rc = TR_OK;
@@ -154,6 +246,8 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         return TR_ERR_NOMEM;
     m->cfg = *cfg;
     m->be = *be;
+    struct sizes z;
+    compute_sizes(cfg, &z);
     const int T = cfg->ntables;
     const int64_t D = cfg->emb_dim, B = cfg->max_batch;
     m->cards = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
@@ -167,33 +261,29 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     }
     memcpy(m->cards, cfg->cards, (size_t)T * sizeof(int64_t));
     m->cfg.cards = m->cards;
-    m->has_bottom = cfg->num_features > 0;
+    m->cfg.plan = NULL; /* borrowed only during construction */
+    m->has_bottom = z.has_bottom;
     if (!m->has_bottom)
         m->cfg.nbottom = 0;
-    m->n = T + m->has_bottom;
-    m->num_ld = (cfg->num_features + 7) / 8 * 8;
-    m->top_in_w = km_interact_width(m->n, D, m->has_bottom);
+    m->n = z.n;
+    m->num_ld = z.num_ld;
+    m->top_in_w = z.top_in_w;
+    m->dp_bottom = z.dp_bottom;
+    m->mp_bottom = z.mp_bottom;
+    m->top_param0 = z.top_param0;
+    m->rank = z.rank;
 
-    /* dense parameter layout */
-    int64_t np = 0, maxw = 1;
-    for (int l = 0; l < m->cfg.nbottom; l++) {
+    for (int l = 0; l < m->cfg.nbottom; l++)
         layer_setup(&m->bottom[l], "bottom", l, l ? cfg->bottom[l - 1] : m->num_ld, cfg->bottom[l], 1);
-        np += (int64_t)m->bottom[l].in * m->bottom[l].out + m->bottom[l].out;
-        maxw = TR_MAX(maxw, m->bottom[l].out);
-    }
-    for (int l = 0; l < cfg->ntop; l++) {
+    for (int l = 0; l < cfg->ntop; l++)
         layer_setup(&m->top[l], "top", l, l ? cfg->top[l - 1] : (int)m->top_in_w, cfg->top[l], l + 1 < cfg->ntop);
-        np += (int64_t)m->top[l].in * m->top[l].out + m->top[l].out;
-        maxw = TR_MAX(maxw, m->top[l].out);
-    }
-    m->nparams = np;
-    int nblk = cfg->optim == KERN_OPT_ADAGRAD ? 3 : 2;
-    m->dense_bytes = (size_t)np * sizeof(float) * (size_t)nblk;
+    m->nparams = z.nparams;
+    m->dense_bytes = z.dense_bytes;
     float *dense = NULL;
     TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, m->dense_bytes, (void **)&dense), rc, fail);
     m->params = dense;
-    m->grads = dense + np;
-    m->accum = nblk == 3 ? dense + 2 * np : NULL;
+    m->grads = dense + z.nparams;
+    m->accum = cfg->optim == KERN_OPT_ADAGRAD ? dense + 2 * z.nparams : NULL;
     {
         int64_t o = 0;
         for (int part = 0; part < 2; part++) {
@@ -208,34 +298,29 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
                 o += L[l].out;
             }
         }
-        TR_ASSERT(o == np);
+        TR_ASSERT(o == z.nparams);
     }
 
-    /* embedding tables, whole */
+    /* embedding tables: whole, a column slice, or (held elsewhere) nothing */
     for (int t = 0; t < T; t++) {
         struct dlrm_table *tb = &m->tables[t];
         tb->id = t;
         tb->rows = m->cards[t];
-        tb->col0 = 0;
-        tb->width = D;
+        table_part(cfg, t, &tb->col0, &tb->width);
         tb->bytes = (size_t)tb->rows * (size_t)tb->width * sizeof(float);
+        if (tb->width == 0)
+            continue;
         TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, tb->bytes, (void **)&tb->w), rc, fail);
         if (cfg->optim == KERN_OPT_ADAGRAD)
             TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, tb->bytes, (void **)&tb->accum), rc, fail);
     }
     assign_positions(m);
 
-    /* activations: one block carved by a size table */
+    /* activations: one block carved by the size table of compute_sizes */
     {
-        int64_t hidden = 0;
-        for (int l = 0; l + 1 < m->cfg.nbottom; l++)
-            hidden += m->bottom[l].out;
-        for (int l = 0; l < cfg->ntop; l++)
-            hidden += m->top[l].out;
-        size_t floats = (size_t)B * ((size_t)(2 * m->n * D) + 2 * (size_t)m->top_in_w + 2 * (size_t)maxw + 1 +
-                                     (size_t)hidden);
-        m->emb_ws_bytes = T ? be->i->emb_update_ws_bytes(be->ctx, B, D, T) : 0;
-        m->act_bytes = floats * sizeof(float) + m->emb_ws_bytes + 64;
+        const int64_t R = z.bottom_rows, maxw = z.maxw;
+        m->emb_ws_bytes = ws_bytes_for(cfg, &z, be);
+        m->act_bytes = z.act_floats * sizeof(float) + m->emb_ws_bytes + 64;
         char *act = NULL;
         TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, m->act_bytes, (void **)&act), rc, fail);
         float *p = (float *)act;
@@ -243,17 +328,17 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->dx = p, p += (size_t)B * m->n * D;
         m->top_in = p, p += (size_t)B * m->top_in_w;
         m->dtop_in = p, p += (size_t)B * m->top_in_w;
-        m->dbuf[0] = p, p += (size_t)B * maxw;
-        m->dbuf[1] = p, p += (size_t)B * maxw;
+        m->dbuf[0] = p, p += (size_t)R * maxw;
+        m->dbuf[1] = p, p += (size_t)R * maxw;
         m->dlogits = p, p += (size_t)B;
         for (int l = 0; l < m->cfg.nbottom; l++) {
-            if (l + 1 == m->cfg.nbottom) { /* last bottom layer writes row 0 of X */
+            if (l + 1 == m->cfg.nbottom) { /* the last bottom layer writes where it is told */
                 m->bottom[l].y = m->x;
                 m->bottom[l].ldy = (int64_t)m->n * D;
             } else {
                 m->bottom[l].y = p;
                 m->bottom[l].ldy = m->bottom[l].out;
-                p += (size_t)B * m->bottom[l].out;
+                p += (size_t)R * m->bottom[l].out;
             }
         }
         for (int l = 0; l < cfg->ntop; l++) {
@@ -261,6 +346,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
             m->top[l].ldy = m->top[l].out;
             p += (size_t)B * m->top[l].out;
         }
+        TR_ASSERT((size_t)(p - (float *)act) == z.act_floats);
         m->emb_ws = p;
         TR_ASSERT((char *)p + m->emb_ws_bytes <= act + m->act_bytes);
     }
@@ -336,6 +422,65 @@ static enum tr_status check_batch(const struct dlrm *m, const struct tr_batch *b
     return TR_OK;
 }
 
+enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
+                                   int64_t ldout)
+{
+    const int nb = m->cfg.nbottom;
+    if (nb == 0)
+        return TR_OK;
+    m->bottom[nb - 1].y = out;
+    m->bottom[nb - 1].ldy = ldout;
+    double t0 = now_sec();
+    for (int l = 0; l < nb; l++) {
+        const float *in = l ? m->bottom[l - 1].y : num;
+        int64_t ldin = l ? m->bottom[l - 1].ldy : ldnum;
+        TR_CHECK(layer_fwd(m, &m->bottom[l], n, in, ldin));
+    }
+    m->t[DLRM_T_BOTTOM_FWD] += now_sec() - t0;
+    return TR_OK;
+}
+
+enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *dout,
+                                    int64_t lddout)
+{
+    double t0 = now_sec();
+    float *dy = dout;
+    int64_t lddy = lddout;
+    for (int l = m->cfg.nbottom - 1; l >= 0; l--) {
+        struct dlrm_layer *L = &m->bottom[l];
+        const float *in = l ? m->bottom[l - 1].y : num;
+        int64_t ldin = l ? m->bottom[l - 1].ldy : ldnum;
+        float *dx = l ? m->dbuf[l & 1] : NULL;
+        int64_t lddx = l ? m->bottom[l - 1].out : 0;
+        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx));
+        dy = dx;
+        lddy = lddx;
+    }
+    m->t[DLRM_T_BOTTOM_BWD] += now_sec() - t0;
+    return TR_OK;
+}
+
+enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+{
+    const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
+    if (n < 0 || n > m->cfg.max_batch)
+        return TR_ERR_ARG;
+    if (m->dp_bottom)
+        TR_CHECK(dlrm_bottom_forward(m, num, ldnum, n, m->x, ldx));
+    double t2 = now_sec();
+    struct kern_interact_fwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->top_in, m->top_in_w};
+    TR_CHECK(m->be.i->interact_fwd(m->be.ctx, &ia));
+    double t3 = now_sec();
+    m->t[DLRM_T_INTERACT_FWD] += t3 - t2;
+    for (int l = 0; l < m->cfg.ntop; l++) {
+        const float *in = l ? m->top[l - 1].y : m->top_in;
+        int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
+        TR_CHECK(layer_fwd(m, &m->top[l], n, in, ldin));
+    }
+    m->t[DLRM_T_TOP_FWD] += now_sec() - t3;
+    return TR_OK;
+}
+
 enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b)
 {
     TR_CHECK(check_batch(m, b));
@@ -345,46 +490,35 @@ enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b)
     const int T = m->cfg.ntables;
     for (int t = 0; t < T; t++) {
         struct dlrm_table *tb = &m->tables[t];
+        if (tb->width != D)
+            return TR_ERR_ARG; /* a sharded model runs through hybrid.c */
         m->bad_pos[t] = -1;
         m->fwd_args[t] = (struct kern_emb_fwd_args){
             .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
             .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .offsets = NULL, .nbags = B,
-            .comb = KERN_COMB_SUM, .out = m->x + (int64_t)tb->pos * D + tb->col0, .out_ld = ldx,
-            .bad_pos = &m->bad_pos[t],
+            .comb = KERN_COMB_SUM, .out = m->x + (int64_t)tb->pos * D, .out_ld = ldx, .bad_pos = &m->bad_pos[t],
         };
     }
     enum tr_status rc = T ? be->i->emb_fwd(be->ctx, m->fwd_args, T) : TR_OK;
-    for (int t = 0; rc == TR_ERR_RANGE && t < T; t++) {
+    if (rc == TR_ERR_RANGE)
+        dlrm_report_bad_id(m, b->cat, b->cap, b->index);
+    TR_CHECK(rc);
+    m->t[DLRM_T_EMB_FWD] += now_sec() - t0;
+    return dlrm_forward_dense(m, b->numerical, b->num_ld, B);
+}
+
+void dlrm_report_bad_id(const struct dlrm *m, const int32_t *cat, int64_t cap, int64_t batch_index)
+{
+    for (int t = 0; t < m->cfg.ntables; t++) {
         int64_t bad = m->bad_pos[t];
         if (bad >= 0) {
             LOG_ERROR("table %d: categorical id %d of sample %lld (batch %lld) is outside [0, %lld)", t,
-                      (int)b->cat[(int64_t)t * b->cap + bad], (long long)bad, (long long)b->index,
+                      (int)cat[(int64_t)t * cap + bad], (long long)bad, (long long)batch_index,
                       (long long)m->tables[t].rows);
             LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
-            break;
+            return;
         }
     }
-    TR_CHECK(rc);
-    double t1 = now_sec();
-    m->t[DLRM_T_EMB_FWD] += t1 - t0;
-    for (int l = 0; l < m->cfg.nbottom; l++) {
-        const float *in = l ? m->bottom[l - 1].y : b->numerical;
-        int64_t ldin = l ? m->bottom[l - 1].ldy : b->num_ld;
-        TR_CHECK(layer_fwd(m, &m->bottom[l], B, in, ldin));
-    }
-    double t2 = now_sec();
-    m->t[DLRM_T_BOTTOM_FWD] += t2 - t1;
-    struct kern_interact_fwd_args ia = {B, m->n, (int)D, m->has_bottom, m->x, m->top_in, m->top_in_w};
-    TR_CHECK(be->i->interact_fwd(be->ctx, &ia));
-    double t3 = now_sec();
-    m->t[DLRM_T_INTERACT_FWD] += t3 - t2;
-    for (int l = 0; l < m->cfg.ntop; l++) {
-        const float *in = l ? m->top[l - 1].y : m->top_in;
-        int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
-        TR_CHECK(layer_fwd(m, &m->top[l], B, in, ldin));
-    }
-    m->t[DLRM_T_TOP_FWD] += now_sec() - t3;
-    return TR_OK;
 }
 
 const float *dlrm_logits(const struct dlrm *m)
@@ -392,20 +526,27 @@ const float *dlrm_logits(const struct dlrm *m)
     return m->top[m->cfg.ntop - 1].y;
 }
 
-enum tr_status dlrm_loss(struct dlrm *m, const struct tr_batch *b, double *loss)
+enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale, double *loss_sum)
 {
     double t0 = now_sec(), sum = 0.0;
-    struct kern_bce_args a = {b->n, dlrm_logits(m), b->labels, &sum, m->dlogits,
-                              b->n ? 1.0f / (float)b->n : 0.0f};
+    struct kern_bce_args a = {n, dlrm_logits(m), labels, &sum, m->dlogits, grad_scale};
     TR_CHECK(m->be.i->bce(m->be.ctx, &a));
-    *loss = b->n ? sum / (double)b->n : 0.0;
+    *loss_sum = sum;
     m->t[DLRM_T_LOSS] += now_sec() - t0;
     return TR_OK;
 }
 
-enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b)
+enum tr_status dlrm_loss(struct dlrm *m, const struct tr_batch *b, double *loss)
 {
-    const int64_t B = b->n, D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
+    double sum = 0.0;
+    TR_CHECK(dlrm_loss_dense(m, b->labels, b->n, b->n ? 1.0f / (float)b->n : 0.0f, &sum));
+    *loss = b->n ? sum / (double)b->n : 0.0;
+    return TR_OK;
+}
+
+enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+{
+    const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
     const struct kern_backend *be = &m->be;
     double t0 = now_sec();
     /* top MLP: dy of the last layer is dlogits; ping-pong through dbuf */
@@ -417,31 +558,24 @@ enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b)
         int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
         float *dx = l ? m->dbuf[l & 1] : m->dtop_in;
         int64_t lddx = l ? m->top[l - 1].out : m->top_in_w;
-        TR_CHECK(layer_bwd(m, L, B, in, ldin, dy, lddy, dx, lddx));
+        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx));
         dy = dx;
         lddy = lddx;
     }
     double t1 = now_sec();
     m->t[DLRM_T_TOP_BWD] += t1 - t0;
-    struct kern_interact_bwd_args ia = {B, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
+    struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
     TR_CHECK(be->i->interact_bwd(be->ctx, &ia));
-    double t2 = now_sec();
-    m->t[DLRM_T_INTERACT_BWD] += t2 - t1;
-    /* bottom MLP: the last layer's gradient is row 0 of dx */
-    dy = m->dx;
-    lddy = ldx;
-    for (int l = m->cfg.nbottom - 1; l >= 0; l--) {
-        struct dlrm_layer *L = &m->bottom[l];
-        const float *in = l ? m->bottom[l - 1].y : b->numerical;
-        int64_t ldin = l ? m->bottom[l - 1].ldy : b->num_ld;
-        float *dx = l ? m->dbuf[l & 1] : NULL;
-        int64_t lddx = l ? m->bottom[l - 1].out : 0;
-        TR_CHECK(layer_bwd(m, L, B, in, ldin, dy, lddy, dx, lddx));
-        dy = dx;
-        lddy = lddx;
-    }
-    m->t[DLRM_T_BOTTOM_BWD] += now_sec() - t2;
+    m->t[DLRM_T_INTERACT_BWD] += now_sec() - t1;
+    /* bottom MLP (data-parallel): its output's gradient is row 0 of dx */
+    if (m->dp_bottom)
+        TR_CHECK(dlrm_bottom_backward(m, num, ldnum, n, m->dx, ldx));
     return TR_OK;
+}
+
+enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b)
+{
+    return dlrm_backward_dense(m, b->numerical, b->num_ld, b->n);
 }
 
 enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, float lr)
@@ -467,14 +601,21 @@ enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, 
     return TR_OK;
 }
 
-enum tr_status dlrm_update_dense(struct dlrm *m, float lr)
+enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int64_t p1)
 {
+    if (p0 < 0 || p1 > m->nparams || p0 > p1)
+        return TR_ERR_ARG;
     double t0 = now_sec();
-    struct kern_dense_update_args a = {m->nparams, m->params, m->grads, m->accum, 1.0f,
-                                       {m->cfg.optim, lr, m->cfg.adagrad_eps}};
+    struct kern_dense_update_args a = {p1 - p0, m->params + p0, m->grads + p0, m->accum ? m->accum + p0 : NULL,
+                                       1.0f, {m->cfg.optim, lr, m->cfg.adagrad_eps}};
     TR_CHECK(m->be.i->dense_update(m->be.ctx, &a));
     m->t[DLRM_T_DENSE_UPDATE] += now_sec() - t0;
     return TR_OK;
+}
+
+enum tr_status dlrm_update_dense(struct dlrm *m, float lr)
+{
+    return dlrm_update_dense_range(m, lr, 0, m->nparams);
 }
 
 enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float lr, double *loss)

@@ -12,7 +12,13 @@
  * in one flat buffer (so one all-reduce and one optimizer call cover them), in the
  * order bottom_mlp_layer_0_kernel, _bias, ..., top_mlp_layer_0_kernel, ....
  * Embedding tables are separate allocations and each may hold a column slice
- * [col0, col0 + width) of the full D columns. Not thread-safe: one step at a time. */
+ * [col0, col0 + width) of the full D columns, or nothing (another worker owns
+ * it), as a shard plan says. Not thread-safe: one step at a time.
+ *
+ * Two levels of API: dlrm_forward/_loss/_backward/_update_* run a whole batch on
+ * one process (every table whole); the *_dense and dlrm_bottom_* functions run
+ * the dense part on a local slice whose interaction input the distributed step
+ * (hybrid.c) has assembled. */
 #ifndef TR_DLRM_H
 #define TR_DLRM_H
 
@@ -21,6 +27,7 @@
 #include "../common/status.h"
 #include "../kernels/kern.h"
 #include "../loader_svc/batch.h"
+#include "shard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,7 +48,10 @@ struct dlrm_cfg {
     float adagrad_init;      /* initial accumulator value */
     float adagrad_eps;
     uint64_t seed;           /* initialisation seed */
-    int64_t max_batch;       /* largest batch forward/backward will see */
+    int64_t max_batch;       /* largest (local) batch the dense part will see */
+    int64_t max_global;      /* largest global batch (embedding gathers, a model-parallel
+                                bottom MLP); 0 = max_batch */
+    const struct shard_plan *plan; /* NULL: one process holds everything */
 };
 
 struct dlrm_layer {
@@ -59,7 +69,7 @@ struct dlrm_table {
     int pos;         /* row of the interaction input X holding this table */
     int64_t rows;
     int64_t col0;    /* first global column held */
-    int64_t width;   /* columns held */
+    int64_t width;   /* columns held (0: held by another worker) */
     float *w;        /* (rows, width) */
     float *accum;    /* (rows, width), Adagrad only */
     size_t bytes;    /* of w (and of accum) */
@@ -82,6 +92,12 @@ enum dlrm_phase {
 /* Name of a phase ("emb_fwd", ...). */
 const char *dlrm_phase_name(enum dlrm_phase p);
 
+/* Bytes held: dense params+grads+state, embeddings (+state), activations (with
+ * the embedding workspace). */
+struct dlrm_bytes {
+    int64_t dense, embeddings, activations;
+};
+
 struct dlrm {
     struct dlrm_cfg cfg;
     int64_t *cards;        /* owned copy of cfg.cards */
@@ -90,6 +106,10 @@ struct dlrm {
     int n;                 /* interaction vectors: ntables + has_bottom */
     int num_ld;            /* padded numerical width */
     int64_t top_in_w;      /* interaction output width */
+    int dp_bottom;         /* this process runs the bottom MLP on its own slice */
+    int mp_bottom;         /* this process runs the bottom MLP for the whole global batch */
+    int64_t top_param0;    /* first top-MLP parameter in params (bottom ones come before) */
+    int rank;              /* of the shard plan (0 alone) */
     struct dlrm_layer bottom[DLRM_MAX_LAYERS];
     struct dlrm_layer top[DLRM_MAX_LAYERS];
     struct dlrm_table *tables; /* (ntables) in config order */
@@ -118,9 +138,10 @@ struct dlrm {
     double t[DLRM_T_COUNT_]; /* seconds spent per phase since the last reset */
 };
 
-/* Validates cfg and allocates the model on `be`, every table whole on this process
- * (columns [0, D)). Parameters are initialised as the seed does (dlrm_init_params).
- * Errors: TR_ERR_ARG (bad config, message logged naming the field), TR_ERR_NOMEM. */
+/* Validates cfg and allocates the model on `be`: every table whole, or this
+ * rank's part of each as cfg->plan says. Parameters are initialised as the seed
+ * does (dlrm_init_params). Errors: TR_ERR_ARG (bad config, message logged naming
+ * the field), TR_ERR_NOMEM. */
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out) TR_WUR;
 void dlrm_free(struct dlrm **m);
 
@@ -128,6 +149,34 @@ void dlrm_free(struct dlrm **m);
  * kernels truncated-normal Glorot, biases N(0, 1/units); Adagrad accumulators to
  * adagrad_init. The values depend only on (seed, tensor, element), never on sharding. */
 void dlrm_init_params(struct dlrm *m);
+
+/* Bytes dlrm_new allocates for cfg on be, without allocating (the memory plan). */
+void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b);
+
+/* Dense part on a local slice of n samples: the bottom MLP (if this process runs
+ * it data-parallel) writes row 0 of m->x from num (n, ldnum); then interaction and
+ * top MLP. m->x rows of the tables must hold the embeddings. */
+enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+
+/* Loss over n samples of the last forward: *loss_sum = sum of per-sample BCE;
+ * m->dlogits = grad_scale * d loss / d logit. */
+enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale,
+                               double *loss_sum) TR_WUR;
+
+/* Backward of the dense part: top MLP, interaction (m->dx), and the bottom MLP when
+ * data-parallel. Gradients go to m->grads. */
+enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+
+/* The bottom MLP alone over n samples, its output written to out (n, ldout): the
+ * model-parallel bottom MLP of table-wise mode. Backward from dout (n, lddout)
+ * (modified in place) into the bottom gradients. */
+enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
+                                   int64_t ldout) TR_WUR;
+enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *dout,
+                                    int64_t lddout) TR_WUR;
+
+/* Optimizer step on parameters [p0, p1) of the flat dense buffer. */
+enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int64_t p1) TR_WUR;
 
 /* Forward pass over b->n samples; on return logits are in m->top[ntop-1].y (n, 1).
  * Errors: TR_ERR_RANGE (a categorical id outside its table; logged with table,
@@ -150,13 +199,13 @@ enum tr_status dlrm_update_dense(struct dlrm *m, float lr) TR_WUR;
 /* One training step: forward, loss, backward, both updates. */
 enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float lr, double *loss) TR_WUR;
 
+/* Logs the first out-of-range id recorded in m->bad_pos by the last emb_fwd
+ * (cat is table-major with row stride cap), with a hint. */
+void dlrm_report_bad_id(const struct dlrm *m, const int32_t *cat, int64_t cap, int64_t batch_index);
+
 /* Logits of the last forward: (n) with stride 1. */
 const float *dlrm_logits(const struct dlrm *m);
 
-/* Bytes held: dense params+grads+state, embeddings (+state), activations. */
-struct dlrm_bytes {
-    int64_t dense, embeddings, activations;
-};
 void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b);
 
 void dlrm_reset_timers(struct dlrm *m);
