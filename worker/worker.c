@@ -4,6 +4,7 @@
  * It runs one process; the distributed layer wraps these same phases. */
 #include "worker.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +16,10 @@
 #include "../kernels/kern.h"
 #include "../kernels/metrics.h"
 #include "../loader_svc/dataset.h"
+#include "comm.h"
+#include "dist.h"
+#include "hybrid.h"
+#include "shard.h"
 #include "dllog.h"
 #include "dlrm.h"
 #include "sched.h"
@@ -78,7 +83,15 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          "steps left out of the throughput figure", 0, 1e15, NULL, NULL, 0},
         {"seed", TR_OPT_INT64, &c->seed, "12345", "seed of initialisation and synthetic data", 0, 9.2e18, NULL,
          NULL, 0},
-        {"threads", TR_OPT_INT, &c->threads, "0", "CPU threads (0: every CPU this process may use)", 0, 4096,
+        {"columnwise_split", TR_OPT_BOOL, &c->columnwise_split, "false",
+         "split every table by columns over all workers (default: whole tables, the seed's placement)", 1, 0,
+         NULL, "experimental_columnwise_split", 0},
+        {"data_parallel_bottom_mlp", TR_OPT_BOOL, &c->data_parallel_bottom_mlp, "false",
+         "run the bottom MLP on every worker's slice (required with --columnwise_split)", 1, 0, NULL, NULL, 0},
+        {"dump_weights", TR_OPT_STRING, &c->dump_weights, NULL,
+         "after training, write each worker's weights to DIR/rank<r>.bin (for tests)", 1, 0, NULL, NULL, 0},
+        {"threads", TR_OPT_INT, &c->threads, "0",
+         "CPU threads per worker (0: this node's CPUs divided among its workers)", 0, 4096,
          NULL, NULL, 0},
         {"log_path", TR_OPT_STRING, &c->log_path, "dlrm_tf_log.json",
          "DLLogger JSON-lines log ('' disables it)", 1, 0, NULL, NULL, 0},
@@ -183,40 +196,70 @@ struct eval_out {
     int64_t samples;
 };
 
-/* Forward over the whole test split in batches of vbs (the last one partial),
- * then exact AUC and log loss over every sample. */
-static enum tr_status evaluate(struct dlrm *m, const struct dataset *ds, struct tr_batch *b, int64_t vbs,
-                               struct eval_out *out)
+/* Everything one run holds; released by run_release whatever happened. */
+struct run {
+    const struct worker_cfg *c;
+    struct dist_info dist;
+    struct comm comm;
+    struct shard_plan plan;
+    struct dataset ds;          /* opened on rank 0; other ranks hold its shape only */
+    struct dlrm *m;
+    struct hybrid *h;           /* NULL in a world of 1 */
+    struct tr_batch train, valid;
+    struct dllog log;
+    float *scores, *labels;     /* (test samples) on rank 0 */
+    int64_t *gcnt, *gdsp;       /* (world) logit gather counts */
+    int threads;
+    int64_t B, VB;
+};
+
+/* Forward over the whole test split in batches of VB (the last one partial), the
+ * logits gathered on rank 0, then exact AUC and log loss over every sample there;
+ * the AUC is broadcast so every rank takes the same decisions. */
+static enum tr_status evaluate(struct run *R, struct eval_out *out)
 {
-    enum tr_status rc = TR_OK;
-    const int64_t n = ds->nsamples[DS_TEST];
+    const int64_t n = R->ds.nsamples[DS_TEST], VB = R->VB;
+    const int W = R->dist.world, rank = R->dist.rank;
     double t0 = now_sec();
     memset(out, 0, sizeof *out);
     out->auc = NAN;
     if (n == 0)
         return TR_OK;
-    float *scores = tr_malloc((size_t)n * sizeof(float));
-    float *labels = tr_malloc((size_t)n * sizeof(float));
-    if (!scores || !labels) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
+    for (int64_t first = 0, k = 0; first < n; first += VB, k++) {
+        int64_t cnt = TR_MIN(VB, n - first);
+        if (rank == 0)
+            TR_CHECK(dataset_fill(&R->ds, DS_TEST, first, cnt, &R->valid));
+        R->valid.n = cnt;
+        R->valid.index = k;
+        if (!R->h) {
+            TR_CHECK(dlrm_forward(R->m, &R->valid));
+            memcpy(R->scores + first, dlrm_logits(R->m), (size_t)cnt * sizeof(float));
+            memcpy(R->labels + first, R->valid.labels, (size_t)cnt * sizeof(float));
+            continue;
+        }
+        TR_CHECK(hybrid_bcast_batch(&R->comm, &R->valid));
+        TR_CHECK(hybrid_forward(R->h, &R->valid));
+        for (int q = 0; q < W; q++) {
+            R->gdsp[q] = shard_slice_start(cnt, W, q);
+            R->gcnt[q] = shard_slice_start(cnt, W, q + 1) - R->gdsp[q];
+        }
+        TR_CHECK(comm_gatherv(&R->comm, dlrm_logits(R->m), R->gcnt[rank], rank == 0 ? R->scores + first : NULL,
+                              R->gcnt, R->gdsp, KERN_F32, 0));
+        if (rank == 0)
+            memcpy(R->labels + first, R->valid.labels, (size_t)cnt * sizeof(float));
     }
-    for (int64_t first = 0, k = 0; first < n; first += vbs, k++) {
-        int64_t cnt = TR_MIN(vbs, n - first);
-        TR_CHECK_GOTO(dataset_fill(ds, DS_TEST, first, cnt, b), rc, exit);
-        b->index = k;
-        TR_CHECK_GOTO(dlrm_forward(m, b), rc, exit);
-        memcpy(scores + first, dlrm_logits(m), (size_t)cnt * sizeof(float));
-        memcpy(labels + first, b->labels, (size_t)cnt * sizeof(float));
+    double res[2] = {NAN, NAN};
+    if (rank == 0) {
+        TR_CHECK(kern_auc_exact(R->scores, R->labels, n, &res[0]));
+        res[1] = kern_logloss(R->scores, R->labels, n);
     }
-    TR_CHECK_GOTO(kern_auc_exact(scores, labels, n, &out->auc), rc, exit);
-    out->logloss = kern_logloss(scores, labels, n);
+    if (R->h)
+        TR_CHECK(comm_bcast(&R->comm, res, sizeof res, 0));
+    out->auc = res[0];
+    out->logloss = res[1];
     out->samples = n;
     out->seconds = now_sec() - t0;
-exit:
-    tr_free(scores);
-    tr_free(labels);
-    return rc;
+    return TR_OK;
 }
 
 /* Steps within an epoch after which the seed evaluates:
@@ -231,51 +274,130 @@ static int is_eval_step(int64_t step_in_epoch, int64_t nb, int evals)
     return 0;
 }
 
-static enum tr_status open_dataset(const struct worker_cfg *c, int64_t B, int64_t VB, struct dataset *ds)
+/* Rank 0 opens the dataset; the others learn its shape (tables, cardinalities,
+ * sample counts) by broadcast. A failure on rank 0 is broadcast too, so every
+ * rank stops instead of waiting. */
+static enum tr_status open_dataset(struct run *R)
 {
-    if (c->dataset_type == WORKER_DATA_SYNTHETIC) {
-        struct synth_cfg sc = {(uint64_t)c->seed, c->num_numerical, c->cards.n, c->cards.v,
-                               c->synthetic_ids == 1 ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
-        return dataset_open_synthetic(ds, &sc, c->train_batches * B, c->valid_batches * VB);
+    const struct worker_cfg *c = R->c;
+    enum tr_status rc = TR_OK;
+    if (R->dist.rank == 0) {
+        if (c->dataset_type == WORKER_DATA_SYNTHETIC) {
+            struct synth_cfg sc = {(uint64_t)c->seed, c->num_numerical, c->cards.n, c->cards.v,
+                                   c->synthetic_ids == 1 ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
+            rc = dataset_open_synthetic(&R->ds, &sc, c->train_batches * R->B, c->valid_batches * R->VB);
+        } else {
+            rc = dataset_open_split_binary(&R->ds, c->dataset_path, c->feature_spec);
+        }
     }
-    return dataset_open_split_binary(ds, c->dataset_path, c->feature_spec);
+    if (R->dist.world == 1)
+        return rc;
+    int64_t hdr[5] = {rc, R->ds.num_features, R->ds.ntables, R->ds.nsamples[0], R->ds.nsamples[1]};
+    TR_CHECK(comm_bcast(&R->comm, hdr, sizeof hdr, 0));
+    if (hdr[0] != TR_OK)
+        return (enum tr_status)hdr[0];
+    if (R->dist.rank != 0) {
+        R->ds.num_features = (int)hdr[1];
+        R->ds.ntables = (int)hdr[2];
+        R->ds.nsamples[0] = hdr[3];
+        R->ds.nsamples[1] = hdr[4];
+        R->ds.cards = tr_malloc((size_t)(hdr[2] ? hdr[2] : 1) * sizeof(int64_t));
+        R->ds.source = tr_strdup(c->dataset_type == WORKER_DATA_SYNTHETIC ? "synthetic" : c->dataset_path);
+        if (!R->ds.cards || !R->ds.source)
+            return TR_ERR_NOMEM; /* a rank that cannot hold a few bytes: the job aborts */
+    }
+    return comm_bcast(&R->comm, R->ds.cards, (int64_t)R->ds.ntables * (int64_t)sizeof(int64_t), 0);
 }
 
-enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *res)
+/* Writes this rank's weights to DIR/rank<r>.bin (a debugging and test aid, not a
+ * checkpoint): header {u32 magic 'TRWD', u32 version 1, u32 rank, u32 world,
+ * u32 ntables, u32 0, u64 nparams}, the dense parameters, then per table held
+ * {i32 id, i32 0, i64 rows, i64 col0, i64 width} and its rows. */
+static enum tr_status dump_weights(const struct run *R, const char *dir)
 {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank%d.bin", dir, R->dist.rank);
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
+        return TR_ERR_IO;
+    }
+    const struct dlrm *m = R->m;
+    uint32_t h32[6] = {0x44575254u, 1, (uint32_t)R->dist.rank, (uint32_t)R->dist.world, (uint32_t)m->cfg.ntables, 0};
+    uint64_t np = (uint64_t)m->nparams;
+    int bad = fwrite(h32, sizeof h32, 1, fp) != 1 || fwrite(&np, sizeof np, 1, fp) != 1 ||
+              fwrite(m->params, sizeof(float), (size_t)np, fp) != (size_t)np;
+    for (int t = 0; t < m->cfg.ntables && !bad; t++) {
+        const struct dlrm_table *tb = &m->tables[t];
+        if (!tb->w)
+            continue;
+        int32_t id[2] = {t, 0};
+        int64_t dims[3] = {tb->rows, tb->col0, tb->width};
+        size_t cnt = (size_t)(tb->rows * tb->width);
+        bad = fwrite(id, sizeof id, 1, fp) != 1 || fwrite(dims, sizeof dims, 1, fp) != 1 ||
+              fwrite(tb->w, sizeof(float), cnt, fp) != cnt;
+    }
+    if (fclose(fp) != 0 || bad) {
+        LOG_ERROR("cannot write '%s'", path);
+        return TR_ERR_IO;
+    }
+    return TR_OK;
+}
+
+static void run_release(struct run *R)
+{
+    hybrid_free(&R->h);
+    dlrm_free(&R->m);
+    tr_batch_release(&R->train);
+    tr_batch_release(&R->valid);
+    dataset_close(&R->ds);
+    dllog_close(&R->log);
+    tr_free(R->scores);
+    tr_free(R->labels);
+    tr_free(R->gcnt);
+    shard_plan_release(&R->plan);
+    comm_close(&R->comm);
+    dist_finalize(&R->dist);
+}
+
+static enum tr_status run(struct run *R, struct worker_result *res)
+{
+    const struct worker_cfg *c = R->c;
     enum tr_status rc = TR_OK;
-    struct dlrm *m = NULL;
-    struct tr_batch train = {0}, valid = {0};
-    struct dllog log = {0};
-    struct dataset ds = {0};
-    memset(res, 0, sizeof *res);
-    res->best_auc = res->last_auc = NAN;
-    TR_CHECK(worker_cfg_check(c));
-
+    TR_CHECK(dist_init(&R->dist));
+    tr_log_set_rank(R->dist.world > 1 ? R->dist.rank : -1);
+    TR_CHECK(comm_open(&R->dist, &R->comm));
+    const int W = R->dist.world, rank = R->dist.rank;
+    /* threads: as asked, else this node's CPUs shared by its workers */
+    R->threads = c->threads > 0 ? c->threads : TR_MAX(1, kern_cpu_count() / TR_MAX(1, R->dist.local_world));
     struct kern_backend be;
-    kern_backend_cpu(&be, c->threads);
-    int threads = c->threads > 0 ? c->threads : kern_cpu_count();
+    kern_backend_cpu(&be, R->threads);
+    R->B = c->batch_size;
+    R->VB = c->valid_batch_size ? c->valid_batch_size : c->batch_size;
+    const int64_t B = R->B, VB = R->VB;
 
-    const int64_t B = c->batch_size, VB = c->valid_batch_size ? c->valid_batch_size : c->batch_size;
-    TR_CHECK_GOTO(open_dataset(c, B, VB, &ds), rc, exit);
-    TR_CHECK_GOTO(check_model_flags(c, ds.num_features, ds.ntables, ds.source), rc, exit);
+    TR_CHECK(open_dataset(R));
+    struct dataset *ds = &R->ds;
+    TR_CHECK(check_model_flags(c, ds->num_features, ds->ntables, ds->source));
     /* the seed drops the last partial training batch; a dataset smaller than one
      * batch would train zero steps (seed issue #1316): refuse it */
-    const int64_t nb = ds.nsamples[DS_TRAIN] / B;
+    const int64_t nb = ds->nsamples[DS_TRAIN] / B;
     if (nb < 1) {
-        LOG_ERROR("%s: %lld training samples, fewer than one batch of --batch_size %lld", ds.source,
-                  (long long)ds.nsamples[DS_TRAIN], (long long)B);
+        LOG_ERROR("%s: %lld training samples, fewer than one batch of --batch_size %lld", ds->source,
+                  (long long)ds->nsamples[DS_TRAIN], (long long)B);
         LOG_HINT("lower --batch_size or use a larger dataset");
-        rc = TR_ERR_ARG;
-        goto exit;
+        return TR_ERR_ARG;
     }
+    TR_CHECK(shard_plan_make(&R->plan, c->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, W, rank,
+                             ds->ntables, ds->cards, c->embedding_dim, ds->num_features > 0,
+                             c->data_parallel_bottom_mlp));
 
     struct dlrm_cfg mc = {0};
-    mc.num_features = ds.num_features;
-    mc.ntables = ds.ntables;
-    mc.cards = ds.cards;
+    mc.num_features = ds->num_features;
+    mc.ntables = ds->ntables;
+    mc.cards = ds->cards;
     mc.emb_dim = c->embedding_dim;
-    mc.nbottom = ds.num_features > 0 ? c->bottom.n : 0;
+    mc.nbottom = ds->num_features > 0 ? c->bottom.n : 0;
     for (int l = 0; l < mc.nbottom; l++)
         mc.bottom[l] = (int)c->bottom.v[l];
     mc.ntop = c->top.n;
@@ -285,62 +407,88 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
     mc.adagrad_init = (float)c->adagrad_init;
     mc.adagrad_eps = (float)c->adagrad_eps;
     mc.seed = (uint64_t)c->seed;
-    mc.max_batch = B > VB ? B : VB;
+    mc.max_global = TR_MAX(B, VB);
+    mc.max_batch = shard_slice_start(mc.max_global, W, 1); /* the largest slice is the first */
+    mc.plan = &R->plan;
 
     const struct lr_sched sched = {c->learning_rate, c->warmup_steps, c->decay_start_step, c->decay_steps};
     const int64_t total = c->max_steps >= 0 ? c->max_steps : (int64_t)c->epochs * nb;
-    lr_sched_check(&sched, total);
+    if (rank == 0)
+        lr_sched_check(&sched, total);
 
-    TR_CHECK_GOTO(dllog_open(&log, c->log_path), rc, exit);
+    TR_CHECK(dllog_open(&R->log, rank == 0 ? c->log_path : NULL));
     {
         struct worker_cfg tmp = *c; /* a table bound to a copy: it is only read, never released */
         struct tr_opt o[WORKER_MAX_OPTS];
         worker_opts_fill(&tmp, o);
-        json_t *pj = params_json(o, threads);
+        json_t *pj = params_json(o, R->threads);
         json_t *cj = json_array();
-        for (int t = 0; t < ds.ntables; t++)
-            json_array_append_new(cj, json_integer(ds.cards[t]));
+        for (int t = 0; t < ds->ntables; t++)
+            json_array_append_new(cj, json_integer(ds->cards[t]));
         json_object_set_new(pj, "table_cardinalities", cj);
-        json_object_set_new(pj, "train_samples", json_integer(ds.nsamples[DS_TRAIN]));
-        json_object_set_new(pj, "test_samples", json_integer(ds.nsamples[DS_TEST]));
-        TR_CHECK_GOTO(dllog_write(&log, json_string("PARAMETER"), pj), rc, exit);
+        json_object_set_new(pj, "train_samples", json_integer(ds->nsamples[DS_TRAIN]));
+        json_object_set_new(pj, "test_samples", json_integer(ds->nsamples[DS_TEST]));
+        json_object_set_new(pj, "world_size", json_integer(W));
+        TR_CHECK(dllog_write(&R->log, json_string("PARAMETER"), pj));
     }
 
     double t_init = now_sec();
-    TR_CHECK_GOTO(dlrm_new(&mc, &be, &m), rc, exit);
+    TR_CHECK(dlrm_new(&mc, &be, &R->m));
+    struct dlrm *m = R->m;
+    if (W > 1)
+        TR_CHECK(hybrid_new(m, &R->comm, &R->plan, mc.max_global, &R->h));
     {
         struct dlrm_bytes mb;
         dlrm_get_bytes(m, &mb);
         int64_t rows = 0;
         for (int t = 0; t < mc.ntables; t++)
             rows += mc.cards[t];
-        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld), %lld test samples", ds.source,
-                  (long long)ds.nsamples[DS_TRAIN], (long long)nb, (long long)B, (long long)ds.nsamples[DS_TEST]);
-        LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; memory: embeddings "
-                  "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s, %d threads, blas %s",
+        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld), %lld test samples", ds->source,
+                  (long long)ds->nsamples[DS_TRAIN], (long long)nb, (long long)B, (long long)ds->nsamples[DS_TEST]);
+        LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; rank 0 memory: embeddings "
+                  "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s; %d worker(s) %s, %d thread(s) each, "
+                  "blas %s",
                   mc.ntables, (long long)rows, mc.emb_dim, (long long)m->nparams, mb.embeddings / 1048576.0,
-                  mb.dense / 1048576.0, mb.activations / 1048576.0, now_sec() - t_init, threads, kern_blas_info());
+                  mb.dense / 1048576.0, mb.activations / 1048576.0, now_sec() - t_init, W,
+                  W == 1 ? "" : c->columnwise_split ? "column-wise" : "table-wise", R->threads, kern_blas_info());
     }
-    TR_CHECK_GOTO(tr_batch_init(&train, B, ds.num_features, ds.ntables), rc, exit);
-    TR_CHECK_GOTO(tr_batch_init(&valid, VB, ds.num_features, ds.ntables), rc, exit);
+    TR_CHECK(tr_batch_init(&R->train, B, ds->num_features, ds->ntables));
+    TR_CHECK(tr_batch_init(&R->valid, VB, ds->num_features, ds->ntables));
+    const int64_t ntest = ds->nsamples[DS_TEST];
+    R->gcnt = tr_calloc((size_t)W * 2, sizeof(int64_t));
+    if (!R->gcnt)
+        return TR_ERR_NOMEM;
+    R->gdsp = R->gcnt + W;
+    if (rank == 0 && ntest > 0) {
+        R->scores = tr_malloc((size_t)ntest * sizeof(float));
+        R->labels = tr_malloc((size_t)ntest * sizeof(float));
+        if (!R->scores || !R->labels)
+            return TR_ERR_NOMEM;
+    }
 
     double t_run0 = now_sec(), t_timed = 0.0, t_data = 0.0, interval_loss = 0.0;
     int64_t timed_steps = 0, interval_n = 0;
     for (int64_t s = 0; s < total; s++) {
         int64_t k = s % nb;
         double ts0 = now_sec();
-        TR_CHECK_GOTO(dataset_fill(&ds, DS_TRAIN, k * B, B, &train), rc, exit);
-        train.index = k;
+        if (rank == 0)
+            TR_CHECK(dataset_fill(ds, DS_TRAIN, k * B, B, &R->train));
+        R->train.n = B;
+        R->train.index = k;
+        if (R->h)
+            TR_CHECK(hybrid_bcast_batch(&R->comm, &R->train));
         double ts1 = now_sec();
         float lr = (float)lr_sched_at(&sched, s);
         double loss = 0.0;
-        TR_CHECK_GOTO(dlrm_train_step(m, &train, lr, &loss), rc, exit);
+        if (R->h)
+            TR_CHECK(hybrid_train_step(R->h, &R->train, lr, &loss));
+        else
+            TR_CHECK(dlrm_train_step(m, &R->train, lr, &loss));
         double ts2 = now_sec();
         if (!isfinite(loss)) {
             LOG_ERROR("step %lld: loss is %f; training diverged", (long long)s, loss);
             LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
-            rc = TR_ERR_INTERNAL;
-            goto exit;
+            return TR_ERR_INTERNAL;
         }
         t_data += ts1 - ts0;
         if (s >= c->benchmark_warmup_steps || total <= c->benchmark_warmup_steps) {
@@ -361,15 +509,15 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
             json_object_set_new(d, "loss", json_num(mean));
             json_object_set_new(d, "learning_rate", json_num(lr));
             json_object_set_new(d, "step_time_ms", json_num(step_ms));
-            TR_CHECK_GOTO(dllog_write(&log, json_integer(s + 1), d), rc, exit);
+            TR_CHECK(dllog_write(&R->log, json_integer(s + 1), d));
             res->last_loss = mean;
             interval_loss = 0.0;
             interval_n = 0;
         }
         int eval_now = c->evals_per_epoch > 0 && is_eval_step(k, nb, c->evals_per_epoch);
-        if ((eval_now || s + 1 == total) && ds.nsamples[DS_TEST] > 0) {
+        if ((eval_now || s + 1 == total) && ntest > 0) {
             struct eval_out ev;
-            TR_CHECK_GOTO(evaluate(m, &ds, &valid, VB, &ev), rc, exit);
+            TR_CHECK(evaluate(R, &ev));
             res->last_auc = ev.auc;
             res->last_logloss = ev.logloss;
             if (isnan(res->best_auc) || ev.auc > res->best_auc)
@@ -380,7 +528,7 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
             json_object_set_new(d, "auc", json_num(ev.auc));
             json_object_set_new(d, "logloss", json_num(ev.logloss));
             json_object_set_new(d, "eval_samples", json_integer(ev.samples));
-            TR_CHECK_GOTO(dllog_write(&log, json_integer(s + 1), d), rc, exit);
+            TR_CHECK(dllog_write(&R->log, json_integer(s + 1), d));
             if (c->auc_threshold > 0 && ev.auc >= c->auc_threshold) {
                 LOG_RANK0("auc %.6f reached --auc_threshold %.6f at step %lld: stopping", ev.auc, c->auc_threshold,
                           (long long)(s + 1));
@@ -393,34 +541,49 @@ enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *r
     res->throughput = t_timed > 0 ? (double)B * (double)timed_steps / t_timed : NAN;
     LOG_RANK0("Training run completed, elapsed: %.0f [s]", now_sec() - t_run0);
     {
-        char phases[512];
+        const double per = res->steps ? 1e3 / (double)res->steps : 0.0;
+        char phases[640];
         size_t o = 0;
         for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)
             o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
-                                  res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0);
+                                  per * m->t[p]);
+        if (R->h && o < sizeof phases)
+            snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f", per * R->h->t_exchange,
+                     per * R->h->t_pack);
         LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
                   "ms/step: data=%.2f %s",
-                  (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc,
-                  res->steps ? 1e3 * t_data / (double)res->steps : 0.0, phases);
+                  (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc, per * t_data, phases);
         json_t *d = json_object();
         json_object_set_new(d, "throughput", json_num(res->throughput));
         json_object_set_new(d, "mean_step_time_ms", json_num(res->mean_step_ms));
         json_object_set_new(d, "auc", json_num(res->best_auc));
         json_object_set_new(d, "steps", json_integer(res->steps));
         json_t *ph = json_object();
-        json_object_set_new(ph, "data", json_num(res->steps ? 1e3 * t_data / (double)res->steps : 0.0));
+        json_object_set_new(ph, "data", json_num(per * t_data));
         for (int p = 0; p < DLRM_T_COUNT_; p++)
-            json_object_set_new(ph, dlrm_phase_name(p),
-                                json_num(res->steps ? 1e3 * m->t[p] / (double)res->steps : 0.0));
+            json_object_set_new(ph, dlrm_phase_name(p), json_num(per * m->t[p]));
+        if (R->h) {
+            json_object_set_new(ph, "exchange", json_num(per * R->h->t_exchange));
+            json_object_set_new(ph, "pack", json_num(per * R->h->t_pack));
+        }
         json_object_set_new(d, "phase_ms_per_step", ph);
-        TR_CHECK_GOTO(dllog_write(&log, NULL, d), rc, exit);
+        TR_CHECK(dllog_write(&R->log, NULL, d));
     }
-exit:
-    tr_batch_release(&train);
-    tr_batch_release(&valid);
-    dlrm_free(&m);
-    dataset_close(&ds);
-    dllog_close(&log);
+    if (c->dump_weights && *c->dump_weights)
+        TR_CHECK(dump_weights(R, c->dump_weights));
+    return rc;
+}
+
+enum tr_status worker_run_ex(const struct worker_cfg *c, struct worker_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->best_auc = res->last_auc = NAN;
+    TR_CHECK(worker_cfg_check(c));
+    struct run R;
+    memset(&R, 0, sizeof R);
+    R.c = c;
+    enum tr_status rc = run(&R, res);
+    run_release(&R);
     return rc;
 }
 

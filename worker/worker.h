@@ -46,6 +46,9 @@ struct worker_cfg {
     int64_t seed;
     int threads;
     char *log_path;
+    int columnwise_split;
+    int data_parallel_bottom_mlp;
+    char *dump_weights;
 };
 
 #define WORKER_MAX_OPTS 64

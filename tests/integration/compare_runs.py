@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""compare_runs.py REF_DIR RUN_DIR [--rtol R] [--bitwise] [--mp-bottom]
+
+Compares a multi-worker training run with a reference run of the same model:
+  * the loss of every logged step (REF_DIR/log.json, RUN_DIR/log.json, DLLogger lines);
+  * the weights written by terarec-worker --dump_weights (DIR/rank<r>.bin): every
+    table is reassembled from the column slices or whole tables of all ranks, the
+    dense parameters are taken from rank 0 and checked identical on every rank
+    (the data-parallel replicas; with --mp-bottom only the top MLP part, whose
+    offset is given by the reference's bottom size).
+Each tensor passes when ||run - ref|| / ||ref|| <= rtol (and, with --bitwise,
+when the bytes are equal). Prints one line per check; exits 1 on any failure.
+Only the Python standard library is used (struct, json)."""
+import glob
+import json
+import math
+import os
+import struct
+import sys
+
+
+def losses(path):
+    out = {}
+    for line in open(path):
+        if not line.startswith("DLLL "):
+            continue
+        r = json.loads(line[5:])
+        if isinstance(r["step"], int) and "loss" in r["data"]:
+            out[r["step"]] = r["data"]["loss"]
+    return out
+
+
+def read_rank(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, rank, world, ntables, _, nparams = struct.unpack_from("<6IQ", data, 0)
+    if magic != 0x44575254 or version != 1:
+        sys.exit("%s: not a terarec weight dump" % path)
+    off = 32
+    dense = struct.unpack_from("<%df" % nparams, data, off)
+    off += 4 * nparams
+    tables = {}
+    while off < len(data):
+        tid, _, rows, col0, width = struct.unpack_from("<2i3q", data, off)
+        off += 32
+        vals = struct.unpack_from("<%df" % (rows * width), data, off)
+        off += 4 * rows * width
+        tables[tid] = (rows, col0, width, vals)
+    return rank, world, ntables, dense, tables
+
+
+def load(d):
+    files = sorted(glob.glob(os.path.join(d, "rank*.bin")))
+    if not files:
+        sys.exit("%s: no rank*.bin" % d)
+    ranks = [read_rank(f) for f in files]
+    world = ranks[0][1]
+    if len(ranks) != world:
+        sys.exit("%s: %d files for a world of %d" % (d, len(ranks), world))
+    ntables = ranks[0][2]
+    full = {}
+    for rank, _, _, _, tables in ranks:
+        for tid, (rows, col0, width, vals) in tables.items():
+            if tid not in full:
+                full[tid] = [None] * rows
+            t = full[tid]
+            for r in range(rows):
+                row = t[r] if t[r] is not None else {}
+                for c in range(width):
+                    row[col0 + c] = vals[r * width + c]
+                t[r] = row
+    dense = {r[0]: r[3] for r in ranks}
+    return world, ntables, dense, full
+
+
+def rel(a, b):
+    num = sum((x - y) ** 2 for x, y in zip(a, b))
+    den = sum(y * y for y in b)
+    return math.sqrt(num / den) if den > 0 else math.sqrt(num)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    rtol = 1e-5
+    for i, a in enumerate(sys.argv):
+        if a == "--rtol":
+            rtol = float(sys.argv[i + 1])
+            args.remove(sys.argv[i + 1])
+    bitwise = "--bitwise" in sys.argv
+    mp_top0 = None
+    for a in sys.argv:
+        if a.startswith("--mp-top0="):
+            mp_top0 = int(a.split("=")[1])
+    ref_dir, run_dir = args[0], args[1]
+    failed = 0
+    worst = 0.0
+
+    lr, lx = losses(os.path.join(ref_dir, "log.json")), losses(os.path.join(run_dir, "log.json"))
+    if sorted(lr) != sorted(lx) or not lr:
+        print("FAIL loss steps differ: %s vs %s" % (sorted(lr)[:5], sorted(lx)[:5]))
+        failed += 1
+    else:
+        e = max(abs(lx[s] - lr[s]) / abs(lr[s]) for s in lr)
+        same = all(lx[s] == lr[s] for s in lr)
+        ok = same if bitwise else e <= rtol
+        worst = max(worst, e)
+        print("%s losses of %d steps: worst relative difference %.3g%s" %
+              ("ok  " if ok else "FAIL", len(lr), e, " (bitwise equal)" if same else ""))
+        failed += not ok
+
+    wr, nt, dr, tr = load(ref_dir)
+    wx, ntx, dx, tx = load(run_dir)
+    ref_dense = dr[0]
+    x0 = dx[0]
+    # replicas: every rank holds the same data-parallel parameters
+    lo = mp_top0 or 0
+    for r, d in dx.items():
+        if tuple(d[lo:]) != tuple(x0[lo:]):
+            print("FAIL rank %d's data-parallel parameters differ from rank 0's" % r)
+            failed += 1
+    e = rel(x0, ref_dense)
+    ok = (tuple(x0) == tuple(ref_dense)) if bitwise else e <= rtol
+    worst = max(worst, e)
+    print("%s dense parameters (%d): relative difference %.3g" % ("ok  " if ok else "FAIL", len(x0), e))
+    failed += not ok
+    for tid in sorted(tr):
+        a = tr[tid]
+        b = tx.get(tid)
+        if b is None or len(b) != len(a) or any(row is None for row in b):
+            print("FAIL table %d missing or incomplete in %s" % (tid, run_dir))
+            failed += 1
+            continue
+        fa = [v for row in a for _, v in sorted(row.items())]
+        fb = [v for row in b for _, v in sorted(row.items())]
+        if len(fa) != len(fb):
+            print("FAIL table %d: %d values vs %d" % (tid, len(fb), len(fa)))
+            failed += 1
+            continue
+        e = rel(fb, fa)
+        ok = (fa == fb) if bitwise else e <= rtol
+        worst = max(worst, e)
+        print("%s table %d (%d values): relative difference %.3g" % ("ok  " if ok else "FAIL", tid, len(fa), e))
+        failed += not ok
+    print("worst relative difference %.3g (bound %g)" % (worst, rtol))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
