@@ -10,6 +10,7 @@
 #include "../common/version.h"
 #include "../kernels/kern.h"
 #include "../loader_svc/prepare.h"
+#include "plan_cmd.h"
 
 struct subcmd {
     const char *name;
@@ -21,6 +22,7 @@ static int cmd_data(int argc, char **argv);
 
 static const struct subcmd top_cmds[] = {
     {"data", cmd_data, "dataset tools: 'terarec data prepare' turns Criteo TSV into the training format"},
+    {"plan", plan_main, "per-worker memory of a training job for a model and a cluster shape"},
 };
 
 static const struct subcmd data_cmds[] = {

@@ -232,8 +232,11 @@ void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, 
     struct sizes z;
     compute_sizes(cfg, &z);
     b->dense = (int64_t)z.dense_bytes;
+    b->dense_state = cfg->optim == KERN_OPT_ADAGRAD ? z.nparams * (int64_t)sizeof(float) : 0;
     b->embeddings = z.emb_rows_bytes;
-    b->activations = (int64_t)(z.act_floats * sizeof(float) + ws_bytes_for(cfg, &z, be) + 64);
+    b->emb_state = cfg->optim == KERN_OPT_ADAGRAD ? z.emb_rows_bytes / 2 : 0;
+    b->workspace = (int64_t)ws_bytes_for(cfg, &z, be);
+    b->activations = (int64_t)(z.act_floats * sizeof(float)) + b->workspace + 64;
 }
 
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
@@ -630,11 +633,15 @@ enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float l
 
 void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
 {
+    memset(b, 0, sizeof *b);
     b->dense = (int64_t)m->dense_bytes;
-    b->embeddings = 0;
-    for (int t = 0; t < m->cfg.ntables; t++)
+    b->dense_state = m->accum ? m->nparams * (int64_t)sizeof(float) : 0;
+    for (int t = 0; t < m->cfg.ntables; t++) {
         b->embeddings += (int64_t)m->tables[t].bytes * (m->tables[t].accum ? 2 : 1);
+        b->emb_state += m->tables[t].accum ? (int64_t)m->tables[t].bytes : 0;
+    }
     b->activations = (int64_t)m->act_bytes;
+    b->workspace = (int64_t)m->emb_ws_bytes;
 }
 
 void dlrm_reset_timers(struct dlrm *m)

@@ -92,10 +92,13 @@ enum dlrm_phase {
 /* Name of a phase ("emb_fwd", ...). */
 const char *dlrm_phase_name(enum dlrm_phase p);
 
-/* Bytes held: dense params+grads+state, embeddings (+state), activations (with
- * the embedding workspace). */
+/* Bytes held. The three totals (dense, embeddings, activations) include their
+ * parts listed after them. */
 struct dlrm_bytes {
-    int64_t dense, embeddings, activations;
+    int64_t dense;       /* MLP parameters + gradients (+ Adagrad state) */
+    int64_t embeddings;  /* tables held (+ Adagrad state) */
+    int64_t activations; /* activations of the largest batch + embedding workspace */
+    int64_t dense_state, emb_state, workspace;
 };
 
 struct dlrm {

@@ -19,6 +19,7 @@
 #include "comm.h"
 #include "dist.h"
 #include "hybrid.h"
+#include "plan.h"
 #include "shard.h"
 #include "dllog.h"
 #include "dlrm.h"
@@ -344,6 +345,63 @@ static enum tr_status dump_weights(const struct run *R, const char *dir)
     return TR_OK;
 }
 
+/* The allocator's peak on every rank next to the memory plan for the same job
+ * (rank 0 gets both arrays as JSON in *out). */
+static enum tr_status memory_report(struct run *R, const struct dlrm_cfg *mc, json_t **out)
+{
+    const int W = R->dist.world;
+    struct tr_alloc_stats st;
+    tr_alloc_get_stats(&st);
+    int64_t *peaks = tr_calloc((size_t)W * 3, sizeof(int64_t));
+    if (!peaks)
+        return TR_ERR_NOMEM;
+    int64_t *cnt = peaks + W, *dsp = peaks + 2 * W;
+    for (int q = 0; q < W; q++) {
+        cnt[q] = 1;
+        dsp[q] = q;
+    }
+    enum tr_status rc = TR_OK;
+    if (W > 1)
+        rc = comm_gatherv(&R->comm, &st.peak_bytes, 1, peaks, cnt, dsp, KERN_I64, 0);
+    else
+        peaks[0] = st.peak_bytes;
+    if (rc == TR_OK && R->dist.rank == 0) {
+        struct plan_in in;
+        memset(&in, 0, sizeof in);
+        in.ntables = mc->ntables;
+        in.cards = mc->cards;
+        in.num_features = mc->num_features;
+        in.emb_dim = mc->emb_dim;
+        in.nbottom = mc->nbottom;
+        memcpy(in.bottom, mc->bottom, sizeof in.bottom);
+        in.ntop = mc->ntop;
+        memcpy(in.top, mc->top, sizeof in.top);
+        in.optim = mc->optim;
+        in.batch = R->B;
+        in.valid_batch = R->VB;
+        in.test_samples = R->ds.nsamples[DS_TEST];
+        in.world = W;
+        in.columnwise = R->c->columnwise_split;
+        in.dp_bottom = R->c->data_parallel_bottom_mlp;
+        in.threads = R->threads;
+        json_t *m = json_object(), *pk = json_array(), *pl = json_array();
+        for (int q = 0; q < W && rc == TR_OK; q++) {
+            struct plan_worker pw;
+            rc = plan_worker_bytes(&in, q, &pw);
+            json_array_append_new(pk, json_integer(peaks[q]));
+            json_array_append_new(pl, json_integer(pw.total));
+            if (q == 0)
+                LOG_RANK0("memory: rank 0 peak %.1f MiB allocated by terarec, plan %.1f MiB", peaks[0] / 1048576.0,
+                          pw.total / 1048576.0);
+        }
+        json_object_set_new(m, "peak_bytes", pk);
+        json_object_set_new(m, "plan_bytes", pl);
+        *out = m;
+    }
+    tr_free(peaks);
+    return rc;
+}
+
 static void run_release(struct run *R)
 {
     hybrid_free(&R->h);
@@ -567,6 +625,10 @@ static enum tr_status run(struct run *R, struct worker_result *res)
             json_object_set_new(ph, "pack", json_num(per * R->h->t_pack));
         }
         json_object_set_new(d, "phase_ms_per_step", ph);
+        json_t *mem = NULL;
+        TR_CHECK(memory_report(R, &mc, &mem));
+        if (mem)
+            json_object_set_new(d, "memory", mem);
         TR_CHECK(dllog_write(&R->log, NULL, d));
     }
     if (c->dump_weights && *c->dump_weights)
