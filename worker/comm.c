@@ -137,9 +137,9 @@ enum tr_status comm_allreduce_sum(struct comm *c, void *buf, int64_t n, enum ker
 {
     double t0 = now_sec();
     TR_CHECK(c->i->allreduce_sum(c->ctx, buf, n, t));
-    /* the volume a bandwidth-optimal (ring) all-reduce sends per rank */
-    int64_t bytes = c->size > 1 ? 2 * n * (int64_t)kern_dtype_size(t) * (c->size - 1) / c->size : 0;
-    account(c, COMM_ALLREDUCE, bytes, t0);
+    /* the payload; what the network carries depends on MPI's algorithm (a ring
+     * sends 2 (N-1)/N times the payload per rank) */
+    account(c, COMM_ALLREDUCE, c->size > 1 ? n * (int64_t)kern_dtype_size(t) : 0, t0);
     return TR_OK;
 }
 

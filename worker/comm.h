@@ -36,7 +36,8 @@ struct comm_i {
 /* Traffic and time of one kind of collective, for benchmarks and logs. */
 struct comm_stat {
     int64_t calls;
-    int64_t bytes;  /* bytes this rank sent to other ranks (self copies excluded) */
+    int64_t bytes;  /* bytes this rank sent to other ranks (self copies excluded);
+                       for all-reduce: the payload (the buffer size) */
     double seconds;
 };
 

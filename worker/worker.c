@@ -212,6 +212,7 @@ struct run {
     int64_t *gcnt, *gdsp;       /* (world) logit gather counts */
     int threads;
     int64_t B, VB;
+    double a2a_bytes, ar_bytes, a2a_sec, ar_sec; /* training steps only */
 };
 
 /* Forward over the whole test split in batches of VB (the last one partial), the
@@ -538,9 +539,14 @@ static enum tr_status run(struct run *R, struct worker_result *res)
         double ts1 = now_sec();
         float lr = (float)lr_sched_at(&sched, s);
         double loss = 0.0;
-        if (R->h)
+        if (R->h) {
+            struct comm_stat a0 = R->comm.stat[COMM_ALLTOALL], r0 = R->comm.stat[COMM_ALLREDUCE];
             TR_CHECK(hybrid_train_step(R->h, &R->train, lr, &loss));
-        else
+            R->a2a_bytes += (double)(R->comm.stat[COMM_ALLTOALL].bytes - a0.bytes);
+            R->ar_bytes += (double)(R->comm.stat[COMM_ALLREDUCE].bytes - r0.bytes);
+            R->a2a_sec += R->comm.stat[COMM_ALLTOALL].seconds - a0.seconds;
+            R->ar_sec += R->comm.stat[COMM_ALLREDUCE].seconds - r0.seconds;
+        } else
             TR_CHECK(dlrm_train_step(m, &R->train, lr, &loss));
         double ts2 = now_sec();
         if (!isfinite(loss)) {
@@ -623,6 +629,14 @@ static enum tr_status run(struct run *R, struct worker_result *res)
         if (R->h) {
             json_object_set_new(ph, "exchange", json_num(per * R->h->t_exchange));
             json_object_set_new(ph, "pack", json_num(per * R->h->t_pack));
+            /* traffic of the training steps (evaluation excluded: counted before it) */
+            json_t *cj = json_object();
+            json_object_set_new(cj, "alltoall_bytes_per_step", json_num(R->a2a_bytes / (double)res->steps));
+            json_object_set_new(cj, "allreduce_payload_bytes_per_step",
+                                json_num(R->ar_bytes / (double)res->steps));
+            json_object_set_new(cj, "alltoall_ms_per_step", json_num(per * R->a2a_sec));
+            json_object_set_new(cj, "allreduce_ms_per_step", json_num(per * R->ar_sec));
+            json_object_set_new(d, "comm", cj);
         }
         json_object_set_new(d, "phase_ms_per_step", ph);
         json_t *mem = NULL;
