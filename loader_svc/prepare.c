@@ -1,12 +1,893 @@
-/* prepare.c: placeholder until the preprocessor lands; refuses to run. */
+/* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
+ * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
+ * of the output directory, the passes (threshold mode: count, then write; hash
+ * mode: write only), the train/test split, the shuffle, the yaml, and the atomic
+ * rename of OUT.tmp-PID into place. Parsing, threading, counting and shuffling
+ * live in the sibling prepare_*.c files. It writes no validation split (the seed
+ * writes one but never reads it).
+ *
+ * Memory: the counting tables take --memory_limit / 2 (and as much again while a
+ * spill sorts), a shuffle bucket at most --memory_limit / 2 plus --memory_limit / 4
+ * of bucket buffers; on top come (2 * threads + 2) chunks of --chunk_size text and
+ * their rows, and in threshold mode the dictionaries of kept values (~24 bytes each). */
+#define _GNU_SOURCE
 #include "prepare.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
 #include "../common/log.h"
+#include "../common/param.h"
+#include "../common/version.h"
+#include "../kernels/kern.h"
+#include "dataset.h"
+#include "feature_spec.h"
+#include "prepare_internal.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the split-binary files are little-endian; this writer stores native integers"
+#endif
+
+#define MAX_OPTS 24
+
+struct prep_opts {
+    char *output;
+    int64_t frequency_threshold;
+    int64_t max_ind_range;
+    int test_files;
+    double test_fraction;
+    int shuffle;
+    int64_t shuffle_seed;
+    int threads;
+    int64_t memory_limit;
+    int64_t chunk_size;
+    int strict, force, progress;
+};
+
+enum { PASS_COUNT, PASS_WRITE };
+
+/* State shared by the work threads (read-only during a pass) and the consumer. */
+struct prep_ctx {
+    const struct prep_opts *o;
+    const struct prep_input *inputs;
+    int ninputs;
+    int hash;                  /* hash mode */
+    int pass;
+    uint64_t M;                /* hash mode modulus */
+    uint64_t M_inv;            /* fastmod constant for 32-bit values */
+    struct prep_counter *counter;
+    struct prep_dict dict;
+    size_t width[PREP_NCOL];
+    int64_t card[PREP_CAT];
+    int nthreads;
+    /* consumer state */
+    int cur_file;
+    int64_t line_base, rows, nbad, nempty;
+    int report, shown;
+    int64_t n_train;           /* rows before the test split by position; -1 unknown */
+    struct prep_sink train, test;
+};
+
+static const char *col_names[PREP_NCOL] = {
+    "label.bin",  "numerical.bin", "cat_0.bin",  "cat_1.bin",  "cat_2.bin",  "cat_3.bin",  "cat_4.bin",
+    "cat_5.bin",  "cat_6.bin",     "cat_7.bin",  "cat_8.bin",  "cat_9.bin",  "cat_10.bin", "cat_11.bin",
+    "cat_12.bin", "cat_13.bin",    "cat_14.bin", "cat_15.bin", "cat_16.bin", "cat_17.bin", "cat_18.bin",
+    "cat_19.bin", "cat_20.bin",    "cat_21.bin", "cat_22.bin", "cat_23.bin", "cat_24.bin", "cat_25.bin",
+};
+
+static const char usage[] =
+    "usage: terarec data prepare [options] --output DIR INPUT...\n"
+    "\n"
+    "Converts Criteo TSV files (plain or gzip: label, I1..I13, C1..C26, tab-separated, empty = missing)\n"
+    "into the seed's split-binary dataset: DIR/train/ and DIR/test/ with label.bin (bool),\n"
+    "numerical.bin (float16 [N, 13]) and cat_0.bin..cat_25.bin (int8/int16/int32 by cardinality),\n"
+    "and DIR/feature_spec.yaml. The output is written to DIR.tmp-PID and renamed to DIR on success.\n"
+    "\n"
+    "  numerical    float16(ln(x + 3)); missing and x <= -3 give 0 (the seed's Spark rule)\n"
+    "  categorical  1 to 16 hex digits of either case, compared as integers (the data always has 8);\n"
+    "               missing gives id 0. Two modes:\n"
+    "    threshold  (default) exact counts over ALL inputs, train and test, as the seed; values seen\n"
+    "               >= --frequency_threshold times get ids 1..K by descending count, ties by ascending\n"
+    "               value; rare and missing values give 0; cardinality K + 1. Two passes over the text.\n"
+    "               Counting tables that outgrow --memory_limit SPILL to sorted runs on disk that are\n"
+    "               merged at the end: counts stay exact (no sketch). The kept values must fit in memory.\n"
+    "    hash       (--max_ind_range M) id = int(hex, 16) % M, missing gives 0 (facebookresearch/dlrm's\n"
+    "               rule); every cardinality is M; one pass over the text.\n"
+    "  split        --test_files K: the last K input files are the test split (the seed's day_23), or\n"
+    "               --test_fraction F: the last round(F * N) of the N valid rows, by position\n"
+    "  shuffle      training row g (0-based, input order) goes to the rank of its key\n"
+    "               mix(g + mix(seed + 0x9e3779b97f4a7c15)) (mix = the splitmix64 finaliser), keys\n"
+    "               ascending; test rows keep input order. The bytes never depend on --threads; rows\n"
+    "               beyond --memory_limit go through bucket files with the same result.\n"
+    "  malformed    lines that are not 40 fields, a label other than 0/1, a non-integer I or a bad C are\n"
+    "               skipped and counted, the first 5 shown as file:line; --strict stops at the first\n"
+    "               (exit 2, nothing written). Empty lines are skipped silently (counted in the summary).\n"
+    "  exit status  0 done, 2 bad usage or input, 1 other failure, 130 interrupted";
+
+static void opts_fill(struct prep_opts *o, struct tr_opt t[MAX_OPTS])
+{
+    const struct tr_opt tab[] = {
+        {"output", TR_OPT_STRING, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
+        {"frequency_threshold", TR_OPT_INT64, &o->frequency_threshold, "15",
+         "threshold mode: keep values seen at least T times (T <= 1 keeps all)", 0, 1e18, NULL, NULL, 0},
+        {"max_ind_range", TR_OPT_INT64, &o->max_ind_range, "0",
+         "hash mode when > 0: id = int(hex, 16) % M, cardinality M", 0, 2147483647.0, NULL, NULL, 0},
+        {"test_files", TR_OPT_INT, &o->test_files, "0", "the last K input files are the test split", 0, 1e6,
+         NULL, NULL, 0},
+        {"test_fraction", TR_OPT_DOUBLE, &o->test_fraction, "0",
+         "the last F of all rows (by position) are the test split, 0 < F < 1", 0, 1, NULL, NULL, 0},
+        {"shuffle", TR_OPT_BOOL, &o->shuffle, "true", "shuffle the training rows (seeded permutation)", 1, 0,
+         NULL, NULL, 0},
+        {"shuffle_seed", TR_OPT_INT64, &o->shuffle_seed, "0", "seed of the training-row permutation", 0,
+         9.2e18, NULL, NULL, 0},
+        {"threads", TR_OPT_INT, &o->threads, "0", "parsing threads (0: every CPU); the output does not depend on it",
+         0, 4096, NULL, NULL, 0},
+        {"memory_limit", TR_OPT_BYTES, &o->memory_limit, "4G",
+         "memory for counting tables and the shuffle; beyond it: spill to disk", 16384, 9.2e18, NULL, NULL, 0},
+        {"chunk_size", TR_OPT_BYTES, &o->chunk_size, "8M", "text per parallel work unit", 256, 1073741824.0,
+         NULL, NULL, 0},
+        {"strict", TR_OPT_BOOL, &o->strict, "false", "a malformed line is fatal (exit 2, nothing written)", 1,
+         0, NULL, NULL, 0},
+        {"force", TR_OPT_BOOL, &o->force, "false", "replace an existing non-empty output directory", 1, 0, NULL,
+         NULL, 0},
+        {"progress", TR_OPT_BOOL, &o->progress, "true", "progress bar on stderr when it is a terminal", 1, 0,
+         NULL, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
+    };
+    TR_ASSERT(TR_ARRAY_SIZE(tab) <= MAX_OPTS);
+    memcpy(t, tab, sizeof tab);
+}
+
+/* Moves options (with their values) before the inputs so both orders work:
+ * out = argv0, options..., "--", inputs... (*outc entries). NULL after logging an
+ * option without its value, or on NOMEM. */
+static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc)
+{
+    char **out = tr_calloc((size_t)argc + 2, sizeof *out);
+    char **pos = tr_calloc((size_t)argc + 1, sizeof *pos);
+    if (!out || !pos) {
+        tr_free(out);
+        tr_free(pos);
+        return NULL;
+    }
+    int n = 0, np = 0, dashdash = 0;
+    out[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (dashdash || a[0] != '-' || a[1] == '\0') {
+            pos[np++] = argv[i];
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            dashdash = 1;
+            continue;
+        }
+        if (a[1] != '-' && strcmp(a, "-h") && strcmp(a, "-V")) {
+            LOG_ERROR("unknown option '%s'", a);
+            LOG_HINT("options start with --; see --help");
+            tr_free(out);
+            tr_free(pos);
+            return NULL;
+        }
+        out[n++] = argv[i];
+        if (a[1] == '-' && !strchr(a, '=')) {
+            char name[128];
+            size_t k = 0;
+            for (const char *p = a + 2; *p && k + 1 < sizeof name; p++)
+                name[k++] = *p == '-' ? '_' : *p;
+            name[k] = '\0';
+            struct tr_opt *o = tr_opt_find(opts, name);
+            if (o && o->type != TR_OPT_BOOL) {
+                if (i + 1 >= argc) {
+                    LOG_ERROR("--%s: missing value", o->name);
+                    tr_free(out);
+                    tr_free(pos);
+                    return NULL;
+                }
+                out[n++] = argv[++i];
+            }
+        }
+    }
+    static char dd[] = "--";
+    out[n++] = dd;
+    for (int i = 0; i < np; i++)
+        out[n++] = pos[i];
+    tr_free(pos);
+    *outc = n;
+    return out;
+}
+
+/* ---- work functions (any thread) -------------------------------------------------------- */
+
+static void note_bad(struct prep_chunk *c, int64_t line, const char *s, size_t n, enum prep_bad why, int field)
+{
+    if (c->nerrs < PREP_MAX_ERRS) {
+        struct prep_err *e = &c->errs[c->nerrs++];
+        e->line = line;
+        prepare_describe_bad(s, n, why, field, e->msg, sizeof e->msg);
+    }
+    c->nbad++;
+}
+
+static enum tr_status count_work(void *vctx, int thread, struct prep_chunk *c)
+{
+    struct prep_ctx *x = vctx;
+    const char *p = c->buf, *end = c->buf + c->len;
+    int64_t line = 0;
+    struct prep_row row;
+    while (p < end) {
+        const char *q = memchr(p, '\n', (size_t)(end - p));
+        if (!q)
+            q = end;
+        size_t n = (size_t)(q - p);
+        line++;
+        if (n && p[n - 1] == '\r')
+            n--;
+        if (n == 0) {
+            c->nempty++;
+        } else {
+            int field;
+            enum prep_bad why = prepare_parse_line(p, n, &row, &field);
+            if (why != PREP_LINE_OK) {
+                note_bad(c, line, p, n, why, field);
+            } else {
+                c->nrows++;
+                TR_CHECK(prepare_counter_add(x->counter, thread, &row));
+            }
+        }
+        p = q + 1;
+    }
+    c->nlines = line;
+    return TR_OK;
+}
+
+static enum tr_status ensure_rows(struct prep_chunk *c, const size_t *width, int64_t need)
+{
+    if (need <= c->rows_cap)
+        return TR_OK;
+    for (int k = 0; k < PREP_NCOL; k++) {
+        uint8_t *np = tr_realloc(c->col[k], (size_t)need * width[k]);
+        if (!np)
+            return TR_ERR_NOMEM;
+        c->col[k] = np;
+    }
+    c->rows_cap = need;
+    return TR_OK;
+}
+
+/* a % m for a < 2^32, m < 2^32 with one multiplication pair (Lemire's fastmod) */
+static inline uint32_t fastmod32(uint32_t a, uint64_t m_inv, uint32_t m)
+{
+    return (uint32_t)(((unsigned __int128)(m_inv * a) * m) >> 64);
+}
+
+static inline void store_id(uint8_t *col, size_t w, int64_t k, uint32_t id)
+{
+    if (w == 1) {
+        col[k] = (uint8_t)id;
+    } else if (w == 2) {
+        uint16_t v = (uint16_t)id;
+        memcpy(col + 2 * k, &v, 2);
+    } else {
+        memcpy(col + 4 * k, &id, 4);
+    }
+}
+
+static enum tr_status write_work(void *vctx, int thread, struct prep_chunk *c)
+{
+    struct prep_ctx *x = vctx;
+    (void)thread;
+    const char *p = c->buf, *end = c->buf + c->len;
+    int64_t line = 0, k = 0;
+    struct prep_row row;
+    TR_CHECK(ensure_rows(c, x->width, (int64_t)(c->len / 160) + 64));
+    while (p < end) {
+        const char *q = memchr(p, '\n', (size_t)(end - p));
+        if (!q)
+            q = end;
+        size_t n = (size_t)(q - p);
+        line++;
+        if (n && p[n - 1] == '\r')
+            n--;
+        if (n == 0) {
+            c->nempty++;
+            p = q + 1;
+            continue;
+        }
+        int field;
+        enum prep_bad why = prepare_parse_line(p, n, &row, &field);
+        if (why != PREP_LINE_OK) {
+            note_bad(c, line, p, n, why, field);
+            p = q + 1;
+            continue;
+        }
+        if (k == c->rows_cap)
+            TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
+        c->col[PREP_COL_LABEL][k] = row.label;
+        memcpy(c->col[PREP_COL_NUM] + (size_t)k * (2 * PREP_NUM), row.num, 2 * PREP_NUM);
+        if (x->hash) {
+            for (int i = 0; i < PREP_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
+                uint64_t v = row.cat[i];
+                uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
+                store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+            }
+        } else {
+            for (int i = 0; i < PREP_CAT; i++) {
+                uint32_t id = (row.cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row.cat[i]) : 0;
+                store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+            }
+        }
+        k++;
+        p = q + 1;
+    }
+    c->nlines = line;
+    c->nrows = k;
+    return TR_OK;
+}
+
+/* ---- the consumer (calling thread, chunks in input order) -------------------------------- */
+
+static enum tr_status consume(void *vctx, struct prep_chunk *c)
+{
+    struct prep_ctx *x = vctx;
+    if (c->file != x->cur_file) {
+        x->cur_file = c->file;
+        x->line_base = 0;
+    }
+    const char *path = x->inputs[c->file].path;
+    if (x->report && c->nbad) {
+        if (x->o->strict) {
+            prepare_progress_clear();
+            LOG_ERROR("%s:%lld: %s", path, (long long)(x->line_base + c->errs[0].line), c->errs[0].msg);
+            LOG_HINT("without --strict malformed lines are skipped and counted");
+            return TR_ERR_ARG;
+        }
+        for (int i = 0; i < c->nerrs && x->shown < PREP_MAX_ERRS; i++, x->shown++) {
+            prepare_progress_clear();
+            LOG_WARN("%s:%lld: %s (line skipped)", path, (long long)(x->line_base + c->errs[i].line),
+                     c->errs[i].msg);
+        }
+    }
+    x->line_base += c->nlines;
+    x->nbad += c->nbad;
+    x->nempty += c->nempty;
+    if (x->pass == PASS_WRITE) {
+        int64_t r0 = x->rows, n = c->nrows;
+        if (x->o->test_files > 0) {
+            struct prep_sink *s = c->file >= x->ninputs - x->o->test_files ? &x->test : &x->train;
+            TR_CHECK(prepare_sink_put(s, c, 0, n, x->width));
+        } else if (x->n_train >= 0) {
+            int64_t k = TR_MAX((int64_t)0, TR_MIN(n, x->n_train - r0));
+            TR_CHECK(prepare_sink_put(&x->train, c, 0, k, x->width));
+            TR_CHECK(prepare_sink_put(&x->test, c, k, n - k, x->width));
+        } else {
+            TR_CHECK(prepare_sink_put(&x->train, c, 0, n, x->width)); /* the tail moves to test at the end */
+        }
+    }
+    x->rows += c->nrows;
+    return TR_OK;
+}
+
+static enum tr_status run_pass(struct prep_ctx *x, int pass, int report, int64_t *tsv_bytes)
+{
+    x->pass = pass;
+    x->report = report;
+    x->cur_file = -1;
+    x->line_base = x->rows = x->nbad = x->nempty = 0;
+    struct prep_pipe_cfg pc = {
+        .inputs = x->inputs,
+        .ninputs = x->ninputs,
+        .threads = x->nthreads,
+        .chunk_size = (size_t)x->o->chunk_size,
+        .work = pass == PASS_COUNT ? count_work : write_work,
+        .consume = consume,
+        .ctx = x,
+        .label = pass == PASS_COUNT ? "count" : "write",
+        .progress = x->o->progress && isatty(2),
+    };
+    return prepare_pipe_run(&pc, tsv_bytes);
+}
+
+/* ---- checks, the feature spec, the output directory -------------------------------------- */
+
+static enum tr_status check_opts(const struct prep_opts *o, struct tr_opt *opts, int ninputs)
+{
+    if (!o->output || !*o->output) {
+        LOG_ERROR("--output is required");
+        LOG_HINT("usage: terarec data prepare [options] --output DIR INPUT...");
+        return TR_ERR_ARG;
+    }
+    if (ninputs < 1) {
+        LOG_ERROR("no input files");
+        LOG_HINT("usage: terarec data prepare [options] --output DIR INPUT...");
+        return TR_ERR_ARG;
+    }
+    if (o->test_files > 0 && o->test_fraction > 0) {
+        LOG_ERROR("--test_files and --test_fraction are alternatives; give one");
+        return TR_ERR_ARG;
+    }
+    if (o->test_files == 0 && o->test_fraction == 0) {
+        LOG_ERROR("no test split: give --test_files or --test_fraction");
+        LOG_HINT("--test_files 1 makes the last input file (e.g. day_23) the test split; --test_fraction 0.1 "
+                 "the last 10%% of the rows");
+        return TR_ERR_ARG;
+    }
+    if (o->test_fraction >= 1) {
+        LOG_ERROR("--test_fraction: '%g' must be below 1", o->test_fraction);
+        return TR_ERR_ARG;
+    }
+    if (o->test_files >= ninputs) {
+        LOG_ERROR("--test_files: %d of %d input files leaves no training file", o->test_files, ninputs);
+        LOG_HINT("give the training files first and the test files last");
+        return TR_ERR_ARG;
+    }
+    if (o->max_ind_range > 0 && tr_opt_find(opts, "frequency_threshold")->set_by == 2) {
+        LOG_ERROR("--frequency_threshold and --max_ind_range are alternatives; give one");
+        LOG_HINT("--max_ind_range selects the hash mode, --frequency_threshold the (default) threshold mode");
+        return TR_ERR_ARG;
+    }
+    return TR_OK;
+}
+
+static enum tr_status check_inputs(struct prep_input *in, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(in[i].path, &st) != 0) {
+            LOG_ERROR("cannot open input '%s': %s", in[i].path, strerror(errno));
+            return TR_ERR_ARG;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            LOG_ERROR("input '%s' is not a regular file", in[i].path);
+            return TR_ERR_ARG;
+        }
+        if (access(in[i].path, R_OK) != 0) {
+            LOG_ERROR("cannot open input '%s': %s", in[i].path, strerror(errno));
+            return TR_ERR_ARG;
+        }
+        in[i].bytes = (int64_t)st.st_size;
+    }
+    return TR_OK;
+}
+
+/* 1 if dir exists and holds anything, 0 if empty or absent, -1 if it is not a directory */
+static int dir_state(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode))
+        return -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 1;
+    int any = 0;
+    struct dirent *e;
+    while (!any && (e = readdir(d)) != NULL)
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return any;
+}
+
+static enum tr_status list_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static enum tr_status list_add(char ***v, int *n, const char *fmt, ...)
+{
+    char buf[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **nv = tr_realloc(*v, (size_t)(*n + 1) * sizeof *nv);
+    if (!nv)
+        return TR_ERR_NOMEM;
+    *v = nv;
+    if (!(nv[*n] = tr_strdup(buf)))
+        return TR_ERR_NOMEM;
+    (*n)++;
+    return TR_OK;
+}
+
+static int feature_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct fs_feature *)a)->name, ((const struct fs_feature *)b)->name);
+}
+
+/* The seed's DLRM FeatureSpec: features sorted by name (as yaml.dump), mappings test then train. */
+static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
+{
+    memset(fs, 0, sizeof *fs);
+    for (int j = 0; j < PREP_NUM; j++)
+        TR_CHECK(list_add(&fs->numerical, &fs->nnumerical, "num_%d", j));
+    for (int i = 0; i < PREP_CAT; i++)
+        TR_CHECK(list_add(&fs->categorical, &fs->ncategorical, "cat_%d.bin", i));
+    TR_CHECK(list_add(&fs->label, &fs->nlabel, "label"));
+
+    int nf = PREP_NUM + PREP_CAT + 1;
+    fs->features = tr_calloc((size_t)nf, sizeof *fs->features);
+    if (!fs->features)
+        return TR_ERR_NOMEM;
+    for (int f = 0; f < nf; f++) {
+        struct fs_feature *ft = &fs->features[f];
+        const char *name, *dtype;
+        ft->cardinality = -1;
+        if (f < PREP_NUM) {
+            name = fs->numerical[f];
+            dtype = "float16";
+        } else if (f < PREP_NUM + PREP_CAT) {
+            name = fs->categorical[f - PREP_NUM];
+            ft->cardinality = card[f - PREP_NUM];
+            dtype = fs_dtype_name(fs_cat_dtype_for(ft->cardinality));
+        } else {
+            name = "label";
+            dtype = "bool";
+        }
+        ft->name = tr_strdup(name);
+        ft->dtype = tr_strdup(dtype);
+        fs->nfeatures = f + 1;
+        if (!ft->name || !ft->dtype)
+            return TR_ERR_NOMEM;
+    }
+    qsort(fs->features, (size_t)nf, sizeof *fs->features, feature_cmp);
+
+    static const char *const splits[2] = {"test", "train"};
+    fs->mappings = tr_calloc(2, sizeof *fs->mappings);
+    if (!fs->mappings)
+        return TR_ERR_NOMEM;
+    for (int m = 0; m < 2; m++) {
+        struct fs_mapping *mp = &fs->mappings[m];
+        fs->nmappings = m + 1;
+        if (!(mp->name = tr_strdup(splits[m])))
+            return TR_ERR_NOMEM;
+        mp->chunks = tr_calloc(PREP_NCOL, sizeof *mp->chunks);
+        if (!mp->chunks)
+            return TR_ERR_NOMEM;
+        for (int k = 0; k < PREP_NCOL; k++) {
+            struct fs_chunk *ch = &mp->chunks[k];
+            mp->nchunks = k + 1;
+            if (!(ch->type = tr_strdup("split_binary")))
+                return TR_ERR_NOMEM;
+            /* chunk order as the seed: numerical, label, cat_0..cat_25 */
+            int col = k == 0 ? PREP_COL_NUM : k == 1 ? PREP_COL_LABEL : k;
+            if (col == PREP_COL_NUM) {
+                for (int j = 0; j < PREP_NUM; j++)
+                    TR_CHECK(list_add(&ch->features, &ch->nfeatures, "num_%d", j));
+            } else if (col == PREP_COL_LABEL) {
+                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "label"));
+            } else {
+                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "cat_%d.bin", col - PREP_COL_CAT0));
+            }
+            TR_CHECK(list_add(&ch->files, &ch->nfiles, "%s/%s", splits[m], col_names[col]));
+        }
+    }
+    return TR_OK;
+}
+
+static enum tr_status write_spec(const char *dir, const int64_t *card)
+{
+    enum tr_status rc = TR_OK;
+    struct feature_spec fs;
+    FILE *fp = NULL;
+    char *path = prepare_path(dir, "feature_spec.yaml");
+    if (!path)
+        return TR_ERR_NOMEM;
+    TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
+    fp = fopen(path, "w");
+    if (!fp) {
+        LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    rc = feature_spec_write(&fs, fp);
+    if (fclose(fp) != 0 || rc != TR_OK) {
+        LOG_ERROR("cannot write '%s': %s", path, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+exit:
+    feature_spec_release(&fs);
+    tr_free(path);
+    return rc;
+}
+
+static void format_cards(const int64_t *card, char *buf, size_t cap)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < PREP_CAT && k + 24 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, i ? ",%lld" : "%lld", (long long)card[i]);
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+static enum tr_status prepare_run(const struct prep_opts *o, struct tr_opt *opts, char **files, int nfiles)
+{
+    enum tr_status rc = TR_OK;
+    double t0 = prepare_now();
+    struct prep_ctx x;
+    memset(&x, 0, sizeof x);
+    x.o = o;
+    char *out = NULL, *tmp = NULL, *scratch = NULL, *stage = NULL, *train_dir = NULL, *test_dir = NULL,
+         *old = NULL;
+    struct prep_input *inputs = tr_calloc((size_t)nfiles, sizeof *inputs);
+    int made_tmp = 0;
+    int64_t tsv_bytes = 0, pass1_rows = -1;
+    int nbuckets = 0, spills = 0;
+    if (!inputs)
+        return TR_ERR_NOMEM;
+    TR_CHECK_GOTO(check_opts(o, opts, nfiles), rc, fail);
+    for (int i = 0; i < nfiles; i++)
+        inputs[i].path = files[i];
+    TR_CHECK_GOTO(check_inputs(inputs, nfiles), rc, fail);
+    x.inputs = inputs;
+    x.ninputs = nfiles;
+    x.nthreads = o->threads > 0 ? o->threads : (int)TR_MAX(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    x.hash = o->max_ind_range > 0;
+    x.n_train = -1;
+    int64_t memory_limit = o->memory_limit;
+
+    /* the output directory: refuse to clobber, write next to it, rename at the end */
+    out = tr_strdup(o->output);
+    if (!out) {
+        rc = TR_ERR_NOMEM;
+        goto fail;
+    }
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/';)
+        out[--n] = '\0';
+    int st = dir_state(out);
+    if (st < 0) {
+        LOG_ERROR("--output: '%s' exists and is not a directory", out);
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (st > 0 && !o->force) {
+        LOG_ERROR("--output: directory '%s' exists and is not empty", out);
+        LOG_HINT("add --force to replace it, or choose another --output");
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    {
+        char suffix[48];
+        snprintf(suffix, sizeof suffix, ".tmp-%ld", (long)getpid());
+        size_t n = strlen(out);
+        tmp = tr_malloc(n + strlen(suffix) + 1);
+        if (!tmp) {
+            rc = TR_ERR_NOMEM;
+            goto fail;
+        }
+        memcpy(tmp, out, n);
+        strcpy(tmp + n, suffix);
+    }
+    TR_CHECK_GOTO(prepare_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
+    made_tmp = 1;
+    scratch = prepare_path(tmp, ".scratch");
+    stage = scratch ? prepare_path(scratch, "stage") : NULL;
+    train_dir = prepare_path(tmp, "train");
+    test_dir = prepare_path(tmp, "test");
+    if (!scratch || !stage || !train_dir || !test_dir) {
+        rc = TR_ERR_NOMEM;
+        goto fail;
+    }
+    TR_CHECK_GOTO(prepare_mkdir_p(train_dir), rc, fail);
+    TR_CHECK_GOTO(prepare_mkdir_p(test_dir), rc, fail);
+    TR_CHECK_GOTO(prepare_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
+
+    /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
+    if (x.hash) {
+        x.M = (uint64_t)o->max_ind_range;
+        x.M_inv = UINT64_MAX / x.M + 1;
+        for (int i = 0; i < PREP_CAT; i++)
+            x.card[i] = o->max_ind_range;
+    } else {
+        TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
+        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, 1, &tsv_bytes), rc, fail);
+        pass1_rows = x.rows;
+        spills = prepare_counter_spills(x.counter);
+        TR_CHECK_GOTO(prepare_counter_finish(x.counter, o->frequency_threshold, &x.dict), rc, fail);
+        prepare_counter_free(&x.counter);
+        for (int i = 0; i < PREP_CAT; i++)
+            x.card[i] = x.dict.nkept[i] + 1;
+        if (o->test_fraction > 0)
+            x.n_train = pass1_rows - llround(o->test_fraction * (double)pass1_rows);
+    }
+    x.width[PREP_COL_LABEL] = 1;
+    x.width[PREP_COL_NUM] = 2 * PREP_NUM;
+    for (int i = 0; i < PREP_CAT; i++) {
+        enum kern_dtype t = fs_cat_dtype_for(x.card[i]);
+        x.width[PREP_COL_CAT0 + i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
+    }
+
+    /* the write pass */
+    TR_CHECK_GOTO(prepare_sink_open(&x.train, o->shuffle ? stage : train_dir, col_names), rc, fail);
+    TR_CHECK_GOTO(prepare_sink_open(&x.test, test_dir, col_names), rc, fail);
+    TR_CHECK_GOTO(run_pass(&x, PASS_WRITE, x.hash, &tsv_bytes), rc, fail);
+    if (pass1_rows >= 0 && pass1_rows != x.rows) {
+        LOG_ERROR("the inputs changed while they were prepared (%lld rows, then %lld)", (long long)pass1_rows,
+                  (long long)x.rows);
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (x.rows == 0) {
+        LOG_ERROR("no valid rows in the input (%lld malformed, %lld empty lines)", (long long)x.nbad,
+                  (long long)x.nempty);
+        LOG_HINT("the input must be Criteo TSV: label, 13 integers and 26 hex values per line, tab-separated");
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (o->test_fraction > 0 && x.n_train < 0) /* hash mode: the row count is known only now */
+        TR_CHECK_GOTO(prepare_sink_move_tail(&x.train, &x.test, llround(o->test_fraction * (double)x.rows),
+                                             x.width),
+                      rc, fail);
+    if (x.train.rows == 0) {
+        LOG_ERROR("the training split is empty (%lld rows in all, %lld in the test split)", (long long)x.rows,
+                  (long long)x.test.rows);
+        LOG_HINT("lower --test_fraction or --test_files");
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (x.test.rows == 0)
+        LOG_WARN("the test split is empty");
+    int64_t train_rows = x.train.rows, test_rows = x.test.rows;
+    int64_t train_bytes = x.train.bytes, test_bytes = x.test.bytes;
+    TR_CHECK_GOTO(prepare_sink_close(&x.train), rc, fail);
+    TR_CHECK_GOTO(prepare_sink_close(&x.test), rc, fail);
+    prepare_dict_release(&x.dict);
+
+    if (o->shuffle) {
+        struct prep_shuffle_cfg sc = {
+            .src_dir = stage,
+            .dst_dir = train_dir,
+            .scratch_dir = scratch,
+            .names = col_names,
+            .width = x.width,
+            .nrows = train_rows,
+            .seed = (uint64_t)o->shuffle_seed,
+            .memory_limit = memory_limit,
+            .progress = o->progress && isatty(2),
+        };
+        TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
+    }
+    TR_CHECK_GOTO(write_spec(tmp, x.card), rc, fail);
+    TR_CHECK_GOTO(prepare_rm_rf(scratch), rc, fail);
+    { /* the reader the trainer uses must accept the result */
+        struct dataset ds;
+        memset(&ds, 0, sizeof ds);
+        enum tr_status vrc = dataset_open_split_binary(&ds, tmp, "feature_spec.yaml");
+        int ok = vrc == TR_OK && ds.nsamples[DS_TRAIN] == train_rows && ds.nsamples[DS_TEST] == test_rows;
+        dataset_close(&ds);
+        if (vrc == TR_ERR_NOMEM) {
+            rc = vrc;
+            goto fail;
+        }
+        if (!ok) {
+            LOG_ERROR("the dataset written to '%s' does not load back", tmp);
+            rc = TR_ERR_INTERNAL;
+            goto fail;
+        }
+    }
+
+    /* into place: an existing (empty, or --force) directory is moved aside first, removed last */
+    if (dir_state(out) > 0 || access(out, F_OK) == 0) {
+        size_t n = strlen(tmp);
+        old = tr_malloc(n + 8);
+        if (!old) {
+            rc = TR_ERR_NOMEM;
+            goto fail;
+        }
+        snprintf(old, n + 8, "%s.old", tmp);
+        if (rename(out, old) != 0) {
+            LOG_ERROR("cannot move '%s' aside: %s", out, strerror(errno));
+            rc = TR_ERR_IO;
+            goto fail;
+        }
+    }
+    if (rename(tmp, out) != 0) {
+        LOG_ERROR("cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
+        if (old && rename(old, out) != 0)
+            LOG_ERROR("the previous output is now '%s'", old);
+        rc = TR_ERR_IO;
+        goto fail;
+    }
+    made_tmp = 0;
+    if (old && prepare_rm_rf(old) != TR_OK)
+        LOG_WARN("cannot remove the previous output, now '%s'", old);
+
+    double dt = prepare_now() - t0;
+    double mbs = dt > 0 ? (double)tsv_bytes / 1e6 / dt : 0.0;
+    char cards[26 * 12];
+    format_cards(x.card, cards, sizeof cards);
+    if (x.nbad)
+        LOG_WARN("skipped %lld malformed line%s (the first %d shown above)", (long long)x.nbad,
+                 x.nbad == 1 ? "" : "s", x.shown);
+    if (spills)
+        printf("counting spilled %d sorted run%s to disk (counts stay exact)\n", spills, spills == 1 ? "" : "s");
+    if (nbuckets > 1)
+        printf("shuffle went through %d bucket files\n", nbuckets);
+    for (int s = 0; s < 2; s++)
+        printf("%s: %lld rows, %lld bytes, cardinalities %s; %.2f s, %.1f MB/s of TSV (%.1f MB/s per thread, %d "
+               "threads)\n",
+               s ? "test" : "train", (long long)(s ? test_rows : train_rows),
+               (long long)(s ? test_bytes : train_bytes), cards, dt, mbs, mbs / x.nthreads, x.nthreads);
+    printf("prepared %lld rows (%lld bytes of TSV, %lld malformed and %lld empty lines skipped) into '%s'\n",
+           (long long)x.rows, (long long)tsv_bytes, (long long)x.nbad, (long long)x.nempty, out);
+    fflush(stdout);
+exit:
+    prepare_counter_free(&x.counter);
+    prepare_dict_release(&x.dict);
+    TR_CHECK_IGNORE(prepare_sink_close(&x.train), rc);
+    TR_CHECK_IGNORE(prepare_sink_close(&x.test), rc);
+    if (made_tmp && prepare_rm_rf(tmp) != TR_OK)
+        LOG_WARN("cannot remove the temporary directory '%s'", tmp);
+    tr_free(inputs);
+    tr_free(out);
+    tr_free(tmp);
+    tr_free(scratch);
+    tr_free(stage);
+    tr_free(train_dir);
+    tr_free(test_dir);
+    tr_free(old);
+    return rc;
+fail:
+    goto exit;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    prepare_interrupted = 1;
+}
 
 int prepare_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    LOG_ERROR("'terarec data prepare' is not built yet");
-    return 1;
+    struct prep_opts o;
+    memset(&o, 0, sizeof o);
+    struct tr_opt opts[MAX_OPTS];
+    int want = 0, rest = 0, nargs = 0;
+    tr_log_init();
+    prepare_parse_init();
+    opts_fill(&o, opts);
+    char **args = reorder_args(opts, argc, argv, &nargs);
+    if (!args)
+        return 2; /* a missing value (logged), or no memory for a few pointers */
+    enum tr_status rc = tr_opt_parse(opts, nargs, args, &rest, &want);
+    if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
+        tr_opt_print_help(opts, usage, stdout);
+    } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
+        tr_version_print(stdout, "terarec data prepare", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
+    } else if (rc == TR_OK) {
+        struct sigaction sa, old_int, old_term;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        prepare_interrupted = 0;
+        sigaction(SIGINT, &sa, &old_int);
+        sigaction(SIGTERM, &sa, &old_term);
+        rc = prepare_run(&o, opts, args + rest, nargs - rest);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        if (rc == TR_ERR_NOMEM) {
+            LOG_ERROR("data prepare: out of memory");
+            LOG_HINT("lower --threads, --chunk_size or --memory_limit");
+        } else if (rc == TR_ERR_INTERNAL) {
+            LOG_ERROR("data prepare failed: %s", tr_strerror(rc));
+        }
+    }
+    tr_opt_release(opts);
+    tr_free(args);
+    switch (rc) {
+    case TR_OK: return 0;
+    case TR_ERR_ARG:
+    case TR_ERR_FORMAT: return 2;
+    case TR_ERR_TIMEOUT: return 130;
+    default: return 1;
+    }
 }
