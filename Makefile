@@ -75,6 +75,7 @@ ifneq ($(and $(findstring address,$(SANITIZE)),$(findstring thread,$(SANITIZE)))
 $(error SANITIZE: address and thread cannot be combined)
 endif
 CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+CPPFLAGS += -DTR_SANITIZE='"$(SANITIZE)"'
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
@@ -246,7 +247,7 @@ endif
 # Debian packages needed to build, test and benchmark; installs only what is missing
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev
-DEPS_TEST := python3
+DEPS_TEST := python3 slurmctld slurmd slurm-client munge iproute2
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)

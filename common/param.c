@@ -74,6 +74,35 @@ enum tr_status tr_parse_i64_list(const char *text, struct tr_i64_list *out)
     return TR_OK;
 }
 
+int tr_parse_bytes(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return -1;
+    double mul = 1;
+    if (*end) {
+        switch (*end | 0x20) {
+        case 'k': mul = 1024.0; break;
+        case 'm': mul = 1048576.0; break;
+        case 'g': mul = 1073741824.0; break;
+        case 't': mul = 1099511627776.0; break;
+        default: return -1;
+        }
+        end++;
+        if (!strcasecmp(end, "ib") || !strcasecmp(end, "b"))
+            end += strlen(end);
+        if (*end)
+            return -1;
+    }
+    v *= mul;
+    if (v >= 9.2e18)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
 static int parse_bool(const char *s, int *out)
 {
     if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) {
@@ -133,6 +162,20 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
             *(int *)o->dst = (int)v;
         else
             *(int64_t *)o->dst = v;
+        return TR_OK;
+    }
+    case TR_OPT_BYTES: {
+        int64_t v;
+        if (tr_parse_bytes(text, &v) != 0) {
+            LOG_ERROR("%s%s: '%s' is not a size", src, o->name, text);
+            LOG_HINT("sizes look like 73G, 512M, 64K or 1048576 (bytes; K, M, G, T are powers of 1024)");
+            return TR_ERR_ARG;
+        }
+        if (out_of_bounds(o, (double)v)) {
+            bounds_error(o, src, text);
+            return TR_ERR_ARG;
+        }
+        *(int64_t *)o->dst = v;
         return TR_OK;
     }
     case TR_OPT_DOUBLE: {
@@ -235,7 +278,7 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
             TR_CHECK(opt_set(o, o->def, "default of --"));
         else if (o->type == TR_OPT_BOOL || o->type == TR_OPT_INT || o->type == TR_OPT_ENUM)
             *(int *)o->dst = 0;
-        else if (o->type == TR_OPT_INT64)
+        else if (o->type == TR_OPT_INT64 || o->type == TR_OPT_BYTES)
             *(int64_t *)o->dst = 0;
         else if (o->type == TR_OPT_DOUBLE)
             *(double *)o->dst = 0.0;
@@ -349,7 +392,8 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n)
     switch (o->type) {
     case TR_OPT_BOOL: snprintf(buf, n, "%s", *(int *)o->dst ? "true" : "false"); break;
     case TR_OPT_INT: snprintf(buf, n, "%d", *(int *)o->dst); break;
-    case TR_OPT_INT64: snprintf(buf, n, "%lld", (long long)*(int64_t *)o->dst); break;
+    case TR_OPT_INT64:
+    case TR_OPT_BYTES: snprintf(buf, n, "%lld", (long long)*(int64_t *)o->dst); break;
     case TR_OPT_DOUBLE: snprintf(buf, n, "%.17g", *(double *)o->dst); break;
     case TR_OPT_STRING: {
         const char *s = *(char **)o->dst;
@@ -377,6 +421,7 @@ void tr_opt_print_help(const struct tr_opt *opts, const char *usage, FILE *fp)
         case TR_OPT_BOOL: arg = ""; break;
         case TR_OPT_INT:
         case TR_OPT_INT64: arg = " N"; break;
+        case TR_OPT_BYTES: arg = " SIZE"; break;
         case TR_OPT_DOUBLE: arg = " X"; break;
         case TR_OPT_STRING: arg = " TEXT"; break;
         case TR_OPT_ENUM: arg = " CHOICE"; break;

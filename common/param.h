@@ -26,6 +26,7 @@ enum tr_opt_type {
     TR_OPT_STRING,    /* dst: char * (owned by the table, tr_opt_release frees it; NULL if unset) */
     TR_OPT_ENUM,      /* dst: int index into choices */
     TR_OPT_INT_LIST,  /* dst: struct tr_i64_list */
+    TR_OPT_BYTES,     /* dst: int64_t; text like 73G, 512M, 64K, 1.5T, 1048576 (binary units) */
 };
 
 struct tr_i64_list {
@@ -71,6 +72,10 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n);
 
 /* Finds an option by canonical name; NULL if absent. */
 struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name);
+
+/* Parses a size: a number with an optional K, M, G or T suffix (powers of 1024;
+ * "GB" and "GiB" are accepted too). Returns 0, or -1 on bad text or overflow. */
+int tr_parse_bytes(const char *text, int64_t *out);
 
 /* Parses a comma-separated list of int64 ("1,2,3"; "4x100" repeats 100 four times).
  * On success *out holds a tr_malloc'd array. Returns TR_ERR_ARG on bad text. */

@@ -30,6 +30,9 @@
 #else
 #define FEAT_PMIX "no"
 #endif
+#ifndef TR_SANITIZE
+#define TR_SANITIZE ""
+#endif
 #ifdef _OPENMP
 #define FEAT_OMP "yes"
 #else
@@ -44,8 +47,8 @@ const char *tr_version(void)
 void tr_version_print(FILE *fp, const char *prog, int parsable, const char *blas)
 {
     if (parsable) {
-        fprintf(fp, "version:%s\ngit:%s\ncuda:%s\nnccl:%s\nmpi:%s\npmix:%s\nblas:%s\nopenmp:%s\n", TR_VERSION,
-                TR_GIT_HASH, FEAT_CUDA, FEAT_NCCL, FEAT_MPI, FEAT_PMIX, TR_BLAS_NAME, FEAT_OMP);
+        fprintf(fp, "version:%s\ngit:%s\ncuda:%s\nnccl:%s\nmpi:%s\npmix:%s\nblas:%s\nopenmp:%s\nsanitize:%s\n",
+                TR_VERSION, TR_GIT_HASH, FEAT_CUDA, FEAT_NCCL, FEAT_MPI, FEAT_PMIX, TR_BLAS_NAME, FEAT_OMP, TR_SANITIZE);
         return;
     }
     fprintf(fp, "%s %s (git %s)\n", prog, TR_VERSION, TR_GIT_HASH);

@@ -5,8 +5,6 @@
  * machine it runs on. */
 #include "plan_cmd.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,39 +31,14 @@ static const int64_t criteo_tb_t0[26] = {210783335, 36746, 17245, 7413,      202
 
 struct plan_opts {
     struct tr_i64_list cards, bottom, top;
-    char *preset, *dataset_path, *feature_spec, *memory;
+    char *preset, *dataset_path, *feature_spec;
+    int64_t memory;
     int num_features, emb_dim, optimizer, nodes, per_node, columnwise, dp_bottom, threads, json;
     int64_t batch, valid_batch, test_samples;
 };
 
 static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
 static const char *const preset_choices[] = {"none", "criteo_tb_t0", NULL};
-
-/* "73G", "80GB", "512M", "1.5T", plain bytes; binary units (G = 2^30). */
-static int parse_bytes(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return -1;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1048576.0; end++; break;
-    case 'G': mul = 1073741824.0; end++; break;
-    case 'T': mul = 1099511627776.0; end++; break;
-    default: break;
-    }
-    if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I')
-        end++;
-    if (toupper((unsigned char)*end) == 'B')
-        end++;
-    if (*end)
-        return -1;
-    *out = (int64_t)(v * mul);
-    return 0;
-}
 
 static double gib(int64_t b)
 {
@@ -103,8 +76,8 @@ int plan_main(int argc, char **argv)
         {"nodes", TR_OPT_INT, &o.nodes, "1", "nodes", 1, 1e6, NULL, NULL, 0},
         {"workers_per_node", TR_OPT_INT, &o.per_node, "1", "workers (GPUs or CPU slots) per node", 1, 4096, NULL,
          "gpus_per_node", 0},
-        {"memory_per_worker", TR_OPT_STRING, &o.memory, "0",
-         "memory limit of one worker, e.g. 73G (0: no limit)", 1, 0, NULL, NULL, 0},
+        {"memory_per_worker", TR_OPT_BYTES, &o.memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
+         0, 9.2e18, NULL, NULL, 0},
         {"columnwise_split", TR_OPT_BOOL, &o.columnwise, "false", "split every table by columns", 1, 0, NULL,
          "experimental_columnwise_split", 0},
         {"data_parallel_bottom_mlp", TR_OPT_BOOL, &o.dp_bottom, "false", "bottom MLP on every worker", 1, 0, NULL,
@@ -127,12 +100,7 @@ int plan_main(int argc, char **argv)
         rc = 0;
         goto exit;
     }
-    int64_t limit = 0;
-    if (parse_bytes(o.memory, &limit) != 0) {
-        LOG_ERROR("--memory_per_worker: '%s' is not a size", o.memory);
-        LOG_HINT("for example --memory_per_worker 73G");
-        goto exit;
-    }
+    const int64_t limit = o.memory;
     const int64_t *cards = o.cards.v;
     int ntables = o.cards.n;
     int64_t test_samples = o.test_samples;
@@ -242,13 +210,15 @@ int plan_main(int argc, char **argv)
                    gib(w[r].embeddings), gib(w[r].opt_state), w[r].mlp / 1048576.0, w[r].activations / 1048576.0,
                    w[r].workspace / 1048576.0, w[r].alltoall / 1048576.0, w[r].data / 1048576.0,
                    w[r].eval / 1048576.0, gib(w[r].total));
-        printf("largest worker: rank %d, %.3f GiB%s%s\n", worst, gib(w[worst].total), limit ? " of " : "",
-               limit ? o.memory : "");
+        if (limit)
+            printf("largest worker: rank %d, %.3f GiB of %.3f GiB\n", worst, gib(w[worst].total), gib(limit));
+        else
+            printf("largest worker: rank %d, %.3f GiB\n", worst, gib(w[worst].total));
     }
     if (!fits) {
-        LOG_ERROR("worker %d needs %.2f GiB, over --memory_per_worker %s by %.2f GiB (embeddings %.2f GiB, "
+        LOG_ERROR("worker %d needs %.2f GiB, over --memory_per_worker %.2f GiB by %.2f GiB (embeddings %.2f GiB, "
                   "optimizer state %.2f GiB)",
-                  worst, gib(w[worst].total), o.memory, gib(w[worst].total - limit), gib(w[worst].embeddings),
+                  worst, gib(w[worst].total), gib(limit), gib(w[worst].total - limit), gib(w[worst].embeddings),
                   gib(w[worst].opt_state));
         LOG_HINT("%s", o.columnwise ? "add workers, or use sgd (adagrad doubles the embedding memory)"
                                     : "try --columnwise_split: table-wise cannot split a table larger than a worker");

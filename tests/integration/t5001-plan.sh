@@ -7,7 +7,7 @@
 T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
 PY=$(command -v python3)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+use_mpi
 MODEL="--synthetic_dataset_cardinalities 200000,5000,300000,7,64000,90 --embedding_dim 16
        --bottom_mlp_dims 64,16 --top_mlp_dims 128,64,1 --batch_size 4096 --threads 1"
 RUN="--max_steps 3 --print_freq 1 --synthetic_dataset_valid_batches 2 --synthetic_dataset_train_batches 10"
@@ -60,7 +60,7 @@ out=$($T plan $BIG --columnwise_split --data_parallel_bottom_mlp 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q '^fits: yes' && ok "1.68 TB column-wise fits" || fail "1.68 TB column-wise fits" "$out"
 echo "$out" | grep -E '^(plan|largest)' | sed 's/^/# /'
 out=$($T plan $BIG --data_parallel_bottom_mlp 2>&1); rc=$?
-[ $rc -eq 1 ] && echo "$out" | grep -q 'error: worker 0 needs .* over --memory_per_worker 73G by' \
+[ $rc -eq 1 ] && echo "$out" | grep -q 'error: worker 0 needs .* over --memory_per_worker 73.00 GiB by' \
     && ok "1.68 TB table-wise is refused, naming the overflow" || fail "1.68 TB table-wise is refused" "rc=$rc $out"
 echo "$out" | grep -E 'error' | sed 's/^/# /'
 out=$($T plan $BIG --columnwise_split --data_parallel_bottom_mlp --optimizer adagrad 2>&1); rc=$?
@@ -68,7 +68,7 @@ out=$($T plan $BIG --columnwise_split --data_parallel_bottom_mlp --optimizer ada
 # 6 x 8 misses by a third of a GiB on rank 0 (it also keeps the test set's logits); 7 x 8 fits
 out=$($T plan ${BIG/--nodes 4/--nodes 6} --columnwise_split --data_parallel_bottom_mlp --optimizer adagrad 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$out" | grep -q 'error: worker 0 needs' \
-    && ok "1.68 TB with adagrad does not fit 6 x 8 workers ($(echo "$out" | grep -o 'over.*by [0-9.]* GiB'))" \
+    && ok "1.68 TB with adagrad does not fit 6 x 8 workers ($(echo "$out" | grep -o 'over --memory.*by [0-9.]* GiB'))" \
     || fail "1.68 TB with adagrad does not fit 6 x 8 workers" "$out"
 out=$($T plan ${BIG/--nodes 4/--nodes 7} --columnwise_split --data_parallel_bottom_mlp --optimizer adagrad 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "1.68 TB with adagrad fits 7 x 8 workers ($(echo "$out" | grep 'largest worker'))" \

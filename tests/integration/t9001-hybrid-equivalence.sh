@@ -22,7 +22,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     skip "hybrid equivalence" "mpirun not found (install openmpi-bin: make deps)"
     done_testing
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+use_mpi
 # 10 tables of mixed sizes (so table-wise placement is not trivial), an uneven batch
 CARDS=30,7,50,7,1000,3,200,90,5,64
 base() { # dim
@@ -54,21 +54,22 @@ equiv() { # NAME REF N DIM EXTRA...: runs and compares with REF
 
 run ref8 1 8 && ok "reference run, dim 8" || fail "reference run, dim 8"
 run ref6 1 6 && ok "reference run, dim 6" || fail "reference run, dim 6"
+NS="2 3 4 8" NS6="3 4 8" NSMP="2 3 8"
 CMP_EXTRA=""
-for n in 2 3 4 8; do
+for n in $NS; do
     equiv "col8-n$n" ref8 "$n" 8 --columnwise_split --data_parallel_bottom_mlp
 done
-for n in 3 4 8; do # 6 columns: 4 does not divide them, 8 leaves two workers without a column
+for n in $NS6; do # 6 columns: 4 does not divide them, 8 leaves two workers without a column
     equiv "col6-n$n" ref6 "$n" 6 --columnwise_split --data_parallel_bottom_mlp
 done
-for n in 2 3 4 8; do
+for n in $NS; do
     equiv "tab-dp-n$n" ref8 "$n" 8 --data_parallel_bottom_mlp
 done
 # model-parallel bottom MLP (rank 0 runs it for the whole batch): the other ranks'
 # bottom copies are unused, so only the top MLP (after 16*16+16 + 16*8+8 bottom
 # parameters) must be identical on every rank
 CMP_EXTRA="--mp-top0=408"
-for n in 2 3 8; do
+for n in $NSMP; do
     equiv "tab-mp-n$n" ref8 "$n" 8
 done
 CMP_EXTRA=""
