@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
@@ -213,6 +214,7 @@ struct run {
     int threads;
     int64_t B, VB;
     double a2a_bytes, ar_bytes, a2a_sec, ar_sec; /* training steps only */
+    char run_id[128];
 };
 
 /* Forward over the whole test split in batches of VB (the last one partial), the
@@ -425,8 +427,15 @@ static enum tr_status run(struct run *R, struct worker_result *res)
     enum tr_status rc = TR_OK;
     TR_CHECK(dist_init(&R->dist));
     tr_log_set_rank(R->dist.world > 1 ? R->dist.rank : -1);
+    /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
+     * path an NCCL unique id takes on GPU backends, exercised by every run */
+    if (R->dist.rank == 0)
+        snprintf(R->run_id, sizeof R->run_id, "%s-%ld-%lld", R->dist.host, (long)getpid(), (long long)time(NULL));
+    TR_CHECK(dist_share_blob(&R->dist, "run_id", 0, R->run_id, (int)sizeof R->run_id));
     TR_CHECK(comm_open(&R->dist, &R->comm));
     const int W = R->dist.world, rank = R->dist.rank;
+    LOG_INFO(INIT, "run %s: rank %d of %d (local %d of %d) on node %d of %d, host %s", R->run_id, rank, W,
+             R->dist.local_rank, R->dist.local_world, R->dist.node, R->dist.nnodes, R->dist.host);
     /* threads: as asked, else this node's CPUs shared by its workers */
     R->threads = c->threads > 0 ? c->threads : TR_MAX(1, kern_cpu_count() / TR_MAX(1, R->dist.local_world));
     struct kern_backend be;
@@ -488,6 +497,7 @@ static enum tr_status run(struct run *R, struct worker_result *res)
         json_object_set_new(pj, "train_samples", json_integer(ds->nsamples[DS_TRAIN]));
         json_object_set_new(pj, "test_samples", json_integer(ds->nsamples[DS_TEST]));
         json_object_set_new(pj, "world_size", json_integer(W));
+        json_object_set_new(pj, "run_id", json_string(R->run_id));
         TR_CHECK(dllog_write(&R->log, json_string("PARAMETER"), pj));
     }
 

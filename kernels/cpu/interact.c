@@ -34,7 +34,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
  * passed through function boundaries, whose ABI differs with and without AVX-512) */
 #define LOAD16(p) (*(const v16u *)(p))
 #define STORE16(p, v) (*(v16u *)(p) = (v))
-#define SPLAT16(a) ((v16f){0} + (a))
+#define SPLAT16(a) ((v16f){(a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a)})
 
 /* c[r][0..16) = sum_k a[r][k] * b[k][0..16) for r < 4; a rows are a0..a3 (each
  * K long), b is (K, ldb). Each output is one sequential sum over k. */

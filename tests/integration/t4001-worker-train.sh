@@ -39,6 +39,16 @@ for opt in "sgd 1" "adagrad 0.05"; do
     fi
 done
 
+# --auc_threshold stops at the first evaluation that reaches it (10 evaluations per epoch)
+out=$($W $SMALL --learning_rate 1 --synthetic_dataset_train_batches 300 --evals_per_epoch 10 --auc_threshold 0.7 \
+      --print_freq 1000 --log_path "$TMP/thr.json" 2>&1)
+if echo "$out" | grep -qE '^auc 0\.[0-9]+ reached --auc_threshold 0\.700000 at step [0-9]+: stopping' &&
+    steps=$(echo "$out" | sed -n 's/^summary: steps=\([0-9]*\),.*/\1/p') && [ "$steps" -lt 300 ]; then
+    ok "--auc_threshold 0.7 stops early (after $steps of 300 steps)"
+else
+    fail "--auc_threshold 0.7 stops early" "$(echo "$out" | tail -n 5)"
+fi
+
 # determinism: the same run twice -> identical loss records (full precision in the JSON log)
 for k in 1 2; do
     $W $SMALL --max_steps 40 --print_freq 5 --learning_rate 1 --log_path "$TMP/det$k.json" >/dev/null 2>&1
