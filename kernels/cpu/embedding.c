@@ -132,28 +132,6 @@ static size_t ws_one(int64_t nidx, int64_t width)
            + align64(n * w * sizeof(float)) + 64; /* one gradient accumulator per distinct row */
 }
 
-/* Stable LSD radix sort of keys by bits [lo, hi); returns the buffer holding the result. */
-static uint64_t *radix_sort(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi, int64_t *hist)
-{
-    for (int shift = lo; shift < hi; shift += 8) {
-        memset(hist, 0, 256 * sizeof(int64_t));
-        for (int64_t i = 0; i < n; i++)
-            hist[(a[i] >> shift) & 0xff]++;
-        int64_t sum = 0;
-        for (int d = 0; d < 256; d++) {
-            int64_t c = hist[d];
-            hist[d] = sum;
-            sum += c;
-        }
-        for (int64_t i = 0; i < n; i++)
-            b[hist[(a[i] >> shift) & 0xff]++] = a[i];
-        uint64_t *t = a;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* The update runs in four passes:
  *  1. sort (row << posbits | position) keys: equal rows become runs, in position order;
  *  2. give every position the number (slot) of its row's run;
@@ -219,7 +197,7 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
         /* 2. sort; runs of equal rows; the slot (run number) of each position */
 #pragma omp single
         {
-            sorted = radix_sort(k0, k1, nidx, posbits, posbits + rowbits, hist);
+            sorted = kern_cpu_radix_sort_u64(k0, k1, nidx, posbits, posbits + rowbits, hist);
             for (int64_t i = 0; i < nidx; i++) {
                 if (i == 0 || (sorted[i] >> posbits) != (sorted[i - 1] >> posbits))
                     runs[nruns++] = i;

@@ -8,6 +8,7 @@
 #include "../../common/check.h"
 #include "../kmath.h"
 #include "../metrics.h"
+#include "cpu_internal.h"
 
 /* Maps a float to a uint32 whose unsigned order is the float order (-0 == +0). */
 static uint32_t sortable(float f)
@@ -47,29 +48,13 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         tr_free(hist);
         return TR_ERR_ARG;
     }
-    for (int shift = 1; shift < 33; shift += 8) {
-        memset(hist, 0, 256 * sizeof(int64_t));
-        for (int64_t i = 0; i < n; i++)
-            hist[(a[i] >> shift) & 0xff]++;
-        int64_t sum = 0;
-        for (int dgt = 0; dgt < 256; dgt++) {
-            int64_t c = hist[dgt];
-            hist[dgt] = sum;
-            sum += c;
-        }
-        for (int64_t i = 0; i < n; i++)
-            b[hist[(a[i] >> shift) & 0xff]++] = a[i];
-        uint64_t *t = a;
-        a = b;
-        b = t;
-    }
-    /* after an even number of passes the data is back in the first half */
+    uint64_t *sorted = kern_cpu_radix_sort_u64(a, b, n, 1, 33, hist); /* by score; labels ride along */
     long double area = 0.0L;
     int64_t neg_below = 0, npos = 0, nneg = 0;
     for (int64_t i = 0; i < n;) {
         int64_t j = i, gp = 0, gn = 0;
-        while (j < n && (a[j] >> 1) == (a[i] >> 1)) {
-            if (a[j] & 1u)
+        while (j < n && (sorted[j] >> 1) == (sorted[i] >> 1)) {
+            if (sorted[j] & 1u)
                 gp++;
             else
                 gn++;
@@ -81,7 +66,7 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         nneg += gn;
         i = j;
     }
-    tr_free(a < b ? a : b);
+    tr_free(a); /* b = a + n: one block */
     tr_free(hist);
     if (npos > 0 && nneg > 0)
         *auc = (double)(area / ((long double)npos * (long double)nneg));

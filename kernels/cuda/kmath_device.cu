@@ -4,38 +4,15 @@
  * hold the CUDA backend's ops (those come with the CUDA backend). */
 #include <cuda_runtime.h>
 
-#include "../kmath.h"
+#include "../kmath_probe.h"
 
-/* out[i*16 + k]: the k-th kmath function evaluated at input i (see the host side
- * of the GPU parity test for the meaning of each slot). */
+/* out[i*16 .. i*16+16): km_probe at input i. */
 static __global__ void kmath_eval_kernel(const float *in, int n, uint64_t seed, float *out)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    float x = in[i];
-    float *o = out + (int64_t)i * 16;
-    struct km_optim h = {0.1f, 1e-7f};
-    float p = x, acc = 0.1f;
-    o[0] = km_relu(x);
-    o[1] = km_relu_grad(x, 2.0f);
-    o[2] = km_sigmoid(x);
-    o[3] = km_bce_logit(x, 1.0f);
-    o[4] = km_bce_logit_grad(x, 0.0f);
-    km_sgd_step(&p, x, &h);
-    o[5] = p;
-    p = x;
-    km_adagrad_step(&p, &acc, x, &h);
-    o[6] = p;
-    o[7] = acc;
-    o[8] = km_init_embedding(seed, 3, (uint64_t)i, 0.5f);
-    o[9] = km_init_glorot(seed, 0x100, (uint64_t)i, 16.0f, 512.0f);
-    o[10] = km_init_bias(seed, 0x200, (uint64_t)i, 512.0f);
-    o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
-    o[12] = km_half_to_float(km_float_to_half(x));
-    o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
-    o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
-    o[15] = 0.0f;
+    km_probe(in[i], seed, i, out + (int64_t)i * 16);
 }
 
 extern "C" int kern_cuda_kmath_eval(const float *in_host, int n, uint64_t seed, float *out_host);

@@ -8,39 +8,17 @@
 #include "../../common/check.h"
 #include "../../common/harness.h"
 #include "../../kernels/kern.h"
-#include "../../kernels/kmath.h"
+#include "../../kernels/kmath_probe.h"
 
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
 int kern_cuda_kmath_eval(const float *in_host, int n, uint64_t seed, float *out_host);
 #endif
 
-/* Host side of kmath_device.cu's kernel: slot k of sample i, same expressions. */
+/* The host side: the same km_probe the device kernel runs. */
 static void host_eval(const float *in, int n, uint64_t seed, float *out)
 {
-    for (int i = 0; i < n; i++) {
-        float x = in[i], *o = out + (int64_t)i * 16;
-        struct km_optim h = {0.1f, 1e-7f};
-        float p = x, acc = 0.1f;
-        o[0] = km_relu(x);
-        o[1] = km_relu_grad(x, 2.0f);
-        o[2] = km_sigmoid(x);
-        o[3] = km_bce_logit(x, 1.0f);
-        o[4] = km_bce_logit_grad(x, 0.0f);
-        km_sgd_step(&p, x, &h);
-        o[5] = p;
-        p = x;
-        km_adagrad_step(&p, &acc, x, &h);
-        o[6] = p;
-        o[7] = acc;
-        o[8] = km_init_embedding(seed, 3, (uint64_t)i, 0.5f);
-        o[9] = km_init_glorot(seed, 0x100, (uint64_t)i, 16.0f, 512.0f);
-        o[10] = km_init_bias(seed, 0x200, (uint64_t)i, 512.0f);
-        o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
-        o[12] = km_half_to_float(km_float_to_half(x));
-        o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
-        o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
-        o[15] = 0.0f;
-    }
+    for (int i = 0; i < n; i++)
+        km_probe(in[i], seed, i, out + (int64_t)i * 16);
 }
 
 static void device_matches_host(void)

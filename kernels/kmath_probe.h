@@ -1,0 +1,36 @@
+/* kmath_probe.h: one evaluation of every kmath.h function on one input, into 16
+ * slots. The host (tests/kernels/test_kmath_gpu.c) and the device
+ * (kernels/cuda/kmath_device.cu) run this same function, so the GPU parity test
+ * compares the very expressions the backends use. */
+#ifndef TR_KMATH_PROBE_H
+#define TR_KMATH_PROBE_H
+
+#include "kmath.h"
+
+/* o[16]: the kmath functions at x (sample i, random seed `seed`); slot 15 is 0. */
+KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
+{
+    struct km_optim h = {0.1f, 1e-7f};
+    float p = x, acc = 0.1f;
+    o[0] = km_relu(x);
+    o[1] = km_relu_grad(x, 2.0f);
+    o[2] = km_sigmoid(x);
+    o[3] = km_bce_logit(x, 1.0f);
+    o[4] = km_bce_logit_grad(x, 0.0f);
+    km_sgd_step(&p, x, &h);
+    o[5] = p;
+    p = x;
+    km_adagrad_step(&p, &acc, x, &h);
+    o[6] = p;
+    o[7] = acc;
+    o[8] = km_init_embedding(seed, 3, (uint64_t)i, 0.5f);
+    o[9] = km_init_glorot(seed, 0x100, (uint64_t)i, 16.0f, 512.0f);
+    o[10] = km_init_bias(seed, 0x200, (uint64_t)i, 512.0f);
+    o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
+    o[12] = km_half_to_float(km_float_to_half(x));
+    o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
+    o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
+    o[15] = 0.0f;
+}
+
+#endif
