@@ -158,13 +158,11 @@ CLONES static void bwd_sample(const struct kern_interact_bwd_args *a, int64_t s,
     }
 }
 
-enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
+/* Runs fn(args, s, scratch) for every sample s of the batch, threads splitting
+ * the batch, each with its own scratch. TR_ERR_NOMEM if a scratch cannot be had. */
+static enum tr_status for_each_sample(int64_t batch, int n, int d, const void *args,
+                                      void (*fn)(const void *, int64_t, const struct scratch *))
 {
-    const int n = a->n, d = a->d;
-    const int64_t off = a->has_bottom ? d : 0;
-    const int64_t used = off + km_tri_count(n);
-    if (n < 1 || d < 1 || a->out_w < used)
-        return TR_ERR_ARG;
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
@@ -173,36 +171,38 @@ enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
             failed = 1;
         } else {
 #pragma omp for schedule(static)
-            for (int64_t s = 0; s < a->batch; s++) {
-                fwd_sample(a, s, &sc);
-            }
+            for (int64_t s = 0; s < batch; s++)
+                fn(args, s, &sc);
         }
         tr_free(sc.xt);
     }
     return failed ? TR_ERR_NOMEM : TR_OK;
 }
 
+static void fwd_one(const void *a, int64_t s, const struct scratch *sc)
+{
+    fwd_sample(a, s, sc);
+}
+
+static void bwd_one(const void *a, int64_t s, const struct scratch *sc)
+{
+    bwd_sample(a, s, sc);
+}
+
+enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
+{
+    const int64_t off = a->has_bottom ? a->d : 0;
+    if (a->n < 1 || a->d < 1 || a->out_w < off + km_tri_count(a->n))
+        return TR_ERR_ARG;
+    return for_each_sample(a->batch, a->n, a->d, a, fwd_one);
+}
+
 /* dx = S x with S_ij = dout[pair(max(i,j), min(i,j))], S_ii = 0; then the bottom
  * gradient dout[:, 0:d] is added into dx[:, 0, :]. */
 enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a)
 {
-    const int n = a->n, d = a->d;
-    const int64_t off = a->has_bottom ? d : 0;
-    if (n < 1 || d < 1 || a->out_w < off + km_tri_count(n))
+    const int64_t off = a->has_bottom ? a->d : 0;
+    if (a->n < 1 || a->d < 1 || a->out_w < off + km_tri_count(a->n))
         return TR_ERR_ARG;
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
-    {
-        struct scratch sc = {0};
-        if (scratch_get(&sc, n, d) != 0) {
-            failed = 1;
-        } else {
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < a->batch; s++) {
-                bwd_sample(a, s, &sc);
-            }
-        }
-        tr_free(sc.xt);
-    }
-    return failed ? TR_ERR_NOMEM : TR_OK;
+    return for_each_sample(a->batch, a->n, a->d, a, bwd_one);
 }
