@@ -220,9 +220,12 @@ static void note_bad(struct prep_chunk *c, int64_t line, const char *s, size_t n
     c->nbad++;
 }
 
-static enum tr_status count_work(void *vctx, int thread, struct prep_chunk *c)
+/* Splits chunk c into lines; counts empty and malformed ones (the first few kept
+ * with their line numbers) and calls fn(arg, row) for each valid row, in order.
+ * Sets c->nlines. Stops at fn's first error. */
+static enum tr_status each_row(struct prep_chunk *c, enum tr_status (*fn)(void *arg, const struct prep_row *row),
+                               void *arg)
 {
-    struct prep_ctx *x = vctx;
     const char *p = c->buf, *end = c->buf + c->len;
     int64_t line = 0;
     struct prep_row row;
@@ -239,17 +242,34 @@ static enum tr_status count_work(void *vctx, int thread, struct prep_chunk *c)
         } else {
             int field;
             enum prep_bad why = prepare_parse_line(p, n, &row, &field);
-            if (why != PREP_LINE_OK) {
+            if (why != PREP_LINE_OK)
                 note_bad(c, line, p, n, why, field);
-            } else {
-                c->nrows++;
-                TR_CHECK(prepare_counter_add(x->counter, thread, &row));
-            }
+            else
+                TR_CHECK(fn(arg, &row));
         }
         p = q + 1;
     }
     c->nlines = line;
     return TR_OK;
+}
+
+struct row_arg {
+    struct prep_ctx *x;
+    struct prep_chunk *c;
+    int thread;
+};
+
+static enum tr_status count_row(void *arg, const struct prep_row *row)
+{
+    struct row_arg *a = arg;
+    a->c->nrows++;
+    return prepare_counter_add(a->x->counter, a->thread, row);
+}
+
+static enum tr_status count_work(void *vctx, int thread, struct prep_chunk *c)
+{
+    struct row_arg a = {vctx, c, thread};
+    return each_row(c, count_row, &a);
 }
 
 static enum tr_status ensure_rows(struct prep_chunk *c, const size_t *width, int64_t need)
@@ -284,56 +304,38 @@ static inline void store_id(uint8_t *col, size_t w, int64_t k, uint32_t id)
     }
 }
 
+static enum tr_status write_row(void *arg, const struct prep_row *row)
+{
+    struct row_arg *a = arg;
+    struct prep_ctx *x = a->x;
+    struct prep_chunk *c = a->c;
+    const int64_t k = c->nrows;
+    if (k == c->rows_cap)
+        TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
+    c->col[PREP_COL_LABEL][k] = row->label;
+    memcpy(c->col[PREP_COL_NUM] + (size_t)k * (2 * PREP_NUM), row->num, 2 * PREP_NUM);
+    if (x->hash) {
+        for (int i = 0; i < PREP_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
+            uint64_t v = row->cat[i];
+            uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
+            store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+        }
+    } else {
+        for (int i = 0; i < PREP_CAT; i++) {
+            uint32_t id = (row->cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row->cat[i]) : 0;
+            store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+        }
+    }
+    c->nrows = k + 1;
+    return TR_OK;
+}
+
 static enum tr_status write_work(void *vctx, int thread, struct prep_chunk *c)
 {
-    struct prep_ctx *x = vctx;
-    (void)thread;
-    const char *p = c->buf, *end = c->buf + c->len;
-    int64_t line = 0, k = 0;
-    struct prep_row row;
-    TR_CHECK(ensure_rows(c, x->width, (int64_t)(c->len / 160) + 64));
-    while (p < end) {
-        const char *q = memchr(p, '\n', (size_t)(end - p));
-        if (!q)
-            q = end;
-        size_t n = (size_t)(q - p);
-        line++;
-        if (n && p[n - 1] == '\r')
-            n--;
-        if (n == 0) {
-            c->nempty++;
-            p = q + 1;
-            continue;
-        }
-        int field;
-        enum prep_bad why = prepare_parse_line(p, n, &row, &field);
-        if (why != PREP_LINE_OK) {
-            note_bad(c, line, p, n, why, field);
-            p = q + 1;
-            continue;
-        }
-        if (k == c->rows_cap)
-            TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
-        c->col[PREP_COL_LABEL][k] = row.label;
-        memcpy(c->col[PREP_COL_NUM] + (size_t)k * (2 * PREP_NUM), row.num, 2 * PREP_NUM);
-        if (x->hash) {
-            for (int i = 0; i < PREP_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
-                uint64_t v = row.cat[i];
-                uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
-                store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
-            }
-        } else {
-            for (int i = 0; i < PREP_CAT; i++) {
-                uint32_t id = (row.cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row.cat[i]) : 0;
-                store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
-            }
-        }
-        k++;
-        p = q + 1;
-    }
-    c->nlines = line;
-    c->nrows = k;
-    return TR_OK;
+    struct row_arg a = {vctx, c, thread};
+    TR_CHECK(ensure_rows(c, a.x->width, (int64_t)(c->len / 160) + 64));
+    c->nrows = 0;
+    return each_row(c, write_row, &a);
 }
 
 /* ---- the consumer (calling thread, chunks in input order) -------------------------------- */
