@@ -26,6 +26,16 @@ use_mpi() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 }
+# same_dataset DIR_A DIR_B: every column file of both splits of two prepared Criteo
+# datasets (label, numerical, cat_0..cat_25) is identical; prints the first that differs
+same_dataset() {
+    local s f
+    for s in train test; do
+        for f in label.bin numerical.bin $(for i in $(seq 0 25); do printf 'cat_%d.bin ' "$i"; done); do
+            cmp -s "$1/$s/$f" "$2/$s/$f" || { echo "$s/$f differs"; return 1; }
+        done
+    done
+}
 done_testing() {
     echo "1..$_n"
     echo "$_pass passed, $_fail failed, $_skip skipped"

@@ -10,7 +10,6 @@ T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
 PY=$(command -v python3)
 REF="$PY $(cd "$(dirname "$0")" && pwd)/prepare_ref.py"
-FILES="label.bin numerical.bin $(for i in $(seq 0 25); do printf 'cat_%d.bin ' $i; done)"
 
 # gen FILE ROWS SEED: deterministic Criteo-like rows (skewed values, missing fields,
 # negative integers, upper-case hex, a few wide integers and 16-digit hex values)
@@ -42,16 +41,6 @@ open(path, "w").write("\n".join(out) + "\n")
 PYEOF
 }
 
-# same DIR_A DIR_B: every column file of both splits is identical
-same() {
-    local s f
-    for s in train test; do
-        for f in $FILES; do
-            cmp -s "$1/$s/$f" "$2/$s/$f" || { echo "$s/$f differs"; return 1; }
-        done
-    done
-}
-
 # cards DIR: the 26 cardinalities of DIR/feature_spec.yaml, comma-separated, cat_0 first
 cards() {
     for i in $(seq 0 25); do
@@ -76,7 +65,7 @@ for spec in "threshold 3 files 1 --frequency_threshold=3 --test_files=1" \
     rm -rf ref out
     want=$($REF write "$1" "$2" "$3" "$4" ref d0.tsv d1.tsv)
     if log=$($T data prepare --output out --no_shuffle "$5" "$6" d0.tsv d1.tsv 2>&1); then
-        diff=$(same ref out)
+        diff=$(same_dataset ref out)
         [ -z "$diff" ] && [ "$(cards out)" = "$want" ] && echo "$log" | grep -q "cardinalities $want;" \
             && ok "$name: bytes and cardinalities equal the reference" \
             || fail "$name: bytes and cardinalities equal the reference" "$diff; want $want got $(cards out)"
@@ -94,7 +83,7 @@ out=$($T data prepare --output o_cnt --max_ind_range 100 --test_fraction 0.25 --
 gzip -c d1.tsv >d1.tsv.gz
 $T data prepare --output gz --no_shuffle --frequency_threshold 3 --test_files 1 d0.tsv d1.tsv.gz >/dev/null 2>&1
 $T data prepare --output plain --no_shuffle --frequency_threshold 3 --test_files 1 d0.tsv d1.tsv >/dev/null 2>&1
-d=$(same gz plain) && cmp -s gz/feature_spec.yaml plain/feature_spec.yaml && ok ".gz input gives the same bytes as plain" \
+d=$(same_dataset gz plain) && cmp -s gz/feature_spec.yaml plain/feature_spec.yaml && ok ".gz input gives the same bytes as plain" \
     || fail ".gz input gives the same bytes as plain" "$d"
 head -c 20000 d1.tsv.gz >trunc.tsv.gz
 out=$($T data prepare --output o_gz --test_files 1 d0.tsv trunc.tsv.gz 2>&1); rc=$?
@@ -112,9 +101,9 @@ out=$($T data prepare --output s3 $P --shuffle_seed 5 --threads 2 --memory_limit
 $T data prepare --output s4 $P --shuffle_seed 6 d0.tsv d1.tsv >/dev/null 2>&1
 msg=$($REF perm sp s1 5) && ok "shuffled train = unshuffled rows in the documented permutation" \
     || fail "shuffled train = unshuffled rows in the documented permutation" "$msg"
-d=$(same s1 s1b) && ok "same seed twice: identical" || fail "same seed twice: identical" "$d"
-d=$(same s1 s2) && ok "--threads 1 and --threads 2: identical" || fail "--threads 1 and --threads 2: identical" "$d"
-d=$(same s1 s3) && echo "$out" | grep -q 'shuffle went through [0-9]* bucket files' \
+d=$(same_dataset s1 s1b) && ok "same seed twice: identical" || fail "same seed twice: identical" "$d"
+d=$(same_dataset s1 s2) && ok "--threads 1 and --threads 2: identical" || fail "--threads 1 and --threads 2: identical" "$d"
+d=$(same_dataset s1 s3) && echo "$out" | grep -q 'shuffle went through [0-9]* bucket files' \
     && ok "bucketed shuffle (--memory_limit 64K) identical to in-memory" || fail "bucketed shuffle" "$d $out"
 ! cmp -s s1/train/numerical.bin s4/train/numerical.bin && cmp -s s1/test/numerical.bin s4/test/numerical.bin \
     && cmp -s sp/test/cat_3.bin s4/test/cat_3.bin && ok "another seed: other train order, same test split" \
@@ -124,7 +113,7 @@ d=$(same s1 s3) && echo "$out" | grep -q 'shuffle went through [0-9]* bucket fil
 $T data prepare --output big_mem --frequency_threshold 2 --test_files 1 d0.tsv d1.tsv >/dev/null 2>&1
 out=$($T data prepare --output small_mem --frequency_threshold 2 --test_files 1 --memory_limit 16K --threads 2 \
     --chunk_size 8K d0.tsv d1.tsv 2>&1)
-d=$(same big_mem small_mem) && echo "$out" | grep -q 'counting spilled [0-9]* sorted runs' \
+d=$(same_dataset big_mem small_mem) && echo "$out" | grep -q 'counting spilled [0-9]* sorted runs' \
     && ok "threshold counting that spills (--memory_limit 16K): identical output" || fail "spill" "$d $out"
 
 # ---- malformed lines -------------------------------------------------------------------
@@ -142,7 +131,7 @@ for i, l in enumerate(lines, 1):
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 PYEOF
 out=$($T data prepare --output bad_out --no_shuffle --frequency_threshold 3 --test_files 1 d0.tsv bad.tsv 2>&1); rc=$?
-[ $rc -eq 0 ] && d=$(same plain bad_out) && echo "$out" | grep -q 'bad.tsv:2: expected 40 tab-separated fields, found 41' \
+[ $rc -eq 0 ] && d=$(same_dataset plain bad_out) && echo "$out" | grep -q 'bad.tsv:2: expected 40 tab-separated fields, found 41' \
     && echo "$out" | grep -q "bad.tsv:6: label must be 0 or 1, found '7'" \
     && echo "$out" | grep -q "bad.tsv:11: I1: '1.5.*' is not an integer" \
     && echo "$out" | grep -q "bad.tsv:17: C7: 'nothex' is not a hex value" \

@@ -13,7 +13,6 @@ PY=$(command -v python3)
 REF="$PY $(cd "$(dirname "$0")" && pwd)/prepare_ref.py"
 DATA=${TR_CRITEO_SAMPLE:-$TR_ROOT/../shared/data/criteo_sample}
 SRC=$DATA/kaggle_train_random_0p3pct.tsv
-FILES="label.bin numerical.bin $(for i in $(seq 0 25); do printf 'cat_%d.bin ' $i; done)"
 
 if [ ! -r "$SRC" ]; then
     echo "# $SRC not found: the real-data checks are skipped"
@@ -21,15 +20,6 @@ if [ ! -r "$SRC" ]; then
     done_testing
 fi
 cd "$TMP" || exit 1
-
-same() {
-    local s f
-    for s in train test; do
-        for f in $FILES; do
-            cmp -s "$1/$s/$f" "$2/$s/$f" || { echo "$s/$f differs"; return 1; }
-        done
-    done
-}
 
 out=$($T data prepare --output full --test_fraction 0.1 --threads 2 "$SRC" 2>&1); rc=$?
 echo "$out" | grep -E '^(train|test|prepared)' | sed 's/^/# /'
@@ -40,11 +30,11 @@ else
     fail "101139 rows: 91025 train + 10114 test" "rc=$rc $out"
 fi
 $T data prepare --output full1 --test_fraction 0.1 --threads 1 "$SRC" >/dev/null 2>&1
-d=$(same full full1) && ok "threshold mode: --threads 1 and 2 identical" || fail "threshold mode: threads" "$d"
+d=$(same_dataset full full1) && ok "threshold mode: --threads 1 and 2 identical" || fail "threshold mode: threads" "$d"
 $T data prepare --output h1 --max_ind_range 40000000 --test_fraction 0.1 --threads 1 "$SRC" >/dev/null 2>&1
 $T data prepare --output h2 --max_ind_range 40000000 --test_fraction 0.1 --threads 2 --chunk_size 1M "$SRC" \
     >/dev/null 2>&1
-d=$(same h1 h2) && ok "hash mode: --threads 1 and 2 identical" || fail "hash mode: threads" "$d"
+d=$(same_dataset h1 h2) && ok "hash mode: --threads 1 and 2 identical" || fail "hash mode: threads" "$d"
 
 head -n 20000 "$SRC" >head.tsv
 for spec in "threshold 3 --frequency_threshold=3" "hash 1000000 --max_ind_range=1000000"; do
@@ -52,7 +42,7 @@ for spec in "threshold 3 --frequency_threshold=3" "hash 1000000 --max_ind_range=
     rm -rf ref out
     want=$($REF write "$1" "$2" fraction 0.1 ref head.tsv)
     log=$($T data prepare --output out --no_shuffle --test_fraction 0.1 "$3" head.tsv 2>&1)
-    d=$(same ref out) && echo "$log" | grep -q "cardinalities $want;" \
+    d=$(same_dataset ref out) && echo "$log" | grep -q "cardinalities $want;" \
         && ok "$1 mode on 20000 real rows: bytes equal the reference" || fail "$1 mode on 20000 real rows" "$d $log"
 done
 
