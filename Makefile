@@ -92,11 +92,12 @@ LDLIBS += $(shell pkg-config --libs pmix)
 endif
 
 ifeq ($(CUDA),1)
-CPPFLAGS += -DTR_HAVE_CUDA=1
+CPPFLAGS += -DTR_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 endif
 ifeq ($(NCCL),1)
-CPPFLAGS += -DTR_HAVE_NCCL=1
+CPPFLAGS += -DTR_HAVE_NCCL=1 -I$(dir $(NCCL_HOME))
+LDLIBS += -lnccl
 endif
 CPPFLAGS += -DTR_BLAS_NAME='"$(BLAS)"'
 

@@ -1,6 +1,12 @@
 /* check.h: status propagation and assertion macros. Every macro is a single
  * statement (do { } while (0)) and evaluates its argument exactly once.
- * TR_ASSERT/TR_BUG stay on in release builds: they guard invariants, not input. */
+ * TR_ASSERT/TR_BUG stay on in release builds: they guard invariants, not input.
+ *
+ * A failing TR_CHECK logs at debug level under the subsystem of the file that
+ * uses it: a .c file says which with `#define TR_SUBSYS TR_SUB_MODEL` before its
+ * first #include (files that do not say log under "all").
+ * TR_CUDA_CHECK / TR_NCCL_CHECK exist where the CUDA runtime / NCCL headers were
+ * included before this one (every .cu file has the runtime). */
 #ifndef TR_CHECK_H
 #define TR_CHECK_H
 
@@ -10,6 +16,10 @@
 
 #include "log.h"
 #include "status.h"
+
+#ifndef TR_SUBSYS
+#define TR_SUBSYS TR_SUB_ALL
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,12 +40,19 @@ void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
 /* A defensive check that should never fire: true when the impossible happened. */
 #define TR_NEVER(x) __builtin_expect(!!(x), 0)
 
+/* Logs a failed call at debug level under this file's subsystem. */
+#define TR_CHECK_LOG_(call, rc)                                                           \
+    do {                                                                                  \
+        if (TR_LOG_ON(TR_LOG_DEBUG, TR_SUBSYS))                                           \
+            tr_log_write(TR_LOG_DEBUG, TR_SUBSYS, "%s:%d %s -> %s", __FILE__, __LINE__,   \
+                         #call, tr_strerror(rc));                                         \
+    } while (0)
+
 #define TR_CHECK(call)                                                                    \
     do {                                                                                  \
         enum tr_status tr_rc_ = (call);                                                   \
         if (tr_rc_ != TR_OK) {                                                            \
-            LOG_DEBUG(INIT, "%s:%d %s -> %s", __FILE__, __LINE__, #call,                  \
-                      tr_strerror(tr_rc_));                                               \
+            TR_CHECK_LOG_(call, tr_rc_);                                                  \
             return tr_rc_;                                                                \
         }                                                                                 \
     } while (0)
@@ -44,8 +61,7 @@ void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
     do {                                                                                  \
         enum tr_status tr_rc_ = (call);                                                   \
         if (tr_rc_ != TR_OK) {                                                            \
-            LOG_DEBUG(INIT, "%s:%d %s -> %s", __FILE__, __LINE__, #call,                  \
-                      tr_strerror(tr_rc_));                                               \
+            TR_CHECK_LOG_(call, tr_rc_);                                                  \
             (rc) = tr_rc_;                                                                \
             goto label;                                                                   \
         }                                                                                 \
@@ -72,6 +88,56 @@ void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
             return TR_ERR_IO;                                                             \
         }                                                                                 \
     } while (0)
+
+/* CUDA runtime calls: on an error, log the call, file, line and CUDA's message,
+ * clear the (non-sticky) last error, and return / jump with TR_ERR_CUDA. */
+#if defined(__CUDACC__) || defined(CUDART_VERSION)
+#define TR_CUDA_CHECK(call)                                                               \
+    do {                                                                                  \
+        cudaError_t tr_ce_ = (call);                                                      \
+        if (tr_ce_ != cudaSuccess) {                                                      \
+            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
+                         __LINE__, #call, cudaGetErrorString(tr_ce_));                    \
+            (void)cudaGetLastError();                                                     \
+            return TR_ERR_CUDA;                                                           \
+        }                                                                                 \
+    } while (0)
+#define TR_CUDA_CHECK_GOTO(call, rc, label)                                               \
+    do {                                                                                  \
+        cudaError_t tr_ce_ = (call);                                                      \
+        if (tr_ce_ != cudaSuccess) {                                                      \
+            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
+                         __LINE__, #call, cudaGetErrorString(tr_ce_));                    \
+            (void)cudaGetLastError();                                                     \
+            (rc) = TR_ERR_CUDA;                                                           \
+            goto label;                                                                   \
+        }                                                                                 \
+    } while (0)
+#endif
+
+/* NCCL calls: on an error, log the call and NCCL's message and return / jump
+ * with TR_ERR_NCCL. */
+#if defined(NCCL_MAJOR)
+#define TR_NCCL_CHECK(call)                                                               \
+    do {                                                                                  \
+        ncclResult_t tr_ne_ = (call);                                                     \
+        if (tr_ne_ != ncclSuccess) {                                                      \
+            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
+                         __LINE__, #call, ncclGetErrorString(tr_ne_));                    \
+            return TR_ERR_NCCL;                                                           \
+        }                                                                                 \
+    } while (0)
+#define TR_NCCL_CHECK_GOTO(call, rc, label)                                               \
+    do {                                                                                  \
+        ncclResult_t tr_ne_ = (call);                                                     \
+        if (tr_ne_ != ncclSuccess) {                                                      \
+            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
+                         __LINE__, #call, ncclGetErrorString(tr_ne_));                    \
+            (rc) = TR_ERR_NCCL;                                                           \
+            goto label;                                                                   \
+        }                                                                                 \
+    } while (0)
+#endif
 
 #define TR_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 #define TR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -3,7 +3,10 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "status.h"
 
 int th_failed_;
 const char *th_skip_;
@@ -23,6 +26,18 @@ void th_failf_(const char *file, int line, const char *fmt, ...)
     vprintf(fmt, ap);
     va_end(ap);
     printf("\n");
+}
+
+void th_fail_status_(const char *file, int line, const char *expr, int got, int want)
+{
+    th_failf_(file, line, "%s: got %s (%d), want %s (%d)", expr, tr_strerror((enum tr_status)got), got,
+              tr_strerror((enum tr_status)want), want);
+}
+
+int th_gpu_required_(void)
+{
+    const char *v = getenv("TR_TEST_GPU");
+    return v && *v && strcmp(v, "0") != 0;
 }
 
 int th_main(const struct th_case *cases, size_t n, int argc, char **argv)

@@ -1,4 +1,4 @@
-/* status.c: text for each tr_status value. */
+/* status.c: text and exit status for each tr_status value, and the TR_BUG sink. */
 #include "status.h"
 
 #include <stdarg.h>
@@ -24,9 +24,23 @@ const char *tr_strerror(enum tr_status s)
     case TR_ERR_RANGE: return "out of range";
     case TR_ERR_MPI: return "mpi error";
     case TR_ERR_INTERNAL: return "internal error";
+    case TR_ERR_INTERRUPTED: return "interrupted";
+    case TR_ERR_SYS: return "system call failed";
     case TR_STATUS_COUNT_: break;
     }
     return "unknown status";
+}
+
+int tr_status_exit_code(enum tr_status s)
+{
+    switch (s) {
+    case TR_OK: return 0;
+    case TR_ERR_ARG:
+    case TR_ERR_FORMAT:
+    case TR_ERR_RANGE: return 2;
+    case TR_ERR_INTERRUPTED: return 130;
+    default: return 1;
+    }
 }
 
 void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)

@@ -1,0 +1,241 @@
+/* file.c: complete reads and writes, mkdir -p, rm -rf and atomic file
+ * replacement. No buffering of its own: callers write large blocks. It does not
+ * lock files; two writers of one path each replace it whole, the last one wins. */
+#define _GNU_SOURCE
+#include "file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+
+enum tr_status tr_file_write_all(int fd, const void *buf, size_t n, const char *what)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            LOG_ERROR("cannot write '%s': %s", what, w < 0 ? strerror(errno) : "no progress");
+            return TR_ERR_IO;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return TR_OK;
+}
+
+enum tr_status tr_file_pread_all(int fd, void *buf, size_t n, int64_t off, const char *what)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            LOG_ERROR("cannot read '%s': %s", what, r < 0 ? strerror(errno) : "unexpected end of file");
+            return TR_ERR_IO;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return TR_OK;
+}
+
+enum tr_status tr_file_pwrite_all(int fd, const void *buf, size_t n, int64_t off, const char *what)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            LOG_ERROR("cannot write '%s': %s", what, w < 0 ? strerror(errno) : "no progress");
+            return TR_ERR_IO;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return TR_OK;
+}
+
+char *tr_file_join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = tr_malloc(la + lb + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, a, la);
+    p[la] = '/';
+    memcpy(p + la + 1, b, lb + 1);
+    return p;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+    if (r != 0 && errno != ENOENT)
+        LOG_WARN("cannot remove '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+enum tr_status tr_file_rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return TR_OK;
+    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return TR_ERR_IO;
+    return lstat(path, &st) == 0 ? TR_ERR_IO : TR_OK;
+}
+
+enum tr_status tr_file_mkdir_p(const char *dir)
+{
+    enum tr_status rc = TR_OK;
+    char *p = tr_strdup(dir);
+    if (!p)
+        return TR_ERR_NOMEM;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    for (char *s = p + 1;; s++) {
+        int last = *s == '\0';
+        if (*s == '/' || last) {
+            *s = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                LOG_ERROR("cannot create directory '%s': %s", p, strerror(errno));
+                rc = TR_ERR_IO;
+                break;
+            }
+            if (last)
+                break;
+            *s = '/';
+        }
+    }
+    tr_free(p);
+    return rc;
+}
+
+enum tr_status tr_file_fsync_dir(const char *path)
+{
+    char *d = tr_strdup(path);
+    if (!d)
+        return TR_ERR_NOMEM;
+    char *slash = strrchr(d, '/');
+    const char *dir = ".";
+    if (slash == d)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = d;
+    }
+    enum tr_status rc = TR_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        LOG_ERROR("cannot sync directory '%s': %s", dir, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+    if (fd >= 0)
+        close(fd);
+    tr_free(d);
+    return rc;
+}
+
+enum tr_status tr_file_atomic_open(struct tr_file_atomic *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    size_t n = strlen(path) + 32;
+    f->path = tr_strdup(path);
+    f->tmp = tr_malloc(n);
+    if (!f->path || !f->tmp) {
+        tr_file_atomic_abort(f);
+        return TR_ERR_NOMEM;
+    }
+    snprintf(f->tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (f->fd < 0) {
+        int e = errno;
+        LOG_ERROR("cannot create '%s': %s", f->tmp, strerror(e));
+        if (e == ENOENT || e == EACCES || e == EROFS)
+            LOG_HINT("the directory of '%s' must exist and be writable", path);
+        tr_free(f->tmp);
+        f->tmp = NULL; /* nothing to remove */
+        tr_file_atomic_abort(f);
+        return TR_ERR_IO;
+    }
+    return TR_OK;
+}
+
+enum tr_status tr_file_atomic_write(struct tr_file_atomic *f, const void *buf, size_t n)
+{
+    if (f->fd < 0)
+        return TR_ERR_IO;
+    return tr_file_write_all(f->fd, buf, n, f->tmp);
+}
+
+enum tr_status tr_file_atomic_commit(struct tr_file_atomic *f)
+{
+    enum tr_status rc = TR_OK;
+    if (f->fd < 0) {
+        tr_file_atomic_abort(f);
+        return TR_ERR_IO;
+    }
+    if (fsync(f->fd) != 0) {
+        LOG_ERROR("cannot sync '%s': %s", f->tmp, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+    if (close(f->fd) != 0 && rc == TR_OK) {
+        LOG_ERROR("cannot close '%s': %s", f->tmp, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+    f->fd = -1;
+    if (rc == TR_OK && rename(f->tmp, f->path) != 0) {
+        LOG_ERROR("cannot rename '%s' to '%s': %s", f->tmp, f->path, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+    if (rc == TR_OK) {
+        tr_free(f->tmp); /* renamed: nothing left to remove */
+        f->tmp = NULL;
+        rc = tr_file_fsync_dir(f->path);
+    }
+    tr_file_atomic_abort(f);
+    return rc;
+}
+
+void tr_file_atomic_abort(struct tr_file_atomic *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    tr_free(f->tmp);
+    tr_free(f->path);
+    f->fd = -1;
+    f->tmp = NULL;
+    f->path = NULL;
+}
+
+enum tr_status tr_file_write_atomic(const char *path, const void *buf, size_t n)
+{
+    struct tr_file_atomic f;
+    TR_CHECK(tr_file_atomic_open(&f, path));
+    enum tr_status rc = tr_file_atomic_write(&f, buf, n);
+    if (rc != TR_OK) {
+        tr_file_atomic_abort(&f);
+        return rc;
+    }
+    return tr_file_atomic_commit(&f);
+}
