@@ -132,6 +132,7 @@ COMMON_SRCS := $(wildcard common/*.c)
 KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 KERN_CU_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
 LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
+PREPARE_SRCS := $(wildcard prepare/*.c)
 WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
 LAUNCHER_SRCS := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
 
@@ -140,14 +141,16 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIBCOMMON := $(BUILD)/libcommon.a
 LIBKERNELS := $(BUILD)/libkernels.a
 LIBLOADER := $(BUILD)/libloader.a
+LIBPREPARE := $(BUILD)/libprepare.a
 LIBWORKER := $(BUILD)/libworker.a
 LIBLAUNCHER := $(BUILD)/liblauncher.a
 # link order: dependents first
-ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
+ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
 $(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
 $(LIBLOADER): $(call obj,$(LOADER_SRCS))
+$(LIBPREPARE): $(call obj,$(PREPARE_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
 $(LIBLAUNCHER): $(call obj,$(LAUNCHER_SRCS))
 
@@ -219,7 +222,7 @@ ubsan:
 	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
 
 # every header compiles alone (as C11; headers used from CUDA are also checked by check-cuda)
-HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h worker/*.h launcher/*.h)
+HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h prepare/*.h worker/*.h launcher/*.h)
 check-headers:
 	$(Q)set -e; mkdir -p $(BUILD)/hdr; for h in $(HEADERS); do \
 	  echo "#include \"$(CURDIR)/$$h\"" > $(BUILD)/hdr/t.c; \

@@ -9,7 +9,7 @@
 #include "../common/log.h"
 #include "../common/version.h"
 #include "../kernels/kern.h"
-#include "../loader_svc/prepare.h"
+#include "../prepare/prepare.h"
 #include "plan_cmd.h"
 
 struct subcmd {

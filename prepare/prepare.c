@@ -31,8 +31,8 @@
 #include "../common/param.h"
 #include "../common/version.h"
 #include "../kernels/kern.h"
-#include "dataset.h"
-#include "feature_spec.h"
+#include "../loader_svc/dataset.h"
+#include "../loader_svc/feature_spec.h"
 #include "prepare_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -20,8 +20,8 @@
 #include "../../../common/harness.h"
 #include "../../../loader_svc/dataset.h"
 #include "../../../loader_svc/feature_spec.h"
-#include "../../../loader_svc/prepare.h"
-#include "../../../loader_svc/prepare_internal.h"
+#include "../../../prepare/prepare.h"
+#include "../../../prepare/prepare_internal.h"
 
 static char tmpdir[256];
 

@@ -1,5 +1,5 @@
 /* prepare_internal.h: the pieces of `terarec data prepare` shared by the
- * loader_svc/prepare*.c files (nothing outside loader_svc/ includes it):
+ * prepare/prepare*.c files (nothing outside prepare/ but its unit test includes it):
  * the Criteo line parser (prepare_parse.c), the chunked multi-threaded text
  * pipeline (prepare_pipe.c), exact frequency counting with spilled sorted runs
  * and the dictionaries built from it (prepare_count.c), the seeded shuffle
