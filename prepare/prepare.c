@@ -41,7 +41,7 @@
 
 #define MAX_OPTS 24
 
-struct prep_opts {
+struct prepare_opts {
     char *output;
     int64_t frequency_threshold;
     int64_t max_ind_range;
@@ -58,28 +58,28 @@ struct prep_opts {
 enum { PASS_COUNT, PASS_WRITE };
 
 /* State shared by the work threads (read-only during a pass) and the consumer. */
-struct prep_ctx {
-    const struct prep_opts *o;
-    const struct prep_input *inputs;
+struct prepare_ctx {
+    const struct prepare_opts *o;
+    const struct prepare_input *inputs;
     int ninputs;
     int hash;                  /* hash mode */
     int pass;
     uint64_t M;                /* hash mode modulus */
     uint64_t M_inv;            /* fastmod constant for 32-bit values */
-    struct prep_counter *counter;
-    struct prep_dict dict;
-    size_t width[PREP_NCOL];
-    int64_t card[PREP_CAT];
+    struct prepare_counter *counter;
+    struct prepare_dict dict;
+    size_t width[PREPARE_NCOL];
+    int64_t card[PREPARE_CAT];
     int nthreads;
     /* consumer state */
     int cur_file;
     int64_t line_base, rows, nbad, nempty;
     int report, shown;
     int64_t n_train;           /* rows before the test split by position; -1 unknown */
-    struct prep_sink train, test;
+    struct prepare_sink train, test;
 };
 
-static const char *col_names[PREP_NCOL] = {
+static const char *col_names[PREPARE_NCOL] = {
     "label.bin",  "numerical.bin", "cat_0.bin",  "cat_1.bin",  "cat_2.bin",  "cat_3.bin",  "cat_4.bin",
     "cat_5.bin",  "cat_6.bin",     "cat_7.bin",  "cat_8.bin",  "cat_9.bin",  "cat_10.bin", "cat_11.bin",
     "cat_12.bin", "cat_13.bin",    "cat_14.bin", "cat_15.bin", "cat_16.bin", "cat_17.bin", "cat_18.bin",
@@ -115,7 +115,7 @@ static const char usage[] =
     "               (exit 2, nothing written). Empty lines are skipped silently (counted in the summary).\n"
     "  exit status  0 done, 2 bad usage or input, 1 other failure, 130 interrupted";
 
-static void opts_fill(struct prep_opts *o, struct tr_opt t[MAX_OPTS])
+static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
 {
     const struct tr_opt tab[] = {
         {"output", TR_OPT_STRING, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
@@ -210,10 +210,10 @@ static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc
 
 /* ---- work functions (any thread) -------------------------------------------------------- */
 
-static void note_bad(struct prep_chunk *c, int64_t line, const char *s, size_t n, enum prep_bad why, int field)
+static void note_bad(struct prepare_chunk *c, int64_t line, const char *s, size_t n, enum prepare_bad why, int field)
 {
-    if (c->nerrs < PREP_MAX_ERRS) {
-        struct prep_err *e = &c->errs[c->nerrs++];
+    if (c->nerrs < PREPARE_MAX_ERRS) {
+        struct prepare_err *e = &c->errs[c->nerrs++];
         e->line = line;
         prepare_describe_bad(s, n, why, field, e->msg, sizeof e->msg);
     }
@@ -223,12 +223,12 @@ static void note_bad(struct prep_chunk *c, int64_t line, const char *s, size_t n
 /* Splits chunk c into lines; counts empty and malformed ones (the first few kept
  * with their line numbers) and calls fn(arg, row) for each valid row, in order.
  * Sets c->nlines. Stops at fn's first error. */
-static enum tr_status each_row(struct prep_chunk *c, enum tr_status (*fn)(void *arg, const struct prep_row *row),
+static enum tr_status each_row(struct prepare_chunk *c, enum tr_status (*fn)(void *arg, const struct prepare_row *row),
                                void *arg)
 {
     const char *p = c->buf, *end = c->buf + c->len;
     int64_t line = 0;
-    struct prep_row row;
+    struct prepare_row row;
     while (p < end) {
         const char *q = memchr(p, '\n', (size_t)(end - p));
         if (!q)
@@ -241,8 +241,8 @@ static enum tr_status each_row(struct prep_chunk *c, enum tr_status (*fn)(void *
             c->nempty++;
         } else {
             int field;
-            enum prep_bad why = prepare_parse_line(p, n, &row, &field);
-            if (why != PREP_LINE_OK)
+            enum prepare_bad why = prepare_parse_line(p, n, &row, &field);
+            if (why != PREPARE_LINE_OK)
                 note_bad(c, line, p, n, why, field);
             else
                 TR_CHECK(fn(arg, &row));
@@ -254,29 +254,29 @@ static enum tr_status each_row(struct prep_chunk *c, enum tr_status (*fn)(void *
 }
 
 struct row_arg {
-    struct prep_ctx *x;
-    struct prep_chunk *c;
+    struct prepare_ctx *x;
+    struct prepare_chunk *c;
     int thread;
 };
 
-static enum tr_status count_row(void *arg, const struct prep_row *row)
+static enum tr_status count_row(void *arg, const struct prepare_row *row)
 {
     struct row_arg *a = arg;
     a->c->nrows++;
     return prepare_counter_add(a->x->counter, a->thread, row);
 }
 
-static enum tr_status count_work(void *vctx, int thread, struct prep_chunk *c)
+static enum tr_status count_work(void *vctx, int thread, struct prepare_chunk *c)
 {
     struct row_arg a = {vctx, c, thread};
     return each_row(c, count_row, &a);
 }
 
-static enum tr_status ensure_rows(struct prep_chunk *c, const size_t *width, int64_t need)
+static enum tr_status ensure_rows(struct prepare_chunk *c, const size_t *width, int64_t need)
 {
     if (need <= c->rows_cap)
         return TR_OK;
-    for (int k = 0; k < PREP_NCOL; k++) {
+    for (int k = 0; k < PREPARE_NCOL; k++) {
         uint8_t *np = tr_realloc(c->col[k], (size_t)need * width[k]);
         if (!np)
             return TR_ERR_NOMEM;
@@ -304,33 +304,33 @@ static inline void store_id(uint8_t *col, size_t w, int64_t k, uint32_t id)
     }
 }
 
-static enum tr_status write_row(void *arg, const struct prep_row *row)
+static enum tr_status write_row(void *arg, const struct prepare_row *row)
 {
     struct row_arg *a = arg;
-    struct prep_ctx *x = a->x;
-    struct prep_chunk *c = a->c;
+    struct prepare_ctx *x = a->x;
+    struct prepare_chunk *c = a->c;
     const int64_t k = c->nrows;
     if (k == c->rows_cap)
         TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
-    c->col[PREP_COL_LABEL][k] = row->label;
-    memcpy(c->col[PREP_COL_NUM] + (size_t)k * (2 * PREP_NUM), row->num, 2 * PREP_NUM);
+    c->col[PREPARE_COL_LABEL][k] = row->label;
+    memcpy(c->col[PREPARE_COL_NUM] + (size_t)k * (2 * PREPARE_NUM), row->num, 2 * PREPARE_NUM);
     if (x->hash) {
-        for (int i = 0; i < PREP_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
+        for (int i = 0; i < PREPARE_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
             uint64_t v = row->cat[i];
             uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
-            store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
         }
     } else {
-        for (int i = 0; i < PREP_CAT; i++) {
+        for (int i = 0; i < PREPARE_CAT; i++) {
             uint32_t id = (row->cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row->cat[i]) : 0;
-            store_id(c->col[PREP_COL_CAT0 + i], x->width[PREP_COL_CAT0 + i], k, id);
+            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
         }
     }
     c->nrows = k + 1;
     return TR_OK;
 }
 
-static enum tr_status write_work(void *vctx, int thread, struct prep_chunk *c)
+static enum tr_status write_work(void *vctx, int thread, struct prepare_chunk *c)
 {
     struct row_arg a = {vctx, c, thread};
     TR_CHECK(ensure_rows(c, a.x->width, (int64_t)(c->len / 160) + 64));
@@ -340,9 +340,9 @@ static enum tr_status write_work(void *vctx, int thread, struct prep_chunk *c)
 
 /* ---- the consumer (calling thread, chunks in input order) -------------------------------- */
 
-static enum tr_status consume(void *vctx, struct prep_chunk *c)
+static enum tr_status consume(void *vctx, struct prepare_chunk *c)
 {
-    struct prep_ctx *x = vctx;
+    struct prepare_ctx *x = vctx;
     if (c->file != x->cur_file) {
         x->cur_file = c->file;
         x->line_base = 0;
@@ -355,7 +355,7 @@ static enum tr_status consume(void *vctx, struct prep_chunk *c)
             LOG_HINT("without --strict malformed lines are skipped and counted");
             return TR_ERR_ARG;
         }
-        for (int i = 0; i < c->nerrs && x->shown < PREP_MAX_ERRS; i++, x->shown++) {
+        for (int i = 0; i < c->nerrs && x->shown < PREPARE_MAX_ERRS; i++, x->shown++) {
             prepare_progress_clear();
             LOG_WARN("%s:%lld: %s (line skipped)", path, (long long)(x->line_base + c->errs[i].line),
                      c->errs[i].msg);
@@ -367,7 +367,7 @@ static enum tr_status consume(void *vctx, struct prep_chunk *c)
     if (x->pass == PASS_WRITE) {
         int64_t r0 = x->rows, n = c->nrows;
         if (x->o->test_files > 0) {
-            struct prep_sink *s = c->file >= x->ninputs - x->o->test_files ? &x->test : &x->train;
+            struct prepare_sink *s = c->file >= x->ninputs - x->o->test_files ? &x->test : &x->train;
             TR_CHECK(prepare_sink_put(s, c, 0, n, x->width));
         } else if (x->n_train >= 0) {
             int64_t k = TR_MAX((int64_t)0, TR_MIN(n, x->n_train - r0));
@@ -381,13 +381,13 @@ static enum tr_status consume(void *vctx, struct prep_chunk *c)
     return TR_OK;
 }
 
-static enum tr_status run_pass(struct prep_ctx *x, int pass, int report, int64_t *tsv_bytes)
+static enum tr_status run_pass(struct prepare_ctx *x, int pass, int report, int64_t *tsv_bytes)
 {
     x->pass = pass;
     x->report = report;
     x->cur_file = -1;
     x->line_base = x->rows = x->nbad = x->nempty = 0;
-    struct prep_pipe_cfg pc = {
+    struct prepare_pipe_cfg pc = {
         .inputs = x->inputs,
         .ninputs = x->ninputs,
         .threads = x->nthreads,
@@ -403,7 +403,7 @@ static enum tr_status run_pass(struct prep_ctx *x, int pass, int report, int64_t
 
 /* ---- checks, the feature spec, the output directory -------------------------------------- */
 
-static enum tr_status check_opts(const struct prep_opts *o, struct tr_opt *opts, int ninputs)
+static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *opts, int ninputs)
 {
     if (!o->output || !*o->output) {
         LOG_ERROR("--output is required");
@@ -442,7 +442,7 @@ static enum tr_status check_opts(const struct prep_opts *o, struct tr_opt *opts,
     return TR_OK;
 }
 
-static enum tr_status check_inputs(struct prep_input *in, int n)
+static enum tr_status check_inputs(struct prepare_input *in, int n)
 {
     for (int i = 0; i < n; i++) {
         struct stat st;
@@ -509,13 +509,13 @@ static int feature_cmp(const void *a, const void *b)
 static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
 {
     memset(fs, 0, sizeof *fs);
-    for (int j = 0; j < PREP_NUM; j++)
+    for (int j = 0; j < PREPARE_NUM; j++)
         TR_CHECK(list_add(&fs->numerical, &fs->nnumerical, "num_%d", j));
-    for (int i = 0; i < PREP_CAT; i++)
+    for (int i = 0; i < PREPARE_CAT; i++)
         TR_CHECK(list_add(&fs->categorical, &fs->ncategorical, "cat_%d.bin", i));
     TR_CHECK(list_add(&fs->label, &fs->nlabel, "label"));
 
-    int nf = PREP_NUM + PREP_CAT + 1;
+    int nf = PREPARE_NUM + PREPARE_CAT + 1;
     fs->features = tr_calloc((size_t)nf, sizeof *fs->features);
     if (!fs->features)
         return TR_ERR_NOMEM;
@@ -523,12 +523,12 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
         struct fs_feature *ft = &fs->features[f];
         const char *name, *dtype;
         ft->cardinality = -1;
-        if (f < PREP_NUM) {
+        if (f < PREPARE_NUM) {
             name = fs->numerical[f];
             dtype = "float16";
-        } else if (f < PREP_NUM + PREP_CAT) {
-            name = fs->categorical[f - PREP_NUM];
-            ft->cardinality = card[f - PREP_NUM];
+        } else if (f < PREPARE_NUM + PREPARE_CAT) {
+            name = fs->categorical[f - PREPARE_NUM];
+            ft->cardinality = card[f - PREPARE_NUM];
             dtype = fs_dtype_name(fs_cat_dtype_for(ft->cardinality));
         } else {
             name = "label";
@@ -551,23 +551,23 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
         fs->nmappings = m + 1;
         if (!(mp->name = tr_strdup(splits[m])))
             return TR_ERR_NOMEM;
-        mp->chunks = tr_calloc(PREP_NCOL, sizeof *mp->chunks);
+        mp->chunks = tr_calloc(PREPARE_NCOL, sizeof *mp->chunks);
         if (!mp->chunks)
             return TR_ERR_NOMEM;
-        for (int k = 0; k < PREP_NCOL; k++) {
+        for (int k = 0; k < PREPARE_NCOL; k++) {
             struct fs_chunk *ch = &mp->chunks[k];
             mp->nchunks = k + 1;
             if (!(ch->type = tr_strdup("split_binary")))
                 return TR_ERR_NOMEM;
             /* chunk order as the seed: numerical, label, cat_0..cat_25 */
-            int col = k == 0 ? PREP_COL_NUM : k == 1 ? PREP_COL_LABEL : k;
-            if (col == PREP_COL_NUM) {
-                for (int j = 0; j < PREP_NUM; j++)
+            int col = k == 0 ? PREPARE_COL_NUM : k == 1 ? PREPARE_COL_LABEL : k;
+            if (col == PREPARE_COL_NUM) {
+                for (int j = 0; j < PREPARE_NUM; j++)
                     TR_CHECK(list_add(&ch->features, &ch->nfeatures, "num_%d", j));
-            } else if (col == PREP_COL_LABEL) {
+            } else if (col == PREPARE_COL_LABEL) {
                 TR_CHECK(list_add(&ch->features, &ch->nfeatures, "label"));
             } else {
-                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "cat_%d.bin", col - PREP_COL_CAT0));
+                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "cat_%d.bin", col - PREPARE_COL_CAT0));
             }
             TR_CHECK(list_add(&ch->files, &ch->nfiles, "%s/%s", splits[m], col_names[col]));
         }
@@ -605,22 +605,22 @@ static void format_cards(const int64_t *card, char *buf, size_t cap)
 {
     size_t k = 0;
     buf[0] = '\0';
-    for (int i = 0; i < PREP_CAT && k + 24 < cap; i++)
+    for (int i = 0; i < PREPARE_CAT && k + 24 < cap; i++)
         k += (size_t)snprintf(buf + k, cap - k, i ? ",%lld" : "%lld", (long long)card[i]);
 }
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-static enum tr_status prepare_run(const struct prep_opts *o, struct tr_opt *opts, char **files, int nfiles)
+static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *opts, char **files, int nfiles)
 {
     enum tr_status rc = TR_OK;
     double t0 = prepare_now();
-    struct prep_ctx x;
+    struct prepare_ctx x;
     memset(&x, 0, sizeof x);
     x.o = o;
     char *out = NULL, *tmp = NULL, *scratch = NULL, *stage = NULL, *train_dir = NULL, *test_dir = NULL,
          *old = NULL;
-    struct prep_input *inputs = tr_calloc((size_t)nfiles, sizeof *inputs);
+    struct prepare_input *inputs = tr_calloc((size_t)nfiles, sizeof *inputs);
     int made_tmp = 0;
     int64_t tsv_bytes = 0, pass1_rows = -1;
     int nbuckets = 0, spills = 0;
@@ -687,7 +687,7 @@ static enum tr_status prepare_run(const struct prep_opts *o, struct tr_opt *opts
     if (x.hash) {
         x.M = (uint64_t)o->max_ind_range;
         x.M_inv = UINT64_MAX / x.M + 1;
-        for (int i = 0; i < PREP_CAT; i++)
+        for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = o->max_ind_range;
     } else {
         TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
@@ -696,16 +696,16 @@ static enum tr_status prepare_run(const struct prep_opts *o, struct tr_opt *opts
         spills = prepare_counter_spills(x.counter);
         TR_CHECK_GOTO(prepare_counter_finish(x.counter, o->frequency_threshold, &x.dict), rc, fail);
         prepare_counter_free(&x.counter);
-        for (int i = 0; i < PREP_CAT; i++)
+        for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = x.dict.nkept[i] + 1;
         if (o->test_fraction > 0)
             x.n_train = pass1_rows - llround(o->test_fraction * (double)pass1_rows);
     }
-    x.width[PREP_COL_LABEL] = 1;
-    x.width[PREP_COL_NUM] = 2 * PREP_NUM;
-    for (int i = 0; i < PREP_CAT; i++) {
+    x.width[PREPARE_COL_LABEL] = 1;
+    x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
+    for (int i = 0; i < PREPARE_CAT; i++) {
         enum kern_dtype t = fs_cat_dtype_for(x.card[i]);
-        x.width[PREP_COL_CAT0 + i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
+        x.width[PREPARE_COL_CAT0 + i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
     }
 
     /* the write pass */
@@ -745,7 +745,7 @@ static enum tr_status prepare_run(const struct prep_opts *o, struct tr_opt *opts
     prepare_dict_release(&x.dict);
 
     if (o->shuffle) {
-        struct prep_shuffle_cfg sc = {
+        struct prepare_shuffle_cfg sc = {
             .src_dir = stage,
             .dst_dir = train_dir,
             .scratch_dir = scratch,
@@ -850,7 +850,7 @@ static void on_signal(int sig)
 
 int prepare_main(int argc, char **argv)
 {
-    struct prep_opts o;
+    struct prepare_opts o;
     memset(&o, 0, sizeof o);
     struct tr_opt opts[MAX_OPTS];
     int want = 0, rest = 0, nargs = 0;

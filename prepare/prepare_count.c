@@ -32,13 +32,13 @@ static inline uint64_t mix64(uint64_t z)
 
 /* ---- radix sort ------------------------------------------------------------------------ */
 
-void prepare_radix_sort(struct prep_kv *a, struct prep_kv *tmp, size_t n)
+void prepare_radix_sort(struct prepare_kv *a, struct prepare_kv *tmp, size_t n)
 {
     if (n < 2)
         return;
     if (n < 48) {
         for (size_t i = 1; i < n; i++) {
-            struct prep_kv x = a[i];
+            struct prepare_kv x = a[i];
             size_t j = i;
             for (; j > 0 && a[j - 1].key > x.key; j--)
                 a[j] = a[j - 1];
@@ -53,7 +53,7 @@ void prepare_radix_sort(struct prep_kv *a, struct prep_kv *tmp, size_t n)
         for (int d = 0; d < 8; d++)
             cnt[d][(k >> (8 * d)) & 0xff]++;
     }
-    struct prep_kv *src = a, *dst = tmp;
+    struct prepare_kv *src = a, *dst = tmp;
     for (int d = 0; d < 8; d++) {
         if (cnt[d][(a[0].key >> (8 * d)) & 0xff] == n)
             continue; /* every key has this digit: the pass would not move anything */
@@ -65,7 +65,7 @@ void prepare_radix_sort(struct prep_kv *a, struct prep_kv *tmp, size_t n)
         }
         for (size_t i = 0; i < n; i++)
             dst[cnt[d][(src[i].key >> (8 * d)) & 0xff]++] = src[i];
-        struct prep_kv *t = src;
+        struct prepare_kv *t = src;
         src = dst;
         dst = t;
     }
@@ -76,19 +76,19 @@ void prepare_radix_sort(struct prep_kv *a, struct prep_kv *tmp, size_t n)
 /* ---- counting ------------------------------------------------------------------------ */
 
 struct pc_local {
-    struct prep_kv *tab[PREP_CAT]; /* (cap) key = value, val = count (0: empty) */
-    uint64_t cap[PREP_CAT], n[PREP_CAT];
+    struct prepare_kv *tab[PREPARE_CAT]; /* (cap) key = value, val = count (0: empty) */
+    uint64_t cap[PREPARE_CAT], n[PREPARE_CAT];
     size_t bytes;
     char pad[64];
 };
 
 struct pc_run {
     int valid;
-    int64_t off[PREP_CAT]; /* byte offset in the spill file of each column's sorted pairs */
-    int64_t n[PREP_CAT];
+    int64_t off[PREPARE_CAT]; /* byte offset in the spill file of each column's sorted pairs */
+    int64_t n[PREPARE_CAT];
 };
 
-struct prep_counter {
+struct prepare_counter {
     int threads;
     size_t budget; /* per thread */
     const char *dir;
@@ -103,11 +103,11 @@ struct prep_counter {
 };
 
 enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scratch_dir,
-                                   struct prep_counter **out)
+                                   struct prepare_counter **out)
 {
     enum tr_status rc = TR_OK;
     *out = NULL;
-    struct prep_counter *pc = tr_calloc(1, sizeof *pc);
+    struct prepare_counter *pc = tr_calloc(1, sizeof *pc);
     if (!pc)
         return TR_ERR_NOMEM;
     pc->threads = threads;
@@ -122,14 +122,14 @@ enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scra
     }
     for (int t = 0; t < threads; t++) {
         struct pc_local *L = &pc->local[t];
-        for (int c = 0; c < PREP_CAT; c++) {
-            L->tab[c] = tr_calloc(TAB_MIN, sizeof(struct prep_kv));
+        for (int c = 0; c < PREPARE_CAT; c++) {
+            L->tab[c] = tr_calloc(TAB_MIN, sizeof(struct prepare_kv));
             if (!L->tab[c]) {
                 rc = TR_ERR_NOMEM;
                 goto fail;
             }
             L->cap[c] = TAB_MIN;
-            L->bytes += TAB_MIN * sizeof(struct prep_kv);
+            L->bytes += TAB_MIN * sizeof(struct prepare_kv);
         }
     }
     *out = pc;
@@ -140,14 +140,14 @@ fail:
     goto exit;
 }
 
-void prepare_counter_free(struct prep_counter **pp)
+void prepare_counter_free(struct prepare_counter **pp)
 {
-    struct prep_counter *pc = *pp;
+    struct prepare_counter *pc = *pp;
     if (!pc)
         return;
     if (pc->local)
         for (int t = 0; t < pc->threads; t++)
-            for (int c = 0; c < PREP_CAT; c++)
+            for (int c = 0; c < PREPARE_CAT; c++)
                 tr_free(pc->local[t].tab[c]);
     tr_free(pc->local);
     if (pc->fd >= 0)
@@ -161,21 +161,21 @@ void prepare_counter_free(struct prep_counter **pp)
     *pp = NULL;
 }
 
-int prepare_counter_spills(const struct prep_counter *pc)
+int prepare_counter_spills(const struct prepare_counter *pc)
 {
     return pc->nruns;
 }
 
 /* Moves the used entries of table c to its front, sorted by value; returns how many. */
-static enum tr_status compact_sort(struct pc_local *L, int c, struct prep_kv **tmp, size_t *tmp_cap, uint64_t *n)
+static enum tr_status compact_sort(struct pc_local *L, int c, struct prepare_kv **tmp, size_t *tmp_cap, uint64_t *n)
 {
-    struct prep_kv *t = L->tab[c];
+    struct prepare_kv *t = L->tab[c];
     uint64_t k = 0;
     for (uint64_t j = 0; j < L->cap[c]; j++)
         if (t[j].val)
             t[k++] = t[j];
     if (k > *tmp_cap) {
-        struct prep_kv *nt = tr_realloc(*tmp, k * sizeof **tmp);
+        struct prepare_kv *nt = tr_realloc(*tmp, k * sizeof **tmp);
         if (!nt)
             return TR_ERR_NOMEM;
         *tmp = nt;
@@ -187,20 +187,20 @@ static enum tr_status compact_sort(struct pc_local *L, int c, struct prep_kv **t
 }
 
 /* Appends every table of thread L to the spill file as one sorted run and empties the tables. */
-static enum tr_status spill(struct prep_counter *pc, struct pc_local *L)
+static enum tr_status spill(struct prepare_counter *pc, struct pc_local *L)
 {
     enum tr_status rc = TR_OK;
-    struct prep_kv *tmp = NULL;
+    struct prepare_kv *tmp = NULL;
     size_t tmp_cap = 0;
     struct pc_run run;
     memset(&run, 0, sizeof run);
     int64_t total = 0;
-    for (int c = 0; c < PREP_CAT; c++) {
+    for (int c = 0; c < PREPARE_CAT; c++) {
         uint64_t n;
         TR_CHECK_GOTO(compact_sort(L, c, &tmp, &tmp_cap, &n), rc, exit);
         run.off[c] = total;
         run.n[c] = (int64_t)n;
-        total += (int64_t)(n * sizeof(struct prep_kv));
+        total += (int64_t)(n * sizeof(struct prepare_kv));
     }
 
     pthread_mutex_lock(&pc->mu);
@@ -236,8 +236,8 @@ static enum tr_status spill(struct prep_counter *pc, struct pc_local *L)
     if (rc != TR_OK)
         goto exit;
 
-    for (int c = 0; c < PREP_CAT; c++) {
-        size_t bytes = (size_t)run.n[c] * sizeof(struct prep_kv);
+    for (int c = 0; c < PREPARE_CAT; c++) {
+        size_t bytes = (size_t)run.n[c] * sizeof(struct prepare_kv);
         const char *p = (const char *)L->tab[c];
         int64_t off = base + run.off[c];
         while (bytes > 0) {
@@ -254,7 +254,7 @@ static enum tr_status spill(struct prep_counter *pc, struct pc_local *L)
             off += w;
         }
         run.off[c] += base;
-        memset(L->tab[c], 0, L->cap[c] * sizeof(struct prep_kv));
+        memset(L->tab[c], 0, L->cap[c] * sizeof(struct prepare_kv));
         L->n[c] = 0;
     }
     run.valid = 1;
@@ -270,10 +270,10 @@ exit:
 static enum tr_status grow(struct pc_local *L, int c)
 {
     uint64_t cap = L->cap[c] * 2, mask = cap - 1;
-    struct prep_kv *nt = tr_calloc(cap, sizeof *nt);
+    struct prepare_kv *nt = tr_calloc(cap, sizeof *nt);
     if (!nt)
         return TR_ERR_NOMEM;
-    const struct prep_kv *t = L->tab[c];
+    const struct prepare_kv *t = L->tab[c];
     for (uint64_t j = 0; j < L->cap[c]; j++) {
         if (!t[j].val)
             continue;
@@ -289,14 +289,14 @@ static enum tr_status grow(struct pc_local *L, int c)
     return TR_OK;
 }
 
-enum tr_status prepare_counter_add(struct prep_counter *pc, int thread, const struct prep_row *row)
+enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const struct prepare_row *row)
 {
     struct pc_local *L = &pc->local[thread];
     for (uint32_t bits = row->cat_present; bits; bits &= bits - 1) {
         int c = __builtin_ctz(bits);
         uint64_t v = row->cat[c];
     again:;
-        struct prep_kv *t = L->tab[c];
+        struct prepare_kv *t = L->tab[c];
         uint64_t mask = L->cap[c] - 1, h = mix64(v) & mask;
         while (t[h].val && t[h].key != v)
             h = (h + 1) & mask;
@@ -321,9 +321,9 @@ enum tr_status prepare_counter_add(struct prep_counter *pc, int thread, const st
 /* ---- merging and the dictionary -------------------------------------------------------- */
 
 struct cursor {
-    const struct prep_kv *p;   /* current buffer */
+    const struct prepare_kv *p;   /* current buffer */
     size_t pos, len;
-    struct prep_kv *buf;       /* file runs: `cap` entries */
+    struct prepare_kv *buf;       /* file runs: `cap` entries */
     size_t cap;
     int fd;                    /* the spill file, or -1 */
     int64_t off, left;         /* file position and entries not yet buffered */
@@ -365,24 +365,24 @@ static void sift_down(const struct cursor *cs, int *heap, int n, int i)
     }
 }
 
-static enum tr_status push_kept(struct prep_kv **kept, size_t *n, size_t *cap, uint64_t value, uint64_t count)
+static enum tr_status push_kept(struct prepare_kv **kept, size_t *n, size_t *cap, uint64_t value, uint64_t count)
 {
     if (*n == *cap) {
         size_t nc = *cap ? 2 * *cap : 1024;
-        struct prep_kv *nk = tr_realloc(*kept, nc * sizeof *nk);
+        struct prepare_kv *nk = tr_realloc(*kept, nc * sizeof *nk);
         if (!nk)
             return TR_ERR_NOMEM;
         *kept = nk;
         *cap = nc;
     }
     /* key ~count: an ascending sort gives descending counts */
-    (*kept)[(*n)++] = (struct prep_kv){~count, value};
+    (*kept)[(*n)++] = (struct prepare_kv){~count, value};
     return TR_OK;
 }
 
 /* Merges column c of every source into the kept list (ascending value order). */
-static enum tr_status merge_column(struct prep_counter *pc, int c, const uint64_t *mem_n, int64_t threshold,
-                                   struct prep_kv **kept, size_t *nkept, size_t *kept_cap)
+static enum tr_status merge_column(struct prepare_counter *pc, int c, const uint64_t *mem_n, int64_t threshold,
+                                   struct prepare_kv **kept, size_t *nkept, size_t *kept_cap)
 {
     enum tr_status rc = TR_OK;
     int nsrc = pc->threads + pc->nruns, n = 0, live = 0;
@@ -399,7 +399,7 @@ static enum tr_status merge_column(struct prep_counter *pc, int c, const uint64_
         heap[live++] = n++;
     }
     /* the read buffers of all runs share the counting budget */
-    size_t per = pc->budget * (size_t)pc->threads / sizeof(struct prep_kv) / (size_t)(pc->nruns ? pc->nruns : 1);
+    size_t per = pc->budget * (size_t)pc->threads / sizeof(struct prepare_kv) / (size_t)(pc->nruns ? pc->nruns : 1);
     per = TR_MAX(per, (size_t)64);
     per = TR_MIN(per, (size_t)MERGE_BUF_MAX);
     for (int r = 0; r < pc->nruns; r++) {
@@ -426,7 +426,7 @@ static enum tr_status merge_column(struct prep_counter *pc, int c, const uint64_
     int have = 0;
     while (live > 0) {
         struct cursor *cu = &cs[heap[0]];
-        struct prep_kv e = cu->p[cu->pos++];
+        struct prepare_kv e = cu->p[cu->pos++];
         if (have && e.key == cur) {
             count += e.val;
         } else {
@@ -457,7 +457,7 @@ exit:
     return rc;
 }
 
-static enum tr_status dict_build(struct prep_dict *d, int c, const struct prep_kv *kept, size_t k)
+static enum tr_status dict_build(struct prepare_dict *d, int c, const struct prepare_kv *kept, size_t k)
 {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)k)
@@ -478,10 +478,10 @@ static enum tr_status dict_build(struct prep_dict *d, int c, const struct prep_k
     return TR_OK;
 }
 
-enum tr_status prepare_counter_finish(struct prep_counter *pc, int64_t threshold, struct prep_dict *d)
+enum tr_status prepare_counter_finish(struct prepare_counter *pc, int64_t threshold, struct prepare_dict *d)
 {
     enum tr_status rc = TR_OK;
-    struct prep_kv *tmp = NULL, *kept = NULL;
+    struct prepare_kv *tmp = NULL, *kept = NULL;
     size_t tmp_cap = 0, kept_cap = 0;
     uint64_t *mem_n = tr_calloc((size_t)pc->threads, sizeof *mem_n);
     memset(d, 0, sizeof *d);
@@ -489,7 +489,7 @@ enum tr_status prepare_counter_finish(struct prep_counter *pc, int64_t threshold
         return TR_ERR_NOMEM;
     if (threshold < 1)
         threshold = 1; /* every value seen at least once is kept */
-    for (int c = 0; c < PREP_CAT; c++) {
+    for (int c = 0; c < PREPARE_CAT; c++) {
         for (int t = 0; t < pc->threads; t++)
             TR_CHECK_GOTO(compact_sort(&pc->local[t], c, &tmp, &tmp_cap, &mem_n[t]), rc, fail);
         size_t nkept = 0;
@@ -498,7 +498,7 @@ enum tr_status prepare_counter_finish(struct prep_counter *pc, int64_t threshold
             struct pc_local *L = &pc->local[t];
             tr_free(L->tab[c]);
             L->tab[c] = NULL;
-            L->bytes -= L->cap[c] * sizeof(struct prep_kv);
+            L->bytes -= L->cap[c] * sizeof(struct prepare_kv);
             L->cap[c] = L->n[c] = 0;
         }
         if (nkept > (size_t)INT32_MAX - 1) {
@@ -508,7 +508,7 @@ enum tr_status prepare_counter_finish(struct prep_counter *pc, int64_t threshold
             goto fail;
         }
         if (nkept > tmp_cap) {
-            struct prep_kv *nt = tr_realloc(tmp, nkept * sizeof *nt);
+            struct prepare_kv *nt = tr_realloc(tmp, nkept * sizeof *nt);
             if (!nt) {
                 rc = TR_ERR_NOMEM;
                 goto fail;
@@ -530,7 +530,7 @@ fail:
     goto exit;
 }
 
-uint32_t prepare_dict_lookup(const struct prep_dict *d, int c, uint64_t v)
+uint32_t prepare_dict_lookup(const struct prepare_dict *d, int c, uint64_t v)
 {
     const uint64_t *keys = d->keys[c];
     const uint32_t *ids = d->ids[c];
@@ -543,9 +543,9 @@ uint32_t prepare_dict_lookup(const struct prep_dict *d, int c, uint64_t v)
     return 0;
 }
 
-void prepare_dict_release(struct prep_dict *d)
+void prepare_dict_release(struct prepare_dict *d)
 {
-    for (int c = 0; c < PREP_CAT; c++) {
+    for (int c = 0; c < PREPARE_CAT; c++) {
         tr_free(d->keys[c]);
         tr_free(d->ids[c]);
     }

@@ -16,34 +16,34 @@
 extern "C" {
 #endif
 
-#define PREP_NUM 13                 /* I1..I13 */
-#define PREP_CAT 26                 /* C1..C26 */
-#define PREP_FIELDS (1 + PREP_NUM + PREP_CAT)
-#define PREP_NCOL (2 + PREP_CAT)    /* output columns: label, numerical, cat_0..cat_25 */
-#define PREP_COL_LABEL 0
-#define PREP_COL_NUM 1
-#define PREP_COL_CAT0 2
-#define PREP_MAX_ERRS 5             /* malformed lines shown (and kept per chunk) */
-#define PREP_MAX_LINE (256u << 20)  /* a chunk grows up to this to hold one line */
+#define PREPARE_NUM 13                 /* I1..I13 */
+#define PREPARE_CAT 26                 /* C1..C26 */
+#define PREPARE_FIELDS (1 + PREPARE_NUM + PREPARE_CAT)
+#define PREPARE_NCOL (2 + PREPARE_CAT) /* output columns: label, numerical, cat_0..cat_25 */
+#define PREPARE_COL_LABEL 0
+#define PREPARE_COL_NUM 1
+#define PREPARE_COL_CAT0 2
+#define PREPARE_MAX_ERRS 5             /* malformed lines shown (and kept per chunk) */
+#define PREPARE_MAX_LINE (256u << 20)  /* a chunk grows up to this to hold one line */
 
 /* ---- parsing (prepare_parse.c) --------------------------------------------------- */
 
 /* One parsed line. cat[i] is the integer value of the hex string of C(i+1),
  * meaningful only when bit i of cat_present is set (empty field = missing). */
-struct prep_row {
-    uint64_t cat[PREP_CAT];
+struct prepare_row {
+    uint64_t cat[PREPARE_CAT];
     uint32_t cat_present;
-    uint16_t num[PREP_NUM]; /* float16 bits of ln(x + 3), 0 for missing or x <= -3 */
+    uint16_t num[PREPARE_NUM]; /* float16 bits of ln(x + 3), 0 for missing or x <= -3 */
     uint8_t label;          /* 0 or 1 */
 };
 
-enum prep_bad {
-    PREP_LINE_OK = 0,
-    PREP_BAD_FIELDS, /* not 40 tab-separated fields */
-    PREP_BAD_LABEL,  /* label not "0" or "1" */
-    PREP_BAD_INT,    /* I_j not an integer */
-    PREP_BAD_RANGE,  /* I_j outside int64 */
-    PREP_BAD_HEX,    /* C_i not 1 to 16 hex digits */
+enum prepare_bad {
+    PREPARE_LINE_OK = 0,
+    PREPARE_BAD_FIELDS, /* not 40 tab-separated fields */
+    PREPARE_BAD_LABEL,  /* label not "0" or "1" */
+    PREPARE_BAD_INT,    /* I_j not an integer */
+    PREPARE_BAD_RANGE,  /* I_j outside int64 */
+    PREPARE_BAD_HEX,    /* C_i not 1 to 16 hex digits */
 };
 
 /* Builds the table of ln(x + 3) halves for small x. Call once before any
@@ -56,29 +56,29 @@ void prepare_parse_init(void);
 uint16_t prepare_num_half(int64_t x);
 
 /* Parses one line s[0, n) (no '\n'; a trailing '\r' must already be removed).
- * Returns PREP_LINE_OK and fills *row, or the reason the line is malformed with
+ * Returns PREPARE_LINE_OK and fills *row, or the reason the line is malformed with
  * *field set to the 0-based field it concerns (0 label, 1..13 I1..I13, 14..39
- * C1..C26) or to the number of fields found for PREP_BAD_FIELDS. Thread-safe. */
-enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, int *field);
+ * C1..C26) or to the number of fields found for PREPARE_BAD_FIELDS. Thread-safe. */
+enum prepare_bad prepare_parse_line(const char *s, size_t n, struct prepare_row *row, int *field);
 
 /* Writes "reason" text for a malformed line into buf (always NUL-terminated),
  * e.g. "I3: '1.5' is not an integer". */
-void prepare_describe_bad(const char *s, size_t n, enum prep_bad why, int field, char *buf, size_t cap);
+void prepare_describe_bad(const char *s, size_t n, enum prepare_bad why, int field, char *buf, size_t cap);
 
 /* ---- the text pipeline (prepare_pipe.c) -------------------------------------------- */
 
-struct prep_input {
+struct prepare_input {
     const char *path; /* borrowed from argv */
     int64_t bytes;    /* size on disk (compressed size for gzip) */
 };
 
-struct prep_err {
+struct prepare_err {
     int64_t line;     /* 1-based, relative to the chunk's first line */
     char msg[192];
 };
 
 /* One chunk of whole lines of one input file, and what a work function made of it. */
-struct prep_chunk {
+struct prepare_chunk {
     char *buf;        /* (len) text, whole lines; the last may lack its '\n' at end of file */
     size_t cap, len;
     int file;         /* index into the inputs */
@@ -87,25 +87,25 @@ struct prep_chunk {
     /* results, filled by the work function */
     int64_t nlines, nempty, nbad, nrows;
     int nerrs;
-    struct prep_err errs[PREP_MAX_ERRS];
+    struct prepare_err errs[PREPARE_MAX_ERRS];
     /* rows in column form, filled by the write pass */
-    uint8_t *col[PREP_NCOL]; /* (rows_cap * width[c]) each */
+    uint8_t *col[PREPARE_NCOL]; /* (rows_cap * width[c]) each */
     int64_t rows_cap;
 };
 
-typedef enum tr_status (*prep_work_fn)(void *ctx, int thread, struct prep_chunk *c);
-typedef enum tr_status (*prep_consume_fn)(void *ctx, struct prep_chunk *c);
+typedef enum tr_status (*prepare_work_fn)(void *ctx, int thread, struct prepare_chunk *c);
+typedef enum tr_status (*prepare_consume_fn)(void *ctx, struct prepare_chunk *c);
 
-struct prep_pipe_cfg {
-    const struct prep_input *inputs;
+struct prepare_pipe_cfg {
+    const struct prepare_input *inputs;
     int ninputs;
-    int threads;            /* work threads (>= 1) */
-    size_t chunk_size;      /* bytes of text per chunk (a chunk grows for a longer line) */
-    prep_work_fn work;      /* runs on a work thread; `thread` in [0, threads) */
-    prep_consume_fn consume; /* runs on the calling thread, chunks in input order */
+    int threads;                /* work threads (>= 1) */
+    size_t chunk_size;          /* bytes of text per chunk (a chunk grows for a longer line) */
+    prepare_work_fn work;       /* runs on a work thread; `thread` in [0, threads) */
+    prepare_consume_fn consume; /* runs on the calling thread, chunks in input order */
     void *ctx;
-    const char *label;      /* progress bar label */
-    int progress;           /* draw a progress bar on stderr */
+    const char *label;          /* progress bar label */
+    int progress;               /* draw a progress bar on stderr */
 };
 
 /* Reads the inputs in order (plain or gzip, detected by the magic bytes), cuts
@@ -113,10 +113,10 @@ struct prep_pipe_cfg {
  * cfg->consume on the calling thread in input order. *tsv_bytes receives the
  * uncompressed bytes read. Stops at the first error of any stage and returns it:
  * TR_ERR_IO (read error), TR_ERR_FORMAT (corrupt gzip, a line over
- * PREP_MAX_LINE), TR_ERR_NOMEM, TR_ERR_TIMEOUT (interrupted by a signal, see
+ * PREPARE_MAX_LINE), TR_ERR_NOMEM, TR_ERR_TIMEOUT (interrupted by a signal, see
  * prepare_interrupted), or what a callback returned. Errors are logged naming
  * the file. */
-enum tr_status prepare_pipe_run(const struct prep_pipe_cfg *cfg, int64_t *tsv_bytes) TR_WUR;
+enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv_bytes) TR_WUR;
 
 /* Set by the SIGINT/SIGTERM handler that prepare_main installs. */
 extern volatile int prepare_interrupted;
@@ -133,16 +133,16 @@ void prepare_progress_draw(const char *label, double frac, const char *suffix);
 /* ---- counting and dictionaries (prepare_count.c) ------------------------------------- */
 
 /* A key with a 64-bit payload, the unit the radix sort moves. */
-struct prep_kv {
+struct prepare_kv {
     uint64_t key, val;
 };
 
 /* Sorts a[0, n) by key ascending (stable LSD radix, 8 bits a pass; passes whose
  * digit is the same for every key are skipped). tmp must hold n elements.
  * Thread-safe on distinct arrays. */
-void prepare_radix_sort(struct prep_kv *a, struct prep_kv *tmp, size_t n);
+void prepare_radix_sort(struct prepare_kv *a, struct prepare_kv *tmp, size_t n);
 
-struct prep_counter;
+struct prepare_counter;
 
 /* Per-thread exact counters of (column, value) for `threads` threads, together
  * using about budget bytes of hash tables (plus as much again while a spill
@@ -150,31 +150,31 @@ struct prep_counter;
  * sorted run of (value, count) per column. scratch_dir is borrowed and must
  * outlive the counter. TR_ERR_NOMEM. */
 enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scratch_dir,
-                                   struct prep_counter **out) TR_WUR;
+                                   struct prepare_counter **out) TR_WUR;
 /* Counts the present categorical values of row. Call only from thread `thread`.
  * TR_ERR_IO / TR_ERR_NOMEM when a spill fails. */
-enum tr_status prepare_counter_add(struct prep_counter *pc, int thread, const struct prep_row *row) TR_WUR;
+enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const struct prepare_row *row) TR_WUR;
 /* Number of runs spilled to disk so far. */
-int prepare_counter_spills(const struct prep_counter *pc);
-void prepare_counter_free(struct prep_counter **pp);
+int prepare_counter_spills(const struct prepare_counter *pc);
+void prepare_counter_free(struct prepare_counter **pp);
 
 /* Value -> id maps of the threshold mode, one per column. */
-struct prep_dict {
-    uint64_t *keys[PREP_CAT]; /* (mask + 1) open addressing */
-    uint32_t *ids[PREP_CAT];  /* (mask + 1); 0 = empty slot */
-    uint64_t mask[PREP_CAT];
-    int64_t nkept[PREP_CAT];  /* K: ids 1..K are used, cardinality K + 1 */
+struct prepare_dict {
+    uint64_t *keys[PREPARE_CAT]; /* (mask + 1) open addressing */
+    uint32_t *ids[PREPARE_CAT];  /* (mask + 1); 0 = empty slot */
+    uint64_t mask[PREPARE_CAT];
+    int64_t nkept[PREPARE_CAT];  /* K: ids 1..K are used, cardinality K + 1 */
 };
 
 /* Merges every thread's tables and spilled runs into exact counts, keeps the
  * values with count >= threshold and numbers them 1..K by descending count,
  * ties by ascending value. The counter is emptied. TR_ERR_IO, TR_ERR_NOMEM,
  * TR_ERR_RANGE (more than 2^31 - 2 kept values in a column). */
-enum tr_status prepare_counter_finish(struct prep_counter *pc, int64_t threshold, struct prep_dict *d) TR_WUR;
+enum tr_status prepare_counter_finish(struct prepare_counter *pc, int64_t threshold, struct prepare_dict *d) TR_WUR;
 
 /* The id of value v in column c: 1..K, or 0 when it was not kept. Thread-safe. */
-uint32_t prepare_dict_lookup(const struct prep_dict *d, int c, uint64_t v);
-void prepare_dict_release(struct prep_dict *d);
+uint32_t prepare_dict_lookup(const struct prepare_dict *d, int c, uint64_t v);
+void prepare_dict_release(struct prepare_dict *d);
 
 /* ---- shuffle (prepare_shuffle.c) -------------------------------------------------------- */
 
@@ -184,12 +184,12 @@ void prepare_dict_release(struct prep_dict *d);
 uint64_t prepare_shuffle_seed(uint64_t seed);
 uint64_t prepare_shuffle_key(uint64_t s, uint64_t g);
 
-struct prep_shuffle_cfg {
+struct prepare_shuffle_cfg {
     const char *src_dir;     /* the staged column files, input order */
     const char *dst_dir;     /* where the shuffled column files go */
     const char *scratch_dir; /* bucket files */
-    const char *const *names; /* (PREP_NCOL) file names */
-    const size_t *width;     /* (PREP_NCOL) bytes per row of each column */
+    const char *const *names; /* (PREPARE_NCOL) file names */
+    const size_t *width;     /* (PREPARE_NCOL) bytes per row of each column */
     int64_t nrows;
     uint64_t seed;
     int64_t memory_limit;
@@ -202,7 +202,7 @@ struct prep_shuffle_cfg {
  * bits of their keys (each bucket then fits), which gives the same output. *bytes
  * receives the bytes written. TR_ERR_IO, TR_ERR_NOMEM, TR_ERR_FORMAT (a source
  * file of the wrong size). */
-enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes) TR_WUR;
+enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes) TR_WUR;
 
 /* ---- files (prepare_io.c) ------------------------------------------------------------- */
 
@@ -218,25 +218,25 @@ enum tr_status prepare_mkdir_p(const char *dir) TR_WUR;
 /* tr_malloc'd "a/b"; NULL on NOMEM. */
 char *prepare_path(const char *a, const char *b);
 
-/* The PREP_NCOL output files of one split. Used from one thread (the consumer). */
-struct prep_sink {
-    int fd[PREP_NCOL];
-    char *path[PREP_NCOL];
+/* The PREPARE_NCOL output files of one split. Used from one thread (the consumer). */
+struct prepare_sink {
+    int fd[PREPARE_NCOL];
+    char *path[PREPARE_NCOL];
     int64_t rows;
     int64_t bytes;
 };
 
 /* Opens (creates, truncates) dir/names[c] for every column. *s must be closed
  * with prepare_sink_close whatever the result. TR_ERR_IO, TR_ERR_NOMEM. */
-enum tr_status prepare_sink_open(struct prep_sink *s, const char *dir, const char *const *names) TR_WUR;
+enum tr_status prepare_sink_open(struct prepare_sink *s, const char *dir, const char *const *names) TR_WUR;
 /* Appends rows [r0, r0 + n) of chunk c (columns of the given widths). */
-enum tr_status prepare_sink_put(struct prep_sink *s, const struct prep_chunk *c, int64_t r0, int64_t n,
+enum tr_status prepare_sink_put(struct prepare_sink *s, const struct prepare_chunk *c, int64_t r0, int64_t n,
                                 const size_t *width) TR_WUR;
 /* Moves the last n rows of `from` to the end of `to` (copy, then truncate). */
-enum tr_status prepare_sink_move_tail(struct prep_sink *from, struct prep_sink *to, int64_t n,
+enum tr_status prepare_sink_move_tail(struct prepare_sink *from, struct prepare_sink *to, int64_t n,
                                       const size_t *width) TR_WUR;
 /* Closes the files (keeping them); TR_ERR_IO if a close fails. Safe twice. */
-enum tr_status prepare_sink_close(struct prep_sink *s) TR_WUR;
+enum tr_status prepare_sink_close(struct prepare_sink *s) TR_WUR;
 
 #ifdef __cplusplus
 }

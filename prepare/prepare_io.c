@@ -1,6 +1,6 @@
 /* prepare_io.c: file helpers of `terarec data prepare`: complete reads and
  * writes, mkdir -p, rm -rf (for the temporary output directory), and the sinks
- * that append rows to the PREP_NCOL column files of one split. No buffering of
+ * that append rows to the PREPARE_NCOL column files of one split. No buffering of
  * its own: callers write large blocks. */
 #define _GNU_SOURCE
 #include "prepare_internal.h"
@@ -113,12 +113,12 @@ enum tr_status prepare_mkdir_p(const char *dir)
 
 /* ---- sinks ----------------------------------------------------------------------------- */
 
-enum tr_status prepare_sink_open(struct prep_sink *s, const char *dir, const char *const *names)
+enum tr_status prepare_sink_open(struct prepare_sink *s, const char *dir, const char *const *names)
 {
     memset(s, 0, sizeof *s);
-    for (int c = 0; c < PREP_NCOL; c++)
+    for (int c = 0; c < PREPARE_NCOL; c++)
         s->fd[c] = -1;
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         s->path[c] = prepare_path(dir, names[c]);
         if (!s->path[c])
             return TR_ERR_NOMEM;
@@ -131,12 +131,12 @@ enum tr_status prepare_sink_open(struct prep_sink *s, const char *dir, const cha
     return TR_OK;
 }
 
-enum tr_status prepare_sink_put(struct prep_sink *s, const struct prep_chunk *c, int64_t r0, int64_t n,
+enum tr_status prepare_sink_put(struct prepare_sink *s, const struct prepare_chunk *c, int64_t r0, int64_t n,
                                 const size_t *width)
 {
     if (n <= 0)
         return TR_OK;
-    for (int k = 0; k < PREP_NCOL; k++) {
+    for (int k = 0; k < PREPARE_NCOL; k++) {
         size_t w = width[k];
         TR_CHECK(prepare_write_all(s->fd[k], c->col[k] + (size_t)r0 * w, (size_t)n * w, s->path[k]));
         s->bytes += (int64_t)((size_t)n * w);
@@ -145,7 +145,7 @@ enum tr_status prepare_sink_put(struct prep_sink *s, const struct prep_chunk *c,
     return TR_OK;
 }
 
-enum tr_status prepare_sink_move_tail(struct prep_sink *from, struct prep_sink *to, int64_t n,
+enum tr_status prepare_sink_move_tail(struct prepare_sink *from, struct prepare_sink *to, int64_t n,
                                       const size_t *width)
 {
     enum tr_status rc = TR_OK;
@@ -154,7 +154,7 @@ enum tr_status prepare_sink_move_tail(struct prep_sink *from, struct prep_sink *
     if (!buf)
         return TR_ERR_NOMEM;
     TR_ASSERT(n >= 0 && n <= from->rows);
-    for (int k = 0; k < PREP_NCOL && n > 0; k++) {
+    for (int k = 0; k < PREPARE_NCOL && n > 0; k++) {
         int64_t w = (int64_t)width[k];
         int64_t start = (from->rows - n) * w, left = n * w, off = start;
         while (left > 0) {
@@ -179,10 +179,10 @@ exit:
     return rc;
 }
 
-enum tr_status prepare_sink_close(struct prep_sink *s)
+enum tr_status prepare_sink_close(struct prepare_sink *s)
 {
     enum tr_status rc = TR_OK;
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         if (s->path[c] && s->fd[c] >= 0 && close(s->fd[c]) != 0 && rc == TR_OK) {
             LOG_ERROR("cannot write '%s': %s", s->path[c], strerror(errno));
             rc = TR_ERR_IO;

@@ -63,10 +63,10 @@ static int count_fields(const char *s, size_t n)
     return nf;
 }
 
-enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, int *field)
+enum prepare_bad prepare_parse_line(const char *s, size_t n, struct prepare_row *row, int *field)
 {
     const char *p = s, *end = s + n;
-    enum prep_bad why = PREP_BAD_LABEL;
+    enum prepare_bad why = PREPARE_BAD_LABEL;
     int f = 0;
 
     if (n < 2 || (p[0] != '0' && p[0] != '1') || p[1] != '\t')
@@ -74,11 +74,11 @@ enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, 
     row->label = (uint8_t)(p[0] - '0');
     p += 2;
 
-    for (int j = 0; j < PREP_NUM; j++) {
+    for (int j = 0; j < PREPARE_NUM; j++) {
         const char *q = p;
         int neg = 0;
         f = 1 + j;
-        why = PREP_BAD_INT;
+        why = PREPARE_BAD_INT;
         if (q < end && (*q == '-' || *q == '+')) {
             neg = *q == '-';
             q++;
@@ -100,7 +100,7 @@ enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, 
             row->num[j] = 0; /* missing */
         } else {
             if (nd > 18) {
-                why = PREP_BAD_RANGE;
+                why = PREPARE_BAD_RANGE;
                 if (nd > 19 || v > (uint64_t)INT64_MAX + (uint64_t)neg)
                     goto bad;
             }
@@ -111,18 +111,18 @@ enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, 
     }
 
     uint32_t present = 0;
-    why = PREP_BAD_HEX;
-    for (int i = 0; i < PREP_CAT; i++) {
+    why = PREPARE_BAD_HEX;
+    for (int i = 0; i < PREPARE_CAT; i++) {
         const char *q = p;
         uint64_t v = 0;
-        f = 1 + PREP_NUM + i;
+        f = 1 + PREPARE_NUM + i;
         for (; q < end; q++) {
             unsigned h = hexv[(unsigned char)*q];
             if (!h)
                 break;
             v = (v << 4) | (h - 1u);
         }
-        if (i < PREP_CAT - 1) {
+        if (i < PREPARE_CAT - 1) {
             if (q >= end || *q != '\t')
                 goto bad;
         } else if (q != end) {
@@ -140,13 +140,13 @@ enum prep_bad prepare_parse_line(const char *s, size_t n, struct prep_row *row, 
         p = q + 1;
     }
     row->cat_present = present;
-    return PREP_LINE_OK;
+    return PREPARE_LINE_OK;
 
 bad:;
     int nf = count_fields(s, n);
-    if (nf != PREP_FIELDS) {
+    if (nf != PREPARE_FIELDS) {
         *field = nf;
-        return PREP_BAD_FIELDS;
+        return PREPARE_BAD_FIELDS;
     }
     *field = f;
     return why;
@@ -176,30 +176,30 @@ static void field_text(const char *s, size_t n, int f, char *buf, size_t cap)
     buf[k] = '\0';
 }
 
-void prepare_describe_bad(const char *s, size_t n, enum prep_bad why, int field, char *buf, size_t cap)
+void prepare_describe_bad(const char *s, size_t n, enum prepare_bad why, int field, char *buf, size_t cap)
 {
     char t[64];
     switch (why) {
-    case PREP_BAD_FIELDS:
-        snprintf(buf, cap, "expected %d tab-separated fields, found %d", PREP_FIELDS, field);
+    case PREPARE_BAD_FIELDS:
+        snprintf(buf, cap, "expected %d tab-separated fields, found %d", PREPARE_FIELDS, field);
         return;
-    case PREP_BAD_LABEL:
+    case PREPARE_BAD_LABEL:
         field_text(s, n, 0, t, sizeof t);
         snprintf(buf, cap, "label must be 0 or 1, found '%s'", t);
         return;
-    case PREP_BAD_INT:
+    case PREPARE_BAD_INT:
         field_text(s, n, field, t, sizeof t);
         snprintf(buf, cap, "I%d: '%s' is not an integer", field, t);
         return;
-    case PREP_BAD_RANGE:
+    case PREPARE_BAD_RANGE:
         field_text(s, n, field, t, sizeof t);
         snprintf(buf, cap, "I%d: '%s' does not fit in 64 bits", field, t);
         return;
-    case PREP_BAD_HEX:
+    case PREPARE_BAD_HEX:
         field_text(s, n, field, t, sizeof t);
-        snprintf(buf, cap, "C%d: '%s' is not a hex value of 1 to 16 digits", field - PREP_NUM, t);
+        snprintf(buf, cap, "C%d: '%s' is not a hex value of 1 to 16 digits", field - PREPARE_NUM, t);
         return;
-    case PREP_LINE_OK:
+    case PREPARE_LINE_OK:
         break;
     }
     snprintf(buf, cap, "no error");

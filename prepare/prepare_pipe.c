@@ -28,10 +28,10 @@ volatile int prepare_interrupted;
 enum { SLOT_FREE = 0, SLOT_READY, SLOT_BUSY, SLOT_DONE };
 
 struct pipe {
-    const struct prep_pipe_cfg *cfg;
+    const struct prepare_pipe_cfg *cfg;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct prep_chunk *slots; /* (nslots) */
+    struct prepare_chunk *slots; /* (nslots) */
     int nslots;
     int64_t next_read, next_parse; /* sequence numbers */
     int reader_done, abort;
@@ -140,9 +140,9 @@ static enum tr_status read_some(struct pipe *pp, char *dst, size_t n, size_t *go
 }
 
 /* Fills c with the next chunk of whole lines. *produced = 0 when the input is exhausted. */
-static enum tr_status fill(struct pipe *pp, struct prep_chunk *c, int *produced)
+static enum tr_status fill(struct pipe *pp, struct prepare_chunk *c, int *produced)
 {
-    const struct prep_pipe_cfg *cfg = pp->cfg;
+    const struct prepare_pipe_cfg *cfg = pp->cfg;
     *produced = 0;
     for (;;) {
         if (pp->fd < 0) {
@@ -191,8 +191,8 @@ static enum tr_status fill(struct pipe *pp, struct prep_chunk *c, int *produced)
                 c->len = keep;
                 break;
             }
-            if (c->cap >= PREP_MAX_LINE) {
-                LOG_ERROR("input '%s': no line end within %u MiB", cfg->inputs[pp->cur].path, PREP_MAX_LINE >> 20);
+            if (c->cap >= PREPARE_MAX_LINE) {
+                LOG_ERROR("input '%s': no line end within %u MiB", cfg->inputs[pp->cur].path, PREPARE_MAX_LINE >> 20);
                 LOG_HINT("is it a Criteo TSV file (one sample per line)?");
                 return TR_ERR_FORMAT;
             }
@@ -221,7 +221,7 @@ static void *reader_main(void *arg)
 {
     struct pipe *pp = arg;
     for (int64_t seq = 0;; seq++) {
-        struct prep_chunk *c = &pp->slots[seq % pp->nslots];
+        struct prepare_chunk *c = &pp->slots[seq % pp->nslots];
         pthread_mutex_lock(&pp->mu);
         while (c->state != SLOT_FREE && !pp->abort)
             pthread_cond_wait(&pp->cv, &pp->mu);
@@ -271,7 +271,7 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&pp->cv, &pp->mu);
         if (pp->abort || pp->next_parse >= pp->next_read)
             break;
-        struct prep_chunk *c = &pp->slots[pp->next_parse % pp->nslots];
+        struct prepare_chunk *c = &pp->slots[pp->next_parse % pp->nslots];
         pp->next_parse++;
         c->state = SLOT_BUSY;
         pthread_mutex_unlock(&pp->mu);
@@ -331,7 +331,7 @@ void prepare_progress_clear(void)
 
 /* ---- the run ------------------------------------------------------------------------- */
 
-enum tr_status prepare_pipe_run(const struct prep_pipe_cfg *cfg, int64_t *tsv_bytes)
+enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv_bytes)
 {
     enum tr_status rc = TR_OK;
     struct pipe pp;
@@ -383,7 +383,7 @@ enum tr_status prepare_pipe_run(const struct prep_pipe_cfg *cfg, int64_t *tsv_by
 
     double t0 = prepare_now(), last = 0;
     for (int64_t seq = 0;; seq++) {
-        struct prep_chunk *c = &pp.slots[seq % pp.nslots];
+        struct prepare_chunk *c = &pp.slots[seq % pp.nslots];
         pthread_mutex_lock(&pp.mu);
         while (!pp.abort && !(c->state == SLOT_DONE && c->seq == seq) && !(pp.reader_done && seq >= pp.next_read))
             pthread_cond_wait(&pp.cv, &pp.mu);
@@ -434,7 +434,7 @@ exit:
     if (pp.slots) {
         for (int i = 0; i < pp.nslots; i++) {
             tr_free(pp.slots[i].buf);
-            for (int k = 0; k < PREP_NCOL; k++)
+            for (int k = 0; k < PREPARE_NCOL; k++)
                 tr_free(pp.slots[i].col[k]);
         }
     }

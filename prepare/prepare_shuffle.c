@@ -74,7 +74,7 @@ static enum tr_status bucket_flush(const char *dir, int b, struct bucket *bk)
     return rc;
 }
 
-static void progress(const struct prep_shuffle_cfg *cfg, double *last, int64_t done)
+static void progress(const struct prepare_shuffle_cfg *cfg, double *last, int64_t done)
 {
     if (!cfg->progress)
         return;
@@ -89,17 +89,17 @@ static void progress(const struct prep_shuffle_cfg *cfg, double *last, int64_t d
     prepare_progress_draw("shuffle", cfg->nrows ? (double)done / (2.0 * (double)cfg->nrows) : 1.0, suffix);
 }
 
-enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes)
+enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes)
 {
     enum tr_status rc = TR_OK;
-    int src[PREP_NCOL], dst[PREP_NCOL];
-    char *src_path[PREP_NCOL], *dst_path[PREP_NCOL];
-    for (int c = 0; c < PREP_NCOL; c++) {
+    int src[PREPARE_NCOL], dst[PREPARE_NCOL];
+    char *src_path[PREPARE_NCOL], *dst_path[PREPARE_NCOL];
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         src[c] = dst[c] = -1;
         src_path[c] = dst_path[c] = NULL;
     }
-    size_t row_bytes = 0, colo[PREP_NCOL];
-    for (int c = 0; c < PREP_NCOL; c++) {
+    size_t row_bytes = 0, colo[PREPARE_NCOL];
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         colo[c] = row_bytes;
         row_bytes += cfg->width[c];
     }
@@ -107,19 +107,20 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
     const int64_t n = cfg->nrows;
     char *blk = NULL, *mem = NULL, *bkbuf = NULL;
     struct bucket *bk = NULL;
-    struct prep_kv *pairs = NULL, *tmp = NULL;
+    struct prepare_kv *pairs = NULL, *tmp = NULL;
     int64_t done = 0;
     double last = 0;
     *bytes = 0;
 
     /* 2^k buckets so that one bucket's records, keys and sort scratch fit in half the limit */
     int bits = 0;
-    while (bits < 16 && (double)(n >> bits) * (double)(rec + 2 * sizeof(struct prep_kv)) > (double)cfg->memory_limit / 2)
+    while (bits < 16 &&
+           (double)(n >> bits) * (double)(rec + 2 * sizeof(struct prepare_kv)) > (double)cfg->memory_limit / 2)
         bits++;
     const int B = 1 << bits;
     *nbuckets = B;
 
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         src_path[c] = prepare_path(cfg->src_dir, cfg->names[c]);
         dst_path[c] = prepare_path(cfg->dst_dir, cfg->names[c]);
         if (!src_path[c] || !dst_path[c]) {
@@ -171,8 +172,8 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
     const uint64_t s = prepare_shuffle_seed(cfg->seed);
     for (int64_t base = 0; base < n; base += BLOCK_ROWS) {
         int64_t m = TR_MIN((int64_t)BLOCK_ROWS, n - base);
-        char *colp[PREP_NCOL];
-        for (int c = 0; c < PREP_NCOL; c++) {
+        char *colp[PREPARE_NCOL];
+        for (int c = 0; c < PREPARE_NCOL; c++) {
             colp[c] = blk + (size_t)BLOCK_ROWS * colo[c];
             TR_CHECK_GOTO(prepare_pread_all(src[c], colp[c], (size_t)m * cfg->width[c],
                                             base * (int64_t)cfg->width[c], src_path[c]),
@@ -192,7 +193,7 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
                 b->count++;
             }
             memcpy(d, &key, 8);
-            for (int c = 0; c < PREP_NCOL; c++)
+            for (int c = 0; c < PREPARE_NCOL; c++)
                 memcpy(d + 8 + colo[c], colp[c] + (size_t)i * cfg->width[c], cfg->width[c]);
         }
         done += m;
@@ -208,7 +209,7 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
         TR_CHECK_GOTO(bucket_flush(cfg->scratch_dir, b, &bk[b]), rc, exit);
     tr_free(bkbuf);
     bkbuf = NULL;
-    for (int c = 0; c < PREP_NCOL; c++) { /* the staged copy is no longer needed: free the disk */
+    for (int c = 0; c < PREPARE_NCOL; c++) { /* the staged copy is no longer needed: free the disk */
         close(src[c]);
         src[c] = -1;
         unlink(src_path[c]);
@@ -224,7 +225,7 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
         rc = TR_ERR_NOMEM;
         goto exit;
     }
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         dst[c] = open(dst_path[c], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (dst[c] < 0) {
             LOG_ERROR("cannot create '%s': %s", dst_path[c], strerror(errno));
@@ -269,10 +270,10 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
         prepare_radix_sort(pairs, tmp, (size_t)nb);
         for (int64_t i = 0; i < nb; i++) {
             const char *r = mem + (size_t)pairs[i].val * rec + 8;
-            for (int c = 0; c < PREP_NCOL; c++)
+            for (int c = 0; c < PREPARE_NCOL; c++)
                 memcpy(blk + (size_t)BLOCK_ROWS * colo[c] + (size_t)o * cfg->width[c], r + colo[c], cfg->width[c]);
             if (++o == BLOCK_ROWS) {
-                for (int c = 0; c < PREP_NCOL; c++)
+                for (int c = 0; c < PREPARE_NCOL; c++)
                     TR_CHECK_GOTO(prepare_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c],
                                                     (size_t)o * cfg->width[c], dst_path[c]),
                                   rc, exit);
@@ -287,12 +288,12 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
             goto exit;
         }
     }
-    for (int c = 0; c < PREP_NCOL; c++)
+    for (int c = 0; c < PREPARE_NCOL; c++)
         TR_CHECK_GOTO(prepare_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c], (size_t)o * cfg->width[c],
                                         dst_path[c]),
                       rc, exit);
     *bytes += o * (int64_t)row_bytes;
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         int r = close(dst[c]);
         dst[c] = -1;
         if (r != 0) {
@@ -304,7 +305,7 @@ enum tr_status prepare_shuffle(const struct prep_shuffle_cfg *cfg, int *nbuckets
 exit:
     if (cfg->progress)
         prepare_progress_clear();
-    for (int c = 0; c < PREP_NCOL; c++) {
+    for (int c = 0; c < PREPARE_NCOL; c++) {
         if (src[c] >= 0)
             close(src[c]);
         if (dst[c] >= 0)

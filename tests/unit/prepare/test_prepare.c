@@ -132,7 +132,7 @@ static int same_files(const char *a, const char *b)
     return ok;
 }
 
-static const char *const files[PREP_NCOL] = {
+static const char *const files[PREPARE_NCOL] = {
     "label.bin",  "numerical.bin", "cat_0.bin",  "cat_1.bin",  "cat_2.bin",  "cat_3.bin",  "cat_4.bin",
     "cat_5.bin",  "cat_6.bin",     "cat_7.bin",  "cat_8.bin",  "cat_9.bin",  "cat_10.bin", "cat_11.bin",
     "cat_12.bin", "cat_13.bin",    "cat_14.bin", "cat_15.bin", "cat_16.bin", "cat_17.bin", "cat_18.bin",
@@ -144,7 +144,7 @@ static int same_outputs(const char *a, const char *b)
 {
     int ok = 1;
     for (int s = 0; s < 2; s++)
-        for (int c = 0; c < PREP_NCOL; c++) {
+        for (int c = 0; c < PREPARE_NCOL; c++) {
             char pa[600], pb[600];
             snprintf(pa, sizeof pa, "%s/%s/%s/%s", tmpdir, a, s ? "test" : "train", files[c]);
             snprintf(pb, sizeof pb, "%s/%s/%s/%s", tmpdir, b, s ? "test" : "train", files[c]);
@@ -405,12 +405,12 @@ static void parse_line_rules(void)
     TH_CHECK(prepare_num_half(INT64_MIN) == 0 && prepare_num_half(INT64_MAX) == 0x5175); /* ln(2^63) = 43.668 = 2^5 (1 + 373.38/1024) */
 
     char line[1024];
-    struct prep_row row;
+    struct prepare_row row;
     int field = -1;
     line[0] = '\0';
     add_row(line, sizeof line, "1", "-7", "007", "", "+4", "9223372036854775807", "AbCdEf01", "0", "",
             "ffffffffffffffff", "");
-    TH_REQUIRE(prepare_parse_line(line, strlen(line), &row, &field) == PREP_LINE_OK);
+    TH_REQUIRE(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_LINE_OK);
     TH_CHECK(row.label == 1 && row.num[0] == 0 && row.num[1] == prepare_num_half(7) &&
              row.num[3] == prepare_num_half(4) && row.num[12] == prepare_num_half(INT64_MAX));
     TH_CHECK(row.cat[0] == 0xabcdef01u && row.cat[1] == 0 && row.cat[25] == UINT64_MAX);
@@ -418,40 +418,40 @@ static void parse_line_rules(void)
 
     struct {
         const char *label, *i1, *c1, *c26;
-        enum prep_bad want;
+        enum prepare_bad want;
         int field;
     } bad[] = {
-        {"2", "", "", "", PREP_BAD_LABEL, 0},
-        {"", "", "", "", PREP_BAD_LABEL, 0},
-        {"01", "", "", "", PREP_BAD_LABEL, 0},
-        {"0", "1.5", "", "", PREP_BAD_INT, 1},
-        {"0", "-", "", "", PREP_BAD_INT, 1},
-        {"0", "1e3", "", "", PREP_BAD_INT, 1},
-        {"0", " 1", "", "", PREP_BAD_INT, 1},
-        {"0", "9223372036854775808", "", "", PREP_BAD_RANGE, 1},
-        {"0", "99999999999999999999", "", "", PREP_BAD_RANGE, 1},
-        {"0", "", "xyz", "", PREP_BAD_HEX, 14},
-        {"0", "", "0x12", "", PREP_BAD_HEX, 14},
-        {"0", "", "", "10000000000000000", PREP_BAD_HEX, 39},
-        {"0", "", "", "abc ", PREP_BAD_HEX, 39},
+        {"2", "", "", "", PREPARE_BAD_LABEL, 0},
+        {"", "", "", "", PREPARE_BAD_LABEL, 0},
+        {"01", "", "", "", PREPARE_BAD_LABEL, 0},
+        {"0", "1.5", "", "", PREPARE_BAD_INT, 1},
+        {"0", "-", "", "", PREPARE_BAD_INT, 1},
+        {"0", "1e3", "", "", PREPARE_BAD_INT, 1},
+        {"0", " 1", "", "", PREPARE_BAD_INT, 1},
+        {"0", "9223372036854775808", "", "", PREPARE_BAD_RANGE, 1},
+        {"0", "99999999999999999999", "", "", PREPARE_BAD_RANGE, 1},
+        {"0", "", "xyz", "", PREPARE_BAD_HEX, 14},
+        {"0", "", "0x12", "", PREPARE_BAD_HEX, 14},
+        {"0", "", "", "10000000000000000", PREPARE_BAD_HEX, 39},
+        {"0", "", "", "abc ", PREPARE_BAD_HEX, 39},
     };
     for (size_t i = 0; i < TR_ARRAY_SIZE(bad); i++) {
         line[0] = '\0';
         add_row(line, sizeof line, bad[i].label, bad[i].i1, "", "", "", "", bad[i].c1, "", "", bad[i].c26, "");
-        enum prep_bad why = prepare_parse_line(line, strlen(line), &row, &field);
+        enum prepare_bad why = prepare_parse_line(line, strlen(line), &row, &field);
         TH_CHECKF(why == bad[i].want && field == bad[i].field, "case %zu: reason %d field %d", i, (int)why, field);
     }
     TH_CHECK(prepare_num_half(-9223372036854775807LL - 1) == 0);
     line[0] = '\0';
     add_row(line, sizeof line, "0", "-9223372036854775808", "", "", "", "", "", "", "", "", "");
-    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREP_LINE_OK && row.num[0] == 0);
+    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_LINE_OK && row.num[0] == 0);
     /* field counts: 39 and 41 fields */
     line[0] = '\0';
     add_row(line, sizeof line, "0", "", "", "", "", "", "", "", "", "", "\tx");
-    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREP_BAD_FIELDS && field == 41);
-    TH_CHECK(prepare_parse_line(line, strlen(line) - 3, &row, &field) == PREP_BAD_FIELDS && field == 39);
+    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_BAD_FIELDS && field == 41);
+    TH_CHECK(prepare_parse_line(line, strlen(line) - 3, &row, &field) == PREPARE_BAD_FIELDS && field == 39);
     char msg[192];
-    prepare_describe_bad(line, strlen(line), PREP_BAD_FIELDS, 41, msg, sizeof msg);
+    prepare_describe_bad(line, strlen(line), PREPARE_BAD_FIELDS, 41, msg, sizeof msg);
     TH_CHECK(!strcmp(msg, "expected 40 tab-separated fields, found 41"));
 }
 
@@ -536,10 +536,10 @@ static void spill_exact(void)
                    "--chunk_size 4K @/r1.tsv @/r2.tsv") == 0);
     TH_CHECK(same_outputs("ref", "spill"));
     /* the counter alone: the same dictionary with and without spilling, and it did spill */
-    struct prep_counter *big = NULL, *small = NULL;
+    struct prepare_counter *big = NULL, *small = NULL;
     TH_REQUIRE(prepare_counter_new(1, 1 << 30, tmpdir, &big) == TR_OK);
     TH_REQUIRE(prepare_counter_new(1, 16 << 10, tmpdir, &small) == TR_OK);
-    struct prep_row row;
+    struct prepare_row row;
     memset(&row, 0, sizeof row);
     uint64_t s = 5;
     for (int r = 0; r < 20000; r++) {
@@ -555,7 +555,7 @@ static void spill_exact(void)
         TH_REQUIRE(prepare_counter_add(small, 0, &row) == TR_OK);
     }
     TH_CHECK(prepare_counter_spills(big) == 0 && prepare_counter_spills(small) > 10);
-    struct prep_dict d1, d2;
+    struct prepare_dict d1, d2;
     TH_REQUIRE(prepare_counter_finish(big, 4, &d1) == TR_OK);
     TH_REQUIRE(prepare_counter_finish(small, 4, &d2) == TR_OK);
     int same = 1;
@@ -591,7 +591,7 @@ static void shuffle_permutation(void)
     snprintf(pa, sizeof pa, "%s/s1/train/numerical.bin", tmpdir);
     snprintf(pb, sizeof pb, "%s/s3/train/numerical.bin", tmpdir);
     TH_CHECK(!same_files(pa, pb));
-    for (int c = 0; c < PREP_NCOL; c++) { /* row g of plain is row rank(key(g)) of s1 */
+    for (int c = 0; c < PREPARE_NCOL; c++) { /* row g of plain is row rank(key(g)) of s1 */
         char p0[600], p1[600];
         snprintf(p0, sizeof p0, "%s/plain/train/%s", tmpdir, files[c]);
         snprintf(p1, sizeof p1, "%s/s1/train/%s", tmpdir, files[c]);
@@ -600,10 +600,10 @@ static void shuffle_permutation(void)
         TH_REQUIRE(a && b && n0 == n1);
         size_t n = 4000, w = n0 / n;
         TH_REQUIRE(n0 == n * w);
-        struct prep_kv *kv = malloc(n * sizeof *kv), *tmp = malloc(n * sizeof *tmp);
+        struct prepare_kv *kv = malloc(n * sizeof *kv), *tmp = malloc(n * sizeof *tmp);
         uint64_t s = prepare_shuffle_seed(9);
         for (size_t g = 0; g < n; g++)
-            kv[g] = (struct prep_kv){prepare_shuffle_key(s, g), g};
+            kv[g] = (struct prepare_kv){prepare_shuffle_key(s, g), g};
         prepare_radix_sort(kv, tmp, n);
         int ok = 1;
         for (size_t i = 0; i < n; i++)
@@ -614,7 +614,7 @@ static void shuffle_permutation(void)
         free(a);
         free(b);
     }
-    for (int c = 0; c < PREP_NCOL; c++) { /* the test split keeps input order */
+    for (int c = 0; c < PREPARE_NCOL; c++) { /* the test split keeps input order */
         snprintf(pa, sizeof pa, "%s/plain/test/%s", tmpdir, files[c]);
         snprintf(pb, sizeof pb, "%s/s2/test/%s", tmpdir, files[c]);
         TH_CHECK(same_files(pa, pb));
@@ -625,11 +625,11 @@ static void shuffle_permutation(void)
 static void radix_sort_orders(void)
 {
     enum { N = 5000 };
-    static struct prep_kv a[N], t[N];
+    static struct prepare_kv a[N], t[N];
     uint64_t s = 1;
     for (int i = 0; i < N; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[i] = (struct prep_kv){i % 3 ? s : (s & 0xff), (uint64_t)i};
+        a[i] = (struct prepare_kv){i % 3 ? s : (s & 0xff), (uint64_t)i};
     }
     prepare_radix_sort(a, t, N);
     int ok = 1;
