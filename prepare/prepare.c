@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
  * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
  * of the output directory, the passes (threshold mode: count, then write; hash

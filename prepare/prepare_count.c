@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare_count.c: exact per-column frequency counting for the threshold mode
  * of `terarec data prepare`, in bounded memory. Each work thread counts into its
  * own open-addressing tables; when they would outgrow the thread's share of

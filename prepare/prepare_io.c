@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare_io.c: file helpers of `terarec data prepare`: complete reads and
  * writes, mkdir -p, rm -rf (for the temporary output directory), and the sinks
  * that append rows to the PREPARE_NCOL column files of one split. No buffering of

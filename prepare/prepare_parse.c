@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare_parse.c: the Criteo TSV line parser of `terarec data prepare`:
  * label \t I1..I13 \t C1..C26, hand-written integer and hex scanning (no
  * strtol/sscanf), and the seed's numerical transform float16(ln(x + 3)) with a

@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare_pipe.c: the text pipeline of `terarec data prepare`. One reader
  * thread cuts the inputs (plain or gzip) into chunks of whole lines, `threads`
  * work threads process chunks in any order, and the calling thread consumes

@@ -1,3 +1,4 @@
+#define TR_SUBSYS TR_SUB_DATA
 /* prepare_shuffle.c: the seeded shuffle of the training rows of `terarec data
  * prepare`. Row g (input order) gets key = mix(g + mix(seed + golden)), mix being
  * the splitmix64 finaliser (a bijection, so keys never tie), and the output lists
