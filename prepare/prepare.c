@@ -28,6 +28,8 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
+#include "../common/file.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
@@ -581,7 +583,7 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
     FILE *fp = NULL;
-    char *path = prepare_path(dir, "feature_spec.yaml");
+    char *path = tr_file_join(dir, "feature_spec.yaml");
     if (!path)
         return TR_ERR_NOMEM;
     TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
@@ -615,7 +617,7 @@ static void format_cards(const int64_t *card, char *buf, size_t cap)
 static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *opts, char **files, int nfiles)
 {
     enum tr_status rc = TR_OK;
-    double t0 = prepare_now();
+    double t0 = tr_clock_now();
     struct prepare_ctx x;
     memset(&x, 0, sizeof x);
     x.o = o;
@@ -670,19 +672,19 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         memcpy(tmp, out, n);
         strcpy(tmp + n, suffix);
     }
-    TR_CHECK_GOTO(prepare_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
+    TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
-    scratch = prepare_path(tmp, ".scratch");
-    stage = scratch ? prepare_path(scratch, "stage") : NULL;
-    train_dir = prepare_path(tmp, "train");
-    test_dir = prepare_path(tmp, "test");
+    scratch = tr_file_join(tmp, ".scratch");
+    stage = scratch ? tr_file_join(scratch, "stage") : NULL;
+    train_dir = tr_file_join(tmp, "train");
+    test_dir = tr_file_join(tmp, "test");
     if (!scratch || !stage || !train_dir || !test_dir) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    TR_CHECK_GOTO(prepare_mkdir_p(train_dir), rc, fail);
-    TR_CHECK_GOTO(prepare_mkdir_p(test_dir), rc, fail);
-    TR_CHECK_GOTO(prepare_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
+    TR_CHECK_GOTO(tr_file_mkdir_p(train_dir), rc, fail);
+    TR_CHECK_GOTO(tr_file_mkdir_p(test_dir), rc, fail);
+    TR_CHECK_GOTO(tr_file_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
 
     /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
     if (x.hash) {
@@ -760,7 +762,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
     TR_CHECK_GOTO(write_spec(tmp, x.card), rc, fail);
-    TR_CHECK_GOTO(prepare_rm_rf(scratch), rc, fail);
+    TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;
         memset(&ds, 0, sizeof ds);
@@ -801,10 +803,10 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         goto fail;
     }
     made_tmp = 0;
-    if (old && prepare_rm_rf(old) != TR_OK)
+    if (old && tr_file_rm_rf(old) != TR_OK)
         LOG_WARN("cannot remove the previous output, now '%s'", old);
 
-    double dt = prepare_now() - t0;
+    double dt = tr_clock_now() - t0;
     double mbs = dt > 0 ? (double)tsv_bytes / 1e6 / dt : 0.0;
     char cards[26 * 12];
     format_cards(x.card, cards, sizeof cards);
@@ -828,7 +830,7 @@ exit:
     prepare_dict_release(&x.dict);
     TR_CHECK_IGNORE(prepare_sink_close(&x.train), rc);
     TR_CHECK_IGNORE(prepare_sink_close(&x.test), rc);
-    if (made_tmp && prepare_rm_rf(tmp) != TR_OK)
+    if (made_tmp && tr_file_rm_rf(tmp) != TR_OK)
         LOG_WARN("cannot remove the temporary directory '%s'", tmp);
     tr_free(inputs);
     tr_free(out);

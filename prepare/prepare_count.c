@@ -19,6 +19,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 #include "../common/log.h"
 
 #define TAB_MIN 64          /* entries of a fresh table */
@@ -207,7 +208,7 @@ static enum tr_status spill(struct prepare_counter *pc, struct pc_local *L)
     pthread_mutex_lock(&pc->mu);
     if (pc->fd < 0) {
         if (!pc->spill_path)
-            pc->spill_path = prepare_path(pc->dir, "count.spill");
+            pc->spill_path = tr_file_join(pc->dir, "count.spill");
         if (pc->spill_path)
             pc->fd = open(pc->spill_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (pc->fd < 0) {
@@ -238,22 +239,9 @@ static enum tr_status spill(struct prepare_counter *pc, struct pc_local *L)
         goto exit;
 
     for (int c = 0; c < PREPARE_CAT; c++) {
-        size_t bytes = (size_t)run.n[c] * sizeof(struct prepare_kv);
-        const char *p = (const char *)L->tab[c];
-        int64_t off = base + run.off[c];
-        while (bytes > 0) {
-            ssize_t w = pwrite(pc->fd, p, bytes, off);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0) {
-                LOG_ERROR("cannot write spill file '%s': %s", pc->spill_path, w < 0 ? strerror(errno) : "no space");
-                rc = TR_ERR_IO;
-                goto exit;
-            }
-            p += w;
-            bytes -= (size_t)w;
-            off += w;
-        }
+        TR_CHECK_GOTO(tr_file_pwrite_all(pc->fd, L->tab[c], (size_t)run.n[c] * sizeof(struct prepare_kv),
+                                         base + run.off[c], pc->spill_path),
+                      rc, exit);
         run.off[c] += base;
         memset(L->tab[c], 0, L->cap[c] * sizeof(struct prepare_kv));
         L->n[c] = 0;
@@ -334,7 +322,7 @@ struct cursor {
 static enum tr_status cursor_refill(struct cursor *cu)
 {
     size_t k = cu->left < (int64_t)cu->cap ? (size_t)cu->left : cu->cap;
-    TR_CHECK(prepare_pread_all(cu->fd, cu->buf, k * sizeof *cu->buf, cu->off, cu->path));
+    TR_CHECK(tr_file_pread_all(cu->fd, cu->buf, k * sizeof *cu->buf, cu->off, cu->path));
     cu->off += (int64_t)(k * sizeof *cu->buf);
     cu->left -= (int64_t)k;
     cu->p = cu->buf;

@@ -3,7 +3,7 @@
  * the Criteo line parser (prepare_parse.c), the chunked multi-threaded text
  * pipeline (prepare_pipe.c), exact frequency counting with spilled sorted runs
  * and the dictionaries built from it (prepare_count.c), the seeded shuffle
- * (prepare_shuffle.c) and the file helpers and column sinks (prepare_io.c). */
+ * (prepare_shuffle.c) and the column sinks (prepare_io.c). */
 #ifndef TR_PREPARE_INTERNAL_H
 #define TR_PREPARE_INTERNAL_H
 
@@ -121,9 +121,6 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
 /* Set by the SIGINT/SIGTERM handler that prepare_main installs. */
 extern volatile int prepare_interrupted;
 
-/* Seconds from a monotonic clock. */
-double prepare_now(void);
-
 /* Erases the progress bar line on stderr if one is shown (call before logging
  * from the consuming thread). */
 void prepare_progress_clear(void);
@@ -204,19 +201,7 @@ struct prepare_shuffle_cfg {
  * file of the wrong size). */
 enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes) TR_WUR;
 
-/* ---- files (prepare_io.c) ------------------------------------------------------------- */
-
-/* write(2) all of buf, retrying EINTR and short writes. On failure logs
- * "cannot write 'what': reason" and returns TR_ERR_IO. */
-enum tr_status prepare_write_all(int fd, const void *buf, size_t n, const char *what) TR_WUR;
-/* pread(2) exactly n bytes at off. TR_ERR_IO (logged) on error or early end. */
-enum tr_status prepare_pread_all(int fd, void *buf, size_t n, int64_t off, const char *what) TR_WUR;
-/* Removes path and everything under it (no error if it does not exist). */
-enum tr_status prepare_rm_rf(const char *path) TR_WUR;
-/* Creates dir and its missing parents (mode 0777 & ~umask). TR_ERR_IO (logged). */
-enum tr_status prepare_mkdir_p(const char *dir) TR_WUR;
-/* tr_malloc'd "a/b"; NULL on NOMEM. */
-char *prepare_path(const char *a, const char *b);
+/* ---- column sinks (prepare_io.c) ------------------------------------------------------------- */
 
 /* The PREPARE_NCOL output files of one split. Used from one thread (the consumer). */
 struct prepare_sink {

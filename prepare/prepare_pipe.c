@@ -15,13 +15,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <zlib.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
 #include "../common/log.h"
 
 volatile int prepare_interrupted;
@@ -46,13 +46,6 @@ struct pipe {
     _Atomic int64_t progress_bytes; /* on-disk bytes read so far */
     _Atomic int64_t tsv_bytes;
 };
-
-double prepare_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void fail(struct pipe *pp, enum tr_status rc)
 {
@@ -314,7 +307,7 @@ void prepare_progress_draw(const char *label, double frac, const char *suffix)
 
 static void bar_draw(const char *label, int64_t done, int64_t total, double t0)
 {
-    double dt = prepare_now() - t0;
+    double dt = tr_clock_now() - t0;
     char suffix[96];
     snprintf(suffix, sizeof suffix, "%.2f / %.2f GB  %.0f MB/s ", (double)done / 1e9, (double)total / 1e9,
              dt > 0 ? (double)done / 1e6 / dt : 0.0);
@@ -382,7 +375,7 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
         }
     }
 
-    double t0 = prepare_now(), last = 0;
+    double t0 = tr_clock_now(), last = 0;
     for (int64_t seq = 0;; seq++) {
         struct prepare_chunk *c = &pp.slots[seq % pp.nslots];
         pthread_mutex_lock(&pp.mu);
@@ -407,7 +400,7 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
         if (crc != TR_OK)
             break;
         if (cfg->progress) {
-            double now = prepare_now();
+            double now = tr_clock_now();
             if (now - last > 0.2) {
                 bar_draw(cfg->label, atomic_load(&pp.progress_bytes), total, t0);
                 last = now;

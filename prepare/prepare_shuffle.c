@@ -17,6 +17,8 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
+#include "../common/file.h"
 #include "../common/log.h"
 
 #define BLOCK_ROWS 65536 /* rows read or written per column per system call */
@@ -48,7 +50,7 @@ static char *bucket_path(const char *dir, int b)
 {
     char name[32];
     snprintf(name, sizeof name, "shuffle-%05d.bkt", b);
-    return prepare_path(dir, name);
+    return tr_file_join(dir, name);
 }
 
 static enum tr_status bucket_flush(const char *dir, int b, struct bucket *bk)
@@ -64,7 +66,7 @@ static enum tr_status bucket_flush(const char *dir, int b, struct bucket *bk)
         LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
         rc = TR_ERR_IO;
     } else {
-        rc = prepare_write_all(fd, bk->buf, bk->fill, path);
+        rc = tr_file_write_all(fd, bk->buf, bk->fill, path);
         if (close(fd) != 0 && rc == TR_OK) {
             LOG_ERROR("cannot write '%s': %s", path, strerror(errno));
             rc = TR_ERR_IO;
@@ -79,7 +81,7 @@ static void progress(const struct prepare_shuffle_cfg *cfg, double *last, int64_
 {
     if (!cfg->progress)
         return;
-    double now = prepare_now();
+    double now = tr_clock_now();
     if (now - *last < 0.2)
         return;
     *last = now;
@@ -122,8 +124,8 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
     *nbuckets = B;
 
     for (int c = 0; c < PREPARE_NCOL; c++) {
-        src_path[c] = prepare_path(cfg->src_dir, cfg->names[c]);
-        dst_path[c] = prepare_path(cfg->dst_dir, cfg->names[c]);
+        src_path[c] = tr_file_join(cfg->src_dir, cfg->names[c]);
+        dst_path[c] = tr_file_join(cfg->dst_dir, cfg->names[c]);
         if (!src_path[c] || !dst_path[c]) {
             rc = TR_ERR_NOMEM;
             goto exit;
@@ -176,7 +178,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
         char *colp[PREPARE_NCOL];
         for (int c = 0; c < PREPARE_NCOL; c++) {
             colp[c] = blk + (size_t)BLOCK_ROWS * colo[c];
-            TR_CHECK_GOTO(prepare_pread_all(src[c], colp[c], (size_t)m * cfg->width[c],
+            TR_CHECK_GOTO(tr_file_pread_all(src[c], colp[c], (size_t)m * cfg->width[c],
                                             base * (int64_t)cfg->width[c], src_path[c]),
                           rc, exit);
         }
@@ -256,7 +258,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
                 LOG_ERROR("cannot open '%s': %s", path, strerror(errno));
                 rc = TR_ERR_IO;
             } else {
-                rc = prepare_pread_all(fd, mem, (size_t)nb * rec, 0, path);
+                rc = tr_file_pread_all(fd, mem, (size_t)nb * rec, 0, path);
                 close(fd);
                 unlink(path);
             }
@@ -275,7 +277,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
                 memcpy(blk + (size_t)BLOCK_ROWS * colo[c] + (size_t)o * cfg->width[c], r + colo[c], cfg->width[c]);
             if (++o == BLOCK_ROWS) {
                 for (int c = 0; c < PREPARE_NCOL; c++)
-                    TR_CHECK_GOTO(prepare_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c],
+                    TR_CHECK_GOTO(tr_file_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c],
                                                     (size_t)o * cfg->width[c], dst_path[c]),
                                   rc, exit);
                 *bytes += o * (int64_t)row_bytes;
@@ -290,7 +292,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
         }
     }
     for (int c = 0; c < PREPARE_NCOL; c++)
-        TR_CHECK_GOTO(prepare_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c], (size_t)o * cfg->width[c],
+        TR_CHECK_GOTO(tr_file_write_all(dst[c], blk + (size_t)BLOCK_ROWS * colo[c], (size_t)o * cfg->width[c],
                                         dst_path[c]),
                       rc, exit);
     *bytes += o * (int64_t)row_bytes;

@@ -17,6 +17,7 @@
 
 #include "../../../common/alloc.h"
 #include "../../../common/check.h"
+#include "../../../common/file.h"
 #include "../../../common/harness.h"
 #include "../../../loader_svc/dataset.h"
 #include "../../../loader_svc/feature_spec.h"
@@ -38,7 +39,7 @@ static void make_tmpdir(void)
 
 static void remove_tmpdir(void)
 {
-    TR_ASSERT(prepare_rm_rf(tmpdir) == TR_OK);
+    TR_ASSERT(tr_file_rm_rf(tmpdir) == TR_OK);
 }
 
 static void write_text(const char *rel, const char *text)
