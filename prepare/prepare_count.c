@@ -21,16 +21,10 @@
 #include "../common/check.h"
 #include "../common/file.h"
 #include "../common/log.h"
+#include "../kernels/kmath.h"
 
 #define TAB_MIN 64          /* entries of a fresh table */
 #define MERGE_BUF_MAX 4096  /* entries buffered per run while merging (fewer when runs are many) */
-
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* ---- radix sort ------------------------------------------------------------------------ */
 
@@ -266,7 +260,7 @@ static enum tr_status grow(struct pc_local *L, int c)
     for (uint64_t j = 0; j < L->cap[c]; j++) {
         if (!t[j].val)
             continue;
-        uint64_t h = mix64(t[j].key) & mask;
+        uint64_t h = km_mix64(t[j].key) & mask;
         while (nt[h].val)
             h = (h + 1) & mask;
         nt[h] = t[j];
@@ -286,7 +280,7 @@ enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const
         uint64_t v = row->cat[c];
     again:;
         struct prepare_kv *t = L->tab[c];
-        uint64_t mask = L->cap[c] - 1, h = mix64(v) & mask;
+        uint64_t mask = L->cap[c] - 1, h = km_mix64(v) & mask;
         while (t[h].val && t[h].key != v)
             h = (h + 1) & mask;
         if (t[h].val) {
@@ -457,7 +451,7 @@ static enum tr_status dict_build(struct prepare_dict *d, int c, const struct pre
         return TR_ERR_NOMEM;
     d->mask[c] = cap - 1;
     for (size_t i = 0; i < k; i++) {
-        uint64_t v = kept[i].val, h = mix64(v) & d->mask[c];
+        uint64_t v = kept[i].val, h = km_mix64(v) & d->mask[c];
         while (d->ids[c][h])
             h = (h + 1) & d->mask[c];
         d->keys[c][h] = v;
@@ -523,7 +517,7 @@ uint32_t prepare_dict_lookup(const struct prepare_dict *d, int c, uint64_t v)
 {
     const uint64_t *keys = d->keys[c];
     const uint32_t *ids = d->ids[c];
-    uint64_t mask = d->mask[c], h = mix64(v) & mask;
+    uint64_t mask = d->mask[c], h = km_mix64(v) & mask;
     while (ids[h]) {
         if (keys[h] == v)
             return ids[h];

@@ -1,11 +1,12 @@
 #define TR_SUBSYS TR_SUB_DATA
 /* prepare_shuffle.c: the seeded shuffle of the training rows of `terarec data
  * prepare`. Row g (input order) gets key = mix(g + mix(seed + golden)), mix being
- * the splitmix64 finaliser (a bijection, so keys never tie), and the output lists
- * the rows by ascending key. Rows that fit in --memory_limit are sorted in one
- * go; otherwise they are scattered into 2^k bucket files by the top k key bits
- * and each bucket is sorted alone, which yields the same bytes. It does not
- * shuffle the test split (the seed keeps it in input order). */
+ * the splitmix64 finaliser (km_mix64 of kernels/kmath.h, a bijection, so keys never
+ * tie), and the output lists the rows by ascending key. Rows that fit in
+ * --memory_limit are sorted in one go; otherwise they are scattered into 2^k
+ * bucket files by the top k key bits and each bucket is sorted alone, which yields
+ * the same bytes. It does not shuffle the test split (the seed keeps it in input
+ * order). */
 #define _GNU_SOURCE
 #include "prepare_internal.h"
 
@@ -20,24 +21,18 @@
 #include "../common/clock.h"
 #include "../common/file.h"
 #include "../common/log.h"
+#include "../kernels/kmath.h"
 
 #define BLOCK_ROWS 65536 /* rows read or written per column per system call */
 
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t prepare_shuffle_seed(uint64_t seed)
 {
-    return mix64(seed + 0x9e3779b97f4a7c15ull);
+    return km_mix64(seed + 0x9e3779b97f4a7c15ull);
 }
 
 uint64_t prepare_shuffle_key(uint64_t s, uint64_t g)
 {
-    return mix64(g + s);
+    return km_mix64(g + s);
 }
 
 struct bucket {
