@@ -22,52 +22,10 @@
 #include "../common/file.h"
 #include "../common/log.h"
 #include "../kernels/kmath.h"
+#include "../kernels/sort.h"
 
 #define TAB_MIN 64          /* entries of a fresh table */
 #define MERGE_BUF_MAX 4096  /* entries buffered per run while merging (fewer when runs are many) */
-
-/* ---- radix sort ------------------------------------------------------------------------ */
-
-void prepare_radix_sort(struct prepare_kv *a, struct prepare_kv *tmp, size_t n)
-{
-    if (n < 2)
-        return;
-    if (n < 48) {
-        for (size_t i = 1; i < n; i++) {
-            struct prepare_kv x = a[i];
-            size_t j = i;
-            for (; j > 0 && a[j - 1].key > x.key; j--)
-                a[j] = a[j - 1];
-            a[j] = x;
-        }
-        return;
-    }
-    size_t cnt[8][256];
-    memset(cnt, 0, sizeof cnt);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t k = a[i].key;
-        for (int d = 0; d < 8; d++)
-            cnt[d][(k >> (8 * d)) & 0xff]++;
-    }
-    struct prepare_kv *src = a, *dst = tmp;
-    for (int d = 0; d < 8; d++) {
-        if (cnt[d][(a[0].key >> (8 * d)) & 0xff] == n)
-            continue; /* every key has this digit: the pass would not move anything */
-        size_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            size_t c = cnt[d][b];
-            cnt[d][b] = sum;
-            sum += c;
-        }
-        for (size_t i = 0; i < n; i++)
-            dst[cnt[d][(src[i].key >> (8 * d)) & 0xff]++] = src[i];
-        struct prepare_kv *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != a)
-        memcpy(a, src, n * sizeof *a);
-}
 
 /* ---- counting ------------------------------------------------------------------------ */
 
@@ -177,7 +135,9 @@ static enum tr_status compact_sort(struct pc_local *L, int c, struct prepare_kv 
         *tmp = nt;
         *tmp_cap = k;
     }
-    prepare_radix_sort(t, *tmp, k);
+    const struct prepare_kv *sorted = kern_sort_radix(t, *tmp, (int64_t)k, sizeof *t, 0, 64);
+    if (sorted != t)
+        memcpy(t, sorted, k * sizeof *t);
     *n = k;
     return TR_OK;
 }
@@ -500,8 +460,8 @@ enum tr_status prepare_counter_finish(struct prepare_counter *pc, int64_t thresh
             tmp_cap = nkept;
         }
         /* stable: equal counts keep the ascending value order of the merge */
-        prepare_radix_sort(kept, tmp, nkept);
-        TR_CHECK_GOTO(dict_build(d, c, kept, nkept), rc, fail);
+        const struct prepare_kv *sorted = kern_sort_radix(kept, tmp, (int64_t)nkept, sizeof *kept, 0, 64);
+        TR_CHECK_GOTO(dict_build(d, c, sorted, nkept), rc, fail);
     }
 exit:
     tr_free(tmp);

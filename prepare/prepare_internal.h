@@ -129,15 +129,13 @@ void prepare_progress_draw(const char *label, double frac, const char *suffix);
 
 /* ---- counting and dictionaries (prepare_count.c) ------------------------------------- */
 
-/* A key with a 64-bit payload, the unit the radix sort moves. */
+/* A key with a 64-bit payload: a 16-byte record of kern_sort_radix (kernels/sort.h),
+ * which sorts by the key in its first 8 bytes. */
 struct prepare_kv {
     uint64_t key, val;
 };
-
-/* Sorts a[0, n) by key ascending (stable LSD radix, 8 bits a pass; passes whose
- * digit is the same for every key are skipped). tmp must hold n elements.
- * Thread-safe on distinct arrays. */
-void prepare_radix_sort(struct prepare_kv *a, struct prepare_kv *tmp, size_t n);
+_Static_assert(sizeof(struct prepare_kv) == 16 && offsetof(struct prepare_kv, key) == 0,
+               "struct prepare_kv is a 16-byte kern_sort_radix record keyed by its first uint64");
 
 struct prepare_counter;
 

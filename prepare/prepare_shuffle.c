@@ -22,6 +22,7 @@
 #include "../common/file.h"
 #include "../common/log.h"
 #include "../kernels/kmath.h"
+#include "../kernels/sort.h"
 
 #define BLOCK_ROWS 65536 /* rows read or written per column per system call */
 
@@ -265,9 +266,9 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
             memcpy(&pairs[i].key, mem + (size_t)i * rec, 8);
             pairs[i].val = (uint64_t)i;
         }
-        prepare_radix_sort(pairs, tmp, (size_t)nb);
+        const struct prepare_kv *sorted = kern_sort_radix(pairs, tmp, nb, sizeof *pairs, 0, 64);
         for (int64_t i = 0; i < nb; i++) {
-            const char *r = mem + (size_t)pairs[i].val * rec + 8;
+            const char *r = mem + (size_t)sorted[i].val * rec + 8;
             for (int c = 0; c < PREPARE_NCOL; c++)
                 memcpy(blk + (size_t)BLOCK_ROWS * colo[c] + (size_t)o * cfg->width[c], r + colo[c], cfg->width[c]);
             if (++o == BLOCK_ROWS) {

@@ -17,9 +17,6 @@ enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
 enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
 void kern_cpu_blas_set_threads(int threads);
 
-/* Stable LSD radix sort of a (n) by bits [lo, hi) of each key, 8 bits per pass,
- * using b (n) as the other buffer; returns whichever of a, b holds the result. */
-uint64_t *kern_cpu_radix_sort_u64(uint64_t *a, uint64_t *b, int64_t n, int lo, int hi, int64_t hist[256]);
 const char *kern_cpu_blas_name(void);
 
 /* Reads index i of an I32 or I64 index array. */

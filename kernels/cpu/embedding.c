@@ -8,6 +8,7 @@
 
 #include "../../common/check.h"
 #include "../kmath.h"
+#include "../sort.h"
 #include "cpu_internal.h"
 
 #ifdef _OPENMP
@@ -128,7 +129,6 @@ static size_t ws_one(int64_t nidx, int64_t width)
            + align64(n * sizeof(int64_t))         /* bag of each position (multi-hot) */
            + align64((n + 1) * sizeof(int64_t))   /* run starts */
            + align64(n * sizeof(int32_t))         /* slot (distinct-row number) of each position */
-           + align64(256 * sizeof(int64_t))       /* radix histogram */
            + align64(n * w * sizeof(float)) + 64; /* one gradient accumulator per distinct row */
 }
 
@@ -167,8 +167,6 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
     ws += align64(((size_t)nidx + 1) * sizeof(int64_t));
     int32_t *slot_of = (int32_t *)ws;
     ws += align64((size_t)nidx * sizeof(int32_t));
-    int64_t *hist = (int64_t *)ws;
-    ws += align64(256 * sizeof(int64_t));
     float *acc = (float *)ws;
 
     const uint64_t posmask = posbits ? (~0ULL >> (64 - posbits)) : 0;
@@ -197,7 +195,7 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
         /* 2. sort; runs of equal rows; the slot (run number) of each position */
 #pragma omp single
         {
-            sorted = kern_cpu_radix_sort_u64(k0, k1, nidx, posbits, posbits + rowbits, hist);
+            sorted = kern_sort_radix(k0, k1, nidx, sizeof *k0, posbits, posbits + rowbits);
             for (int64_t i = 0; i < nidx; i++) {
                 if (i == 0 || (sorted[i] >> posbits) != (sorted[i - 1] >> posbits))
                     runs[nruns++] = i;

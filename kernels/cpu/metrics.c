@@ -8,6 +8,7 @@
 #include "../../common/check.h"
 #include "../kmath.h"
 #include "../metrics.h"
+#include "../sort.h"
 #include "cpu_internal.h"
 
 /* Maps a float to a uint32 whose unsigned order is the float order (-0 == +0). */
@@ -26,12 +27,8 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
     if (n <= 0)
         return TR_OK;
     uint64_t *a = tr_malloc((size_t)n * 2 * sizeof(uint64_t));
-    int64_t *hist = tr_malloc(256 * sizeof(int64_t));
-    if (!a || !hist) {
-        tr_free(a);
-        tr_free(hist);
+    if (!a)
         return TR_ERR_NOMEM;
-    }
     uint64_t *b = a + n;
     int64_t bad = INT64_MAX;
 #pragma omp parallel for schedule(static) reduction(min : bad)
@@ -45,10 +42,9 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         LOG_WARN("auc: sample %lld has %s", (long long)bad,
                  isnan(scores[bad]) ? "a NaN score" : "a label that is not 0 or 1");
         tr_free(a);
-        tr_free(hist);
         return TR_ERR_ARG;
     }
-    uint64_t *sorted = kern_cpu_radix_sort_u64(a, b, n, 1, 33, hist); /* by score; labels ride along */
+    const uint64_t *sorted = kern_sort_radix(a, b, n, sizeof *a, 1, 33); /* by score; labels ride along */
     long double area = 0.0L;
     int64_t neg_below = 0, npos = 0, nneg = 0;
     for (int64_t i = 0; i < n;) {
@@ -67,7 +63,6 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         i = j;
     }
     tr_free(a); /* b = a + n: one block */
-    tr_free(hist);
     if (npos > 0 && nneg > 0)
         *auc = (double)(area / ((long double)npos * (long double)nneg));
     return TR_OK;

@@ -19,6 +19,7 @@
 #include "../../../common/check.h"
 #include "../../../common/file.h"
 #include "../../../common/harness.h"
+#include "../../../kernels/sort.h"
 #include "../../../loader_svc/dataset.h"
 #include "../../../loader_svc/feature_spec.h"
 #include "../../../prepare/prepare.h"
@@ -605,10 +606,10 @@ static void shuffle_permutation(void)
         uint64_t s = prepare_shuffle_seed(9);
         for (size_t g = 0; g < n; g++)
             kv[g] = (struct prepare_kv){prepare_shuffle_key(s, g), g};
-        prepare_radix_sort(kv, tmp, n);
+        const struct prepare_kv *sorted = kern_sort_radix(kv, tmp, (int64_t)n, sizeof *kv, 0, 64);
         int ok = 1;
         for (size_t i = 0; i < n; i++)
-            ok &= memcmp(b + i * w, a + kv[i].val * w, w) == 0;
+            ok &= memcmp(b + i * w, a + sorted[i].val * w, w) == 0;
         TH_CHECKF(ok, "%s is not the documented permutation", files[c]);
         free(kv);
         free(tmp);
@@ -621,22 +622,6 @@ static void shuffle_permutation(void)
         TH_CHECK(same_files(pa, pb));
     }
     remove_tmpdir();
-}
-
-static void radix_sort_orders(void)
-{
-    enum { N = 5000 };
-    static struct prepare_kv a[N], t[N];
-    uint64_t s = 1;
-    for (int i = 0; i < N; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[i] = (struct prepare_kv){i % 3 ? s : (s & 0xff), (uint64_t)i};
-    }
-    prepare_radix_sort(a, t, N);
-    int ok = 1;
-    for (int i = 1; i < N; i++)
-        ok &= a[i - 1].key < a[i].key || (a[i - 1].key == a[i].key && a[i - 1].val < a[i].val); /* stable */
-    TH_CHECK(ok);
 }
 
 /* Usage errors exit 2 and write nothing; an existing output needs --force. */
@@ -716,7 +701,6 @@ int main(int argc, char **argv)
         {"hand_hash32", hand_hash32},
         {"malformed", malformed},
         {"spill_exact", spill_exact},
-        {"radix_sort_orders", radix_sort_orders},
         {"shuffle_permutation", shuffle_permutation},
         {"usage_errors", usage_errors},
         {"alloc_faults", alloc_faults},
