@@ -153,16 +153,18 @@ static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
 }
 
 /* Moves options (with their values) before the inputs so both orders work:
- * out = argv0, options..., "--", inputs... (*outc entries). NULL after logging an
- * option without its value, or on NOMEM. */
-static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc)
+ * *out = argv0, options..., "--", inputs... (*outc entries; free *out with
+ * tr_free). TR_ERR_ARG (logged: an unknown option, an option without its value),
+ * TR_ERR_NOMEM; *out is NULL on error. */
+static enum tr_status reorder_args(struct tr_opt *opts, int argc, char **argv, char ***out_args, int *outc)
 {
+    enum tr_status rc = TR_OK;
     char **out = tr_calloc((size_t)argc + 2, sizeof *out);
     char **pos = tr_calloc((size_t)argc + 1, sizeof *pos);
+    *out_args = NULL;
     if (!out || !pos) {
-        tr_free(out);
-        tr_free(pos);
-        return NULL;
+        rc = TR_ERR_NOMEM;
+        goto fail;
     }
     int n = 0, np = 0, dashdash = 0;
     out[n++] = argv[0];
@@ -179,9 +181,8 @@ static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc
         if (a[1] != '-' && strcmp(a, "-h") && strcmp(a, "-V")) {
             LOG_ERROR("unknown option '%s'", a);
             LOG_HINT("options start with --; see --help");
-            tr_free(out);
-            tr_free(pos);
-            return NULL;
+            rc = TR_ERR_ARG;
+            goto fail;
         }
         out[n++] = argv[i];
         if (a[1] == '-' && !strchr(a, '=')) {
@@ -194,9 +195,8 @@ static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc
             if (o && o->type != TR_OPT_BOOL) {
                 if (i + 1 >= argc) {
                     LOG_ERROR("--%s: missing value", o->name);
-                    tr_free(out);
-                    tr_free(pos);
-                    return NULL;
+                    rc = TR_ERR_ARG;
+                    goto fail;
                 }
                 out[n++] = argv[++i];
             }
@@ -206,9 +206,14 @@ static char **reorder_args(struct tr_opt *opts, int argc, char **argv, int *outc
     out[n++] = dd;
     for (int i = 0; i < np; i++)
         out[n++] = pos[i];
-    tr_free(pos);
+    *out_args = out;
     *outc = n;
-    return out;
+exit:
+    tr_free(pos);
+    return rc;
+fail:
+    tr_free(out);
+    goto exit;
 }
 
 /* ---- work functions (any thread) -------------------------------------------------------- */
@@ -856,14 +861,14 @@ int prepare_main(int argc, char **argv)
     struct prepare_opts o;
     memset(&o, 0, sizeof o);
     struct tr_opt opts[MAX_OPTS];
+    char **args = NULL;
     int want = 0, rest = 0, nargs = 0;
     tr_log_init();
     prepare_parse_init();
     opts_fill(&o, opts);
-    char **args = reorder_args(opts, argc, argv, &nargs);
-    if (!args)
-        return 2; /* a missing value (logged), or no memory for a few pointers */
-    enum tr_status rc = tr_opt_parse(opts, nargs, args, &rest, &want);
+    enum tr_status rc = reorder_args(opts, argc, argv, &args, &nargs);
+    if (rc == TR_OK)
+        rc = tr_opt_parse(opts, nargs, args, &rest, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
         tr_opt_print_help(opts, usage, stdout);
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
@@ -879,20 +884,16 @@ int prepare_main(int argc, char **argv)
         rc = prepare_run(&o, opts, args + rest, nargs - rest);
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
-        if (rc == TR_ERR_NOMEM) {
-            LOG_ERROR("data prepare: out of memory");
-            LOG_HINT("lower --threads, --chunk_size or --memory_limit");
-        } else if (rc == TR_ERR_INTERNAL) {
-            LOG_ERROR("data prepare failed: %s", tr_strerror(rc));
-        }
+    }
+    if (rc == TR_ERR_NOMEM) {
+        LOG_ERROR("data prepare: out of memory");
+        LOG_HINT("lower --threads, --chunk_size or --memory_limit");
+    } else if (rc == TR_ERR_INTERRUPTED) {
+        LOG_ERROR("data prepare: interrupted; nothing was written");
+    } else if (rc == TR_ERR_INTERNAL) {
+        LOG_ERROR("data prepare failed: %s", tr_strerror(rc));
     }
     tr_opt_release(opts);
     tr_free(args);
-    switch (rc) {
-    case TR_OK: return 0;
-    case TR_ERR_ARG:
-    case TR_ERR_FORMAT: return 2;
-    case TR_ERR_TIMEOUT: return 130;
-    default: return 1;
-    }
+    return tr_status_exit_code(rc);
 }

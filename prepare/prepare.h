@@ -8,7 +8,9 @@ extern "C" {
 #endif
 
 /* Runs the subcommand with its own arguments (argv[0] = "prepare"); returns the
- * exit status (0 ok, 2 bad usage or input, 1 other failure). */
+ * exit status, tr_status_exit_code() of how it ended: 0 ok, 2 bad usage or input,
+ * 130 interrupted by SIGINT or SIGTERM, 1 any other failure. Installs its own
+ * SIGINT/SIGTERM handlers for the run and restores the previous ones. */
 int prepare_main(int argc, char **argv);
 
 #ifdef __cplusplus

@@ -68,7 +68,12 @@ enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scra
     pc->budget = (size_t)(budget / threads);
     pc->dir = scratch_dir;
     pc->fd = -1;
-    pthread_mutex_init(&pc->mu, NULL);
+    int e = pthread_mutex_init(&pc->mu, NULL);
+    if (e != 0) {
+        LOG_ERROR("cannot create the counter's lock: %s", strerror(e));
+        tr_free(pc);
+        return TR_ERR_SYS;
+    }
     pc->local = tr_calloc((size_t)threads, sizeof *pc->local);
     if (!pc->local) {
         rc = TR_ERR_NOMEM;

@@ -113,9 +113,10 @@ struct prepare_pipe_cfg {
  * cfg->consume on the calling thread in input order. *tsv_bytes receives the
  * uncompressed bytes read. Stops at the first error of any stage and returns it:
  * TR_ERR_IO (read error), TR_ERR_FORMAT (corrupt gzip, a line over
- * PREPARE_MAX_LINE), TR_ERR_NOMEM, TR_ERR_TIMEOUT (interrupted by a signal, see
- * prepare_interrupted), or what a callback returned. Errors are logged naming
- * the file. */
+ * PREPARE_MAX_LINE), TR_ERR_NOMEM, TR_ERR_SYS (a thread or lock could not be
+ * created), TR_ERR_INTERRUPTED (prepare_interrupted was set by a signal), or
+ * what a callback returned. Errors are logged naming the file; an interruption
+ * is not logged (the caller says it once). */
 enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv_bytes) TR_WUR;
 
 /* Set by the SIGINT/SIGTERM handler that prepare_main installs. */
@@ -143,7 +144,7 @@ struct prepare_counter;
  * using about budget bytes of hash tables (plus as much again while a spill
  * sorts); when a thread's tables are full they are spilled to scratch_dir as a
  * sorted run of (value, count) per column. scratch_dir is borrowed and must
- * outlive the counter. TR_ERR_NOMEM. */
+ * outlive the counter. TR_ERR_NOMEM, TR_ERR_SYS (the lock). */
 enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scratch_dir,
                                    struct prepare_counter **out) TR_WUR;
 /* Counts the present categorical values of row. Call only from thread `thread`.
@@ -196,7 +197,7 @@ struct prepare_shuffle_cfg {
  * rows do not fit, they are first scattered into 2^k bucket files by the top
  * bits of their keys (each bucket then fits), which gives the same output. *bytes
  * receives the bytes written. TR_ERR_IO, TR_ERR_NOMEM, TR_ERR_FORMAT (a source
- * file of the wrong size). */
+ * file of the wrong size), TR_ERR_INTERRUPTED (prepare_interrupted was set). */
 enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuckets, int64_t *bytes) TR_WUR;
 
 /* ---- column sinks (prepare_io.c) ------------------------------------------------------------- */

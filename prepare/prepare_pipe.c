@@ -121,8 +121,11 @@ static enum tr_status read_some(struct pipe *pp, char *dst, size_t n, size_t *go
     }
     for (;;) {
         ssize_t r = read(pp->fd, dst, n);
-        if (r < 0 && errno == EINTR && !prepare_interrupted)
+        if (r < 0 && errno == EINTR) {
+            if (prepare_interrupted)
+                return TR_ERR_INTERRUPTED;
             continue;
+        }
         if (r < 0) {
             LOG_ERROR("cannot read input '%s': %s", path, strerror(errno));
             return TR_ERR_IO;
@@ -160,7 +163,7 @@ static enum tr_status fill(struct pipe *pp, struct prepare_chunk *c, int *produc
         for (;;) {
             while (c->len < c->cap && !eof) {
                 if (prepare_interrupted)
-                    return TR_ERR_TIMEOUT;
+                    return TR_ERR_INTERRUPTED;
                 size_t got;
                 TR_CHECK(read_some(pp, c->buf + c->len, c->cap - c->len, &got));
                 if (got == 0)
@@ -356,21 +359,27 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
         }
         pp.slots[i].cap = cfg->chunk_size;
     }
-    if (pthread_mutex_init(&pp.mu, NULL) != 0 || pthread_cond_init(&pp.cv, NULL) != 0) {
-        rc = TR_ERR_NOMEM;
+    int e = pthread_mutex_init(&pp.mu, NULL);
+    if (e == 0 && (e = pthread_cond_init(&pp.cv, NULL)) != 0)
+        pthread_mutex_destroy(&pp.mu);
+    if (e != 0) {
+        LOG_ERROR("cannot create the pipeline's lock: %s", strerror(e));
+        rc = TR_ERR_SYS;
         goto fail;
     }
     sync_ready = 1;
-    if (pthread_create(&reader, NULL, reader_main, &pp) != 0) {
-        LOG_ERROR("cannot start the reader thread: %s", strerror(errno));
-        rc = TR_ERR_NOMEM;
+    if ((e = pthread_create(&reader, NULL, reader_main, &pp)) != 0) {
+        LOG_ERROR("cannot start the reader thread: %s", strerror(e));
+        rc = TR_ERR_SYS;
         goto fail;
     }
     for (; nworkers < cfg->threads; nworkers++) {
         wargs[nworkers] = (struct worker_arg){&pp, nworkers};
-        if (pthread_create(&workers[nworkers], NULL, worker_main, &wargs[nworkers]) != 0) {
-            LOG_ERROR("cannot start a work thread: %s", strerror(errno));
-            fail(&pp, TR_ERR_NOMEM);
+        if ((e = pthread_create(&workers[nworkers], NULL, worker_main, &wargs[nworkers])) != 0) {
+            LOG_ERROR("cannot start a work thread: %s", strerror(e));
+            if (e == EAGAIN)
+                LOG_HINT("lower --threads (%d asked for)", cfg->threads);
+            fail(&pp, TR_ERR_SYS);
             break;
         }
     }
@@ -387,7 +396,7 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
             break;
         enum tr_status crc = cfg->consume(cfg->ctx, c);
         if (crc == TR_OK && prepare_interrupted)
-            crc = TR_ERR_TIMEOUT;
+            crc = TR_ERR_INTERRUPTED;
         pthread_mutex_lock(&pp.mu);
         c->state = SLOT_FREE;
         if (crc != TR_OK) {
@@ -414,9 +423,7 @@ enum tr_status prepare_pipe_run(const struct prepare_pipe_cfg *cfg, int64_t *tsv
         prepare_progress_clear();
     rc = pp.rc;
     if (rc == TR_OK && prepare_interrupted)
-        rc = TR_ERR_TIMEOUT;
-    if (rc == TR_ERR_TIMEOUT)
-        LOG_ERROR("interrupted");
+        rc = TR_ERR_INTERRUPTED;
     *tsv_bytes = atomic_load(&pp.tsv_bytes);
     if (rc != TR_OK)
         goto fail;

@@ -198,7 +198,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
         done += m;
         progress(cfg, &last, done);
         if (prepare_interrupted) {
-            rc = TR_ERR_TIMEOUT;
+            rc = TR_ERR_INTERRUPTED;
             goto exit;
         }
     }
@@ -283,7 +283,7 @@ enum tr_status prepare_shuffle(const struct prepare_shuffle_cfg *cfg, int *nbuck
         done += nb;
         progress(cfg, &last, done);
         if (prepare_interrupted) {
-            rc = TR_ERR_TIMEOUT;
+            rc = TR_ERR_INTERRUPTED;
             goto exit;
         }
     }

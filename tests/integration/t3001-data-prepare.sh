@@ -4,7 +4,8 @@
 # files and by fraction), .gz equals plain, the shuffle is the documented seeded
 # permutation and does not depend on --threads or on the memory limit, malformed
 # lines are reported as file:line and --strict is fatal, bad usage writes nothing,
-# counting that spills gives the same bytes, and terarec-worker trains on the result.
+# counting that spills gives the same bytes, SIGINT/SIGTERM exit 130 and write
+# nothing, and terarec-worker trains on the result.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
@@ -173,6 +174,27 @@ bad_usage "no inputs" "error: no input files" --output o_bad --test_fraction 0.1
 out=$($T data prepare --output keep --force --max_ind_range 50 --test_files 1 d0.tsv d1.tsv 2>&1)
 [ $? -eq 0 ] && [ ! -e keep/file ] && [ -e keep/feature_spec.yaml ] && ok "--force replaces the output" \
     || fail "--force replaces the output" "$out"
+
+# ---- interrupted ------------------------------------------------------------------------------
+# SIGINT and SIGTERM stop the run (tr_status_exit_code: TR_ERR_INTERRUPTED -> 130), remove the
+# temporary directory and write nothing. The signal goes as soon as OUT.tmp-PID exists (the
+# handlers are installed by then; compgen polls without forking); the two passes over ~90 MB of
+# text on one thread take far longer than that.
+for i in $(seq 1 120); do cat d0.tsv; done >big.tsv
+for sig in INT TERM; do
+    $T data prepare --output o_int --test_files 1 --threads 1 --chunk_size 64K big.tsv d1.tsv >int.log 2>&1 &
+    pid=$!
+    end=$((SECONDS + 10))
+    until compgen -G 'o_int.tmp-*' >/dev/null || [ $SECONDS -ge $end ]; do :; done
+    kill -$sig $pid
+    wait $pid; rc=$?
+    out=$(cat int.log)
+    [ $rc -eq 130 ] && [ "$(echo "$out" | grep -c ' error: ')" -eq 1 ] \
+        && echo "$out" | grep -q 'error: data prepare: interrupted; nothing was written' \
+        && [ ! -e o_int ] && ! ls -d o_int.tmp-* >/dev/null 2>&1 \
+        && ok "SIG$sig: exit 130, one error line, nothing written" || fail "SIG$sig: exit 130, nothing written" "rc=$rc $out"
+done
+rm -f big.tsv
 
 # ---- the worker trains on it -------------------------------------------------------------
 out=$($W --dataset_type split_binary --dataset_path s1 --batch_size 64 --max_steps 8 --embedding_dim 8 \
