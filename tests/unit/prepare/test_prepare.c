@@ -124,6 +124,17 @@ static int same_bytes(const char *rel, const uint8_t *want, size_t n)
     return ok;
 }
 
+/* Compares out/train/<file> and out/test/<file> with the expected bytes. */
+static void same_split_bytes(const char *file, const uint8_t *train, size_t ntrain, const uint8_t *test,
+                             size_t ntest)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "out/train/%s", file);
+    TH_CHECKF(same_bytes(rel, train, ntrain), "%s differs", rel);
+    snprintf(rel, sizeof rel, "out/test/%s", file);
+    TH_CHECKF(same_bytes(rel, test, ntest), "%s differs", rel);
+}
+
 static int same_files(const char *a, const char *b)
 {
     size_t na = 0, nb = 0;
@@ -276,8 +287,14 @@ static void check_zero_columns(const char *split, int n, int w, int skip_c26)
     }
 }
 
-static void check_spec(const int64_t *card, const char *dtype, int64_t ntrain, int64_t ntest)
+/* out/feature_spec.yaml: C1..C3 have cardinality card_c123, C4..C26 card_rest (of
+ * dtype `dtype`, or the dtype their cardinality implies when NULL), and the
+ * dataset loads with ntrain + ntest rows. */
+static void check_spec(int64_t card_c123, int64_t card_rest, const char *dtype, int64_t ntrain, int64_t ntest)
 {
+    int64_t card[26];
+    for (int i = 0; i < 26; i++)
+        card[i] = i < 3 ? card_c123 : card_rest;
     char path[512];
     snprintf(path, sizeof path, "%s/out/feature_spec.yaml", tmpdir);
     struct feature_spec fs;
@@ -314,25 +331,18 @@ static void hand_threshold(void)
     write_hand_input();
     TH_REQUIRE(run("--output @/out --frequency_threshold 2 --test_fraction 0.5 --no_shuffle @/all.tsv") == 0);
     static const uint8_t lab_tr[] = {0x00, 0x01, 0x01}, lab_te[] = {0x00, 0x00, 0x01};
-    TH_CHECK(same_bytes("out/train/label.bin", lab_tr, 3));
-    TH_CHECK(same_bytes("out/test/label.bin", lab_te, 3));
+    same_split_bytes("label.bin", lab_tr, 3, lab_te, 3);
     check_numerical("out/train/numerical.bin", 0, 3);
     check_numerical("out/test/numerical.bin", 3, 3);
     static const uint8_t c0_tr[] = {0x01, 0x01, 0x02}, c0_te[] = {0x02, 0x01, 0x00};
     static const uint8_t c1_tr[] = {0x02, 0x01, 0x02}, c1_te[] = {0x00, 0x00, 0x01};
     static const uint8_t c2_tr[] = {0x00, 0x01, 0x01}, c2_te[] = {0x02, 0x02, 0x01};
-    TH_CHECK(same_bytes("out/train/cat_0.bin", c0_tr, 3));
-    TH_CHECK(same_bytes("out/test/cat_0.bin", c0_te, 3));
-    TH_CHECK(same_bytes("out/train/cat_1.bin", c1_tr, 3));
-    TH_CHECK(same_bytes("out/test/cat_1.bin", c1_te, 3));
-    TH_CHECK(same_bytes("out/train/cat_2.bin", c2_tr, 3));
-    TH_CHECK(same_bytes("out/test/cat_2.bin", c2_te, 3));
+    same_split_bytes("cat_0.bin", c0_tr, 3, c0_te, 3);
+    same_split_bytes("cat_1.bin", c1_tr, 3, c1_te, 3);
+    same_split_bytes("cat_2.bin", c2_tr, 3, c2_te, 3);
     check_zero_columns("train", 3, 1, 0);
     check_zero_columns("test", 3, 1, 0);
-    int64_t card[26];
-    for (int i = 0; i < 26; i++)
-        card[i] = i < 3 ? 3 : 1;
-    check_spec(card, "int8", 3, 3);
+    check_spec(3, 1, "int8", 3, 3);
     TH_CHECK(!exists("out/.scratch") && no_leftovers());
     remove_tmpdir();
 }
@@ -349,28 +359,20 @@ static void hand_hash16(void)
     write_hand_input();
     TH_REQUIRE(run("--output @/out --max_ind_range 1000 --test_files 1 --no_shuffle @/a.tsv @/b.tsv") == 0);
     static const uint8_t lab_tr[] = {0x00, 0x01, 0x01, 0x00}, lab_te[] = {0x00, 0x01};
-    TH_CHECK(same_bytes("out/train/label.bin", lab_tr, 4));
-    TH_CHECK(same_bytes("out/test/label.bin", lab_te, 2));
+    same_split_bytes("label.bin", lab_tr, 4, lab_te, 2);
     check_numerical("out/train/numerical.bin", 0, 4);
     check_numerical("out/test/numerical.bin", 4, 2);
     static const uint8_t c0_tr[] = {H(10), H(10), H(11), H(11)}, c0_te[] = {H(10), H(12)};
     static const uint8_t c1_tr[] = {0x2f, 0x02, 0x17, 0x02, 0x2f, 0x02, 0x00, 0x00}, c1_te[] = {0x80, 0x03, 0x17, 0x02};
     static const uint8_t c2_tr[] = {H(0), H(1), H(1), H(2)}, c2_te[] = {H(2), H(1)};
     static const uint8_t c25_tr[] = {H(0), H(0), H(0), H(0)}, c25_te[] = {0x00, 0x00, 0x27, 0x01};
-    TH_CHECK(same_bytes("out/train/cat_0.bin", c0_tr, 8));
-    TH_CHECK(same_bytes("out/test/cat_0.bin", c0_te, 4));
-    TH_CHECK(same_bytes("out/train/cat_1.bin", c1_tr, 8));
-    TH_CHECK(same_bytes("out/test/cat_1.bin", c1_te, 4));
-    TH_CHECK(same_bytes("out/train/cat_2.bin", c2_tr, 8));
-    TH_CHECK(same_bytes("out/test/cat_2.bin", c2_te, 4));
-    TH_CHECK(same_bytes("out/train/cat_25.bin", c25_tr, 8));
-    TH_CHECK(same_bytes("out/test/cat_25.bin", c25_te, 4));
+    same_split_bytes("cat_0.bin", c0_tr, 8, c0_te, 4);
+    same_split_bytes("cat_1.bin", c1_tr, 8, c1_te, 4);
+    same_split_bytes("cat_2.bin", c2_tr, 8, c2_te, 4);
+    same_split_bytes("cat_25.bin", c25_tr, 8, c25_te, 4);
     check_zero_columns("train", 4, 2, 1);
     check_zero_columns("test", 2, 2, 1);
-    int64_t card[26];
-    for (int i = 0; i < 26; i++)
-        card[i] = 1000;
-    check_spec(card, "int16", 4, 2);
+    check_spec(1000, 1000, "int16", 4, 2);
     remove_tmpdir();
 }
 
@@ -386,15 +388,11 @@ static void hand_hash32(void)
     static const uint8_t c1_te[] = {0x00, 0x00, 0x00, 0x00, 0x78, 0x56, 0x34, 0x12, 0xff, 0xff, 0x00, 0x00};
     static const uint8_t c0_te[] = {0x0b, 0, 0, 0, 0x0a, 0, 0, 0, 0x0c, 0, 0, 0};
     static const uint8_t c25_te[] = {0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0};
-    TH_CHECK(same_bytes("out/train/cat_1.bin", c1_tr, 12));
-    TH_CHECK(same_bytes("out/test/cat_1.bin", c1_te, 12));
+    same_split_bytes("cat_1.bin", c1_tr, 12, c1_te, 12);
     TH_CHECK(same_bytes("out/test/cat_0.bin", c0_te, 12));
     TH_CHECK(same_bytes("out/test/cat_25.bin", c25_te, 12));
     check_numerical("out/test/numerical.bin", 3, 3);
-    int64_t card[26];
-    for (int i = 0; i < 26; i++)
-        card[i] = 2147483647;
-    check_spec(card, "int32", 3, 3);
+    check_spec(2147483647, 2147483647, "int32", 3, 3);
     remove_tmpdir();
 }
 
