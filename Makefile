@@ -92,11 +92,11 @@ LDLIBS += $(shell pkg-config --libs pmix)
 endif
 
 ifeq ($(CUDA),1)
-CPPFLAGS += -DTR_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 endif
 ifeq ($(NCCL),1)
-CPPFLAGS += -DTR_HAVE_NCCL=1 -I$(dir $(NCCL_HOME))
+CPPFLAGS += -DTR_HAVE_NCCL=1 -isystem $(dir $(NCCL_HOME))
 LDLIBS += -lnccl
 endif
 CPPFLAGS += -DTR_BLAS_NAME='"$(BLAS)"'
@@ -231,7 +231,7 @@ check-headers:
 
 # kmath.h as C11 (pedantic) and as CUDA; every .cu compiled and linked with cudart
 CU_SRCS := $(wildcard kernels/cuda/*.cu)
-check-cuda:
+check-cuda: $(LIBCOMMON)
 	$(Q)$(CC) -std=c11 -Wall -Wextra -pedantic -Wstrict-prototypes -Wmissing-prototypes -Werror -fsyntax-only -x c kernels/kmath.h
 	@echo "  kmath.h compiles as C11"
 ifeq ($(CUDA),1)
@@ -242,7 +242,9 @@ ifeq ($(CUDA),1)
 	  echo "  NVCC    $$f"; \
 	  $(NVCC) -std=c++17 $(NVCC_GENCODE) $(CPPFLAGS) -Xcompiler -fPIC -Werror all-warnings -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o; \
 	done
-	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -shared -Xlinker --no-undefined -o $(BUILD)/cuda/libterarec_cuda_check.so $(BUILD)/cuda/*.o -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas
+	@# linked into a program with the C library they call (common/): every symbol must resolve
+	$(Q)printf 'int main(void) { return 0; }\n' > $(BUILD)/cuda/check_main.c
+	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_link $(BUILD)/cuda/check_main.c $(BUILD)/cuda/*.o $(LIBCOMMON) -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas -lpthread -lm
 	@echo "check-cuda: $(words $(CU_SRCS)) .cu files compiled and linked (no GPU needed)"
 else
 	@echo "check-cuda: nvcc not found; only the C11 half ran" && false

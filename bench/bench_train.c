@@ -1,8 +1,10 @@
 /* bench_train.c: samples/s and per-phase split of DLRM training steps on the CPU backend
  * (tiny, MLPerf-shaped, embedding-bound configs), against machine limits measured in the
  * same run: sgemm time of every GEMM of a step (be.i->gemm) and random row reads/RMWs on
- * the config's own tables -> GEMM and bandwidth rooflines and terarec's share of them.
- * It does not read data files or run PyTorch (bench/torch_dlrm.py does). */
+ * tables of the config's sizes -> GEMM and bandwidth rooflines and terarec's share of
+ * them. A step is what terarec-worker runs: the batch block loaded into the step, then
+ * the hybrid step over the self communicator (worker/solo.h). It does not read data
+ * files or run PyTorch (bench/torch_dlrm.py does). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
@@ -18,7 +21,7 @@
 #include "../kernels/kmath.h"
 #include "../loader_svc/batch.h"
 #include "../loader_svc/synth.h"
-#include "../worker/dlrm.h"
+#include "../worker/solo.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -32,7 +35,7 @@
 #define ROW_LR 1e-6f      /* keeps the tables sane under the RMW benchmark */
 #define CACHE_LINE 64
 
-static const int64_t criteo_kaggle_cards[NTABLES] = {
+static const int64_t criteo_kaggle_rows[NTABLES] = {
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
 };
@@ -88,7 +91,7 @@ struct rows_rate {
 
 struct bench_result {
     const struct bench_config *c;
-    int64_t cards[NTABLES];
+    int64_t table_rows[NTABLES];
     int steps, warmup;
     struct dlrm_bytes bytes;
     double init_sec, step_sec, samples_per_s, loss_first, loss_last;
@@ -103,12 +106,6 @@ struct bench_result {
     int met;
 };
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void fill_random(float *p, int64_t n, uint64_t stream)
 {
@@ -127,12 +124,12 @@ static void format_dims(char *buf, size_t n, const int *v, int nv)
 
 /* ---- GEMM limit --------------------------------------------------------------- */
 
-static void gemm_add(struct bench_result *r, const struct dlrm_layer *L, const char *kind, enum dlrm_phase ph,
+static void gemm_add(struct bench_result *r, const struct dlrm_layer_info *L, const char *kind, enum dlrm_phase ph,
                      int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
 {
     TR_ASSERT(r->ngemms < MAX_GEMMS);
     struct gemm_case *g = &r->gemms[r->ngemms++];
-    snprintf(g->name, sizeof g->name, "%s %s", L->name, kind);
+    snprintf(g->name, sizeof g->name, "%.40s %s", L->name, kind);
     g->phase = ph;
     g->ta = ta, g->tb = tb;
     g->m = M, g->n = N, g->k = K;
@@ -140,24 +137,28 @@ static void gemm_add(struct bench_result *r, const struct dlrm_layer *L, const c
     g->sec = 0.0;
 }
 
-/* Lists the GEMMs dlrm_train_step runs, as layer_fwd/layer_bwd in worker/dlrm.c issue
+/* Lists the GEMMs a training step runs, as layer_fwd/layer_bwd in worker/dlrm.c issue
  * them: every layer's input and input gradient are contiguous (ld = in); its output
- * and output gradient use ld = ldy (n*D for the last bottom layer, which writes row 0
- * of the interaction input). The first bottom layer has no input gradient. */
+ * and output gradient use ld = out, except the last bottom layer's (ld = n*D: it
+ * writes row 0 of the interaction input). The first bottom layer has no input
+ * gradient. */
 static void gemm_list(const struct dlrm *m, int64_t B, struct bench_result *r)
 {
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
     r->ngemms = 0;
     for (int part = 0; part < 2; part++) {
-        int nl = part ? m->cfg.ntop : m->cfg.nbottom;
-        const struct dlrm_layer *Ls = part ? m->top : m->bottom;
+        int nl = part ? mi.ntop : mi.nbottom;
         for (int l = 0; l < nl; l++) {
-            const struct dlrm_layer *L = &Ls[l];
+            struct dlrm_layer_info L;
+            dlrm_get_layer(m, part, l, &L);
+            const int64_t ldy = !part && l + 1 == nl ? (int64_t)mi.n * mi.emb_dim : L.out;
             enum dlrm_phase fwd = part ? DLRM_T_TOP_FWD : DLRM_T_BOTTOM_FWD;
             enum dlrm_phase bwd = part ? DLRM_T_TOP_BWD : DLRM_T_BOTTOM_BWD;
-            gemm_add(r, L, "fwd X*W", fwd, 0, 0, B, L->out, L->in, L->in, L->out, L->ldy);
-            gemm_add(r, L, "dW X^T*dY", bwd, 1, 0, L->in, L->out, B, L->in, L->ldy, L->out);
+            gemm_add(r, &L, "fwd X*W", fwd, 0, 0, B, L.out, L.in, L.in, L.out, ldy);
+            gemm_add(r, &L, "dW X^T*dY", bwd, 1, 0, L.in, L.out, B, L.in, ldy, L.out);
             if (part || l)
-                gemm_add(r, L, "dX dY*W^T", bwd, 0, 1, B, L->in, L->out, L->ldy, L->out, L->in);
+                gemm_add(r, &L, "dX dY*W^T", bwd, 0, 1, B, L.in, L.out, ldy, L.out, L.in);
         }
     }
 }
@@ -199,19 +200,19 @@ static enum tr_status gemm_measure(const struct kern_backend *be, struct bench_r
     for (int i = 0; i < r->ngemms; i++) {
         struct gemm_case *g = &r->gemms[i];
         struct kern_gemm_args a = {g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, A, g->lda, Bm, g->ldb, C, g->ldc};
-        double t0 = now_sec();
+        double t0 = tr_clock_now();
         TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
         TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
-        double one = (now_sec() - t0) / 2.0;
+        double one = (tr_clock_now() - t0) / 2.0;
         int64_t reps = (int64_t)(limit_sec / 3.0 / (one > 1e-7 ? one : 1e-7));
         reps = TR_MAX(reps, 3);
         reps = TR_MIN(reps, 100000);
         double best = 1e30;
         for (int trial = 0; trial < 3; trial++) {
-            t0 = now_sec();
+            t0 = tr_clock_now();
             for (int64_t k = 0; k < reps; k++)
                 TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
-            double s = (now_sec() - t0) / (double)reps;
+            double s = (tr_clock_now() - t0) / (double)reps;
             best = TR_MIN(best, s);
         }
         g->sec = best;
@@ -226,6 +227,47 @@ exit:
 }
 
 /* ---- random-row limit ---------------------------------------------------------- */
+
+/* Tables of the config's sizes for the random-row limit, filled as the model's are
+ * (so every page is real memory). The model is freed before they are allocated, so
+ * the benchmark never holds both. */
+struct probe {
+    int T;
+    int64_t D;
+    const int64_t *rows; /* (T) */
+    float **w;           /* (T) each (rows[t], D) */
+    size_t *bytes;       /* (T) */
+};
+
+static void probe_release(struct probe *p)
+{
+    for (int t = 0; p->w && t < p->T; t++)
+        tr_big_free(p->w[t], p->bytes[t]);
+    tr_free(p->w);
+    tr_free(p->bytes);
+    memset(p, 0, sizeof *p);
+}
+
+static enum tr_status probe_init(struct probe *p, const struct kern_backend *be, const int64_t *rows, int T,
+                                 int64_t D)
+{
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->D = D;
+    p->rows = rows;
+    p->w = tr_calloc((size_t)T, sizeof *p->w);
+    p->bytes = tr_calloc((size_t)T, sizeof *p->bytes);
+    if (!p->w || !p->bytes)
+        return TR_ERR_NOMEM;
+    for (int t = 0; t < T; t++) {
+        p->bytes[t] = (size_t)(rows[t] * D) * sizeof(float);
+        TR_CHECK(tr_big_alloc(p->bytes[t], (void **)&p->w[t]));
+        struct kern_fill_args f = {.kind = KERN_FILL_UNIFORM, .dst = p->w[t], .rows = rows[t], .cols = D, .ld = D,
+                                   .seed = 42, .stream = (uint64_t)t, .elem_ld = D, .a = 0.1f};
+        TR_CHECK(be->i->fill(be->ctx, &f));
+    }
+    return TR_OK;
+}
 
 /* Uniform random ids for ROW_CHUNKS batches of every table, and the positions of each
  * (chunk, table) grouped by owner thread (thread o owns rows [o*rows/nt, (o+1)*rows/nt)),
@@ -255,9 +297,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static enum tr_status row_ids_init(struct row_ids *r, const struct dlrm *m, int64_t B, int nt)
+static enum tr_status row_ids_init(struct row_ids *r, const struct probe *m, int64_t B, int nt)
 {
-    const int T = m->cfg.ntables;
+    const int T = m->T;
     memset(r, 0, sizeof *r);
     r->nt = nt, r->T = T, r->B = B;
     size_t n = (size_t)ROW_CHUNKS * (size_t)T * (size_t)B;
@@ -273,7 +315,7 @@ static enum tr_status row_ids_init(struct row_ids *r, const struct dlrm *m, int6
     }
 #pragma omp parallel for schedule(static)
     for (int ct = 0; ct < ROW_CHUNKS * T; ct++) {
-        const int64_t rows = m->tables[ct % T].rows;
+        const int64_t rows = m->rows[ct % T];
         int32_t *id = r->ids + (int64_t)ct * B;
         int32_t *pos = r->pos + (int64_t)ct * B;
         int64_t *off = r->off + (int64_t)ct * (nt + 1);
@@ -318,14 +360,14 @@ static void prefetch_row(const float *p, int64_t bytes, int write)
  * ahead (every cache line of a row). sorted = 0: this thread takes a static share of
  * the positions b, as emb_fwd does; sorted = 1: it gathers the rows it owns in row
  * order. Called by every thread of a parallel region. */
-static void gather_one(const struct dlrm *m, const struct row_ids *r, int c, int t, float *out, int pf,
+static void gather_one(const struct probe *m, const struct row_ids *r, int c, int t, float *out, int pf,
                        int sorted, int tid, int nthr)
 {
     const int T = r->T, nt = r->nt;
-    const int64_t B = r->B, D = m->cfg.emb_dim, bytes = D * (int64_t)sizeof(float);
+    const int64_t B = r->B, D = m->D, bytes = D * (int64_t)sizeof(float);
     const int64_t ct = (int64_t)c * T + t;
     const int32_t *id = r->ids + ct * B;
-    const float *tab = m->tables[t].w;
+    const float *tab = m->w[t];
     if (!sorted) {
         const int64_t b0 = B * tid / nthr, b1 = B * (tid + 1) / nthr;
         for (int64_t b = b0; b < b1; b++) {
@@ -351,16 +393,16 @@ static void gather_one(const struct dlrm *m, const struct row_ids *r, int c, int
  * written only by its owner thread, in position order or (sorted) row order. g is small
  * enough to stay in cache, as the model's just-computed gradient is, so the pass
  * measures the table rows' traffic only. */
-static void rmw_one(const struct dlrm *m, const struct row_ids *r, int c, int t, const float *g, int pf,
+static void rmw_one(const struct probe *m, const struct row_ids *r, int c, int t, const float *g, int pf,
                     int sorted, int tid, int nthr)
 {
     const int T = r->T, nt = r->nt;
-    const int64_t B = r->B, D = m->cfg.emb_dim, bytes = D * (int64_t)sizeof(float);
+    const int64_t B = r->B, D = m->D, bytes = D * (int64_t)sizeof(float);
     const int64_t ct = (int64_t)c * T + t;
     const int32_t *id = r->ids + ct * B;
     const int32_t *pos = (sorted ? r->spos : r->pos) + ct * B;
     const int64_t *off = r->off + ct * (nt + 1);
-    float *tab = m->tables[t].w;
+    float *tab = m->w[t];
     for (int o = tid; o < nt; o += nthr) {
         for (int64_t q = off[o]; q < off[o + 1]; q++) {
             if (pf && q + pf < off[o + 1])
@@ -382,7 +424,7 @@ enum rows_op { ROWS_READ = 0, ROWS_RMW = 1, ROWS_STEP = 2, ROWS_NOPS_ };
  * threads meet only between the two halves of a step. For ROWS_STEP, t_half[0..1]
  * receive the seconds spent in the gather and update halves. Returns the rows read
  * (READ), updated (RMW) or both, counted once (STEP). */
-static int64_t rows_pass(const struct dlrm *m, const struct row_ids *r, float *out, const float *g,
+static int64_t rows_pass(const struct probe *m, const struct row_ids *r, float *out, const float *g,
                          enum rows_op op, int pf, int sorted, double *t_half)
 {
     const int T = r->T;
@@ -395,14 +437,14 @@ static int64_t rows_pass(const struct dlrm *m, const struct row_ids *r, float *o
         nthr = omp_get_num_threads();
 #endif
         for (int c = 0; c < ROW_CHUNKS; c++) {
-            double t0 = now_sec();
+            double t0 = tr_clock_now();
             if (op != ROWS_RMW)
                 for (int t = 0; t < T; t++)
                     gather_one(m, r, c, t, out, pf, op == ROWS_STEP ? 0 : sorted, tid, nthr);
             if (op == ROWS_STEP) {
 #pragma omp barrier
             }
-            double t1 = now_sec();
+            double t1 = tr_clock_now();
             if (op != ROWS_READ)
                 for (int t = 0; t < T; t++)
                     rmw_one(m, r, c, t, g, pf, sorted, tid, nthr);
@@ -411,7 +453,7 @@ static int64_t rows_pass(const struct dlrm *m, const struct row_ids *r, float *o
             }
             if (tid == 0) {
                 th[0] += t1 - t0;
-                th[1] += now_sec() - t1;
+                th[1] += tr_clock_now() - t1;
             }
         }
     }
@@ -426,13 +468,13 @@ static int64_t rows_pass(const struct dlrm *m, const struct row_ids *r, float *o
  * tables: each the best over visiting order (position or row order; the step always
  * gathers in position order, as emb_fwd) and a few prefetch distances, each measured
  * for at least limit_sec after one untimed pass. */
-static enum tr_status rows_measure(const struct dlrm *m, int64_t B, int nt, double limit_sec,
+static enum tr_status rows_measure(const struct probe *m, int64_t B, int nt, double limit_sec,
                                    struct bench_result *r)
 {
     static const int pfs[] = {0, 4, 8, 16, 32};
     enum tr_status rc = TR_OK;
     struct row_ids ri;
-    const int64_t n = B * m->cfg.ntables * m->cfg.emb_dim, ng = B * m->cfg.emb_dim;
+    const int64_t n = B * m->T * m->D, ng = B * m->D;
     float *out = NULL, *g = NULL;
     TR_CHECK(row_ids_init(&ri, m, B, nt));
     out = tr_malloc((size_t)n * sizeof(float));
@@ -450,10 +492,10 @@ static enum tr_status rows_measure(const struct dlrm *m, int64_t B, int nt, doub
                 int64_t rows = 0;
                 double half[2] = {0.0, 0.0}, dt;
                 rows_pass(m, &ri, out, g, (enum rows_op)op, pfs[i], sorted, NULL);
-                double t0 = now_sec();
+                double t0 = tr_clock_now();
                 do {
                     rows += rows_pass(m, &ri, out, g, (enum rows_op)op, pfs[i], sorted, half);
-                    dt = now_sec() - t0;
+                    dt = tr_clock_now() - t0;
                 } while (dt < limit_sec);
                 struct rows_rate *best = &r->rows[op];
                 double rate = (double)rows / dt;
@@ -484,7 +526,16 @@ static int cmp_double(const void *a, const void *b)
 
 /* Runs the warm-up steps, then times r->steps steps (each one separately too, for the
  * median, which a stall of the shared machine moves less than the mean). */
-static enum tr_status train_measure(struct dlrm *m, struct tr_batch *batches, int nb, const struct bench_opts *o,
+/* One step as the worker runs it: the batch block into the step, then the step,
+ * finished (the backend synchronized) before the clock is read. */
+static enum tr_status one_step(struct solo *so, const struct batch *b, float lr, double *loss)
+{
+    TR_CHECK(solo_load(so, b));
+    TR_CHECK(hybrid_train_step(so->h, lr, loss));
+    return so->be->i->synchronize(so->be->ctx);
+}
+
+static enum tr_status train_measure(struct solo *so, struct batch **batches, int nb, const struct bench_opts *o,
                                     struct bench_result *r)
 {
     double loss = 0.0;
@@ -492,16 +543,16 @@ static enum tr_status train_measure(struct dlrm *m, struct tr_batch *batches, in
     if (!st)
         return TR_ERR_NOMEM;
     for (int s = 0; s < r->warmup; s++) {
-        TR_CHECK(dlrm_train_step(m, &batches[s % nb], (float)o->lr, &loss));
+        TR_CHECK(one_step(so, batches[s % nb], (float)o->lr, &loss));
         if (s == 0)
             r->loss_first = loss;
     }
-    dlrm_reset_timers(m);
-    double t0 = now_sec();
+    dlrm_reset_timers(so->m);
+    double t0 = tr_clock_now();
     for (int s = 0; s < r->steps; s++) {
-        double ts = now_sec();
-        enum tr_status rc = dlrm_train_step(m, &batches[(r->warmup + s) % nb], (float)o->lr, &loss);
-        st[s] = now_sec() - ts;
+        double ts = tr_clock_now();
+        enum tr_status rc = one_step(so, batches[(r->warmup + s) % nb], (float)o->lr, &loss);
+        st[s] = tr_clock_now() - ts;
         if (rc != TR_OK) {
             tr_free(st);
             return rc;
@@ -509,7 +560,7 @@ static enum tr_status train_measure(struct dlrm *m, struct tr_batch *batches, in
         if (s == 0 && r->warmup == 0)
             r->loss_first = loss;
     }
-    double dt = now_sec() - t0;
+    double dt = tr_clock_now() - t0;
     qsort(st, (size_t)r->steps, sizeof *st, cmp_double);
     r->step_min = st[0];
     r->step_median = st[r->steps / 2];
@@ -519,7 +570,7 @@ static enum tr_status train_measure(struct dlrm *m, struct tr_batch *batches, in
     r->step_sec = dt / r->steps;
     r->samples_per_s = (double)o->batch * r->steps / dt;
     for (int p = 0; p < DLRM_T_COUNT_; p++)
-        r->phase_sec[p] = m->t[p] / r->steps;
+        r->phase_sec[p] = dlrm_phase_seconds(so->m, (enum dlrm_phase)p) / r->steps;
     return TR_OK;
 }
 
@@ -612,15 +663,15 @@ static json_t *result_json(const struct bench_opts *o, const struct bench_result
 {
     const struct bench_config *c = r->c;
     json_t *j = json_object();
-    json_t *cards = json_array(), *bottom = json_array(), *top = json_array();
+    json_t *trows = json_array(), *bottom = json_array(), *top = json_array();
     for (int t = 0; t < NTABLES; t++)
-        json_array_append_new(cards, json_integer(r->cards[t]));
+        json_array_append_new(trows, json_integer(r->table_rows[t]));
     for (int l = 0; l < c->nbottom; l++)
         json_array_append_new(bottom, json_integer(c->bottom[l]));
     for (int l = 0; l < c->ntop; l++)
         json_array_append_new(top, json_integer(c->top[l]));
     json_object_set_new(j, "name", json_string(c->name));
-    json_object_set_new(j, "cards", cards);
+    json_object_set_new(j, "table_rows", trows);
     json_object_set_new(j, "emb_dim", json_integer(c->emb_dim));
     json_object_set_new(j, "bottom", bottom);
     json_object_set_new(j, "top", top);
@@ -692,10 +743,11 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
 {
     enum tr_status rc = TR_OK;
     struct bench_result *r = tr_calloc(1, sizeof *r);
-    struct tr_batch *batches = tr_calloc((size_t)o->nbatches, sizeof *batches);
-    struct dlrm *m = NULL;
-    struct kern_backend be;
-    int nb = 0;
+    struct batch **batches = tr_calloc((size_t)o->nbatches, sizeof *batches);
+    struct kern_backend be = {0};
+    struct solo so;
+    struct probe pr = {0};
+    int nb = 0, open = 0;
     if (!r || !batches) {
         rc = TR_ERR_NOMEM;
         goto exit;
@@ -705,13 +757,14 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
     r->warmup = o->warmup >= 0 ? o->warmup : c->warmup;
     int64_t rows_total = 0;
     for (int t = 0; t < NTABLES; t++) {
-        int64_t card = c->rows ? c->rows : TR_MIN(criteo_kaggle_cards[t], CARD_CAP);
-        r->cards[t] = TR_MAX(card / o->scale, 1);
-        rows_total += r->cards[t];
+        int64_t n = c->rows ? c->rows : TR_MIN(criteo_kaggle_rows[t], CARD_CAP);
+        r->table_rows[t] = TR_MAX(n / o->scale, 1);
+        rows_total += r->table_rows[t];
     }
-    kern_backend_cpu(&be, o->threads);
+    struct kern_backend_opts bo = {.threads = o->threads, .device = -1, .local_rank = 0};
+    TR_CHECK_GOTO(kern_backend_open("cpu", &bo, &be), rc, exit);
     struct dlrm_cfg mc = {
-        .num_features = NUM_FEATURES, .ntables = NTABLES, .cards = r->cards, .emb_dim = c->emb_dim,
+        .num_features = NUM_FEATURES, .ntables = NTABLES, .rows = r->table_rows, .emb_dim = c->emb_dim,
         .nbottom = c->nbottom, .ntop = c->ntop, .optim = KERN_OPT_SGD, .seed = 42, .max_batch = o->batch,
     };
     memcpy(mc.bottom, c->bottom, sizeof c->bottom);
@@ -725,30 +778,37 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
            (long long)o->scale, c->emb_dim, bdims, tdims, c->ids == SYNTH_IDS_UNIFORM ? "uniform" : "power-law",
            (long long)o->batch, o->threads, o->lr);
     fflush(stdout);
-    double t0 = now_sec();
-    TR_CHECK_GOTO(dlrm_new(&mc, &be, &m), rc, exit);
-    r->init_sec = now_sec() - t0;
-    dlrm_get_bytes(m, &r->bytes);
+    double t0 = tr_clock_now();
+    open = 1;
+    TR_CHECK_GOTO(solo_open(&so, &mc, &be, 0), rc, exit);
+    r->init_sec = tr_clock_now() - t0;
+    dlrm_get_bytes(so.m, &r->bytes);
     printf("model: embeddings %.1f MiB, dense %.2f MiB, activations %.1f MiB; dlrm_new %.1f s\n",
            r->bytes.embeddings / 1048576.0, r->bytes.dense / 1048576.0, r->bytes.activations / 1048576.0,
            r->init_sec);
-    struct synth_cfg sc = {1234, NUM_FEATURES, NTABLES, r->cards, c->ids};
+    struct synth_cfg sc = {1234, NUM_FEATURES, NTABLES, r->table_rows, c->ids};
     for (nb = 0; nb < o->nbatches; nb++) {
-        TR_CHECK_GOTO(tr_batch_init(&batches[nb], o->batch, NUM_FEATURES, NTABLES), rc, exit);
-        TR_CHECK_GOTO(synth_fill(&sc, SYNTH_TRAIN, nb * o->batch, o->batch, &batches[nb]), rc, exit);
+        TR_CHECK_GOTO(batch_new(o->batch, NUM_FEATURES, NTABLES, &batches[nb]), rc, exit);
+        TR_CHECK_GOTO(synth_fill(&sc, BATCH_TRAIN, nb * o->batch, o->batch, batches[nb]), rc, exit);
     }
-    TR_CHECK_GOTO(train_measure(m, batches, nb, o, r), rc, exit);
-    gemm_list(m, o->batch, r);
+    TR_CHECK_GOTO(train_measure(&so, batches, nb, o, r), rc, exit);
+    gemm_list(so.m, o->batch, r);
+    solo_close(&so);
+    open = 0;
     TR_CHECK_GOTO(gemm_measure(&be, r, o->limit_sec), rc, exit);
-    TR_CHECK_GOTO(rows_measure(m, o->batch, o->threads, o->limit_sec, r), rc, exit);
+    TR_CHECK_GOTO(probe_init(&pr, &be, r->table_rows, NTABLES, c->emb_dim), rc, exit);
+    TR_CHECK_GOTO(rows_measure(&pr, o->batch, o->threads, o->limit_sec, r), rc, exit);
     rooflines(o, NTABLES, r);
     print_result(o, r);
     json_array_append_new(out, result_json(o, r));
 exit:
     for (int i = 0; i < nb; i++)
-        tr_batch_release(&batches[i]);
+        batch_free(&batches[i]);
     tr_free(batches);
-    dlrm_free(&m);
+    probe_release(&pr);
+    if (open)
+        solo_close(&so);
+    kern_backend_close(&be);
     tr_free(r);
     return rc;
 }
@@ -816,5 +876,5 @@ int main(int argc, char **argv)
             LOG_ERROR("benchmark failed: %s", tr_strerror(rc));
     }
     tr_opt_release(opts);
-    return rc == TR_OK ? 0 : (rc == TR_ERR_ARG ? 2 : 1);
+    return tr_status_exit_code(rc);
 }

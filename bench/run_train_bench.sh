@@ -121,7 +121,7 @@ for r in rows:
     print(line(r))
 print()
 print("where the numbers come from:")
-print(f"  terarec samples/s, roofline, share, target: {out}/c_<config>.json (bench-bench_train: timed dlrm_train_step"
+print(f"  terarec samples/s, roofline, share, target: {out}/c_<config>.json (bench-bench_train: timed training steps as the worker runs them"
       " steps; GEMM roofline = B / sum of measured be.i->gemm times of the step's GEMMs; bandwidth roofline ="
       " R_step / 26, R_step = rows/s of gathering then updating random rows of the config's own tables as a step"
       " does; the smaller one applies)")

@@ -1,6 +1,7 @@
 /* alloc.c: accounting allocator. Small blocks carry a 64-byte header holding
  * their size; big blocks are anonymous mappings whose size the caller keeps.
  * It is not a pool: every call reaches libc or the kernel. */
+#define TR_SUBSYS TR_SUB_INIT
 #define _GNU_SOURCE
 #include "alloc.h"
 

@@ -92,23 +92,23 @@ void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
 /* CUDA runtime calls: on an error, log the call, file, line and CUDA's message,
  * clear the (non-sticky) last error, and return / jump with TR_ERR_CUDA. */
 #if defined(__CUDACC__) || defined(CUDART_VERSION)
+static inline int tr_cuda_ok_(cudaError_t e, unsigned subsys, const char *call, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return 1;
+    tr_log_write(TR_LOG_ERROR, subsys, "%s:%d %s failed: %s", file, line, call, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return 0;
+}
+#define TR_CUDA_OK_(call) tr_cuda_ok_((call), TR_SUBSYS, #call, __FILE__, __LINE__)
 #define TR_CUDA_CHECK(call)                                                               \
     do {                                                                                  \
-        cudaError_t tr_ce_ = (call);                                                      \
-        if (tr_ce_ != cudaSuccess) {                                                      \
-            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
-                         __LINE__, #call, cudaGetErrorString(tr_ce_));                    \
-            (void)cudaGetLastError();                                                     \
+        if (!TR_CUDA_OK_(call))                                                           \
             return TR_ERR_CUDA;                                                           \
-        }                                                                                 \
     } while (0)
 #define TR_CUDA_CHECK_GOTO(call, rc, label)                                               \
     do {                                                                                  \
-        cudaError_t tr_ce_ = (call);                                                      \
-        if (tr_ce_ != cudaSuccess) {                                                      \
-            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
-                         __LINE__, #call, cudaGetErrorString(tr_ce_));                    \
-            (void)cudaGetLastError();                                                     \
+        if (!TR_CUDA_OK_(call)) {                                                         \
             (rc) = TR_ERR_CUDA;                                                           \
             goto label;                                                                   \
         }                                                                                 \
@@ -118,21 +118,22 @@ void tr_bug_(const char *file, int line, const char *func, const char *fmt, ...)
 /* NCCL calls: on an error, log the call and NCCL's message and return / jump
  * with TR_ERR_NCCL. */
 #if defined(NCCL_MAJOR)
+static inline int tr_nccl_ok_(ncclResult_t e, unsigned subsys, const char *call, const char *file, int line)
+{
+    if (e == ncclSuccess)
+        return 1;
+    tr_log_write(TR_LOG_ERROR, subsys, "%s:%d %s failed: %s", file, line, call, ncclGetErrorString(e));
+    return 0;
+}
+#define TR_NCCL_OK_(call) tr_nccl_ok_((call), TR_SUBSYS, #call, __FILE__, __LINE__)
 #define TR_NCCL_CHECK(call)                                                               \
     do {                                                                                  \
-        ncclResult_t tr_ne_ = (call);                                                     \
-        if (tr_ne_ != ncclSuccess) {                                                      \
-            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
-                         __LINE__, #call, ncclGetErrorString(tr_ne_));                    \
+        if (!TR_NCCL_OK_(call))                                                           \
             return TR_ERR_NCCL;                                                           \
-        }                                                                                 \
     } while (0)
 #define TR_NCCL_CHECK_GOTO(call, rc, label)                                               \
     do {                                                                                  \
-        ncclResult_t tr_ne_ = (call);                                                     \
-        if (tr_ne_ != ncclSuccess) {                                                      \
-            tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s:%d %s failed: %s", __FILE__,        \
-                         __LINE__, #call, ncclGetErrorString(tr_ne_));                    \
+        if (!TR_NCCL_OK_(call)) {                                                         \
             (rc) = TR_ERR_NCCL;                                                           \
             goto label;                                                                   \
         }                                                                                 \

@@ -1,6 +1,7 @@
 /* file.c: complete reads and writes, mkdir -p, rm -rf and atomic file
  * replacement. No buffering of its own: callers write large blocks. It does not
  * lock files; two writers of one path each replace it whole, the last one wins. */
+#define TR_SUBSYS TR_SUB_INIT
 #define _GNU_SOURCE
 #include "file.h"
 
@@ -16,57 +17,41 @@
 #include "check.h"
 #include "log.h"
 
-enum tr_status tr_file_write_all(int fd, const void *buf, size_t n, const char *what)
+/* The one transfer loop: all n bytes, retrying short transfers and EINTR; at the
+ * file offset (off < 0) or at off. */
+static enum tr_status transfer(int fd, char *p, size_t n, int64_t off, int wr, const char *what)
 {
-    const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
+        ssize_t k = wr ? (off < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)off))
+                       : (off < 0 ? read(fd, p, n) : pread(fd, p, n, (off_t)off));
+        if (k < 0 && errno == EINTR)
             continue;
-        if (w <= 0) {
-            LOG_ERROR("cannot write '%s': %s", what, w < 0 ? strerror(errno) : "no progress");
+        if (k <= 0) {
+            LOG_ERROR("cannot %s '%s': %s", wr ? "write" : "read", what,
+                      k < 0 ? strerror(errno) : wr ? "no progress" : "unexpected end of file");
             return TR_ERR_IO;
         }
-        p += w;
-        n -= (size_t)w;
+        p += k;
+        n -= (size_t)k;
+        if (off >= 0)
+            off += k;
     }
     return TR_OK;
+}
+
+enum tr_status tr_file_write_all(int fd, const void *buf, size_t n, const char *what)
+{
+    return transfer(fd, (char *)buf, n, -1, 1, what);
 }
 
 enum tr_status tr_file_pread_all(int fd, void *buf, size_t n, int64_t off, const char *what)
 {
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            LOG_ERROR("cannot read '%s': %s", what, r < 0 ? strerror(errno) : "unexpected end of file");
-            return TR_ERR_IO;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return TR_OK;
+    return off < 0 ? TR_ERR_ARG : transfer(fd, buf, n, off, 0, what);
 }
 
 enum tr_status tr_file_pwrite_all(int fd, const void *buf, size_t n, int64_t off, const char *what)
 {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            LOG_ERROR("cannot write '%s': %s", what, w < 0 ? strerror(errno) : "no progress");
-            return TR_ERR_IO;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return TR_OK;
+    return off < 0 ? TR_ERR_ARG : transfer(fd, (char *)buf, n, off, 1, what);
 }
 
 char *tr_file_join(const char *a, const char *b)

@@ -29,6 +29,22 @@ void th_failf_(const char *file, int line, const char *fmt, ...) __attribute__((
 void th_fail_status_(const char *file, int line, const char *expr, int got, int want);
 int th_main(const struct th_case *cases, size_t n, int argc, char **argv);
 
+/* One run of every case against one setup (e.g. a kernel backend): the cases are
+ * named "name [tag]" and the filter matches that name; `enter` (may be NULL) is
+ * called with `arg` before each of them. A group with `skip` set runs nothing and
+ * prints one case "all cases [tag] # SKIP <skip>" (if the filter matches any of its
+ * cases), a failure instead when `needs_gpu` and TR_TEST_GPU=1 (as TH_SKIP_NO_GPU).
+ * th_main is th_main_groups with one group without a tag. */
+struct th_group {
+    const char *tag;
+    const char *skip;
+    int needs_gpu;
+    void (*enter)(void *arg);
+    void *arg;
+};
+int th_main_groups(const struct th_case *cases, size_t n, const struct th_group *groups, size_t ngroups, int argc,
+                   char **argv);
+
 /* Records a failure and continues. */
 #define TH_CHECK(cond)                                                                    \
     do {                                                                                  \

@@ -1,6 +1,7 @@
 /* log.c: the logging backend behind log.h. Each line is formatted into one buffer
  * and written with a single fputs under a mutex, so lines from threads never mix.
  * It does not rotate files or buffer across lines. */
+#define TR_SUBSYS TR_SUB_INIT
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
 

@@ -1,5 +1,6 @@
 /* param.c: option table parsing (defaults < environment < command line) and --help.
  * It does not read config files yet; a file layer slots in between defaults and env. */
+#define TR_SUBSYS TR_SUB_INIT
 #define _POSIX_C_SOURCE 200809L
 #include "param.h"
 
@@ -14,7 +15,7 @@
 #include "check.h"
 #include "log.h"
 
-enum tr_status tr_parse_i64_list(const char *text, struct tr_i64_list *out)
+enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out)
 {
     out->v = NULL;
     out->n = 0;
@@ -74,7 +75,7 @@ enum tr_status tr_parse_i64_list(const char *text, struct tr_i64_list *out)
     return TR_OK;
 }
 
-int tr_parse_bytes(const char *s, int64_t *out)
+int tr_opt_parse_bytes(const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
@@ -166,7 +167,7 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     }
     case TR_OPT_BYTES: {
         int64_t v;
-        if (tr_parse_bytes(text, &v) != 0) {
+        if (tr_opt_parse_bytes(text, &v) != 0) {
             LOG_ERROR("%s%s: '%s' is not a size", src, o->name, text);
             LOG_HINT("sizes look like 73G, 512M, 64K or 1048576 (bytes; K, M, G, T are powers of 1024)");
             return TR_ERR_ARG;
@@ -219,7 +220,7 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
         return TR_ERR_ARG;
     case TR_OPT_INT_LIST: {
         struct tr_i64_list l;
-        enum tr_status rc = tr_parse_i64_list(text, &l);
+        enum tr_status rc = tr_opt_parse_i64_list(text, &l);
         if (rc == TR_ERR_ARG) {
             LOG_ERROR("%s%s: '%s' is not a comma-separated list of integers", src, o->name, text);
             LOG_HINT("example: --%s 512,256,128 (or 26x1000 for 26 copies of 1000)", o->name);

@@ -75,11 +75,11 @@ struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name);
 
 /* Parses a size: a number with an optional K, M, G or T suffix (powers of 1024;
  * "GB" and "GiB" are accepted too). Returns 0, or -1 on bad text or overflow. */
-int tr_parse_bytes(const char *text, int64_t *out);
+int tr_opt_parse_bytes(const char *text, int64_t *out);
 
 /* Parses a comma-separated list of int64 ("1,2,3"; "4x100" repeats 100 four times).
  * On success *out holds a tr_malloc'd array. Returns TR_ERR_ARG on bad text. */
-enum tr_status tr_parse_i64_list(const char *text, struct tr_i64_list *out) TR_WUR;
+enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out) TR_WUR;
 
 #ifdef __cplusplus
 }

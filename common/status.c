@@ -1,4 +1,5 @@
 /* status.c: text and exit status for each tr_status value, and the TR_BUG sink. */
+#define TR_SUBSYS TR_SUB_INIT
 #include "status.h"
 
 #include <stdarg.h>

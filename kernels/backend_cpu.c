@@ -1,5 +1,9 @@
-/* backend_cpu.c: the CPU backend vtable. Memory is host memory from tr_big_alloc,
- * copies are memcpy, and threads are OpenMP threads shared with the BLAS. */
+/* backend_cpu.c: the CPU backend. Memory is host memory from tr_big_alloc, copies
+ * are memmove, there is no queue (every op has finished when it returns), and
+ * ops run on OpenMP threads shared with the BLAS. Each instance keeps its own
+ * thread count and applies it when one of its ops starts, so opening an instance
+ * (e.g. to size a workspace for a plan) changes nothing in the process. */
+#define TR_SUBSYS TR_SUB_KERN
 #define _GNU_SOURCE
 #include <sched.h>
 #include <string.h>
@@ -7,7 +11,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "cpu/cpu_internal.h"
-#include "kern.h"
+#include "kern_impl.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -16,8 +20,6 @@
 struct cpu_ctx {
     int threads;
 };
-
-static struct cpu_ctx cpu_ctx_default = {1};
 
 static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_GEMM] = "gemm",
@@ -29,6 +31,8 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_INTERACT_BWD] = "interact_bwd",
     [KERN_OP_BCE] = "bce",
     [KERN_OP_DENSE_UPDATE] = "dense_update",
+    [KERN_OP_FILL] = "fill",
+    [KERN_OP_COPY_ROWS] = "copy_rows",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -49,6 +53,7 @@ size_t kern_dtype_size(enum kern_dtype t)
     case KERN_I16: return 2;
     case KERN_U8: return 1;
     case KERN_F64: return 8;
+    case KERN_BF16: return 2;
     }
     return 0;
 }
@@ -69,10 +74,23 @@ const char *kern_blas_info(void)
     return kern_cpu_blas_name();
 }
 
-static int cpu_supports(void *ctx, enum kern_op op)
+/* Makes this instance's thread count the one OpenMP and the BLAS use. */
+static void cpu_enter(const struct cpu_ctx *c)
+{
+#ifdef _OPENMP
+    if (omp_get_max_threads() != c->threads) {
+        omp_set_num_threads(c->threads);
+        kern_cpu_blas_set_threads(c->threads);
+    }
+#else
+    (void)c;
+#endif
+}
+
+static int cpu_supports(void *ctx, enum kern_op op, enum kern_dtype dt)
 {
     (void)ctx;
-    return (int)op >= 0 && op < KERN_OP_COUNT_;
+    return (int)op >= 0 && op < KERN_OP_COUNT_ && dt == KERN_F32;
 }
 
 static enum tr_status cpu_mem_alloc(void *ctx, size_t n, void **p)
@@ -87,11 +105,12 @@ static void cpu_mem_release(void *ctx, void *p, size_t n)
     tr_big_free(p, n);
 }
 
-static enum tr_status cpu_copy(void *ctx, void *dst, const void *src, size_t n, int dir)
+static enum tr_status cpu_copy(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir)
 {
     (void)ctx;
-    (void)dir;
-    if (n)
+    if ((int)dir < KERN_H2D || dir > KERN_D2D)
+        return TR_ERR_ARG;
+    if (n && dst != src)
         memmove(dst, src, n);
     return TR_OK;
 }
@@ -102,23 +121,18 @@ static size_t cpu_emb_ws(void *ctx, int64_t nidx, int64_t width, int ntables)
     return kern_cpu_emb_update_ws_bytes(nidx, width, ntables, c->threads);
 }
 
-static enum tr_status cpu_emb_fwd(void *ctx, const struct kern_emb_fwd_args *a, int n)
-{
-    (void)ctx;
-    return kern_cpu_emb_fwd(a, n);
-}
-
-static enum tr_status cpu_emb_update(void *ctx, const struct kern_emb_update_args *a, int n)
-{
-    (void)ctx;
-    return kern_cpu_emb_update(a, n);
-}
-
+/* Every op: apply the instance's threads, then run the CPU implementation. */
 #define CPU_WRAP(op, argt)                                                                \
     static enum tr_status cpu_##op(void *ctx, const struct argt *a)                       \
     {                                                                                     \
-        (void)ctx;                                                                        \
+        cpu_enter(ctx);                                                                   \
         return kern_cpu_##op(a);                                                          \
+    }
+#define CPU_WRAP_N(op, argt)                                                              \
+    static enum tr_status cpu_##op(void *ctx, const struct argt *a, int n)                \
+    {                                                                                     \
+        cpu_enter(ctx);                                                                   \
+        return kern_cpu_##op(a, n);                                                       \
     }
 CPU_WRAP(gemm, kern_gemm_args)
 CPU_WRAP(bias_act_fwd, kern_bias_act_fwd_args)
@@ -127,6 +141,16 @@ CPU_WRAP(interact_fwd, kern_interact_fwd_args)
 CPU_WRAP(interact_bwd, kern_interact_bwd_args)
 CPU_WRAP(bce, kern_bce_args)
 CPU_WRAP(dense_update, kern_dense_update_args)
+CPU_WRAP(fill, kern_fill_args)
+CPU_WRAP_N(emb_fwd, kern_emb_fwd_args)
+CPU_WRAP_N(emb_update, kern_emb_update_args)
+CPU_WRAP_N(copy_rows, kern_copy_rows_args)
+
+static void *cpu_queue(void *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
 
 static enum tr_status cpu_synchronize(void *ctx)
 {
@@ -134,17 +158,9 @@ static enum tr_status cpu_synchronize(void *ctx)
     return TR_OK;
 }
 
-static void cpu_set_threads(void *ctx, int threads)
+static void cpu_destroy(void *ctx)
 {
-    struct cpu_ctx *c = ctx;
-    if (threads <= 0)
-        threads = kern_cpu_count();
-    c->threads = threads;
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-    omp_set_max_active_levels(1); /* table-batched ops run inner regions on one thread */
-#endif
-    kern_cpu_blas_set_threads(threads);
+    tr_free(ctx);
 }
 
 static const struct kern_backend_i cpu_iface = {
@@ -163,13 +179,25 @@ static const struct kern_backend_i cpu_iface = {
     .interact_bwd = cpu_interact_bwd,
     .bce = cpu_bce,
     .dense_update = cpu_dense_update,
+    .fill = cpu_fill,
+    .copy_rows = cpu_copy_rows,
+    .queue = cpu_queue,
     .synchronize = cpu_synchronize,
-    .set_threads = cpu_set_threads,
+    .destroy = cpu_destroy,
 };
 
-void kern_backend_cpu(struct kern_backend *be, int threads)
+enum tr_status kern_cpu_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
 {
+    (void)quiet;
+    memset(be, 0, sizeof *be);
+    struct cpu_ctx *c = tr_calloc(1, sizeof *c);
+    if (!c)
+        return TR_ERR_NOMEM;
+    c->threads = o->threads > 0 ? o->threads : kern_cpu_count();
+#ifdef _OPENMP
+    omp_set_max_active_levels(1); /* table-batched ops run inner regions on one thread */
+#endif
     be->i = &cpu_iface;
-    be->ctx = &cpu_ctx_default;
-    cpu_set_threads(be->ctx, threads);
+    be->ctx = c;
+    return TR_OK;
 }

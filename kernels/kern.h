@@ -1,12 +1,20 @@
 /* kern.h: the compute backend interface. A backend is a vtable of ops, each taking
- * one args struct (new fields never break a signature). The CPU backend always
- * exists; a CUDA backend is compiled in when nvcc is found (TR_HAVE_CUDA).
+ * one args struct (new fields never break a signature), opened by name from a
+ * registry with per-instance state: `cpu` always exists; `cuda` is compiled in when
+ * nvcc is found (TR_HAVE_CUDA) and answers TR_ERR_UNSUPPORTED until its kernels land.
+ *
+ * Memory and ordering belong to the backend. Pointers given to ops are in the
+ * backend's memory (host memory for the CPU, device memory for CUDA) and every
+ * byte between host and backend memory moves through `copy`. Ops and copies are
+ * issued on the backend's queue (a CUDA stream; none on the CPU, whose ops have
+ * finished when they return) and run in issue order; the host sees their results
+ * only after `synchronize` (a copy to the host synchronizes by itself). Whoever
+ * reads a clock to time queued work synchronizes first.
  *
  * Conventions for every op: tensors are row-major; `ld*` is the distance in
- * elements between consecutive rows; pointers are in the backend's memory
- * (host for CPU, device for CUDA); 64-bit sizes and offsets everywhere, so tables
- * beyond 2^31 elements work. Ops are not thread-safe on one backend instance
- * (a backend runs one op at a time and parallelises inside it). */
+ * elements between consecutive rows; 64-bit sizes and offsets everywhere, so tables
+ * beyond 2^31 elements work. An instance is not thread-safe (it runs one op at a
+ * time and parallelises inside it); two instances are independent. */
 #ifndef TR_KERN_H
 #define TR_KERN_H
 
@@ -29,13 +37,20 @@ enum kern_op {
     KERN_OP_INTERACT_BWD,
     KERN_OP_BCE,
     KERN_OP_DENSE_UPDATE,
+    KERN_OP_FILL,
+    KERN_OP_COPY_ROWS,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
 /* Name of an op ("gemm", "emb_fwd", ...); never NULL. */
 const char *kern_op_name(enum kern_op op);
 
-enum kern_dtype { KERN_F32 = 0, KERN_I32 = 1, KERN_I64 = 2, KERN_F16 = 3, KERN_I8 = 4, KERN_I16 = 5, KERN_U8 = 6, KERN_F64 = 7 };
+enum kern_dtype {
+    KERN_F32 = 0, KERN_I32 = 1, KERN_I64 = 2, KERN_F16 = 3, KERN_I8 = 4, KERN_I16 = 5, KERN_U8 = 6, KERN_F64 = 7,
+    KERN_BF16 = 8,
+};
+/* Direction of a copy between host memory and the backend's memory. */
+enum kern_copy_dir { KERN_H2D = 0, KERN_D2H = 1, KERN_D2D = 2 };
 enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
 enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
 enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1 };
@@ -96,7 +111,7 @@ struct kern_emb_fwd_args {
     enum kern_combiner comb;
     float *out; /* (nbags, out_ld) */
     int64_t out_ld;
-    int64_t *bad_pos;
+    int64_t *bad_pos; /* host memory (the op has finished when it reports a bad id), or NULL */
 };
 
 /* Optimizer hyper-parameters of one step. */
@@ -131,7 +146,7 @@ struct kern_emb_update_args {
     struct kern_optim_hp hp;
     void *ws;
     size_t ws_bytes;
-    int64_t *bad_pos;
+    int64_t *bad_pos; /* host memory, or NULL */
 };
 
 /* Dot interaction of n vectors of width d per sample (the seed's layout):
@@ -183,15 +198,47 @@ struct kern_dense_update_args {
     struct kern_optim_hp hp;
 };
 
+/* Fills dst (rows, cols; row stride ld) with a constant or with the seeded
+ * initialisers of kmath.h. Element (r, c) has the number e = r * elem_ld + elem0 + c
+ * (its index in the whole tensor, so a slice of a tensor gets the values the whole
+ * tensor would have there):
+ *   KERN_FILL_CONST    value
+ *   KERN_FILL_UNIFORM  km_init_embedding(seed, stream, e, a)       a = bound
+ *   KERN_FILL_GLOROT   km_init_glorot(seed, stream, e, a, b)       a, b = fan in, out
+ *   KERN_FILL_NORMAL   km_init_bias(seed, stream, e, a)            a = units */
+enum kern_fill_kind { KERN_FILL_CONST = 0, KERN_FILL_UNIFORM = 1, KERN_FILL_GLOROT = 2, KERN_FILL_NORMAL = 3 };
+struct kern_fill_args {
+    enum kern_fill_kind kind;
+    float *dst; /* (rows, ld) */
+    int64_t rows, cols, ld;
+    float value;
+    uint64_t seed, stream;
+    int64_t elem_ld, elem0;
+    float a, b;
+};
+
+/* Copies a block of rows within backend memory: dst (rows, cols; stride ldd) =
+ * src (rows, cols; stride lds), strides at least cols (TR_ERR_ARG otherwise). The
+ * blocks of one call must not write overlapping memory; they run in any order. */
+struct kern_copy_rows_args {
+    float *dst;
+    int64_t ldd;
+    const float *src;
+    int64_t lds;
+    int64_t rows, cols;
+};
+
 struct kern_backend_i {
     const char *name;
-    /* True if the op is implemented by this backend. */
-    int (*supports)(void *ctx, enum kern_op op);
-    /* Memory in the backend's address space, zero-filled. */
+    /* True if the op is implemented for floating tensors of type dt. */
+    int (*supports)(void *ctx, enum kern_op op, enum kern_dtype dt);
+    /* n bytes of the backend's memory, zero-filled. TR_ERR_NOMEM. */
     enum tr_status (*mem_alloc)(void *ctx, size_t n, void **p);
+    /* Releases what mem_alloc returned (n as allocated); NULL is ignored. */
     void (*mem_release)(void *ctx, void *p, size_t n);
-    /* Copies between host and backend memory (dir: 0 host->dev, 1 dev->host, 2 dev->dev). */
-    enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, int dir);
+    /* Copies n bytes, queued after earlier work. When it returns, an H2D source may
+     * be reused and a D2H destination holds the data. */
+    enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir);
     /* Workspace bytes of an emb_update call on ntables tables of at most nidx
      * indices and width columns each. */
     size_t (*emb_update_ws_bytes)(void *ctx, int64_t nidx, int64_t width, int ntables);
@@ -207,20 +254,47 @@ struct kern_backend_i {
     enum tr_status (*interact_bwd)(void *ctx, const struct kern_interact_bwd_args *a);
     enum tr_status (*bce)(void *ctx, const struct kern_bce_args *a);
     enum tr_status (*dense_update)(void *ctx, const struct kern_dense_update_args *a);
-    /* Waits for queued work (a no-op on CPU). */
+    enum tr_status (*fill)(void *ctx, const struct kern_fill_args *a);
+    enum tr_status (*copy_rows)(void *ctx, const struct kern_copy_rows_args *a, int n);
+    /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
+     * (comm.h) order themselves after work queued on it. */
+    void *(*queue)(void *ctx);
+    /* Waits until everything queued so far has finished. */
     enum tr_status (*synchronize)(void *ctx);
-    /* Sets the number of threads used inside ops (CPU); ignored elsewhere. */
-    void (*set_threads)(void *ctx, int threads);
+    /* Frees the instance. */
+    void (*destroy)(void *ctx);
 };
 
+/* An open backend instance: its vtable and its state. */
 struct kern_backend {
     const struct kern_backend_i *i;
     void *ctx;
 };
 
-/* Fills *be with the CPU backend using `threads` threads (0 = all available CPUs).
- * Always succeeds. The backend holds no resources to free. */
-void kern_backend_cpu(struct kern_backend *be, int threads);
+/* How to open a backend (kern_backend_open with NULL: all CPUs, device by local
+ * rank 0, errors logged). */
+struct kern_backend_opts {
+    int threads;     /* CPU: threads inside ops (0: every CPU this process may run on) */
+    int device;      /* CUDA: device ordinal; -1: local_rank mod the device count */
+    int local_rank;  /* CUDA with device -1: this process's rank on its node */
+    int quiet;       /* do not log why a backend cannot open (the status says it) */
+};
+
+/* The backends this build has, in preference order, NULL-terminated
+ * ({"cuda", "cpu", NULL} when built with CUDA). Static storage. */
+const char *const *kern_backend_names(void);
+
+/* Opens backend `name`: "cpu", "cuda", or "auto" (the first of
+ * kern_backend_names() that opens; "auto" logs which one at info level and why
+ * the others did not). Each instance has its own state (threads, device, queue);
+ * opening one never changes another. Errors (logged with a hint, except inside
+ * "auto"): TR_ERR_ARG (an unknown name), TR_ERR_UNSUPPORTED (a backend this build
+ * lacks, a machine without the device, or a backend not implemented yet),
+ * TR_ERR_NOMEM. On error *be is zeroed. Not thread-safe. */
+enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be) TR_WUR;
+
+/* Releases an instance opened by kern_backend_open; safe on a zeroed one. */
+void kern_backend_close(struct kern_backend *be);
 
 /* Number of CPUs this process may run on (sched_getaffinity). */
 int kern_cpu_count(void);
@@ -229,8 +303,6 @@ int kern_cpu_count(void);
 const char *kern_blas_info(void);
 
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-/* Fills *be with the CUDA backend on `device`. TR_ERR_CUDA if no device. */
-enum tr_status kern_backend_cuda(struct kern_backend *be, int device) TR_WUR;
 /* Number of visible CUDA devices (0 when none or no driver). */
 int kern_cuda_device_count(void);
 #endif

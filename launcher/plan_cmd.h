@@ -1,14 +1,40 @@
-/* plan_cmd.h: the `terarec plan` subcommand. */
+/* plan_cmd.h: the `terarec plan` subcommand: per-worker memory of a job before
+ * anything is allocated. Its model, batch, data and parallelism flags are the
+ * job's own declarations (common/job.h), the ones terarec-worker takes. */
 #ifndef TR_PLAN_CMD_H
 #define TR_PLAN_CMD_H
+
+#include <stdint.h>
+
+#include "../common/job.h"
+#include "../common/param.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Runs `terarec plan ARGS` (argv[0] = "plan"); returns the exit status: 0 fits,
- * 1 a worker does not fit (or an internal error), 2 bad usage. */
-int plan_main(int argc, char **argv);
+/* The groups of job flags `terarec plan` takes. */
+#define PLAN_CMD_JOB_GROUPS (JOB_DATA | JOB_BATCH | JOB_MODEL | JOB_PARALLEL)
+
+struct plan_cmd_cfg {
+    struct job_cfg job;
+    int preset;             /* 0 none, 1 criteo_tb_t0 */
+    int64_t test_samples;
+    int nodes, per_node;
+    int64_t memory;         /* per worker; 0: no limit */
+    int json;
+};
+
+#define PLAN_CMD_MAX_OPTS (JOB_MAX_OPTS + 8)
+
+/* Fills o with the option table bound to *c (parse with tr_opt_parse, release
+ * with tr_opt_release). */
+void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS]);
+
+/* Runs `terarec plan ARGS` (argv[0] = "plan"); returns the exit status
+ * (tr_status_exit_code): 0 every worker fits, 1 one does not (or another
+ * failure), 2 bad usage. */
+int plan_cmd_main(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* terarec.c: the subcommand table of the `terarec` front end and its help.
  * Subcommands own their options (each parses its own argv); this file only
  * dispatches. It does not launch workers yet (that is `terarec train`, later). */
+#define TR_SUBSYS TR_SUB_INIT
 #include "terarec.h"
 
 #include <stdio.h>
@@ -22,7 +23,7 @@ static int cmd_data(int argc, char **argv);
 
 static const struct subcmd top_cmds[] = {
     {"data", cmd_data, "dataset tools: 'terarec data prepare' turns Criteo TSV into the training format"},
-    {"plan", plan_main, "per-worker memory of a training job for a model and a cluster shape"},
+    {"plan", plan_cmd_main, "per-worker memory of a training job for a model and a cluster shape"},
 };
 
 static const struct subcmd data_cmds[] = {
@@ -41,14 +42,14 @@ static int dispatch(const char *prefix, const struct subcmd *cmds, size_t n, int
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout, prefix, cmds, n);
-        return argc < 2 ? 2 : 0;
+        return tr_status_exit_code(argc < 2 ? TR_ERR_ARG : TR_OK);
     }
     for (size_t i = 0; i < n; i++)
         if (!strcmp(argv[1], cmds[i].name))
             return cmds[i].fn(argc - 1, argv + 1);
     LOG_ERROR("'%s' is not a %s command", argv[1], prefix);
     LOG_HINT("run '%s --help' to list the commands", prefix);
-    return 2;
+    return tr_status_exit_code(TR_ERR_ARG);
 }
 
 static int cmd_data(int argc, char **argv)

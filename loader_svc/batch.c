@@ -1,38 +1,115 @@
-/* batch.c: allocation of struct tr_batch buffers (one block per batch). */
+/* batch.c: layout, allocation and checking of batch blocks. It does not fill
+ * them (the readers in dataset.c do) nor move them (the worker and the loader do). */
+#define TR_SUBSYS TR_SUB_DATA
 #include "batch.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "../common/alloc.h"
+#include "../common/check.h"
 
-int64_t tr_batch_bytes(int64_t cap, int num_features, int ntables)
+static int64_t align64(int64_t x)
 {
-    int ld = (num_features + 7) / 8 * 8;
-    return cap * ((int64_t)ld * 4 + 4 + (int64_t)ntables * 4);
+    return (x + 63) / 64 * 64;
 }
 
-enum tr_status tr_batch_init(struct tr_batch *b, int64_t cap, int num_features, int ntables)
+/* Offsets of the three payload arrays and the total size. */
+static int64_t layout(int64_t cap, int num_features, int ntables, int64_t *off)
 {
-    memset(b, 0, sizeof *b);
     if (cap < 0 || num_features < 0 || ntables < 0)
+        return -1;
+    const int64_t ld = (num_features + 7) / 8 * 8;
+    off[0] = align64((int64_t)sizeof(struct batch));
+    off[1] = off[0] + align64(cap * ld * 4);
+    off[2] = off[1] + align64(cap * 4);
+    return off[2] + align64(cap * (int64_t)ntables * 4);
+}
+
+int64_t batch_bytes(int64_t cap, int num_features, int ntables)
+{
+    int64_t off[3];
+    return layout(cap, num_features, ntables, off);
+}
+
+enum tr_status batch_format(void *mem, int64_t bytes, int64_t cap, int num_features, int ntables)
+{
+    int64_t off[3];
+    int64_t need = layout(cap, num_features, ntables, off);
+    if (need < 0 || need > bytes || ((uintptr_t)mem & 63))
         return TR_ERR_ARG;
-    int ld = (num_features + 7) / 8 * 8;
-    size_t bytes = (size_t)tr_batch_bytes(cap, num_features, ntables);
-    char *p = tr_calloc(1, bytes ? bytes : 1);
-    if (!p)
-        return TR_ERR_NOMEM;
+    memset(mem, 0, (size_t)need);
+    struct batch *b = mem;
+    b->magic = BATCH_MAGIC;
+    b->version = BATCH_VERSION;
+    b->hdr_bytes = sizeof(struct batch);
+    b->bytes = need;
     b->cap = cap;
+    b->step = -1;
     b->num_features = num_features;
-    b->num_ld = ld;
+    b->num_ld = (num_features + 7) / 8 * 8;
     b->ntables = ntables;
-    b->numerical = (float *)p;
-    b->labels = b->numerical + cap * ld;
-    b->cat = (int32_t *)(b->labels + cap);
+    b->off_num = off[0];
+    b->off_labels = off[1];
+    b->off_cat = off[2];
     return TR_OK;
 }
 
-void tr_batch_release(struct tr_batch *b)
+enum tr_status batch_new(int64_t cap, int num_features, int ntables, struct batch **out)
 {
-    tr_free(b->numerical);
-    memset(b, 0, sizeof *b);
+    *out = NULL;
+    int64_t bytes = batch_bytes(cap, num_features, ntables);
+    if (bytes < 0)
+        return TR_ERR_ARG;
+    void *p = tr_malloc((size_t)bytes);
+    if (!p)
+        return TR_ERR_NOMEM;
+    enum tr_status rc = batch_format(p, bytes, cap, num_features, ntables);
+    if (rc != TR_OK) {
+        tr_free(p);
+        return rc;
+    }
+    *out = p;
+    return TR_OK;
+}
+
+void batch_free(struct batch **b)
+{
+    tr_free(*b);
+    *b = NULL;
+}
+
+enum tr_status batch_check(const struct batch *b, int64_t avail, const char *what)
+{
+    const char *bad = NULL;
+    int64_t off[3] = {0, 0, 0};
+    if (avail < (int64_t)sizeof *b)
+        bad = "the block is shorter than its header";
+    else if (b->magic != BATCH_MAGIC)
+        bad = "bad magic (not a batch block)";
+    else if (b->version != BATCH_VERSION)
+        bad = "unsupported version";
+    else if (b->hdr_bytes != sizeof *b)
+        bad = "unexpected header size";
+    else if (b->bytes < 0 || layout(b->cap, b->num_features, b->ntables, off) != b->bytes || b->bytes > avail)
+        bad = "sizes do not match its bytes";
+    else if (b->off_num != off[0] || b->off_labels != off[1] || b->off_cat != off[2] ||
+             b->num_ld != (b->num_features + 7) / 8 * 8)
+        bad = "payload offsets do not match its layout";
+    else if (b->n < 0 || b->n > b->cap)
+        bad = "more samples than its capacity";
+    else if (b->split != BATCH_TRAIN && b->split != BATCH_TEST)
+        bad = "unknown split";
+    if (!bad)
+        return TR_OK;
+    LOG_ERROR("%s: batch block rejected: %s (magic 0x%08x, version %u, cap %lld, n %lld, %lld bytes)", what, bad,
+              b->magic, b->version, (long long)b->cap, (long long)b->n, (long long)b->bytes);
+    LOG_HINT("every process of a job must run the same terarec version with the same batch flags");
+    return TR_ERR_FORMAT;
+}
+
+int batch_same_layout(const struct batch *a, const struct batch *b)
+{
+    return a->bytes == b->bytes && a->cap == b->cap && a->num_features == b->num_features &&
+           a->ntables == b->ntables;
 }

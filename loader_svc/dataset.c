@@ -1,4 +1,5 @@
 /* dataset.c: dispatch between the synthetic generator and split-binary files. */
+#define TR_SUBSYS TR_SUB_DATA
 #include "dataset.h"
 
 #include <stdio.h>
@@ -11,25 +12,25 @@ enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg 
                                       int64_t ntest)
 {
     memset(d, 0, sizeof *d);
-    d->kind = DS_SYNTHETIC;
+    d->kind = DATASET_SYNTHETIC;
     d->num_features = cfg->num_features;
     d->ntables = cfg->ntables;
-    d->cards = tr_malloc((size_t)(cfg->ntables ? cfg->ntables : 1) * sizeof(int64_t));
+    d->rows = tr_malloc((size_t)(cfg->ntables ? cfg->ntables : 1) * sizeof(int64_t));
     d->source = tr_strdup("synthetic");
-    if (!d->cards || !d->source)
+    if (!d->rows || !d->source)
         return TR_ERR_NOMEM;
-    memcpy(d->cards, cfg->cards, (size_t)cfg->ntables * sizeof(int64_t));
+    memcpy(d->rows, cfg->rows, (size_t)cfg->ntables * sizeof(int64_t));
     d->synth = *cfg;
-    d->synth.cards = d->cards;
-    d->nsamples[DS_TRAIN] = ntrain;
-    d->nsamples[DS_TEST] = ntest;
+    d->synth.rows = d->rows;
+    d->nsamples[BATCH_TRAIN] = ntrain;
+    d->nsamples[BATCH_TEST] = ntest;
     return TR_OK;
 }
 
 enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, const char *spec_name)
 {
     memset(d, 0, sizeof *d);
-    d->kind = DS_SPLIT_BINARY;
+    d->kind = DATASET_SPLIT_BINARY;
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, spec_name) >= (int)sizeof path) {
         LOG_ERROR("--dataset_path: '%s' is too long", dir);
@@ -42,35 +43,36 @@ enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, con
         LOG_HINT("--dataset_path must be a directory holding %s (write one with 'terarec data prepare')",
                  spec_name);
     TR_CHECK(rc);
-    TR_CHECK(sb_open(&d->fs, "train", &d->sb[DS_TRAIN]));
-    TR_CHECK(sb_open(&d->fs, "test", &d->sb[DS_TEST]));
-    const struct fs_dlrm_split *L = &d->sb[DS_TRAIN].layout;
+    TR_CHECK(sb_open(&d->fs, "train", &d->sb[BATCH_TRAIN]));
+    TR_CHECK(sb_open(&d->fs, "test", &d->sb[BATCH_TEST]));
+    const struct feature_spec_split *L = &d->sb[BATCH_TRAIN].layout;
     d->num_features = L->nnumerical;
-    d->ntables = L->ncat;
-    d->cards = tr_malloc((size_t)(L->ncat ? L->ncat : 1) * sizeof(int64_t));
-    if (!d->cards)
+    d->ntables = L->ntables;
+    d->rows = tr_malloc((size_t)(L->ntables ? L->ntables : 1) * sizeof(int64_t));
+    if (!d->rows)
         return TR_ERR_NOMEM;
-    memcpy(d->cards, L->cardinality, (size_t)L->ncat * sizeof(int64_t));
-    d->nsamples[DS_TRAIN] = d->sb[DS_TRAIN].nsamples;
-    d->nsamples[DS_TEST] = d->sb[DS_TEST].nsamples;
+    memcpy(d->rows, L->rows, (size_t)L->ntables * sizeof(int64_t));
+    d->nsamples[BATCH_TRAIN] = d->sb[BATCH_TRAIN].nsamples;
+    d->nsamples[BATCH_TEST] = d->sb[BATCH_TEST].nsamples;
     return TR_OK;
 }
 
-enum tr_status dataset_fill(const struct dataset *d, enum ds_split s, int64_t first, int64_t n, struct tr_batch *b)
+enum tr_status dataset_fill(const struct dataset *d, enum batch_split s, int64_t first, int64_t n, struct batch *b)
 {
     if (first < 0 || n < 0 || first + n > d->nsamples[s])
         return TR_ERR_ARG;
-    if (d->kind == DS_SYNTHETIC)
-        return synth_fill(&d->synth, s == DS_TRAIN ? SYNTH_TRAIN : SYNTH_VALID, first, n, b);
+    b->split = (int32_t)s;
+    if (d->kind == DATASET_SYNTHETIC)
+        return synth_fill(&d->synth, s, first, n, b);
     return sb_fill(&d->sb[s], first, n, b);
 }
 
 void dataset_close(struct dataset *d)
 {
-    sb_close(&d->sb[DS_TRAIN]);
-    sb_close(&d->sb[DS_TEST]);
+    sb_close(&d->sb[BATCH_TRAIN]);
+    sb_close(&d->sb[BATCH_TEST]);
     feature_spec_release(&d->fs);
-    tr_free(d->cards);
+    tr_free(d->rows);
     tr_free(d->source);
     memset(d, 0, sizeof *d);
 }

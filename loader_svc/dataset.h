@@ -16,14 +16,13 @@
 extern "C" {
 #endif
 
-enum ds_split { DS_TRAIN = 0, DS_TEST = 1 };
-enum ds_kind { DS_SYNTHETIC = 0, DS_SPLIT_BINARY = 1 };
+enum dataset_kind { DATASET_SYNTHETIC = 0, DATASET_SPLIT_BINARY = 1 };
 
 struct dataset {
-    enum ds_kind kind;
+    enum dataset_kind kind;
     int num_features;
     int ntables;
-    int64_t *cards;       /* (ntables) rows of each table, owned */
+    int64_t *rows;       /* (ntables) rows of each table, owned */
     int64_t nsamples[2];  /* per split */
     char *source;         /* "synthetic" or the FeatureSpec path, for messages */
     struct synth_cfg synth;
@@ -31,7 +30,7 @@ struct dataset {
     struct sb_split sb[2];
 };
 
-/* The synthetic dataset with ntrain / ntest samples. cfg->cards is copied. */
+/* The synthetic dataset with ntrain / ntest samples. cfg->rows is copied. */
 enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
                                       int64_t ntest) TR_WUR;
 
@@ -40,8 +39,8 @@ enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg 
 enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, const char *spec_name) TR_WUR;
 
 /* Fills b with samples [first, first + n) of split s (n <= b->cap). */
-enum tr_status dataset_fill(const struct dataset *d, enum ds_split s, int64_t first, int64_t n,
-                            struct tr_batch *b) TR_WUR;
+enum tr_status dataset_fill(const struct dataset *d, enum batch_split s, int64_t first, int64_t n,
+                            struct batch *b) TR_WUR;
 
 /* Releases everything; safe on a zeroed or partly opened dataset. */
 void dataset_close(struct dataset *d);

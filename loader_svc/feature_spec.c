@@ -2,6 +2,7 @@
  * aliases are resolved by libyaml), the DLRM checks of the seed's
  * check_feature_spec, and a plain writer. It does not support csv or parquet
  * chunks (the seed's DLRM reads split_binary only). */
+#define TR_SUBSYS TR_SUB_DATA
 #define _POSIX_C_SOURCE 200809L
 #include "feature_spec.h"
 
@@ -89,7 +90,7 @@ static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struc
         yaml_node_pair_t *p = fsn->data.mapping.pairs.start + i;
         const char *name = scalar(yaml_document_get_node(c->doc, p->key));
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
-        struct fs_feature *f = &fs->features[i];
+        struct feature_spec_feature *f = &fs->features[i];
         f->cardinality = -1;
         if (!name)
             return bad(c, v, "feature_spec", "has a key that is not a name");
@@ -132,7 +133,7 @@ static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct 
         yaml_node_pair_t *p = ss->data.mapping.pairs.start + i;
         const char *name = scalar(yaml_document_get_node(c->doc, p->key));
         yaml_node_t *seq = yaml_document_get_node(c->doc, p->value);
-        struct fs_mapping *m = &fs->mappings[i];
+        struct feature_spec_mapping *m = &fs->mappings[i];
         if (!name)
             return bad(c, seq, "source_spec", "has a key that is not a name");
         if (!(m->name = tr_strdup(name)))
@@ -146,7 +147,7 @@ static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct 
             return TR_ERR_NOMEM;
         for (int k = 0; k < nc; k++) {
             yaml_node_t *ch = yaml_document_get_node(c->doc, seq->data.sequence.items.start[k]);
-            struct fs_chunk *chunk = &m->chunks[k];
+            struct feature_spec_chunk *chunk = &m->chunks[k];
             m->nchunks = k + 1;
             if (!ch || ch->type != YAML_MAPPING_NODE)
                 return bad(c, ch, name, "chunks must be mappings {type, features, files}");
@@ -237,7 +238,7 @@ void feature_spec_release(struct feature_spec *fs)
     }
     tr_free(fs->features);
     for (int i = 0; i < fs->nmappings; i++) {
-        struct fs_mapping *m = &fs->mappings[i];
+        struct feature_spec_mapping *m = &fs->mappings[i];
         for (int k = 0; k < m->nchunks; k++) {
             tr_free(m->chunks[k].type);
             free_list(m->chunks[k].features, m->chunks[k].nfeatures);
@@ -299,7 +300,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
     put_list(fp, fs->numerical, fs->nnumerical);
     fputs("\nfeature_spec:\n", fp);
     for (int i = 0; i < fs->nfeatures; i++) {
-        const struct fs_feature *f = &fs->features[i];
+        const struct feature_spec_feature *f = &fs->features[i];
         fputs("  ", fp);
         put_name(fp, f->name);
         fputs(": {", fp);
@@ -311,7 +312,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
     }
     fputs("metadata: {}\nsource_spec:\n", fp);
     for (int i = 0; i < fs->nmappings; i++) {
-        const struct fs_mapping *m = &fs->mappings[i];
+        const struct feature_spec_mapping *m = &fs->mappings[i];
         fputs("  ", fp);
         put_name(fp, m->name);
         fputs(":\n", fp);
@@ -330,7 +331,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
 
 /* ---- the DLRM view ------------------------------------------------------------ */
 
-enum kern_dtype fs_cat_dtype_for(int64_t cardinality)
+enum kern_dtype feature_spec_cat_dtype(int64_t cardinality)
 {
     if (cardinality < 127)
         return KERN_I8;
@@ -339,7 +340,7 @@ enum kern_dtype fs_cat_dtype_for(int64_t cardinality)
     return KERN_I32;
 }
 
-const char *fs_dtype_name(enum kern_dtype t)
+const char *feature_spec_dtype_name(enum kern_dtype t)
 {
     switch (t) {
     case KERN_I8: return "int8";
@@ -350,11 +351,12 @@ const char *fs_dtype_name(enum kern_dtype t)
     case KERN_F32: return "float32";
     case KERN_U8: return "bool";
     case KERN_F64: return "float64";
+    case KERN_BF16: return "bfloat16";
     }
     return "?";
 }
 
-static const struct fs_feature *find_feature(const struct feature_spec *fs, const char *name)
+static const struct feature_spec_feature *find_feature(const struct feature_spec *fs, const char *name)
 {
     for (int i = 0; i < fs->nfeatures; i++)
         if (!strcmp(fs->features[i].name, name))
@@ -363,7 +365,7 @@ static const struct fs_feature *find_feature(const struct feature_spec *fs, cons
 }
 
 /* The chunk of mapping m whose first feature is `name`. */
-static const struct fs_chunk *find_chunk(const struct fs_mapping *m, const char *name)
+static const struct feature_spec_chunk *find_chunk(const struct feature_spec_mapping *m, const char *name)
 {
     for (int k = 0; k < m->nchunks; k++)
         for (int f = 0; f < m->chunks[k].nfeatures; f++)
@@ -384,7 +386,7 @@ static char *join_path(const char *dir, const char *file)
 }
 
 /* Checks that `ch` is one split_binary file and returns its joined path. */
-static enum tr_status chunk_file(const struct feature_spec *fs, const char *split, const struct fs_chunk *ch,
+static enum tr_status chunk_file(const struct feature_spec *fs, const char *split, const struct feature_spec_chunk *ch,
                                  const char *feature, char **out)
 {
     if (!ch) {
@@ -405,11 +407,11 @@ static enum tr_status chunk_file(const struct feature_spec *fs, const char *spli
     return *out ? TR_OK : TR_ERR_NOMEM;
 }
 
-enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split, struct fs_dlrm_split *out)
+enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split, struct feature_spec_split *out)
 {
     enum tr_status rc = TR_OK;
     memset(out, 0, sizeof *out);
-    const struct fs_mapping *m = NULL;
+    const struct feature_spec_mapping *m = NULL;
     for (int i = 0; i < fs->nmappings; i++)
         if (!strcmp(fs->mappings[i].name, split))
             m = &fs->mappings[i];
@@ -422,16 +424,16 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
                   fs->nlabel);
         return TR_ERR_FORMAT;
     }
-    const struct fs_feature *lf = find_feature(fs, fs->label[0]);
+    const struct feature_spec_feature *lf = find_feature(fs, fs->label[0]);
     if (lf && lf->dtype && strcmp(lf->dtype, "bool") != 0) {
         LOG_ERROR("feature spec '%s': label '%s' has dtype '%s'; it must be bool", fs->path, fs->label[0], lf->dtype);
         return TR_ERR_FORMAT;
     }
-    const struct fs_chunk *lc = find_chunk(m, fs->label[0]);
+    const struct feature_spec_chunk *lc = find_chunk(m, fs->label[0]);
     TR_CHECK_GOTO(chunk_file(fs, split, lc, fs->label[0], &out->label_path), rc, fail);
     out->nnumerical = fs->nnumerical;
     if (fs->nnumerical > 0) {
-        const struct fs_chunk *nc = find_chunk(m, fs->numerical[0]);
+        const struct feature_spec_chunk *nc = find_chunk(m, fs->numerical[0]);
         TR_CHECK_GOTO(chunk_file(fs, split, nc, fs->numerical[0], &out->numerical_path), rc, fail);
         int same = nc->nfeatures == fs->nnumerical;
         for (int i = 0; same && i < fs->nnumerical; i++)
@@ -444,7 +446,7 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
             goto fail;
         }
         for (int i = 0; i < fs->nnumerical; i++) {
-            const struct fs_feature *f = find_feature(fs, fs->numerical[i]);
+            const struct feature_spec_feature *f = find_feature(fs, fs->numerical[i]);
             if (f && f->dtype && strcmp(f->dtype, "float16") != 0) {
                 LOG_ERROR("feature spec '%s': numerical feature '%s' has dtype '%s'; it must be float16", fs->path,
                           f->name, f->dtype);
@@ -453,25 +455,25 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
             }
         }
     }
-    out->ncat = fs->ncategorical;
+    out->ntables = fs->ncategorical;
     int nc = fs->ncategorical ? fs->ncategorical : 1;
     out->cat_paths = tr_calloc((size_t)nc, sizeof *out->cat_paths);
     out->cat_dtype = tr_calloc((size_t)nc, sizeof *out->cat_dtype);
-    out->cardinality = tr_calloc((size_t)nc, sizeof *out->cardinality);
-    if (!out->cat_paths || !out->cat_dtype || !out->cardinality) {
+    out->rows = tr_calloc((size_t)nc, sizeof *out->rows);
+    if (!out->cat_paths || !out->cat_dtype || !out->rows) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
     for (int i = 0; i < fs->ncategorical; i++) {
         const char *name = fs->categorical[i];
-        const struct fs_feature *f = find_feature(fs, name);
+        const struct feature_spec_feature *f = find_feature(fs, name);
         if (!f || f->cardinality < 1) {
             LOG_ERROR("feature spec '%s': categorical feature '%s' needs an integer cardinality in feature_spec",
                       fs->path, name);
             rc = TR_ERR_FORMAT;
             goto fail;
         }
-        const struct fs_chunk *ch = find_chunk(m, name);
+        const struct feature_spec_chunk *ch = find_chunk(m, name);
         TR_CHECK_GOTO(chunk_file(fs, split, ch, name, &out->cat_paths[i]), rc, fail);
         if (ch->nfeatures != 1) {
             LOG_ERROR("feature spec '%s': categorical feature '%s' must be alone in its chunk", fs->path, name);
@@ -493,23 +495,23 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
             goto fail;
         }
         out->cat_dtype[i] = t;
-        out->cardinality[i] = f->cardinality;
+        out->rows[i] = f->cardinality;
     }
     return TR_OK;
 fail:
-    fs_dlrm_split_release(out);
+    feature_spec_split_release(out);
     return rc;
 }
 
-void fs_dlrm_split_release(struct fs_dlrm_split *s)
+void feature_spec_split_release(struct feature_spec_split *s)
 {
     tr_free(s->label_path);
     tr_free(s->numerical_path);
     if (s->cat_paths)
-        for (int i = 0; i < s->ncat; i++)
+        for (int i = 0; i < s->ntables; i++)
             tr_free(s->cat_paths[i]);
     tr_free(s->cat_paths);
     tr_free(s->cat_dtype);
-    tr_free(s->cardinality);
+    tr_free(s->rows);
     memset(s, 0, sizeof *s);
 }

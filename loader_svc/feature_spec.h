@@ -17,13 +17,13 @@
 extern "C" {
 #endif
 
-struct fs_feature {
+struct feature_spec_feature {
     char *name;
     char *dtype;         /* numpy name: "bool", "float16", "int8", "int16", "int32", ... */
     int64_t cardinality; /* -1 when absent */
 };
 
-struct fs_chunk {
+struct feature_spec_chunk {
     char *type;          /* "split_binary" */
     char **features;     /* (nfeatures) */
     int nfeatures;
@@ -31,18 +31,18 @@ struct fs_chunk {
     int nfiles;
 };
 
-struct fs_mapping {
+struct feature_spec_mapping {
     char *name;          /* "train", "test" */
-    struct fs_chunk *chunks;
+    struct feature_spec_chunk *chunks;
     int nchunks;
 };
 
 struct feature_spec {
     char *path;          /* the yaml file read, for messages */
     char *dir;           /* its directory: the base of relative file names */
-    struct fs_feature *features;
+    struct feature_spec_feature *features;
     int nfeatures;
-    struct fs_mapping *mappings;
+    struct feature_spec_mapping *mappings;
     int nmappings;
     char **categorical, **numerical, **label; /* channel_spec lists */
     int ncategorical, nnumerical, nlabel;
@@ -60,14 +60,14 @@ void feature_spec_release(struct feature_spec *fs);
 enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp) TR_WUR;
 
 /* The DLRM layout of one mapping (split) of a spec, resolved to paths. */
-struct fs_dlrm_split {
+struct feature_spec_split {
     char *label_path;          /* one byte per sample (bool) */
     char *numerical_path;      /* float16 [N, nnumerical]; NULL when nnumerical == 0 */
     int nnumerical;
-    int ncat;
-    char **cat_paths;          /* (ncat), channel order */
-    enum kern_dtype *cat_dtype; /* (ncat) KERN_I8 / KERN_I16 / KERN_I32 */
-    int64_t *cardinality;      /* (ncat) */
+    int ntables;
+    char **cat_paths;          /* (ntables), channel order */
+    enum kern_dtype *cat_dtype; /* (ntables) KERN_I8 / KERN_I16 / KERN_I32 */
+    int64_t *rows;             /* (ntables) rows of each table (the features' cardinality) */
 };
 
 /* Checks the seed's DLRM constraints (channels categorical, numerical, label; one
@@ -75,16 +75,16 @@ struct fs_dlrm_split {
  * categorical alone in a split_binary chunk with one file, int8/16/32 and an
  * integer cardinality) for mapping `split` and fills *out. TR_ERR_FORMAT with one
  * error naming the file and the offending key otherwise. Release with
- * fs_dlrm_split_release. */
+ * feature_spec_split_release. */
 enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split,
-                                       struct fs_dlrm_split *out) TR_WUR;
-void fs_dlrm_split_release(struct fs_dlrm_split *s);
+                                       struct feature_spec_split *out) TR_WUR;
+void feature_spec_split_release(struct feature_spec_split *s);
 
 /* The seed's dtype for a table of `cardinality` rows: int8 if < 127, int16 if
  * < 32767, else int32 (strict, as numpy iinfo max in the seed, v2 rule). */
-enum kern_dtype fs_cat_dtype_for(int64_t cardinality);
+enum kern_dtype feature_spec_cat_dtype(int64_t cardinality);
 /* numpy name of a dtype ("int8", ...); "?" for others. */
-const char *fs_dtype_name(enum kern_dtype t);
+const char *feature_spec_dtype_name(enum kern_dtype t);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* split_binary.c: memory-mapped reading of split-binary files with size checks
  * and per-batch conversion (float16 -> float through kmath, narrow ints ->
  * int32). It does not shuffle or prefetch; the loader service does that. */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "split_binary.h"
 
@@ -72,8 +73,8 @@ enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct 
 {
     memset(s, 0, sizeof *s);
     TR_CHECK(feature_spec_dlrm_split(fs, split, &s->layout));
-    const struct fs_dlrm_split *L = &s->layout;
-    s->cat = tr_calloc((size_t)(L->ncat ? L->ncat : 1), sizeof *s->cat);
+    const struct feature_spec_split *L = &s->layout;
+    s->cat = tr_calloc((size_t)(L->ntables ? L->ntables : 1), sizeof *s->cat);
     if (!s->cat)
         return TR_ERR_NOMEM;
     TR_CHECK(map_file(L->label_path, &s->label));
@@ -83,13 +84,13 @@ enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct 
         TR_CHECK(check_size(L->numerical_path, &s->numerical, s->nsamples, (size_t)L->nnumerical * 2,
                             L->label_path));
     }
-    for (int i = 0; i < L->ncat; i++) {
+    for (int i = 0; i < L->ntables; i++) {
         TR_CHECK(map_file(L->cat_paths[i], &s->cat[i]));
         TR_CHECK(check_size(L->cat_paths[i], &s->cat[i], s->nsamples, kern_dtype_size(L->cat_dtype[i]),
                             L->label_path));
     }
     LOG_INFO(DATA, "split '%s' of '%s': %lld samples, %d numerical, %d categorical", split, fs->path,
-             (long long)s->nsamples, L->nnumerical, L->ncat);
+             (long long)s->nsamples, L->nnumerical, L->ntables);
     return TR_OK;
 }
 
@@ -98,34 +99,36 @@ void sb_close(struct sb_split *s)
     unmap_file(&s->label);
     unmap_file(&s->numerical);
     if (s->cat)
-        for (int i = 0; i < s->layout.ncat; i++)
+        for (int i = 0; i < s->layout.ntables; i++)
             unmap_file(&s->cat[i]);
     tr_free(s->cat);
-    fs_dlrm_split_release(&s->layout);
+    feature_spec_split_release(&s->layout);
     memset(s, 0, sizeof *s);
 }
 
-enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct tr_batch *b)
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b)
 {
-    const struct fs_dlrm_split *L = &s->layout;
+    const struct feature_spec_split *L = &s->layout;
     if (first < 0 || n < 0 || first + n > s->nsamples || n > b->cap || b->num_features != L->nnumerical ||
-        b->ntables != L->ncat)
+        b->ntables != L->ntables)
         return TR_ERR_ARG;
     b->n = n;
+    float *labels = batch_labels(b), *numerical = batch_num(b);
+    int32_t *cat = batch_cat(b);
     const uint8_t *lab = (const uint8_t *)s->label.data + first;
     const int F = L->nnumerical;
     const uint16_t *num = s->numerical.data ? (const uint16_t *)s->numerical.data + first * F : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; k++) {
-        b->labels[k] = lab[k] ? 1.0f : 0.0f;
-        float *row = b->numerical + k * b->num_ld;
+        labels[k] = lab[k] ? 1.0f : 0.0f;
+        float *row = numerical + k * b->num_ld;
         for (int j = 0; j < F; j++)
             row[j] = km_half_to_float(num[k * F + j]);
         for (int j = F; j < b->num_ld; j++)
             row[j] = 0.0f;
     }
-    for (int t = 0; t < L->ncat; t++) {
-        int32_t *dst = b->cat + (int64_t)t * b->cap;
+    for (int t = 0; t < L->ntables; t++) {
+        int32_t *dst = cat + (int64_t)t * b->cap;
         switch (L->cat_dtype[t]) {
         case KERN_I8: {
             const int8_t *src = (const int8_t *)s->cat[t].data + first;

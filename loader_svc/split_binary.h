@@ -23,10 +23,10 @@ struct sb_file {
 };
 
 struct sb_split {
-    struct fs_dlrm_split layout;
+    struct feature_spec_split layout;
     int64_t nsamples;
     struct sb_file label, numerical;
-    struct sb_file *cat; /* (layout.ncat) */
+    struct sb_file *cat; /* (layout.ntables) */
 };
 
 /* Opens mapping `split` of fs: resolves the files, maps them and checks that
@@ -40,7 +40,7 @@ void sb_close(struct sb_split *s);
 /* Converts samples [first, first + n) into b: labels to float, numerical float16
  * to float (padding columns zero), categorical ids to int32. TR_ERR_ARG if the
  * range is outside the split or b's shape differs from the split's. */
-enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct tr_batch *b) TR_WUR;
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b) TR_WUR;
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* synth.c: the synthetic dataset of synth.h. No state and no files: each value
  * is hashed from (seed, stream, counter) with kmath's counter-based generator. */
+#define TR_SUBSYS TR_SUB_DATA
 #include "synth.h"
 
 #include <math.h>
@@ -24,15 +25,15 @@
 #define VEC_SIGMA 0.5
 #define TEACHER_BIAS (-1.0)
 
-static int64_t cat_id(const struct synth_cfg *c, enum synth_split split, int t, int64_t i)
+static int64_t cat_id(const struct synth_cfg *c, enum batch_split split, int t, int64_t i)
 {
     uint64_t r = km_rand3(c->seed, ST_CAT + (uint64_t)t + split * ST_SPLIT, (uint64_t)i);
     if (c->ids == SYNTH_IDS_UNIFORM)
-        return (int64_t)((r >> 11) % (uint64_t)c->cards[t]);
-    return km_powerlaw_id(r, c->cards[t]);
+        return (int64_t)((r >> 11) % (uint64_t)c->rows[t]);
+    return km_powerlaw_id(r, c->rows[t]);
 }
 
-static float num_value(const struct synth_cfg *c, enum synth_split split, int j, int64_t i)
+static float num_value(const struct synth_cfg *c, enum batch_split split, int j, int64_t i)
 {
     return 2.0f * km_u01(km_rand3(c->seed, ST_NUM + (uint64_t)j + split * ST_SPLIT, (uint64_t)i));
 }
@@ -65,7 +66,7 @@ static double teacher(const struct synth_cfg *c, const double *a, const float *n
     return z;
 }
 
-double synth_teacher_logit(const struct synth_cfg *c, enum synth_split split, int64_t i)
+double synth_teacher_logit(const struct synth_cfg *c, enum batch_split split, int64_t i)
 {
     float num[256];
     double a[256];
@@ -84,23 +85,26 @@ double synth_teacher_logit(const struct synth_cfg *c, enum synth_split split, in
     return teacher(&cc, a, num, ids);
 }
 
-enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int64_t first, int64_t n,
-                          struct tr_batch *b)
+enum tr_status synth_fill(const struct synth_cfg *c, enum batch_split split, int64_t first, int64_t n,
+                          struct batch *b)
 {
     if (n < 0 || n > b->cap || b->num_features != c->num_features || b->ntables != c->ntables ||
         c->num_features > 256 || c->ntables > 1024)
         return TR_ERR_ARG;
     for (int t = 0; t < c->ntables; t++)
-        if (c->cards[t] < 1 || c->cards[t] > INT32_MAX)
+        if (c->rows[t] < 1 || c->rows[t] > INT32_MAX)
             return TR_ERR_ARG;
     b->n = n;
+    b->split = (int32_t)split;
+    float *labels = batch_labels(b);
+    int32_t *cat = batch_cat(b);
     double a[256];
     for (int j = 0; j < c->num_features; j++)
         a[j] = num_weight(c, j);
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; k++) {
         int64_t i = first + k;
-        float *num = b->numerical + k * b->num_ld;
+        float *num = batch_num(b) + k * b->num_ld;
         int64_t ids[1024];
         for (int j = 0; j < c->num_features; j++)
             num[j] = num_value(c, split, j, i);
@@ -108,12 +112,12 @@ enum tr_status synth_fill(const struct synth_cfg *c, enum synth_split split, int
             num[j] = 0.0f;
         for (int t = 0; t < c->ntables; t++) {
             ids[t] = cat_id(c, split, t, i);
-            b->cat[(int64_t)t * b->cap + k] = (int32_t)ids[t];
+            cat[(int64_t)t * b->cap + k] = (int32_t)ids[t];
         }
         double z = teacher(c, a, num, ids);
         double p = 1.0 / (1.0 + exp(-z));
         float u = km_u01(km_rand3(c->seed, ST_LABEL + split * ST_SPLIT, (uint64_t)i));
-        b->labels[k] = u < p ? 1.0f : 0.0f;
+        labels[k] = u < p ? 1.0f : 0.0f;
     }
     return TR_OK;
 }

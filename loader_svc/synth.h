@@ -21,25 +21,23 @@
 extern "C" {
 #endif
 
-enum synth_split { SYNTH_TRAIN = 0, SYNTH_VALID = 1 };
-
 enum synth_ids { SYNTH_IDS_POWERLAW = 0, SYNTH_IDS_UNIFORM = 1 };
 
 struct synth_cfg {
     uint64_t seed;
     int num_features;
     int ntables;
-    const int64_t *cards; /* (ntables), borrowed: valid while the cfg is used */
+    const int64_t *rows; /* (ntables), borrowed: valid while the cfg is used */
     enum synth_ids ids;
 };
 
 /* Fills b with samples [first, first + n) of `split`; b must have room for n.
  * Returns TR_ERR_ARG if b's shape does not match cfg. Thread-safe (uses OpenMP). */
-enum tr_status synth_fill(const struct synth_cfg *cfg, enum synth_split split, int64_t first, int64_t n,
-                          struct tr_batch *b) TR_WUR;
+enum tr_status synth_fill(const struct synth_cfg *cfg, enum batch_split split, int64_t first, int64_t n,
+                          struct batch *b) TR_WUR;
 
 /* The teacher's logit for sample `i` of `split` (what the labels are drawn from). */
-double synth_teacher_logit(const struct synth_cfg *cfg, enum synth_split split, int64_t i);
+double synth_teacher_logit(const struct synth_cfg *cfg, enum batch_split split, int64_t i);
 
 #ifdef __cplusplus
 }

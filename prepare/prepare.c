@@ -1,4 +1,3 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
  * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
  * of the output directory, the passes (threshold mode: count, then write; hash
@@ -11,6 +10,7 @@
  * spill sorts), a shuffle bucket at most --memory_limit / 2 plus --memory_limit / 4
  * of bucket buffers; on top come (2 * threads + 2) chunks of --chunk_size text and
  * their rows, and in threshold mode the dictionaries of kept values (~24 bytes each). */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "prepare.h"
 
@@ -510,7 +510,7 @@ static enum tr_status list_add(char ***v, int *n, const char *fmt, ...)
 
 static int feature_cmp(const void *a, const void *b)
 {
-    return strcmp(((const struct fs_feature *)a)->name, ((const struct fs_feature *)b)->name);
+    return strcmp(((const struct feature_spec_feature *)a)->name, ((const struct feature_spec_feature *)b)->name);
 }
 
 /* The seed's DLRM FeatureSpec: features sorted by name (as yaml.dump), mappings test then train. */
@@ -528,7 +528,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
     if (!fs->features)
         return TR_ERR_NOMEM;
     for (int f = 0; f < nf; f++) {
-        struct fs_feature *ft = &fs->features[f];
+        struct feature_spec_feature *ft = &fs->features[f];
         const char *name, *dtype;
         ft->cardinality = -1;
         if (f < PREPARE_NUM) {
@@ -537,7 +537,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
         } else if (f < PREPARE_NUM + PREPARE_CAT) {
             name = fs->categorical[f - PREPARE_NUM];
             ft->cardinality = card[f - PREPARE_NUM];
-            dtype = fs_dtype_name(fs_cat_dtype_for(ft->cardinality));
+            dtype = feature_spec_dtype_name(feature_spec_cat_dtype(ft->cardinality));
         } else {
             name = "label";
             dtype = "bool";
@@ -555,7 +555,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
     if (!fs->mappings)
         return TR_ERR_NOMEM;
     for (int m = 0; m < 2; m++) {
-        struct fs_mapping *mp = &fs->mappings[m];
+        struct feature_spec_mapping *mp = &fs->mappings[m];
         fs->nmappings = m + 1;
         if (!(mp->name = tr_strdup(splits[m])))
             return TR_ERR_NOMEM;
@@ -563,7 +563,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
         if (!mp->chunks)
             return TR_ERR_NOMEM;
         for (int k = 0; k < PREPARE_NCOL; k++) {
-            struct fs_chunk *ch = &mp->chunks[k];
+            struct feature_spec_chunk *ch = &mp->chunks[k];
             mp->nchunks = k + 1;
             if (!(ch->type = tr_strdup("split_binary")))
                 return TR_ERR_NOMEM;
@@ -712,7 +712,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     x.width[PREPARE_COL_LABEL] = 1;
     x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
     for (int i = 0; i < PREPARE_CAT; i++) {
-        enum kern_dtype t = fs_cat_dtype_for(x.card[i]);
+        enum kern_dtype t = feature_spec_cat_dtype(x.card[i]);
         x.width[PREPARE_COL_CAT0 + i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
     }
 
@@ -772,7 +772,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         struct dataset ds;
         memset(&ds, 0, sizeof ds);
         enum tr_status vrc = dataset_open_split_binary(&ds, tmp, "feature_spec.yaml");
-        int ok = vrc == TR_OK && ds.nsamples[DS_TRAIN] == train_rows && ds.nsamples[DS_TEST] == test_rows;
+        int ok = vrc == TR_OK && ds.nsamples[BATCH_TRAIN] == train_rows && ds.nsamples[BATCH_TEST] == test_rows;
         dataset_close(&ds);
         if (vrc == TR_ERR_NOMEM) {
             rc = vrc;

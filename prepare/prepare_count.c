@@ -1,4 +1,3 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare_count.c: exact per-column frequency counting for the threshold mode
  * of `terarec data prepare`, in bounded memory. Each work thread counts into its
  * own open-addressing tables; when they would outgrow the thread's share of
@@ -7,6 +6,7 @@
  * merged per column, so the counts are exact, not sketched. Values with
  * count >= T get ids 1..K by descending count, ties by ascending value. The
  * dictionaries of kept values (not the counting) must fit in memory. */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "prepare_internal.h"
 

@@ -1,8 +1,8 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare_io.c: the sinks of `terarec data prepare` that append rows to the
  * PREPARE_NCOL column files of one split. No buffering of its own: callers write
  * large blocks. The generic file helpers (complete reads and writes, mkdir -p,
  * rm -rf) are common/file.h's. */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "prepare_internal.h"
 

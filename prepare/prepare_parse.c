@@ -1,4 +1,3 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare_parse.c: the Criteo TSV line parser of `terarec data prepare`:
  * label \t I1..I13 \t C1..C26, hand-written integer and hex scanning (no
  * strtol/sscanf), and the seed's numerical transform float16(ln(x + 3)) with a
@@ -7,6 +6,7 @@
  * Categorical values are taken as integers of 1 to 16 hex digits of either case,
  * so "abc" and "00000abc" are one value; the seed's Spark compares strings, which
  * is the same for the real data (always 8 lowercase digits). */
+#define TR_SUBSYS TR_SUB_DATA
 #include "prepare_internal.h"
 
 #include <math.h>

@@ -1,10 +1,10 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare_pipe.c: the text pipeline of `terarec data prepare`. One reader
  * thread cuts the inputs (plain or gzip) into chunks of whole lines, `threads`
  * work threads process chunks in any order, and the calling thread consumes
  * them strictly in input order, so results never depend on the thread count.
  * A ring of 2 * threads + 2 chunk slots bounds the memory. It does not parse
  * (the work function does) and never seeks: inputs are read once, front to back. */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "prepare_internal.h"
 

@@ -1,4 +1,3 @@
-#define TR_SUBSYS TR_SUB_DATA
 /* prepare_shuffle.c: the seeded shuffle of the training rows of `terarec data
  * prepare`. Row g (input order) gets key = mix(g + mix(seed + golden)), mix being
  * the splitmix64 finaliser (km_mix64 of kernels/kmath.h, a bijection, so keys never
@@ -7,6 +6,7 @@
  * bucket files by the top k key bits and each bucket is sorted alone, which yields
  * the same bytes. It does not shuffle the test split (the seed keeps it in input
  * order). */
+#define TR_SUBSYS TR_SUB_DATA
 #define _GNU_SOURCE
 #include "prepare_internal.h"
 

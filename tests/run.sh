@@ -15,7 +15,7 @@ run_one() { # name, command...
     local name=$1; shift
     local log="$logdir/$(echo "$name" | tr '/' '_').log"
     local t0=$(date +%s.%N)
-    "$@" >"$log" 2>&1
+    "$@" >"$log" 2>&1 </dev/null
     local rc=$?
     local t1=$(date +%s.%N)
     local summary

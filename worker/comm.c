@@ -1,71 +1,75 @@
-/* comm.c: dispatch and traffic accounting for the collectives, and the
- * single-process communicator (copies, or nothing at all). */
+/* comm.c: dispatch, ordering and traffic accounting for the collectives, and the
+ * single-process communicator (backend copies, or nothing at all). */
+#define TR_SUBSYS TR_SUB_COMM
 #include "comm.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "../common/check.h"
-
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../common/clock.h"
 
 /* ---- world of 1 ------------------------------------------------------------------ */
 
-static enum tr_status self_alltoallv(void *ctx, const void *send, const int64_t *scounts, const int64_t *sdispls,
+static enum tr_status self_copy(struct comm *c, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src)
+        return TR_OK;
+    return c->be.i->copy(c->be.ctx, dst, src, bytes, KERN_D2D);
+}
+
+static enum tr_status self_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                      void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
 {
-    (void)ctx;
     if (scounts[0] != rcounts[0])
         return TR_ERR_ARG;
     size_t es = kern_dtype_size(t);
-    if (scounts[0] && (const char *)send + sdispls[0] * es != (char *)recv + rdispls[0] * es)
-        memmove((char *)recv + rdispls[0] * es, (const char *)send + sdispls[0] * es, (size_t)scounts[0] * es);
-    return TR_OK;
+    return self_copy(c, (char *)recv + rdispls[0] * es, (const char *)send + sdispls[0] * es,
+                     (size_t)scounts[0] * es);
 }
 
-static enum tr_status self_allreduce(void *ctx, void *buf, int64_t n, enum kern_dtype t)
+static enum tr_status self_allreduce(struct comm *c, void *buf, int64_t n, enum kern_dtype t)
 {
-    (void)ctx;
+    (void)c;
     (void)buf;
     (void)n;
     (void)t;
     return TR_OK;
 }
 
-static enum tr_status self_bcast(void *ctx, void *buf, int64_t bytes, int root)
+static enum tr_status self_bcast(struct comm *c, void *buf, int64_t bytes, int root)
 {
-    (void)ctx;
+    (void)c;
     (void)buf;
     (void)bytes;
     return root == 0 ? TR_OK : TR_ERR_ARG;
 }
 
-static enum tr_status self_gatherv(void *ctx, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
+static enum tr_status self_gatherv(struct comm *c, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
                                    const int64_t *rdispls, enum kern_dtype t, int root)
 {
-    (void)ctx;
     if (root != 0 || rcounts[0] != scount)
         return TR_ERR_ARG;
     size_t es = kern_dtype_size(t);
-    if (scount)
-        memmove((char *)recv + rdispls[0] * es, send, (size_t)scount * es);
+    return self_copy(c, (char *)recv + rdispls[0] * es, send, (size_t)scount * es);
+}
+
+static enum tr_status self_nothing(struct comm *c)
+{
+    (void)c;
     return TR_OK;
 }
 
-static enum tr_status self_barrier(void *ctx)
+static enum tr_status self_split(struct comm *c, int color, int key, struct comm *out)
 {
-    (void)ctx;
+    (void)color;
+    (void)key;
+    comm_open_self(&c->be, out);
     return TR_OK;
 }
 
-static void self_destroy(void *ctx)
+static void self_destroy(struct comm *c)
 {
-    (void)ctx;
+    (void)c;
 }
 
 static const struct comm_i self_iface = {
@@ -74,37 +78,52 @@ static const struct comm_i self_iface = {
     .allreduce_sum = self_allreduce,
     .bcast = self_bcast,
     .gatherv = self_gatherv,
-    .barrier = self_barrier,
+    .barrier = self_nothing,
+    .group_begin = self_nothing,
+    .group_end = self_nothing,
+    .split = self_split,
+    .synchronize = self_nothing,
     .destroy = self_destroy,
+    .host_buffers = 0,
 };
 
-void comm_open_self(struct comm *c)
+void comm_open_self(const struct kern_backend *be, struct comm *c)
 {
     memset(c, 0, sizeof *c);
     c->i = &self_iface;
+    c->be = *be; /* the copies go through the backend */
     c->rank = 0;
     c->size = 1;
 }
 
-enum tr_status comm_open(const struct dist_info *d, struct comm *c)
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
 {
     if (d->world <= 1) {
-        comm_open_self(c);
+        comm_open_self(be, c);
         return TR_OK;
     }
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
-    return comm_open_mpi(d, c);
+    return comm_open_mpi(d, be, c);
 #else
+    memset(c, 0, sizeof *c);
     LOG_ERROR("a world of %d workers needs MPI, and this build has none", d->world);
     LOG_HINT("install libopenmpi-dev and rebuild (make deps && make)");
     return TR_ERR_UNSUPPORTED;
 #endif
 }
 
+enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out)
+{
+    memset(out, 0, sizeof *out);
+    TR_CHECK(c->i->split(c, d->node, c->rank, out));
+    out->be = c->be;
+    return TR_OK;
+}
+
 void comm_close(struct comm *c)
 {
     if (c->i)
-        c->i->destroy(c->ctx);
+        c->i->destroy(c);
     memset(c, 0, sizeof *c);
 }
 
@@ -113,57 +132,133 @@ void comm_reset_stats(struct comm *c)
     memset(c->stat, 0, sizeof c->stat);
 }
 
-static void account(struct comm *c, enum comm_kind k, int64_t bytes, double t0)
+/* Host-memory communicators see the buffers only once the backend has finished
+ * writing them. */
+static enum tr_status before(struct comm *c, double *t0)
 {
+    if (c->i->host_buffers)
+        TR_CHECK(c->be.i->synchronize(c->be.ctx));
+    *t0 = tr_clock_now();
+    return TR_OK;
+}
+
+/* Counts a finished collective; its own queue is drained first so the time is real. */
+static enum tr_status account(struct comm *c, enum comm_kind k, int64_t bytes, double t0)
+{
+    TR_CHECK(c->i->synchronize(c));
     c->stat[k].calls++;
     c->stat[k].bytes += bytes;
-    c->stat[k].seconds += now_sec() - t0;
+    c->stat[k].seconds += tr_clock_now() - t0;
+    return TR_OK;
 }
 
 enum tr_status comm_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                               void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
 {
-    double t0 = now_sec();
-    TR_CHECK(c->i->alltoallv(c->ctx, send, scounts, sdispls, recv, rcounts, rdispls, t));
+    double t0;
+    TR_CHECK(before(c, &t0));
+    TR_CHECK(c->i->alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, t));
     int64_t n = 0;
     for (int r = 0; r < c->size; r++)
         if (r != c->rank)
             n += scounts[r];
-    account(c, COMM_ALLTOALL, n * (int64_t)kern_dtype_size(t), t0);
-    return TR_OK;
+    return account(c, COMM_ALLTOALL, n * (int64_t)kern_dtype_size(t), t0);
 }
 
 enum tr_status comm_allreduce_sum(struct comm *c, void *buf, int64_t n, enum kern_dtype t)
 {
-    double t0 = now_sec();
-    TR_CHECK(c->i->allreduce_sum(c->ctx, buf, n, t));
+    double t0;
+    TR_CHECK(before(c, &t0));
+    TR_CHECK(c->i->allreduce_sum(c, buf, n, t));
     /* the payload; what the network carries depends on MPI's algorithm (a ring
      * sends 2 (N-1)/N times the payload per rank) */
-    account(c, COMM_ALLREDUCE, c->size > 1 ? n * (int64_t)kern_dtype_size(t) : 0, t0);
-    return TR_OK;
+    return account(c, COMM_ALLREDUCE, c->size > 1 ? n * (int64_t)kern_dtype_size(t) : 0, t0);
 }
 
 enum tr_status comm_bcast(struct comm *c, void *buf, int64_t bytes, int root)
 {
-    double t0 = now_sec();
-    TR_CHECK(c->i->bcast(c->ctx, buf, bytes, root));
-    account(c, COMM_BCAST, c->rank == root ? bytes * (c->size - 1) : 0, t0);
-    return TR_OK;
+    double t0;
+    TR_CHECK(before(c, &t0));
+    TR_CHECK(c->i->bcast(c, buf, bytes, root));
+    return account(c, COMM_BCAST, c->rank == root ? bytes * (c->size - 1) : 0, t0);
 }
 
 enum tr_status comm_gatherv(struct comm *c, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
                             const int64_t *rdispls, enum kern_dtype t, int root)
 {
-    double t0 = now_sec();
-    TR_CHECK(c->i->gatherv(c->ctx, send, scount, recv, rcounts, rdispls, t, root));
-    account(c, COMM_GATHER, c->rank == root ? 0 : scount * (int64_t)kern_dtype_size(t), t0);
-    return TR_OK;
+    double t0;
+    TR_CHECK(before(c, &t0));
+    TR_CHECK(c->i->gatherv(c, send, scount, recv, rcounts, rdispls, t, root));
+    return account(c, COMM_GATHER, c->rank == root ? 0 : scount * (int64_t)kern_dtype_size(t), t0);
 }
 
 enum tr_status comm_barrier(struct comm *c)
 {
-    double t0 = now_sec();
-    TR_CHECK(c->i->barrier(c->ctx));
-    account(c, COMM_BARRIER, 0, t0);
-    return TR_OK;
+    double t0;
+    TR_CHECK(before(c, &t0));
+    TR_CHECK(c->i->barrier(c));
+    return account(c, COMM_BARRIER, 0, t0);
+}
+
+enum tr_status comm_group_begin(struct comm *c)
+{
+    return c->i->group_begin(c);
+}
+
+enum tr_status comm_group_end(struct comm *c)
+{
+    return c->i->group_end(c);
+}
+
+enum tr_status comm_synchronize(struct comm *c)
+{
+    return c->i->synchronize(c);
+}
+
+/* A temporary buffer in the backend's memory. */
+static enum tr_status stage(struct comm *c, size_t bytes, void **p)
+{
+    *p = NULL;
+    return c->be.i->mem_alloc(c->be.ctx, bytes ? bytes : 1, p);
+}
+
+enum tr_status comm_bcast_host(struct comm *c, void *buf, int64_t bytes, int root)
+{
+    void *d = NULL;
+    TR_CHECK(stage(c, (size_t)bytes, &d));
+    const struct kern_backend *be = &c->be;
+    enum tr_status rc = TR_OK;
+    if (c->rank == root)
+        TR_CHECK_GOTO(be->i->copy(be->ctx, d, buf, (size_t)bytes, KERN_H2D), rc, exit);
+    TR_CHECK_GOTO(comm_bcast(c, d, bytes, root), rc, exit);
+    if (c->rank != root)
+        TR_CHECK_GOTO(be->i->copy(be->ctx, buf, d, (size_t)bytes, KERN_D2H), rc, exit);
+exit:
+    be->i->mem_release(be->ctx, d, (size_t)(bytes ? bytes : 1));
+    return rc;
+}
+
+enum tr_status comm_gatherv_host(struct comm *c, const void *send, int64_t scount, void *recv,
+                                 const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t, int root)
+{
+    const struct kern_backend *be = &c->be;
+    const size_t es = kern_dtype_size(t);
+    int64_t total = 0;
+    for (int q = 0; c->rank == root && q < c->size; q++)
+        total = TR_MAX(total, rdispls[q] + rcounts[q]);
+    const size_t sbytes = (size_t)scount * es, rbytes = (size_t)total * es;
+    void *ds = NULL, *dr = NULL;
+    enum tr_status rc = TR_OK;
+    TR_CHECK_GOTO(stage(c, sbytes, &ds), rc, exit);
+    if (c->rank == root)
+        TR_CHECK_GOTO(stage(c, rbytes, &dr), rc, exit);
+    if (sbytes)
+        TR_CHECK_GOTO(be->i->copy(be->ctx, ds, send, sbytes, KERN_H2D), rc, exit);
+    TR_CHECK_GOTO(comm_gatherv(c, ds, scount, dr, rcounts, rdispls, t, root), rc, exit);
+    if (c->rank == root && rbytes)
+        TR_CHECK_GOTO(be->i->copy(be->ctx, recv, dr, rbytes, KERN_D2H), rc, exit);
+exit:
+    be->i->mem_release(be->ctx, ds, sbytes ? sbytes : 1);
+    be->i->mem_release(be->ctx, dr, rbytes ? rbytes : 1);
+    return rc;
 }

@@ -1,9 +1,16 @@
 /* comm.h: the collectives the hybrid-parallel step needs, behind one interface:
- * an Open MPI implementation for the CPU backend and a trivial one for a world of
- * 1 (an NCCL implementation fits the same table: buffers are then device memory,
- * the stream is the backend's business, and the NCCL unique id travels through
- * dist_share_blob). Every call is collective: all ranks call the same functions
- * in the same order. Counts and displacements are in elements of `t`. */
+ * Open MPI for the CPU backend, a self communicator for a world of 1 (and NCCL for
+ * GPUs later, in the same table). A communicator is a handle: the world, or a
+ * sub-communicator split from it (e.g. the workers of one node).
+ *
+ * Buffers are in the memory of the backend the communicator was opened with. A
+ * collective is ordered after the work queued on that backend's queue before the
+ * call, and work queued after it sees its result; comm_synchronize waits for the
+ * communicator's own queued work (nothing to wait for with MPI or self).
+ * Calls between comm_group_begin and comm_group_end may be fused into one launch
+ * (NCCL's ncclGroupStart/End); the result is the same as without the group.
+ * Every call is collective over the communicator: all its ranks call the same
+ * functions in the same order. Counts and displacements are in elements of `t`. */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
@@ -17,20 +24,29 @@
 extern "C" {
 #endif
 
+struct comm;
+
 struct comm_i {
     const char *name;
     /* recv[rdispls[s] ..] (rcounts[s]) from rank s; send[sdispls[d] ..] (scounts[d]) to rank d */
-    enum tr_status (*alltoallv)(void *ctx, const void *send, const int64_t *scounts, const int64_t *sdispls,
+    enum tr_status (*alltoallv)(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                 void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t);
     /* in place: buf (n) = sum over ranks; every rank gets bitwise the same result */
-    enum tr_status (*allreduce_sum)(void *ctx, void *buf, int64_t n, enum kern_dtype t);
-    enum tr_status (*bcast)(void *ctx, void *buf, int64_t bytes, int root);
+    enum tr_status (*allreduce_sum)(struct comm *c, void *buf, int64_t n, enum kern_dtype t);
+    enum tr_status (*bcast)(struct comm *c, void *buf, int64_t bytes, int root);
     /* root receives rank s's scount elements at recv + rdispls[s]; recv, rcounts and
      * rdispls are read on root only */
-    enum tr_status (*gatherv)(void *ctx, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
+    enum tr_status (*gatherv)(struct comm *c, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
                               const int64_t *rdispls, enum kern_dtype t, int root);
-    enum tr_status (*barrier)(void *ctx);
-    void (*destroy)(void *ctx);
+    enum tr_status (*barrier)(struct comm *c);
+    enum tr_status (*group_begin)(struct comm *c);
+    enum tr_status (*group_end)(struct comm *c);
+    /* A new communicator of the ranks that pass the same color, ordered by key
+     * (out->be is set by the caller). */
+    enum tr_status (*split)(struct comm *c, int color, int key, struct comm *out);
+    enum tr_status (*synchronize)(struct comm *c);
+    void (*destroy)(struct comm *c); /* frees c->ctx */
+    int host_buffers; /* buffers must be host memory: the backend is synchronized first */
 };
 
 /* Traffic and time of one kind of collective, for benchmarks and logs. */
@@ -47,13 +63,24 @@ struct comm {
     const struct comm_i *i;
     void *ctx;
     int rank, size;
+    struct kern_backend be; /* borrowed: whose memory and queue the buffers live in */
     struct comm_stat stat[COMM_KINDS_];
 };
 
-/* Opens the communicator for d: Open MPI when d->world > 1 (TR_ERR_UNSUPPORTED if
- * built without MPI), the single-process one otherwise. Checks that MPI's rank
- * and size agree with PMIx's. TR_ERR_MPI on an MPI error. */
-enum tr_status comm_open(const struct dist_info *d, struct comm *c) TR_WUR;
+/* Opens the world communicator for d over backend be (borrowed; it must outlive
+ * the communicator): Open MPI when d->world > 1, the self communicator otherwise.
+ * Checks that MPI's rank and size agree with PMIx's. Errors: TR_ERR_UNSUPPORTED
+ * (built without MPI, or a backend whose memory MPI cannot reach), TR_ERR_MPI,
+ * TR_ERR_NOMEM; all logged. */
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, struct comm *c) TR_WUR;
+
+/* The communicator of the ranks of c on the same node as this one (d->node),
+ * ordered by rank: what node-local collectives run on. Collective over c.
+ * Close it before its parent. TR_ERR_MPI, TR_ERR_NOMEM. */
+enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out) TR_WUR;
+
+/* Closes a communicator (the world one last: it finalizes MPI if it started it).
+ * Safe on a zeroed one. */
 void comm_close(struct comm *c);
 
 /* The collectives, with traffic accounting (what to call from the worker). */
@@ -64,15 +91,26 @@ enum tr_status comm_bcast(struct comm *c, void *buf, int64_t bytes, int root) TR
 enum tr_status comm_gatherv(struct comm *c, const void *send, int64_t scount, void *recv, const int64_t *rcounts,
                             const int64_t *rdispls, enum kern_dtype t, int root) TR_WUR;
 enum tr_status comm_barrier(struct comm *c) TR_WUR;
+enum tr_status comm_group_begin(struct comm *c) TR_WUR;
+enum tr_status comm_group_end(struct comm *c) TR_WUR;
+enum tr_status comm_synchronize(struct comm *c) TR_WUR;
+
+/* comm_bcast and comm_gatherv for small control messages in host memory (shapes,
+ * results, counters): staged through temporary buffers in the backend's memory.
+ * For the same calls on large data, use backend buffers. */
+enum tr_status comm_bcast_host(struct comm *c, void *buf, int64_t bytes, int root) TR_WUR;
+enum tr_status comm_gatherv_host(struct comm *c, const void *send, int64_t scount, void *recv,
+                                 const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t, int root) TR_WUR;
 
 void comm_reset_stats(struct comm *c);
 
-/* The single-process communicator (always available). */
-void comm_open_self(struct comm *c);
+/* The single-process communicator over be (always available). */
+void comm_open_self(const struct kern_backend *be, struct comm *c);
 
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
-/* Open MPI; MPI_Init_thread(FUNNELED) unless MPI is already initialised. */
-enum tr_status comm_open_mpi(const struct dist_info *d, struct comm *c) TR_WUR;
+/* Open MPI over MPI_COMM_WORLD (duplicated); MPI_Init_thread(FUNNELED) unless MPI
+ * is already initialised. */
+enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, struct comm *c) TR_WUR;
 #endif
 
 #ifdef __cplusplus

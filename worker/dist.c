@@ -2,6 +2,7 @@
  * Values of PMIx keys come in different widths (uint16 local rank, uint32 sizes,
  * rank type), so every Get checks the type. It does not start MPI: the comm
  * layer does, after this. */
+#define TR_SUBSYS TR_SUB_INIT
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 

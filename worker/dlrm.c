@@ -1,17 +1,20 @@
-/* dlrm.c: DLRM forward, backward and update on a kern backend, one process
- * holding every table. Memory is a few large blocks: the dense parameters (+
- * gradients, + Adagrad state), one block per embedding table, one block of
- * activations. Sharded tables and the collectives between phases come from the
- * distributed layer; this file only computes. */
-#include "dlrm.h"
+/* dlrm.c: the DLRM model on a kern backend: configuration, sizing and one
+ * allocation per lifetime (the dense parameters with their gradients and Adagrad
+ * state, one block per embedding table held, one block of activations),
+ * initialisation on the backend, tensor access through backend copies, and the
+ * dense passes on a local slice. Gathering embeddings, the collectives and the
+ * embedding update belong to the training step (hybrid.c); this file never reads
+ * or writes backend memory from the host. */
+#define TR_SUBSYS TR_SUB_MODEL
+#include "dlrm_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
 #include "../kernels/kmath.h"
 
 static const char *const phase_names[DLRM_T_COUNT_] = {
@@ -24,11 +27,34 @@ const char *dlrm_phase_name(enum dlrm_phase p)
     return (int)p >= 0 && p < DLRM_T_COUNT_ ? phase_names[p] : "unknown";
 }
 
-static double now_sec(void)
+double dlrm_clock(const struct dlrm *m)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    /* a failed synchronize surfaces at the op that follows; the timer stays honest */
+    (void)m->be.i->synchronize(m->be.ctx);
+    return tr_clock_now();
+}
+
+void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables, const int64_t *rows,
+                       const struct shard_plan *plan, struct dlrm_cfg *out)
+{
+    memset(out, 0, sizeof *out);
+    out->num_features = num_features;
+    out->ntables = ntables;
+    out->rows = rows;
+    out->emb_dim = job->embedding_dim;
+    out->nbottom = num_features > 0 ? TR_MIN(job->bottom.n, DLRM_MAX_LAYERS) : 0;
+    for (int l = 0; l < out->nbottom; l++)
+        out->bottom[l] = (int)job->bottom.v[l];
+    out->ntop = TR_MIN(job->top.n, DLRM_MAX_LAYERS);
+    for (int l = 0; l < out->ntop; l++)
+        out->top[l] = (int)job->top.v[l];
+    out->optim = job->optimizer == JOB_OPT_ADAGRAD ? KERN_OPT_ADAGRAD : KERN_OPT_SGD;
+    out->adagrad_init = (float)job->adagrad_init;
+    out->adagrad_eps = (float)job->adagrad_eps;
+    out->seed = (uint64_t)job->seed;
+    out->max_global = TR_MAX(job->batch_size, job_test_batch(job));
+    out->max_batch = shard_slice_start(out->max_global, plan ? plan->world : 1, 1); /* the first slice is largest */
+    out->plan = plan;
 }
 
 /* Seeds' random streams: one per tensor, stable across versions. */
@@ -48,8 +74,8 @@ static enum tr_status check_cfg(const struct dlrm_cfg *c)
         return TR_ERR_ARG;
     }
     for (int t = 0; t < c->ntables; t++) {
-        if (c->cards[t] < 1) {
-            LOG_ERROR("model: table %d has cardinality %lld; must be >= 1", t, (long long)c->cards[t]);
+        if (c->rows[t] < 1) {
+            LOG_ERROR("model: table %d has %lld rows; must be >= 1", t, (long long)c->rows[t]);
             return TR_ERR_ARG;
         }
     }
@@ -92,50 +118,58 @@ static void assign_positions(struct dlrm *m)
     for (int t = 0; t < T; t++) {
         int rank = 0;
         for (int u = 0; u < T; u++)
-            if (m->cards[u] > m->cards[t] || (m->cards[u] == m->cards[t] && u < t))
+            if (m->rows[u] > m->rows[t] || (m->rows[u] == m->rows[t] && u < t))
                 rank++;
         m->tables[t].pos = m->has_bottom + rank;
     }
 }
 
-void dlrm_init_params(struct dlrm *m)
+static enum tr_status fill(struct dlrm *m, const struct kern_fill_args *a)
+{
+    return a->rows && a->cols ? m->be.i->fill(m->be.ctx, a) : TR_OK;
+}
+
+enum tr_status dlrm_init_params(struct dlrm *m)
 {
     const uint64_t seed = m->cfg.seed;
     const int64_t D = m->cfg.emb_dim;
     for (int t = 0; t < m->cfg.ntables; t++) {
-        struct dlrm_table *tb = &m->tables[t];
+        const struct dlrm_table *tb = &m->tables[t];
         if (!tb->w)
             continue;
-        const float bound = sqrtf(1.0f / (float)tb->rows);
-        const int64_t w = tb->width, c0 = tb->col0;
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < tb->rows; r++) {
-            float *row = tb->w + r * w;
-            for (int64_t c = 0; c < w; c++)
-                row[c] = km_init_embedding(seed, (uint64_t)tb->id, (uint64_t)(r * D + c0 + c), bound);
-            if (tb->accum) {
-                float *st = tb->accum + r * w;
-                for (int64_t c = 0; c < w; c++)
-                    st[c] = m->cfg.adagrad_init;
-            }
+        /* element (r, c) of the slice is element r * D + col0 + c of the whole table */
+        struct kern_fill_args a = {.kind = KERN_FILL_UNIFORM, .dst = tb->w, .rows = tb->rows, .cols = tb->width,
+                                   .ld = tb->width, .seed = seed, .stream = (uint64_t)tb->id, .elem_ld = D,
+                                   .elem0 = tb->col0, .a = sqrtf(1.0f / (float)tb->rows)};
+        TR_CHECK(fill(m, &a));
+        if (tb->accum) {
+            a.kind = KERN_FILL_CONST;
+            a.dst = tb->accum;
+            a.value = m->cfg.adagrad_init;
+            TR_CHECK(fill(m, &a));
         }
     }
     for (int part = 0; part < 2; part++) {
         int nl = part ? m->cfg.ntop : (m->has_bottom ? m->cfg.nbottom : 0);
-        struct dlrm_layer *L = part ? m->top : m->bottom;
+        const struct dlrm_layer *L = part ? m->top : m->bottom;
         for (int l = 0; l < nl; l++) {
             uint64_t sw = (part ? STREAM_TOP_W : STREAM_BOTTOM_W) + (uint64_t)l;
             uint64_t sb = (part ? STREAM_TOP_B : STREAM_BOTTOM_B) + (uint64_t)l;
-            int64_t nw = (int64_t)L[l].in * L[l].out;
-            for (int64_t e = 0; e < nw; e++)
-                L[l].w[e] = km_init_glorot(seed, sw, (uint64_t)e, (float)L[l].in, (float)L[l].out);
-            for (int64_t e = 0; e < L[l].out; e++)
-                L[l].b[e] = km_init_bias(seed, sb, (uint64_t)e, (float)L[l].out);
+            struct kern_fill_args w = {.kind = KERN_FILL_GLOROT, .dst = L[l].w, .rows = L[l].in, .cols = L[l].out,
+                                       .ld = L[l].out, .seed = seed, .stream = sw, .elem_ld = L[l].out,
+                                       .a = (float)L[l].in, .b = (float)L[l].out};
+            TR_CHECK(fill(m, &w));
+            struct kern_fill_args b = {.kind = KERN_FILL_NORMAL, .dst = L[l].b, .rows = 1, .cols = L[l].out,
+                                       .ld = L[l].out, .seed = seed, .stream = sb, .a = (float)L[l].out};
+            TR_CHECK(fill(m, &b));
         }
     }
-    if (m->accum)
-        for (int64_t i = 0; i < m->nparams; i++)
-            m->accum[i] = m->cfg.adagrad_init;
+    if (m->accum) {
+        struct kern_fill_args a = {.kind = KERN_FILL_CONST, .dst = m->accum, .rows = 1, .cols = m->nparams,
+                                   .ld = m->nparams, .value = m->cfg.adagrad_init};
+        TR_CHECK(fill(m, &a));
+    }
+    return TR_OK;
 }
 
 static void layer_setup(struct dlrm_layer *L, const char *kind, int idx, int in, int out, int relu)
@@ -211,7 +245,7 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
             continue;
         z->ntables_held++;
         z->width_held = TR_MAX(z->width_held, width);
-        z->emb_rows_bytes += c->cards[t] * width * (int64_t)sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 2 : 1);
+        z->emb_rows_bytes += c->rows[t] * width * (int64_t)sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 2 : 1);
     }
     /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
      * hidden bottom outputs (bottom_rows each); top outputs (B each) */
@@ -253,17 +287,14 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     compute_sizes(cfg, &z);
     const int T = cfg->ntables;
     const int64_t D = cfg->emb_dim, B = cfg->max_batch;
-    m->cards = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
+    m->rows = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
     m->tables = tr_calloc((size_t)(T ? T : 1), sizeof(struct dlrm_table));
-    m->fwd_args = tr_calloc((size_t)(T ? T : 1), sizeof *m->fwd_args);
-    m->upd_args = tr_calloc((size_t)(T ? T : 1), sizeof *m->upd_args);
-    m->bad_pos = tr_calloc((size_t)(T ? T : 1), sizeof *m->bad_pos);
-    if (!m->cards || !m->tables || !m->fwd_args || !m->upd_args || !m->bad_pos) {
+    if (!m->rows || !m->tables) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    memcpy(m->cards, cfg->cards, (size_t)T * sizeof(int64_t));
-    m->cfg.cards = m->cards;
+    memcpy(m->rows, cfg->rows, (size_t)T * sizeof(int64_t));
+    m->cfg.rows = m->rows;
     m->cfg.plan = NULL; /* borrowed only during construction */
     m->has_bottom = z.has_bottom;
     if (!m->has_bottom)
@@ -308,7 +339,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     for (int t = 0; t < T; t++) {
         struct dlrm_table *tb = &m->tables[t];
         tb->id = t;
-        tb->rows = m->cards[t];
+        tb->rows = m->rows[t];
         table_part(cfg, t, &tb->col0, &tb->width);
         tb->bytes = (size_t)tb->rows * (size_t)tb->width * sizeof(float);
         if (tb->width == 0)
@@ -353,7 +384,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->emb_ws = p;
         TR_ASSERT((char *)p + m->emb_ws_bytes <= act + m->act_bytes);
     }
-    dlrm_init_params(m);
+    TR_CHECK_GOTO(dlrm_init_params(m), rc, fail);
     *out = m;
     return TR_OK;
 fail:
@@ -376,10 +407,7 @@ void dlrm_free(struct dlrm **pm)
     be->i->mem_release(be->ctx, m->params, m->dense_bytes);
     be->i->mem_release(be->ctx, m->x, m->act_bytes);
     tr_free(m->tables);
-    tr_free(m->fwd_args);
-    tr_free(m->upd_args);
-    tr_free(m->bad_pos);
-    tr_free(m->cards);
+    tr_free(m->rows);
     tr_free(m);
     *pm = NULL;
 }
@@ -413,18 +441,6 @@ static enum tr_status layer_bwd(struct dlrm *m, struct dlrm_layer *L, int64_t B,
     return TR_OK;
 }
 
-static enum tr_status check_batch(const struct dlrm *m, const struct tr_batch *b)
-{
-    if (b->n < 0 || b->n > m->cfg.max_batch || b->ntables != m->cfg.ntables ||
-        b->num_features != m->cfg.num_features || b->num_ld != m->num_ld) {
-        LOG_ERROR("model: batch of %lld samples, %d tables, %d numerical does not fit the model (max %lld, %d, %d)",
-                  (long long)b->n, b->ntables, b->num_features, (long long)m->cfg.max_batch, m->cfg.ntables,
-                  m->cfg.num_features);
-        return TR_ERR_ARG;
-    }
-    return TR_OK;
-}
-
 enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
                                    int64_t ldout)
 {
@@ -433,20 +449,20 @@ enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldn
         return TR_OK;
     m->bottom[nb - 1].y = out;
     m->bottom[nb - 1].ldy = ldout;
-    double t0 = now_sec();
+    double t0 = dlrm_clock(m);
     for (int l = 0; l < nb; l++) {
         const float *in = l ? m->bottom[l - 1].y : num;
         int64_t ldin = l ? m->bottom[l - 1].ldy : ldnum;
         TR_CHECK(layer_fwd(m, &m->bottom[l], n, in, ldin));
     }
-    m->t[DLRM_T_BOTTOM_FWD] += now_sec() - t0;
+    m->t[DLRM_T_BOTTOM_FWD] += dlrm_clock(m) - t0;
     return TR_OK;
 }
 
 enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *dout,
                                     int64_t lddout)
 {
-    double t0 = now_sec();
+    double t0 = dlrm_clock(m);
     float *dy = dout;
     int64_t lddy = lddout;
     for (int l = m->cfg.nbottom - 1; l >= 0; l--) {
@@ -459,7 +475,7 @@ enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ld
         dy = dx;
         lddy = lddx;
     }
-    m->t[DLRM_T_BOTTOM_BWD] += now_sec() - t0;
+    m->t[DLRM_T_BOTTOM_BWD] += dlrm_clock(m) - t0;
     return TR_OK;
 }
 
@@ -470,80 +486,32 @@ enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnu
         return TR_ERR_ARG;
     if (m->dp_bottom)
         TR_CHECK(dlrm_bottom_forward(m, num, ldnum, n, m->x, ldx));
-    double t2 = now_sec();
+    double t2 = dlrm_clock(m);
     struct kern_interact_fwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->top_in, m->top_in_w};
     TR_CHECK(m->be.i->interact_fwd(m->be.ctx, &ia));
-    double t3 = now_sec();
+    double t3 = dlrm_clock(m);
     m->t[DLRM_T_INTERACT_FWD] += t3 - t2;
     for (int l = 0; l < m->cfg.ntop; l++) {
         const float *in = l ? m->top[l - 1].y : m->top_in;
         int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
         TR_CHECK(layer_fwd(m, &m->top[l], n, in, ldin));
     }
-    m->t[DLRM_T_TOP_FWD] += now_sec() - t3;
+    m->t[DLRM_T_TOP_FWD] += dlrm_clock(m) - t3;
     return TR_OK;
 }
 
-enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b)
-{
-    TR_CHECK(check_batch(m, b));
-    const int64_t B = b->n, D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
-    const struct kern_backend *be = &m->be;
-    double t0 = now_sec();
-    const int T = m->cfg.ntables;
-    for (int t = 0; t < T; t++) {
-        struct dlrm_table *tb = &m->tables[t];
-        if (tb->width != D)
-            return TR_ERR_ARG; /* a sharded model runs through hybrid.c */
-        m->bad_pos[t] = -1;
-        m->fwd_args[t] = (struct kern_emb_fwd_args){
-            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
-            .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .offsets = NULL, .nbags = B,
-            .comb = KERN_COMB_SUM, .out = m->x + (int64_t)tb->pos * D, .out_ld = ldx, .bad_pos = &m->bad_pos[t],
-        };
-    }
-    enum tr_status rc = T ? be->i->emb_fwd(be->ctx, m->fwd_args, T) : TR_OK;
-    if (rc == TR_ERR_RANGE)
-        dlrm_report_bad_id(m, b->cat, b->cap, b->index);
-    TR_CHECK(rc);
-    m->t[DLRM_T_EMB_FWD] += now_sec() - t0;
-    return dlrm_forward_dense(m, b->numerical, b->num_ld, B);
-}
-
-void dlrm_report_bad_id(const struct dlrm *m, const int32_t *cat, int64_t cap, int64_t batch_index)
-{
-    for (int t = 0; t < m->cfg.ntables; t++) {
-        int64_t bad = m->bad_pos[t];
-        if (bad >= 0) {
-            LOG_ERROR("table %d: categorical id %d of sample %lld (batch %lld) is outside [0, %lld)", t,
-                      (int)cat[(int64_t)t * cap + bad], (long long)bad, (long long)batch_index,
-                      (long long)m->tables[t].rows);
-            LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
-            return;
-        }
-    }
-}
-
-const float *dlrm_logits(const struct dlrm *m)
+float *dlrm_logits(const struct dlrm *m)
 {
     return m->top[m->cfg.ntop - 1].y;
 }
 
 enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale, double *loss_sum)
 {
-    double t0 = now_sec(), sum = 0.0;
+    double t0 = dlrm_clock(m), sum = 0.0;
     struct kern_bce_args a = {n, dlrm_logits(m), labels, &sum, m->dlogits, grad_scale};
     TR_CHECK(m->be.i->bce(m->be.ctx, &a));
     *loss_sum = sum;
-    m->t[DLRM_T_LOSS] += now_sec() - t0;
-    return TR_OK;
-}
-
-enum tr_status dlrm_loss(struct dlrm *m, const struct tr_batch *b, double *loss)
-{
-    double sum = 0.0;
-    TR_CHECK(dlrm_loss_dense(m, b->labels, b->n, b->n ? 1.0f / (float)b->n : 0.0f, &sum));
-    *loss = b->n ? sum / (double)b->n : 0.0;
+    m->t[DLRM_T_LOSS] += dlrm_clock(m) - t0;
     return TR_OK;
 }
 
@@ -551,7 +519,7 @@ enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldn
 {
     const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
     const struct kern_backend *be = &m->be;
-    double t0 = now_sec();
+    double t0 = dlrm_clock(m);
     /* top MLP: dy of the last layer is dlogits; ping-pong through dbuf */
     float *dy = m->dlogits;
     int64_t lddy = 1;
@@ -565,42 +533,14 @@ enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldn
         dy = dx;
         lddy = lddx;
     }
-    double t1 = now_sec();
+    double t1 = dlrm_clock(m);
     m->t[DLRM_T_TOP_BWD] += t1 - t0;
     struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
     TR_CHECK(be->i->interact_bwd(be->ctx, &ia));
-    m->t[DLRM_T_INTERACT_BWD] += now_sec() - t1;
+    m->t[DLRM_T_INTERACT_BWD] += dlrm_clock(m) - t1;
     /* bottom MLP (data-parallel): its output's gradient is row 0 of dx */
     if (m->dp_bottom)
         TR_CHECK(dlrm_bottom_backward(m, num, ldnum, n, m->dx, ldx));
-    return TR_OK;
-}
-
-enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b)
-{
-    return dlrm_backward_dense(m, b->numerical, b->num_ld, b->n);
-}
-
-enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, float lr)
-{
-    const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
-    const struct kern_backend *be = &m->be;
-    double t0 = now_sec();
-    const int T = m->cfg.ntables;
-    for (int t = 0; t < T; t++) {
-        struct dlrm_table *tb = &m->tables[t];
-        m->upd_args[t] = (struct kern_emb_update_args){
-            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
-            .accum = tb->accum, .accum_ld = tb->width,
-            .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .offsets = NULL, .nbags = b->n,
-            .comb = KERN_COMB_SUM, .grad = m->dx + (int64_t)tb->pos * D + tb->col0, .grad_ld = ldx,
-            .grad_scale = 1.0f, .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps},
-            .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes, .bad_pos = NULL,
-        };
-    }
-    if (T)
-        TR_CHECK(be->i->emb_update(be->ctx, m->upd_args, T));
-    m->t[DLRM_T_EMB_UPDATE] += now_sec() - t0;
     return TR_OK;
 }
 
@@ -608,26 +548,11 @@ enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int
 {
     if (p0 < 0 || p1 > m->nparams || p0 > p1)
         return TR_ERR_ARG;
-    double t0 = now_sec();
+    double t0 = dlrm_clock(m);
     struct kern_dense_update_args a = {p1 - p0, m->params + p0, m->grads + p0, m->accum ? m->accum + p0 : NULL,
                                        1.0f, {m->cfg.optim, lr, m->cfg.adagrad_eps}};
     TR_CHECK(m->be.i->dense_update(m->be.ctx, &a));
-    m->t[DLRM_T_DENSE_UPDATE] += now_sec() - t0;
-    return TR_OK;
-}
-
-enum tr_status dlrm_update_dense(struct dlrm *m, float lr)
-{
-    return dlrm_update_dense_range(m, lr, 0, m->nparams);
-}
-
-enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float lr, double *loss)
-{
-    TR_CHECK(dlrm_forward(m, b));
-    TR_CHECK(dlrm_loss(m, b, loss));
-    TR_CHECK(dlrm_backward(m, b));
-    TR_CHECK(dlrm_update_embeddings(m, b, lr));
-    TR_CHECK(dlrm_update_dense(m, lr));
+    m->t[DLRM_T_DENSE_UPDATE] += dlrm_clock(m) - t0;
     return TR_OK;
 }
 
@@ -647,4 +572,112 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
 void dlrm_reset_timers(struct dlrm *m)
 {
     memset(m->t, 0, sizeof m->t);
+}
+
+double dlrm_phase_seconds(const struct dlrm *m, enum dlrm_phase p)
+{
+    return (int)p >= 0 && p < DLRM_T_COUNT_ ? m->t[p] : 0.0;
+}
+
+void dlrm_get_info(const struct dlrm *m, struct dlrm_info *o)
+{
+    memset(o, 0, sizeof *o);
+    o->ntables = m->cfg.ntables;
+    o->emb_dim = m->cfg.emb_dim;
+    o->num_features = m->cfg.num_features;
+    o->num_ld = m->num_ld;
+    o->n = m->n;
+    o->has_bottom = m->has_bottom;
+    o->dp_bottom = m->dp_bottom;
+    o->mp_bottom = m->mp_bottom;
+    o->nbottom = m->cfg.nbottom;
+    o->ntop = m->cfg.ntop;
+    o->top_in_w = m->top_in_w;
+    o->nparams = m->nparams;
+    o->top_param0 = m->top_param0;
+    o->max_batch = m->cfg.max_batch;
+    o->max_global = m->cfg.max_global > 0 ? m->cfg.max_global : m->cfg.max_batch;
+    o->optim = m->cfg.optim;
+}
+
+void dlrm_get_layer(const struct dlrm *m, int top, int l, struct dlrm_layer_info *o)
+{
+    TR_ASSERT(l >= 0 && l < (top ? m->cfg.ntop : m->cfg.nbottom));
+    const struct dlrm_layer *L = top ? &m->top[l] : &m->bottom[l];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", L->name);
+    o->in = L->in;
+    o->out = L->out;
+    o->relu = L->relu;
+    o->w_off = L->w - m->params;
+    o->b_off = L->b - m->params;
+}
+
+void dlrm_get_table(const struct dlrm *m, int t, struct dlrm_table_info *o)
+{
+    TR_ASSERT(t >= 0 && t < m->cfg.ntables);
+    const struct dlrm_table *tb = &m->tables[t];
+    o->id = tb->id;
+    o->pos = tb->pos;
+    o->rows = tb->rows;
+    o->col0 = tb->col0;
+    o->width = tb->width;
+}
+
+/* Where tensor k lives and how many elements it has (NULL/0 when absent). */
+static float *tensor(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t *numel)
+{
+    const int64_t B = m->cfg.max_batch, nx = B * m->n * (int64_t)m->cfg.emb_dim, nt = B * m->top_in_w;
+    const struct dlrm_table *tb = index >= 0 && index < m->cfg.ntables ? &m->tables[index] : NULL;
+    switch (k) {
+    case DLRM_PARAMS: *numel = m->nparams; return m->params;
+    case DLRM_GRADS: *numel = m->nparams; return m->grads;
+    case DLRM_PARAMS_STATE: *numel = m->accum ? m->nparams : 0; return m->accum;
+    case DLRM_TABLE: *numel = tb && tb->w ? tb->rows * tb->width : 0; return tb ? tb->w : NULL;
+    case DLRM_TABLE_STATE: *numel = tb && tb->accum ? tb->rows * tb->width : 0; return tb ? tb->accum : NULL;
+    case DLRM_X: *numel = nx; return m->x;
+    case DLRM_DX: *numel = nx; return m->dx;
+    case DLRM_TOP_IN: *numel = nt; return m->top_in;
+    case DLRM_DTOP_IN: *numel = nt; return m->dtop_in;
+    case DLRM_LOGITS: *numel = B; return dlrm_logits(m);
+    case DLRM_TENSOR_COUNT_: break;
+    }
+    *numel = 0;
+    return NULL;
+}
+
+int64_t dlrm_tensor_numel(const struct dlrm *m, enum dlrm_tensor k, int index)
+{
+    int64_t n;
+    return tensor(m, k, index, &n) ? n : 0;
+}
+
+static float *tensor_range(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n)
+{
+    int64_t numel;
+    float *p = tensor(m, k, index, &numel);
+    if (!p || off < 0 || n < 0 || off > numel || n > numel - off) {
+        LOG_ERROR("model: tensor %d[%d] has %lld elements; [%lld, %lld) is outside it", (int)k, index,
+                  (long long)(p ? numel : 0), (long long)off, (long long)(off + n));
+        return NULL;
+    }
+    return p + off;
+}
+
+enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                float *host)
+{
+    float *p = tensor_range(m, k, index, off, n);
+    if (!p)
+        return TR_ERR_ARG;
+    return n ? m->be.i->copy(m->be.ctx, host, p, (size_t)n * sizeof(float), KERN_D2H) : TR_OK;
+}
+
+enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                 const float *host)
+{
+    float *p = tensor_range(m, k, index, off, n);
+    if (!p)
+        return TR_ERR_ARG;
+    return n ? m->be.i->copy(m->be.ctx, p, host, (size_t)n * sizeof(float), KERN_H2D) : TR_OK;
 }

@@ -13,32 +13,34 @@
  * order bottom_mlp_layer_0_kernel, _bias, ..., top_mlp_layer_0_kernel, ....
  * Embedding tables are separate allocations and each may hold a column slice
  * [col0, col0 + width) of the full D columns, or nothing (another worker owns
- * it), as a shard plan says. Not thread-safe: one step at a time.
+ * it), as a shard plan says.
  *
- * Two levels of API: dlrm_forward/_loss/_backward/_update_* run a whole batch on
- * one process (every table whole); the *_dense and dlrm_bottom_* functions run
- * the dense part on a local slice whose interaction input the distributed step
- * (hybrid.c) has assembled. */
+ * The model is opaque: it lives in the backend's memory and is computed by the
+ * training step (hybrid.h), which alone sees its fields (dlrm_internal.h). Others
+ * read and write its tensors through dlrm_tensor_read/_write (copies through the
+ * backend) and its shape through dlrm_get_info. Not thread-safe. */
 #ifndef TR_DLRM_H
 #define TR_DLRM_H
 
 #include <stdint.h>
 
+#include "../common/job.h"
 #include "../common/status.h"
 #include "../kernels/kern.h"
-#include "../loader_svc/batch.h"
 #include "shard.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define DLRM_MAX_LAYERS 16
+#define DLRM_MAX_LAYERS JOB_MAX_LAYERS
+
+struct dlrm;
 
 struct dlrm_cfg {
     int num_features;        /* numerical inputs; 0 = no bottom MLP */
     int ntables;
-    const int64_t *cards;    /* (ntables) rows per table, borrowed */
+    const int64_t *rows;     /* (ntables) rows per table, borrowed */
     int emb_dim;             /* D */
     int nbottom;
     int bottom[DLRM_MAX_LAYERS]; /* output widths; the last must equal D */
@@ -54,26 +56,12 @@ struct dlrm_cfg {
     const struct shard_plan *plan; /* NULL: one process holds everything */
 };
 
-struct dlrm_layer {
-    int in, out;
-    float *w, *b;   /* (in, out), (out): views into params */
-    float *dw, *db; /* views into grads */
-    float *y;       /* (max_batch, ldy) output (post-activation) */
-    int64_t ldy;
-    int relu;
-    char name[48];  /* "bottom_mlp_layer_0" */
-};
-
-struct dlrm_table {
-    int id;          /* index in the config's table list */
-    int pos;         /* row of the interaction input X holding this table */
-    int64_t rows;
-    int64_t col0;    /* first global column held */
-    int64_t width;   /* columns held (0: held by another worker) */
-    float *w;        /* (rows, width) */
-    float *accum;    /* (rows, width), Adagrad only */
-    size_t bytes;    /* of w (and of accum) */
-};
+/* The model of a job: its flags, a dataset shape (num_features inputs, ntables
+ * tables of rows[t] rows, borrowed) and the plan of a world of `world` workers.
+ * The largest local batch is the first worker's slice of the larger of the
+ * training and test batches. */
+void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables, const int64_t *rows,
+                       const struct shard_plan *plan, struct dlrm_cfg *out);
 
 enum dlrm_phase {
     DLRM_T_EMB_FWD = 0,
@@ -101,116 +89,85 @@ struct dlrm_bytes {
     int64_t dense_state, emb_state, workspace;
 };
 
-struct dlrm {
-    struct dlrm_cfg cfg;
-    int64_t *cards;        /* owned copy of cfg.cards */
-    struct kern_backend be;
-    int has_bottom;
-    int n;                 /* interaction vectors: ntables + has_bottom */
-    int num_ld;            /* padded numerical width */
-    int64_t top_in_w;      /* interaction output width */
-    int dp_bottom;         /* this process runs the bottom MLP on its own slice */
-    int mp_bottom;         /* this process runs the bottom MLP for the whole global batch */
-    int64_t top_param0;    /* first top-MLP parameter in params (bottom ones come before) */
-    int rank;              /* of the shard plan (0 alone) */
-    struct dlrm_layer bottom[DLRM_MAX_LAYERS];
-    struct dlrm_layer top[DLRM_MAX_LAYERS];
-    struct dlrm_table *tables; /* (ntables) in config order */
-
-    float *params;  /* (nparams) flat dense parameters */
-    float *grads;   /* (nparams) */
-    float *accum;   /* (nparams) Adagrad state, or NULL */
-    int64_t nparams;
-    size_t dense_bytes;
-
-    /* activations, one allocation (act_bytes) */
-    float *x;       /* (max_batch, n, D) interaction input */
-    float *dx;      /* (max_batch, n, D) dLoss/dX; after dlrm_backward row 0 holds the
-                       gradient before the last bottom ReLU (that backward runs in place) */
-    float *top_in;  /* (max_batch, top_in_w) */
-    float *dtop_in; /* (max_batch, top_in_w) */
-    float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */
-    float *dlogits; /* (max_batch) */
-    void *emb_ws;
-    size_t emb_ws_bytes;
-    struct kern_emb_fwd_args *fwd_args;    /* (ntables) per-step op arguments */
-    struct kern_emb_update_args *upd_args; /* (ntables) */
-    int64_t *bad_pos;                      /* (ntables) */
-    size_t act_bytes;
-
-    double t[DLRM_T_COUNT_]; /* seconds spent per phase since the last reset */
-};
-
-/* Validates cfg and allocates the model on `be`: every table whole, or this
- * rank's part of each as cfg->plan says. Parameters are initialised as the seed
- * does (dlrm_init_params). Errors: TR_ERR_ARG (bad config, message logged naming
- * the field), TR_ERR_NOMEM. */
+/* Validates cfg and allocates the model on `be` (borrowed; it must outlive the
+ * model): every table whole, or this rank's part of each as cfg->plan says.
+ * Parameters are initialised as the seed does (dlrm_init_params). Errors:
+ * TR_ERR_ARG (bad config, message logged naming the field), TR_ERR_NOMEM, and
+ * what the backend returns. */
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out) TR_WUR;
 void dlrm_free(struct dlrm **m);
 
-/* Initialises every parameter from cfg.seed: embeddings U(+-sqrt(1/rows)), dense
- * kernels truncated-normal Glorot, biases N(0, 1/units); Adagrad accumulators to
- * adagrad_init. The values depend only on (seed, tensor, element), never on sharding. */
-void dlrm_init_params(struct dlrm *m);
+/* Initialises every parameter from cfg.seed on the backend: embeddings
+ * U(+-sqrt(1/rows)), dense kernels truncated-normal Glorot, biases N(0, 1/units);
+ * Adagrad accumulators to adagrad_init. The values depend only on (seed, tensor,
+ * element), never on sharding. Errors from the backend. */
+enum tr_status dlrm_init_params(struct dlrm *m) TR_WUR;
 
 /* Bytes dlrm_new allocates for cfg on be, without allocating (the memory plan). */
 void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b);
-
-/* Dense part on a local slice of n samples: the bottom MLP (if this process runs
- * it data-parallel) writes row 0 of m->x from num (n, ldnum); then interaction and
- * top MLP. m->x rows of the tables must hold the embeddings. */
-enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
-
-/* Loss over n samples of the last forward: *loss_sum = sum of per-sample BCE;
- * m->dlogits = grad_scale * d loss / d logit. */
-enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale,
-                               double *loss_sum) TR_WUR;
-
-/* Backward of the dense part: top MLP, interaction (m->dx), and the bottom MLP when
- * data-parallel. Gradients go to m->grads. */
-enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
-
-/* The bottom MLP alone over n samples, its output written to out (n, ldout): the
- * model-parallel bottom MLP of table-wise mode. Backward from dout (n, lddout)
- * (modified in place) into the bottom gradients. */
-enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
-                                   int64_t ldout) TR_WUR;
-enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *dout,
-                                    int64_t lddout) TR_WUR;
-
-/* Optimizer step on parameters [p0, p1) of the flat dense buffer. */
-enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int64_t p1) TR_WUR;
-
-/* Forward pass over b->n samples; on return logits are in m->top[ntop-1].y (n, 1).
- * Errors: TR_ERR_RANGE (a categorical id outside its table; logged with table,
- * sample and value), TR_ERR_ARG (batch larger than max_batch or wrong shape). */
-enum tr_status dlrm_forward(struct dlrm *m, const struct tr_batch *b) TR_WUR;
-
-/* Loss of the last forward: *loss = mean BCE over b->n samples; also fills the
- * logit gradients (scaled by 1/n). */
-enum tr_status dlrm_loss(struct dlrm *m, const struct tr_batch *b, double *loss) TR_WUR;
-
-/* Backward through the dense part into m->grads and m->dx. */
-enum tr_status dlrm_backward(struct dlrm *m, const struct tr_batch *b) TR_WUR;
-
-/* Applies the sparse embedding update (fused backward + optimizer) from m->dx. */
-enum tr_status dlrm_update_embeddings(struct dlrm *m, const struct tr_batch *b, float lr) TR_WUR;
-
-/* Applies the optimizer to the dense parameters from m->grads. */
-enum tr_status dlrm_update_dense(struct dlrm *m, float lr) TR_WUR;
-
-/* One training step: forward, loss, backward, both updates. */
-enum tr_status dlrm_train_step(struct dlrm *m, const struct tr_batch *b, float lr, double *loss) TR_WUR;
-
-/* Logs the first out-of-range id recorded in m->bad_pos by the last emb_fwd
- * (cat is table-major with row stride cap), with a hint. */
-void dlrm_report_bad_id(const struct dlrm *m, const int32_t *cat, int64_t cap, int64_t batch_index);
-
-/* Logits of the last forward: (n) with stride 1. */
-const float *dlrm_logits(const struct dlrm *m);
-
 void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b);
 
+/* The shape of a model, for reports, tests and checkpoints. */
+struct dlrm_info {
+    int ntables, emb_dim, num_features;
+    int num_ld;            /* padded numerical width */
+    int n;                 /* interaction vectors: ntables + has_bottom */
+    int has_bottom;
+    int dp_bottom;         /* this process runs the bottom MLP on its own slice */
+    int mp_bottom;         /* this process runs the bottom MLP for the whole global batch */
+    int nbottom, ntop;
+    int64_t top_in_w;      /* interaction output width */
+    int64_t nparams;       /* dense parameters */
+    int64_t top_param0;    /* first top-MLP parameter (bottom ones come before) */
+    int64_t max_batch, max_global;
+    enum kern_optim optim;
+};
+struct dlrm_layer_info {
+    char name[48];         /* "bottom_mlp_layer_0" */
+    int in, out, relu;
+    int64_t w_off, b_off;  /* of its kernel (in, out) and bias (out) in DLRM_PARAMS */
+};
+struct dlrm_table_info {
+    int id;                /* index in the config's table list */
+    int pos;               /* row of the interaction input X holding this table */
+    int64_t rows;
+    int64_t col0, width;   /* columns held: [col0, col0 + width); width 0: none */
+};
+void dlrm_get_info(const struct dlrm *m, struct dlrm_info *out);
+/* Layer l of the bottom (top = 0) or top (top = 1) MLP. */
+void dlrm_get_layer(const struct dlrm *m, int top, int l, struct dlrm_layer_info *out);
+void dlrm_get_table(const struct dlrm *m, int t, struct dlrm_table_info *out);
+
+/* The tensors of a model, in the backend's memory. */
+enum dlrm_tensor {
+    DLRM_PARAMS = 0,   /* (nparams) flat dense parameters */
+    DLRM_GRADS,        /* (nparams) their gradients from the last backward */
+    DLRM_PARAMS_STATE, /* (nparams) Adagrad accumulators; absent with SGD */
+    DLRM_TABLE,        /* table `index`: (rows, width) the columns held here */
+    DLRM_TABLE_STATE,  /* table `index`: its Adagrad accumulators */
+    DLRM_X,            /* (max_batch, n, D) interaction input of the last forward */
+    DLRM_DX,           /* (max_batch, n, D) its gradient after a backward */
+    DLRM_TOP_IN,       /* (max_batch, top_in_w) interaction output */
+    DLRM_DTOP_IN,      /* (max_batch, top_in_w) its gradient */
+    DLRM_LOGITS,       /* (max_batch) logits of the last forward */
+    DLRM_TENSOR_COUNT_
+};
+
+/* Elements of tensor k (index: the table, for the table tensors); 0 when this
+ * model does not hold it. */
+int64_t dlrm_tensor_numel(const struct dlrm *m, enum dlrm_tensor k, int index);
+
+/* Copies elements [off, off + n) of tensor k to or from host memory, through the
+ * backend. TR_ERR_ARG (logged) when the range is outside the tensor or it is
+ * absent; errors of the backend's copy. */
+enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                float *host) TR_WUR;
+enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                 const float *host) TR_WUR;
+
+/* Seconds spent per phase since the last reset (the backend synchronised before
+ * each reading of the clock). */
+double dlrm_phase_seconds(const struct dlrm *m, enum dlrm_phase p);
 void dlrm_reset_timers(struct dlrm *m);
 
 #ifdef __cplusplus

@@ -1,26 +1,61 @@
-/* hybrid.c: the distributed step on top of the model's local passes.
- *   forward: gather this rank's columns/tables for the whole batch into sbuf
- *     (sample-major, so each destination's slice is contiguous), all-to-all, and
- *     assemble the interaction input of the local slice in the single-process
- *     order; then the dense part on the slice.
+/* hybrid.c: the training step on top of the model's local passes.
+ *   forward: gather this rank's columns/tables for the whole batch: its own slice
+ *     straight into the interaction input X, the other ranks' slices into sbuf
+ *     (sample-major, so each destination's slice is contiguous); all-to-all;
+ *     place what the other ranks sent into X in the single-process order; then
+ *     the dense part on the slice.
  *   backward: dense backward on the slice (logit gradients scaled by 1/global
- *     batch), all-reduce (sum) of the data-parallel gradients, pack the
- *     interaction-input gradients, reverse all-to-all, sparse update by the owner.
+ *     batch), all-reduce (sum) of the data-parallel gradients, pack the gradients
+ *     of X for the other ranks, reverse all-to-all.
+ *   update: sparse update by each table's owner, dense update.
+ * A world of 1 runs the same code: its own slice is the whole batch, so nothing
+ * is packed and the all-to-all moves nothing. Every byte of backend memory is
+ * touched by backend ops or collectives; the host holds only the batch header.
  * It does not overlap communication with compute. */
+#define TR_SUBSYS TR_SUB_TRAIN
 #include "hybrid.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "dlrm_internal.h"
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+struct hybrid {
+    struct dlrm *m;             /* borrowed */
+    struct comm *c;             /* borrowed */
+    const struct shard_plan *p; /* borrowed */
+    int64_t max_global;
+    struct batch *blk;          /* the shared batch block (backend memory) */
+    int64_t blk_bytes;
+    struct batch want;          /* host: the layout every shared block must have */
+    struct batch hdr;           /* host: header of the shared batch */
+    float *sbuf;                /* (max_global, ws): this rank's vectors, the other ranks' samples */
+    float *rbuf;                /* (max slice, sum of the other ranks' widths): what they sent */
+    float *bot;                 /* (max_global, D): model-parallel bottom output (rank 0), or NULL */
+    float *glogits;             /* (max_global): the batch's logits gathered on rank 0 */
+    double *dloss;              /* (1): the loss sum being all-reduced */
+    size_t sbuf_bytes, rbuf_bytes, bot_bytes, glogits_bytes;
+    int64_t *cnt;               /* host: (6 * world) counts and displacements: */
+    int64_t *scnt, *sdsp, *rcnt, *rdsp, *gcnt, *gdsp;
+    struct vec *vec;            /* host: (ntables + 1) scratch list of one rank's vectors */
+    struct kern_emb_fwd_args *fwd;    /* host: (3 * ntables) gathers of one forward */
+    int *fwd_table;             /* host: (3 * ntables) table of each gather */
+    int64_t *fwd_first;         /* host: (3 * ntables) first sample of each gather */
+    int64_t *bad_pos;           /* host: (3 * ntables) */
+    struct kern_emb_update_args *upd; /* host: (ntables) */
+    struct kern_copy_rows_args *cp;   /* host: (cp_cap) row copies of one pass */
+    int cp_cap;
+    double t[HYBRID_T_COUNT_];
+};
+
+/* One vector a rank sends per sample: a table's slice or the bottom output. */
+struct vec {
+    int table;    /* -1: the model-parallel bottom output */
+    int64_t xoff; /* where it sits in a row of X */
+    int64_t width;
+    int64_t soff; /* where it sits in the rank's send row */
+};
 
 /* Floats per sample that rank r sends in the forward all-to-all. */
 static int64_t send_width(const struct shard_plan *p, int r, int ntables, int dim)
@@ -30,48 +65,145 @@ static int64_t send_width(const struct shard_plan *p, int r, int ntables, int di
     return (int64_t)shard_nvec(p, r) * dim;
 }
 
+/* The vectors rank q sends per sample, in send order; returns their count. */
+static int rank_vectors(const struct hybrid *h, int q, struct vec *v)
+{
+    const struct shard_plan *p = h->p;
+    const struct dlrm *m = h->m;
+    const int T = p->ntables, D = p->dim;
+    if (p->mode == SHARD_COLUMNWISE) {
+        const int64_t w = shard_width(p, q);
+        if (w == 0)
+            return 0;
+        for (int t = 0; t < T; t++)
+            v[t] = (struct vec){t, (int64_t)m->tables[t].pos * D + p->col0[q], w, (int64_t)t * w};
+        return T;
+    }
+    const int nv = shard_nvec(p, q);
+    const int *ids = p->vec + p->vstart[q];
+    for (int k = 0; k < nv; k++)
+        v[k] = (struct vec){ids[k], (int64_t)(ids[k] < 0 ? 0 : m->tables[ids[k]].pos) * D, D, (int64_t)k * D};
+    return nv;
+}
+
+/* The geometry of the shared batch on this rank. */
+struct geom {
+    int W, r;
+    int64_t n, lo, nl; /* batch, first sample and size of this rank's slice */
+    int64_t ws;        /* floats per sample this rank sends */
+    int64_t ldx;       /* row stride of X */
+    int direct;        /* the slice is the whole batch: every vector stays here */
+};
+
+static void geom_of(const struct hybrid *h, struct geom *g)
+{
+    const struct shard_plan *p = h->p;
+    g->W = p->world;
+    g->r = p->rank;
+    g->n = h->hdr.n;
+    g->lo = shard_slice_start(g->n, g->W, g->r);
+    g->nl = shard_slice_start(g->n, g->W, g->r + 1) - g->lo;
+    g->ws = send_width(p, g->r, p->ntables, p->dim);
+    g->ldx = (int64_t)h->m->n * p->dim;
+    g->direct = g->nl == g->n;
+}
+
+/* Payload of the shared block, from the host copy of its header. */
+static const float *blk_num(const struct hybrid *h)
+{
+    return (const float *)((const char *)h->blk + h->hdr.off_num);
+}
+static const float *blk_labels(const struct hybrid *h)
+{
+    return (const float *)((const char *)h->blk + h->hdr.off_labels);
+}
+static const int32_t *blk_cat(const struct hybrid *h, int t)
+{
+    return (const int32_t *)((const char *)h->blk + h->hdr.off_cat) + (int64_t)t * h->hdr.cap;
+}
+
 int64_t hybrid_buffer_bytes(const struct shard_plan *p, int ntables, int dim, int64_t max_global)
 {
     int64_t local = shard_slice_start(max_global, p->world, 1); /* the largest slice is the first */
-    int64_t bytes = max_global * send_width(p, p->rank, ntables, dim) * 4 + local * (ntables + 1) * dim * 4;
+    int64_t others = 0;
+    for (int q = 0; q < p->world; q++)
+        if (q != p->rank)
+            others += send_width(p, q, ntables, dim);
+    int64_t bytes = p->world > 1 ? max_global * send_width(p, p->rank, ntables, dim) * 4 : 0;
+    bytes += local * others * 4;
     if (p->has_bottom && !p->dp_bottom && p->rank == 0)
         bytes += max_global * dim * 4;
-    return bytes + (int64_t)p->world * 4 * 8;
+    if (p->rank == 0)
+        bytes += max_global * 4;
+    return bytes + 8 + (int64_t)p->world * 6 * 8; /* the loss sum; counts and displacements */
 }
 
-enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, int64_t max_global,
-                          struct hybrid **out)
+enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, struct hybrid **out)
 {
     enum tr_status rc = TR_OK;
     *out = NULL;
     if (c->size != p->world || c->rank != p->rank || m->rank != p->rank || m->cfg.ntables != p->ntables ||
-        m->cfg.emb_dim != p->dim)
+        m->cfg.emb_dim != p->dim) {
+        LOG_ERROR("step: the plan (rank %d of %d, %d tables, dim %d) does not match the communicator (rank %d of "
+                  "%d) or the model (%d tables, dim %d)",
+                  p->rank, p->world, p->ntables, p->dim, c->rank, c->size, m->cfg.ntables, m->cfg.emb_dim);
         return TR_ERR_ARG;
+    }
     struct hybrid *h = tr_calloc(1, sizeof *h);
     if (!h)
         return TR_ERR_NOMEM;
     h->m = m;
     h->c = c;
     h->p = p;
-    h->max_global = max_global;
-    const int T = p->ntables, D = p->dim;
-    int64_t local = shard_slice_start(max_global, p->world, 1);
-    h->sbuf_bytes = (size_t)(max_global * send_width(p, p->rank, T, D)) * sizeof(float);
-    h->rbuf_bytes = (size_t)(local * (T + 1) * D) * sizeof(float);
-    h->bot_bytes = m->mp_bottom ? (size_t)(max_global * D) * sizeof(float) : 0;
-    h->scnt = tr_calloc((size_t)p->world * 4, sizeof(int64_t));
-    if (!h->scnt) {
+    const int T = p->ntables, D = p->dim, W = p->world;
+    const int64_t G = m->cfg.max_global > 0 ? m->cfg.max_global : m->cfg.max_batch;
+    h->max_global = G;
+    int64_t local = shard_slice_start(G, W, 1), others = 0;
+    for (int q = 0; q < W; q++)
+        if (q != p->rank)
+            others += send_width(p, q, T, D);
+    h->sbuf_bytes = W > 1 ? (size_t)(G * send_width(p, p->rank, T, D)) * sizeof(float) : 0;
+    h->rbuf_bytes = (size_t)(local * others) * sizeof(float);
+    h->bot_bytes = m->mp_bottom ? (size_t)(G * D) * sizeof(float) : 0;
+    h->glogits_bytes = p->rank == 0 ? (size_t)G * sizeof(float) : 0;
+    h->cp_cap = W * (T + 1) + 4;
+    const size_t nt = (size_t)(T ? T : 1);
+    h->cnt = tr_calloc((size_t)W * 6, sizeof(int64_t));
+    h->vec = tr_calloc(nt + 1, sizeof *h->vec);
+    h->fwd = tr_calloc(3 * nt, sizeof *h->fwd);
+    h->fwd_table = tr_calloc(3 * nt, sizeof *h->fwd_table);
+    h->fwd_first = tr_calloc(3 * nt, sizeof *h->fwd_first);
+    h->bad_pos = tr_calloc(3 * nt, sizeof *h->bad_pos);
+    h->upd = tr_calloc(nt, sizeof *h->upd);
+    h->cp = tr_calloc((size_t)h->cp_cap, sizeof *h->cp);
+    if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->cp) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    h->sdsp = h->scnt + p->world;
-    h->rcnt = h->sdsp + p->world;
-    h->rdsp = h->rcnt + p->world;
+    h->scnt = h->cnt;
+    h->sdsp = h->cnt + W;
+    h->rcnt = h->cnt + 2 * W;
+    h->rdsp = h->cnt + 3 * W;
+    h->gcnt = h->cnt + 4 * W;
+    h->gdsp = h->cnt + 5 * W;
+
+    h->blk_bytes = batch_bytes(G, m->cfg.num_features, T);
+    memset(&h->want, 0, sizeof h->want);
+    h->want.bytes = h->blk_bytes;
+    h->want.cap = G;
+    h->want.num_features = m->cfg.num_features;
+    h->want.ntables = T;
     const struct kern_backend *be = &m->be;
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->sbuf_bytes, (void **)&h->sbuf), rc, fail);
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->rbuf_bytes, (void **)&h->rbuf), rc, fail);
+    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, (size_t)h->blk_bytes, (void **)&h->blk), rc, fail);
+    if (h->sbuf_bytes)
+        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->sbuf_bytes, (void **)&h->sbuf), rc, fail);
+    if (h->rbuf_bytes)
+        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->rbuf_bytes, (void **)&h->rbuf), rc, fail);
     if (h->bot_bytes)
         TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->bot_bytes, (void **)&h->bot), rc, fail);
+    if (h->glogits_bytes)
+        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->glogits_bytes, (void **)&h->glogits), rc, fail);
+    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, sizeof(double), (void **)&h->dloss), rc, fail);
     *out = h;
     return TR_OK;
 fail:
@@ -85,225 +217,333 @@ void hybrid_free(struct hybrid **ph)
     if (!h)
         return;
     const struct kern_backend *be = &h->m->be;
+    be->i->mem_release(be->ctx, h->blk, (size_t)h->blk_bytes);
     be->i->mem_release(be->ctx, h->sbuf, h->sbuf_bytes);
     be->i->mem_release(be->ctx, h->rbuf, h->rbuf_bytes);
     be->i->mem_release(be->ctx, h->bot, h->bot_bytes);
-    tr_free(h->scnt);
+    be->i->mem_release(be->ctx, h->glogits, h->glogits_bytes);
+    be->i->mem_release(be->ctx, h->dloss, sizeof(double));
+    tr_free(h->cnt);
+    tr_free(h->vec);
+    tr_free(h->fwd);
+    tr_free(h->fwd_table);
+    tr_free(h->fwd_first);
+    tr_free(h->bad_pos);
+    tr_free(h->upd);
+    tr_free(h->cp);
     tr_free(h);
     *ph = NULL;
 }
 
-/* Counts and displacements of the forward all-to-all for a batch of n samples. */
-static void set_counts(struct hybrid *h, int64_t n)
+int64_t hybrid_batch_bytes(const struct hybrid *h)
+{
+    return h->blk_bytes;
+}
+
+static int same_layout(const struct batch *a, const struct batch *want)
+{
+    return a->bytes == want->bytes && a->cap == want->cap && a->num_features == want->num_features &&
+           a->ntables == want->ntables;
+}
+
+enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr)
+{
+    const struct kern_backend *be = &h->m->be;
+    if (h->c->rank == 0) {
+        if (!host || !same_layout(host, &h->want)) {
+            LOG_ERROR("step: the batch to share holds %lld samples of %d numerical and %d categorical features; the "
+                      "step expects %lld, %d and %d",
+                      host ? (long long)host->cap : -1LL, host ? host->num_features : -1, host ? host->ntables : -1,
+                      (long long)h->want.cap, h->want.num_features, h->want.ntables);
+            return TR_ERR_FORMAT;
+        }
+        TR_CHECK(be->i->copy(be->ctx, h->blk, host, (size_t)host->bytes, KERN_H2D));
+    }
+    TR_CHECK(comm_bcast(h->c, h->blk, h->blk_bytes, 0));
+    TR_CHECK(be->i->copy(be->ctx, &h->hdr, h->blk, sizeof h->hdr, KERN_D2H));
+    TR_CHECK(batch_check(&h->hdr, h->blk_bytes, "step"));
+    if (!same_layout(&h->hdr, &h->want)) {
+        LOG_ERROR("step: the shared batch block has %lld samples of %d numerical and %d categorical features; "
+                  "expected %lld, %d and %d",
+                  (long long)h->hdr.cap, h->hdr.num_features, h->hdr.ntables, (long long)h->want.cap,
+                  h->want.num_features, h->want.ntables);
+        return TR_ERR_FORMAT;
+    }
+    if (hdr)
+        *hdr = h->hdr;
+    return TR_OK;
+}
+
+/* Logs the first out-of-range id the last gathers recorded. */
+static enum tr_status report_bad_id(const struct hybrid *h, int nargs)
+{
+    const struct kern_backend *be = &h->m->be;
+    for (int k = 0; k < nargs; k++) {
+        if (h->bad_pos[k] < 0)
+            continue;
+        const int t = h->fwd_table[k];
+        const int64_t sample = h->fwd_first[k] + h->bad_pos[k];
+        int32_t id = 0;
+        TR_CHECK(be->i->copy(be->ctx, &id, blk_cat(h, t) + sample, sizeof id, KERN_D2H));
+        LOG_ERROR("table %d: categorical id %d of sample %lld (batch %lld) is outside [0, %lld)", t, (int)id,
+                  (long long)sample, (long long)h->hdr.index, (long long)h->m->tables[t].rows);
+        LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
+        break;
+    }
+    return TR_OK;
+}
+
+/* Counts and displacements of the forward all-to-all (nothing to or from itself). */
+static void set_counts(struct hybrid *h, const struct geom *g)
 {
     const struct shard_plan *p = h->p;
-    const int W = p->world, r = p->rank, T = p->ntables, D = p->dim;
-    const int64_t ws = send_width(p, r, T, D);
-    const int64_t nl = shard_slice_start(n, W, r + 1) - shard_slice_start(n, W, r);
     int64_t off = 0;
-    for (int q = 0; q < W; q++) {
-        int64_t s0 = shard_slice_start(n, W, q), s1 = shard_slice_start(n, W, q + 1);
-        h->scnt[q] = (s1 - s0) * ws;
-        h->sdsp[q] = s0 * ws;
-        h->rcnt[q] = nl * send_width(p, q, T, D);
+    for (int q = 0; q < g->W; q++) {
+        int64_t s0 = shard_slice_start(g->n, g->W, q), s1 = shard_slice_start(g->n, g->W, q + 1);
+        h->scnt[q] = q == g->r ? 0 : (s1 - s0) * g->ws;
+        h->sdsp[q] = s0 * g->ws;
+        h->rcnt[q] = q == g->r ? 0 : g->nl * send_width(p, q, p->ntables, p->dim);
         h->rdsp[q] = off;
         off += h->rcnt[q];
     }
 }
 
-/* Moves vectors between the received buffer and the interaction input X (or its
- * gradient): to_x = 1 assembles X, 0 packs dX for the reverse all-to-all. */
-static void move_vectors(struct hybrid *h, int64_t nl, float *xbuf, int to_x)
+/* Adds the row copies between X (or dX) and the all-to-all buffers for every
+ * vector of every other rank (to_x: rbuf -> xbuf, else xbuf -> rbuf); returns the
+ * new count. */
+static int add_exchange_copies(struct hybrid *h, const struct geom *g, float *xbuf, int to_x, int k)
 {
     const struct shard_plan *p = h->p;
-    const struct dlrm *m = h->m;
-    const int W = p->world, T = p->ntables, D = p->dim;
-    const int64_t ldx = (int64_t)m->n * D;
-    for (int q = 0; q < W; q++) {
-        const int64_t wq = send_width(p, q, T, D);
-        if (wq == 0)
+    for (int q = 0; q < g->W; q++) {
+        if (q == g->r)
             continue;
-        float *base = h->rbuf + h->rdsp[q];
-        if (p->mode == SHARD_COLUMNWISE) {
-            const int64_t w = shard_width(p, q), c0 = p->col0[q];
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nl; i++) {
-                for (int t = 0; t < T; t++) {
-                    float *x = xbuf + i * ldx + (int64_t)m->tables[t].pos * D + c0;
-                    float *v = base + i * wq + (int64_t)t * w;
-                    if (to_x)
-                        memcpy(x, v, (size_t)w * sizeof(float));
-                    else
-                        memcpy(v, x, (size_t)w * sizeof(float));
-                }
-            }
-        } else {
-            const int nv = shard_nvec(p, q);
-            const int *vec = p->vec + p->vstart[q];
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nl; i++) {
-                for (int k = 0; k < nv; k++) {
-                    int row = vec[k] < 0 ? 0 : m->tables[vec[k]].pos;
-                    float *x = xbuf + i * ldx + (int64_t)row * D;
-                    float *v = base + i * wq + (int64_t)k * D;
-                    if (to_x)
-                        memcpy(x, v, (size_t)D * sizeof(float));
-                    else
-                        memcpy(v, x, (size_t)D * sizeof(float));
-                }
-            }
+        const int64_t wq = send_width(p, q, p->ntables, p->dim);
+        const int nv = rank_vectors(h, q, h->vec);
+        for (int j = 0; j < nv; j++) {
+            const struct vec *v = &h->vec[j];
+            float *x = xbuf + v->xoff, *b = h->rbuf + h->rdsp[q] + v->soff;
+            TR_ASSERT(k < h->cp_cap);
+            h->cp[k++] = to_x ? (struct kern_copy_rows_args){x, g->ldx, b, wq, g->nl, v->width}
+                              : (struct kern_copy_rows_args){b, wq, x, g->ldx, g->nl, v->width};
         }
     }
+    return k;
 }
 
-/* Copies n rows of width D between a dense (n, D) block and a strided slot. */
-static void copy_rows(float *dst, int64_t lddst, const float *src, int64_t ldsrc, int64_t n, int D)
+static enum tr_status copy_rows(struct hybrid *h, int k)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        memcpy(dst + i * lddst, src + i * ldsrc, (size_t)D * sizeof(float));
+    const struct kern_backend *be = &h->m->be;
+    return k ? be->i->copy_rows(be->ctx, h->cp, k) : TR_OK;
 }
 
-enum tr_status hybrid_forward(struct hybrid *h, const struct tr_batch *b)
+/* The three sample ranges of a gathered vector: before this rank's slice (to
+ * sbuf), the slice (to X), after it (to sbuf). */
+static void vector_ranges(const struct geom *g, int64_t r[3][2])
+{
+    r[0][0] = 0, r[0][1] = g->lo;
+    r[1][0] = g->lo, r[1][1] = g->lo + g->nl;
+    r[2][0] = g->lo + g->nl, r[2][1] = g->n;
+}
+
+static float *range_dst(const struct hybrid *h, const struct geom *g, const struct vec *v, int part, int64_t s0,
+                        int64_t *ld)
+{
+    if (part == 1) {
+        *ld = g->ldx;
+        return h->m->x + (s0 - g->lo) * g->ldx + v->xoff;
+    }
+    *ld = g->ws;
+    return h->sbuf + s0 * g->ws + v->soff;
+}
+
+enum tr_status hybrid_forward(struct hybrid *h)
 {
     struct dlrm *m = h->m;
-    const struct shard_plan *p = h->p;
     const struct kern_backend *be = &m->be;
-    const int W = p->world, r = p->rank, T = p->ntables, D = p->dim;
-    const int64_t n = b->n, lo = shard_slice_start(n, W, r), nl = shard_slice_start(n, W, r + 1) - lo;
-    const int64_t ws = send_width(p, r, T, D);
-    if (n > h->max_global || nl > m->cfg.max_batch || b->ntables != T)
+    struct geom g;
+    geom_of(h, &g);
+    if (g.n > h->max_global || g.nl > m->cfg.max_batch)
         return TR_ERR_ARG;
+    int64_t rg[3][2];
+    vector_ranges(&g, rg);
 
     /* 1. this rank's columns / tables for every sample of the batch */
-    double t0 = now_sec();
-    int k = 0;
-    if (p->mode == SHARD_COLUMNWISE) {
-        const int64_t w = shard_width(p, r);
-        for (int t = 0; t < T && w > 0; t++) {
-            struct dlrm_table *tb = &m->tables[t];
-            m->bad_pos[t] = -1;
-            m->fwd_args[k++] = (struct kern_emb_fwd_args){
-                .table = tb->w, .rows = tb->rows, .ld = w, .c0 = 0, .c1 = w, .idx = b->cat + (int64_t)t * b->cap,
-                .idx_dtype = KERN_I32, .nbags = n, .comb = KERN_COMB_SUM, .out = h->sbuf + (int64_t)t * w,
-                .out_ld = ws, .bad_pos = &m->bad_pos[t],
-            };
-        }
-    } else {
-        const int nv = shard_nvec(p, r);
-        const int *vec = p->vec + p->vstart[r];
-        for (int t = 0; t < T; t++)
-            m->bad_pos[t] = -1;
-        for (int j = 0; j < nv; j++) {
-            if (vec[j] < 0)
+    double t0 = dlrm_clock(m);
+    const int nv = rank_vectors(h, g.r, h->vec);
+    int na = 0;
+    for (int j = 0; j < nv; j++) {
+        const struct vec *v = &h->vec[j];
+        if (v->table < 0)
+            continue;
+        const struct dlrm_table *tb = &m->tables[v->table];
+        for (int part = 0; part < 3; part++) {
+            const int64_t s0 = rg[part][0], s1 = rg[part][1];
+            if (s1 <= s0)
                 continue;
-            struct dlrm_table *tb = &m->tables[vec[j]];
-            m->fwd_args[k++] = (struct kern_emb_fwd_args){
-                .table = tb->w, .rows = tb->rows, .ld = D, .c0 = 0, .c1 = D,
-                .idx = b->cat + (int64_t)vec[j] * b->cap, .idx_dtype = KERN_I32, .nbags = n,
-                .comb = KERN_COMB_SUM, .out = h->sbuf + (int64_t)j * D, .out_ld = ws, .bad_pos = &m->bad_pos[vec[j]],
+            int64_t ld;
+            float *out = range_dst(h, &g, v, part, s0, &ld);
+            h->bad_pos[na] = -1;
+            h->fwd_table[na] = v->table;
+            h->fwd_first[na] = s0;
+            h->fwd[na] = (struct kern_emb_fwd_args){
+                .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
+                .idx = blk_cat(h, v->table) + s0, .idx_dtype = KERN_I32, .nbags = s1 - s0, .comb = KERN_COMB_SUM,
+                .out = out, .out_ld = ld, .bad_pos = &h->bad_pos[na],
             };
+            na++;
         }
     }
-    enum tr_status rc = k ? be->i->emb_fwd(be->ctx, m->fwd_args, k) : TR_OK;
+    enum tr_status rc = na ? be->i->emb_fwd(be->ctx, h->fwd, na) : TR_OK;
     if (rc == TR_ERR_RANGE)
-        dlrm_report_bad_id(m, b->cat, b->cap, b->index);
+        TR_CHECK(report_bad_id(h, na));
     TR_CHECK(rc);
-    m->t[DLRM_T_EMB_FWD] += now_sec() - t0;
-    if (m->mp_bottom) { /* rank 0 runs the bottom MLP for the whole batch: vector 0 */
-        TR_CHECK(dlrm_bottom_forward(m, b->numerical, b->num_ld, n, h->bot, D));
-        copy_rows(h->sbuf, ws, h->bot, D, n, D);
+    m->t[DLRM_T_EMB_FWD] += dlrm_clock(m) - t0;
+    if (m->mp_bottom) { /* rank 0 runs the bottom MLP for the whole batch: its vector 0 */
+        const int64_t D = h->p->dim;
+        TR_CHECK(dlrm_bottom_forward(m, blk_num(h), h->hdr.num_ld, g.n, h->bot, D));
+        int k = 0;
+        for (int part = 0; part < 3; part++) {
+            const int64_t s0 = rg[part][0], s1 = rg[part][1];
+            if (s1 <= s0)
+                continue;
+            int64_t ld;
+            float *dst = range_dst(h, &g, &h->vec[0], part, s0, &ld);
+            h->cp[k++] = (struct kern_copy_rows_args){dst, ld, h->bot + s0 * D, D, s1 - s0, D};
+        }
+        TR_CHECK(copy_rows(h, k));
     }
 
     /* 2. exchange: each rank receives its slice of every other rank's vectors */
-    set_counts(h, n);
-    double t1 = now_sec();
+    set_counts(h, &g);
+    double t1 = dlrm_clock(m);
     TR_CHECK(comm_alltoallv(h->c, h->sbuf, h->scnt, h->sdsp, h->rbuf, h->rcnt, h->rdsp, KERN_F32));
-    double t2 = now_sec();
-    move_vectors(h, nl, m->x, 1);
-    double t3 = now_sec();
-    h->t_exchange += t2 - t1;
-    h->t_pack += t3 - t2;
+    double t2 = dlrm_clock(m);
+    TR_CHECK(copy_rows(h, add_exchange_copies(h, &g, m->x, 1, 0)));
+    double t3 = dlrm_clock(m);
+    h->t[HYBRID_T_EXCHANGE] += t2 - t1;
+    h->t[HYBRID_T_PACK] += t3 - t2;
 
     /* 3. the dense part on the local slice */
-    return dlrm_forward_dense(m, b->numerical + lo * b->num_ld, b->num_ld, nl);
+    return dlrm_forward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl);
 }
 
-enum tr_status hybrid_train_step(struct hybrid *h, const struct tr_batch *b, float lr, double *loss)
+/* Where the gradient of vector v lives after the backward, for all n samples. */
+static float *vector_grad(const struct hybrid *h, const struct geom *g, const struct vec *v, int64_t *ld)
+{
+    *ld = g->direct ? g->ldx : g->ws;
+    return g->direct ? h->m->dx + v->xoff : h->sbuf + v->soff;
+}
+
+enum tr_status hybrid_backward(struct hybrid *h, double *loss)
 {
     struct dlrm *m = h->m;
-    const struct shard_plan *p = h->p;
     const struct kern_backend *be = &m->be;
-    const int W = p->world, r = p->rank, T = p->ntables, D = p->dim;
-    const int64_t n = b->n, lo = shard_slice_start(n, W, r), nl = shard_slice_start(n, W, r + 1) - lo;
-    const int64_t ws = send_width(p, r, T, D);
-    TR_CHECK(hybrid_forward(h, b));
+    struct geom g;
+    geom_of(h, &g);
 
     /* loss: mean over the global batch, so gradients are those of one process */
     double lsum = 0.0;
-    TR_CHECK(dlrm_loss_dense(m, b->labels + lo, nl, n ? 1.0f / (float)n : 0.0f, &lsum));
-    TR_CHECK(dlrm_backward_dense(m, b->numerical + lo * b->num_ld, b->num_ld, nl));
+    TR_CHECK(dlrm_loss_dense(m, blk_labels(h) + g.lo, g.nl, g.n ? 1.0f / (float)g.n : 0.0f, &lsum));
+    TR_CHECK(dlrm_backward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl));
 
     /* data-parallel gradients: top MLP, and the bottom MLP when data-parallel */
-    double t0 = now_sec();
+    double t0 = dlrm_clock(m);
     const int64_t p0 = m->dp_bottom || !m->has_bottom ? 0 : m->top_param0;
     TR_CHECK(comm_allreduce_sum(h->c, m->grads + p0, m->nparams - p0, KERN_F32));
-    TR_CHECK(comm_allreduce_sum(h->c, &lsum, 1, KERN_F64));
-    *loss = n ? lsum / (double)n : 0.0;
+    TR_CHECK(be->i->copy(be->ctx, h->dloss, &lsum, sizeof lsum, KERN_H2D));
+    TR_CHECK(comm_allreduce_sum(h->c, h->dloss, 1, KERN_F64));
+    TR_CHECK(be->i->copy(be->ctx, &lsum, h->dloss, sizeof lsum, KERN_D2H));
+    *loss = g.n ? lsum / (double)g.n : 0.0;
 
-    /* embedding gradients back to their owners */
-    double t1 = now_sec();
-    move_vectors(h, nl, m->dx, 0);
-    double t2 = now_sec();
-    TR_CHECK(comm_alltoallv(h->c, h->rbuf, h->rcnt, h->rdsp, h->sbuf, h->scnt, h->sdsp, KERN_F32));
-    double t3 = now_sec();
-    h->t_exchange += (t1 - t0) + (t3 - t2);
-    h->t_pack += t2 - t1;
-
-    double t4 = now_sec();
-    int k = 0;
-    if (p->mode == SHARD_COLUMNWISE) {
-        const int64_t w = shard_width(p, r);
-        for (int t = 0; t < T && w > 0; t++) {
-            struct dlrm_table *tb = &m->tables[t];
-            m->upd_args[k++] = (struct kern_emb_update_args){
-                .table = tb->w, .rows = tb->rows, .ld = w, .c0 = 0, .c1 = w, .accum = tb->accum, .accum_ld = w,
-                .idx = b->cat + (int64_t)t * b->cap, .idx_dtype = KERN_I32, .nbags = n, .comb = KERN_COMB_SUM,
-                .grad = h->sbuf + (int64_t)t * w, .grad_ld = ws, .grad_scale = 1.0f,
-                .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
-            };
-        }
-    } else {
-        const int nv = shard_nvec(p, r);
-        const int *vec = p->vec + p->vstart[r];
+    /* embedding gradients back to their owners: the other ranks' through rbuf, this
+     * rank's own slice into sbuf beside what the others send back (unless the
+     * slice is the whole batch: then the update reads dX itself) */
+    double t1 = dlrm_clock(m);
+    int k = add_exchange_copies(h, &g, m->dx, 0, 0);
+    if (!g.direct) {
+        const int nv = rank_vectors(h, g.r, h->vec);
         for (int j = 0; j < nv; j++) {
-            if (vec[j] < 0)
-                continue;
-            struct dlrm_table *tb = &m->tables[vec[j]];
-            m->upd_args[k++] = (struct kern_emb_update_args){
-                .table = tb->w, .rows = tb->rows, .ld = D, .c0 = 0, .c1 = D, .accum = tb->accum, .accum_ld = D,
-                .idx = b->cat + (int64_t)vec[j] * b->cap, .idx_dtype = KERN_I32, .nbags = n,
-                .comb = KERN_COMB_SUM, .grad = h->sbuf + (int64_t)j * D, .grad_ld = ws, .grad_scale = 1.0f,
-                .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
-            };
+            const struct vec *v = &h->vec[j];
+            TR_ASSERT(k < h->cp_cap);
+            h->cp[k++] = (struct kern_copy_rows_args){h->sbuf + g.lo * g.ws + v->soff, g.ws, m->dx + v->xoff, g.ldx,
+                                                      g.nl, v->width};
         }
     }
-    if (k)
-        TR_CHECK(be->i->emb_update(be->ctx, m->upd_args, k));
-    m->t[DLRM_T_EMB_UPDATE] += now_sec() - t4;
-    if (m->mp_bottom) /* vector 0 came back as the bottom output's gradient */
-        TR_CHECK(dlrm_bottom_backward(m, b->numerical, b->num_ld, n, h->sbuf, ws));
+    TR_CHECK(copy_rows(h, k));
+    double t2 = dlrm_clock(m);
+    TR_CHECK(comm_alltoallv(h->c, h->rbuf, h->rcnt, h->rdsp, h->sbuf, h->scnt, h->sdsp, KERN_F32));
+    double t3 = dlrm_clock(m);
+    h->t[HYBRID_T_EXCHANGE] += (t1 - t0) + (t3 - t2);
+    h->t[HYBRID_T_PACK] += t2 - t1;
+
+    if (m->mp_bottom) { /* vector 0 came back as the bottom output's gradient */
+        rank_vectors(h, g.r, h->vec);
+        int64_t ld;
+        float *grad = vector_grad(h, &g, &h->vec[0], &ld);
+        TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g.n, grad, ld));
+    }
+    return TR_OK;
+}
+
+enum tr_status hybrid_update(struct hybrid *h, float lr)
+{
+    struct dlrm *m = h->m;
+    const struct kern_backend *be = &m->be;
+    struct geom g;
+    geom_of(h, &g);
+    double t0 = dlrm_clock(m);
+    const int nv = rank_vectors(h, g.r, h->vec);
+    int nu = 0;
+    for (int j = 0; j < nv; j++) {
+        const struct vec *v = &h->vec[j];
+        if (v->table < 0)
+            continue;
+        struct dlrm_table *tb = &m->tables[v->table];
+        int64_t ld;
+        const float *grad = vector_grad(h, &g, v, &ld);
+        h->upd[nu++] = (struct kern_emb_update_args){
+            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
+            .accum_ld = tb->width, .idx = blk_cat(h, v->table), .idx_dtype = KERN_I32, .nbags = g.n,
+            .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = 1.0f,
+            .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
+        };
+    }
+    if (nu)
+        TR_CHECK(be->i->emb_update(be->ctx, h->upd, nu));
+    m->t[DLRM_T_EMB_UPDATE] += dlrm_clock(m) - t0;
     /* a rank that does not run a model-parallel bottom MLP leaves its (unused) copy alone */
     const int64_t u0 = m->has_bottom && !m->dp_bottom && !m->mp_bottom ? m->top_param0 : 0;
     return dlrm_update_dense_range(m, lr, u0, m->nparams);
 }
 
-enum tr_status hybrid_bcast_batch(struct comm *c, struct tr_batch *b)
+enum tr_status hybrid_train_step(struct hybrid *h, float lr, double *loss)
 {
-    int64_t hdr[2] = {b->n, b->index};
-    TR_CHECK(comm_bcast(c, hdr, sizeof hdr, 0));
-    b->n = hdr[0];
-    b->index = hdr[1];
-    /* the batch is one block: numerical, labels, categorical ids */
-    return comm_bcast(c, b->numerical, tr_batch_bytes(b->cap, b->num_features, b->ntables), 0);
+    TR_CHECK(hybrid_forward(h));
+    TR_CHECK(hybrid_backward(h, loss));
+    return hybrid_update(h, lr);
+}
+
+enum tr_status hybrid_gather_logits(struct hybrid *h, float *host)
+{
+    const struct kern_backend *be = &h->m->be;
+    struct geom g;
+    geom_of(h, &g);
+    for (int q = 0; q < g.W; q++) {
+        h->gdsp[q] = shard_slice_start(g.n, g.W, q);
+        h->gcnt[q] = shard_slice_start(g.n, g.W, q + 1) - h->gdsp[q];
+    }
+    TR_CHECK(comm_gatherv(h->c, dlrm_logits(h->m), g.nl, h->glogits, h->gcnt, h->gdsp, KERN_F32, 0));
+    if (g.r == 0 && g.n)
+        TR_CHECK(be->i->copy(be->ctx, host, h->glogits, (size_t)g.n * sizeof(float), KERN_D2H));
+    return TR_OK;
+}
+
+double hybrid_seconds(const struct hybrid *h, enum hybrid_timer t)
+{
+    return (int)t >= 0 && t < HYBRID_T_COUNT_ ? h->t[t] : 0.0;
+}
+
+void hybrid_reset_timers(struct hybrid *h)
+{
+    memset(h->t, 0, sizeof h->t);
 }

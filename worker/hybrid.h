@@ -1,8 +1,13 @@
-/* hybrid.h: the hybrid-parallel training step (DESIGN.md section 3): embeddings
- * model-parallel (column-wise or table-wise), MLPs data-parallel, an all-to-all
- * between them. Every rank holds the same global batch (rank 0 broadcasts it);
- * rank r computes the dense part for its slice [b0(r), b0(r+1)); the loss is the
- * mean over the global batch, so N workers train the same model as one. */
+/* hybrid.h: the training step (DESIGN.md section 3), the one path for every world
+ * size: embeddings model-parallel (column-wise or table-wise), MLPs data-parallel,
+ * an all-to-all between them; a world of 1 runs it over the self communicator.
+ * Every rank holds the same global batch (rank 0 loads it, the step broadcasts
+ * it); rank r computes the dense part for its slice [b0(r), b0(r+1)); the loss is
+ * the mean over the global batch, so N workers train the same model as one.
+ *
+ * The batch the step reads is a batch block (loader_svc/batch.h) in the backend's
+ * memory, sized for the model's largest global batch; hybrid_share_batch fills it
+ * on every rank. The step is opaque and not thread-safe. */
 #ifndef TR_HYBRID_H
 #define TR_HYBRID_H
 
@@ -18,41 +23,58 @@
 extern "C" {
 #endif
 
-struct hybrid {
-    struct dlrm *m;               /* borrowed */
-    struct comm *c;               /* borrowed */
-    const struct shard_plan *p;   /* borrowed */
-    int64_t max_global;
-    float *sbuf;                  /* (max_global, send width): this rank's gathered columns/tables */
-    float *rbuf;                  /* (max local slice, n * D): what the other ranks sent */
-    float *bot;                   /* (max_global, D): model-parallel bottom output (rank 0), or NULL */
-    size_t sbuf_bytes, rbuf_bytes, bot_bytes;
-    int64_t *scnt, *sdsp, *rcnt, *rdsp; /* (world) all-to-all counts and displacements */
-    double t_exchange;            /* seconds in collectives (all-to-all, all-reduce) */
-    double t_pack;                /* seconds assembling and packing all-to-all buffers */
-};
+struct hybrid;
 
-/* Per-rank bytes of the all-to-all buffers for a plan (the memory plan uses it). */
+/* Per-rank bytes of the step's own buffers for a plan: the all-to-all buffers, a
+ * model-parallel bottom output and the gathered logits (the memory plan uses it;
+ * the batch block is batch_bytes(max_global, ...)). */
 int64_t hybrid_buffer_bytes(const struct shard_plan *p, int ntables, int dim, int64_t max_global);
 
-/* Creates the step for model m (built with the same plan) on communicator c.
- * TR_ERR_NOMEM; TR_ERR_ARG when the plan and the model disagree. */
-enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, int64_t max_global,
-                          struct hybrid **out) TR_WUR;
+/* Creates the step for model m (built with plan p) on communicator c; all three
+ * are borrowed and must outlive the step. TR_ERR_NOMEM; TR_ERR_ARG when the plan,
+ * the communicator and the model disagree. */
+enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, struct hybrid **out) TR_WUR;
 void hybrid_free(struct hybrid **h);
 
-/* Forward over the global batch b (the same on every rank): on return this rank's
- * slice of logits is dlrm_logits(m), shard_slice_start(b->n, ...) apart. */
-enum tr_status hybrid_forward(struct hybrid *h, const struct tr_batch *b) TR_WUR;
+/* Bytes of the step's batch block: batch_bytes(max_global, num_features, ntables). */
+int64_t hybrid_batch_bytes(const struct hybrid *h);
 
-/* One training step on the global batch b; *loss is the global mean loss, the
- * same on every rank. Errors from the kernels (TR_ERR_RANGE: a bad id, logged)
- * and from the collectives. */
-enum tr_status hybrid_train_step(struct hybrid *h, const struct tr_batch *b, float lr, double *loss) TR_WUR;
+/* Collective: rank 0 passes the batch it read (host memory, a block of
+ * hybrid_batch_bytes bytes), the other ranks NULL; afterwards every rank's step
+ * holds that batch in backend memory and *hdr (host) a copy of its header.
+ * Errors: TR_ERR_FORMAT (rank 0's block has another layout, or the received
+ * header is not a valid block; logged), collective errors. */
+enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr) TR_WUR;
 
-/* Broadcasts batch b from rank 0 to every rank (b must have the same capacity and
- * shape everywhere). */
-enum tr_status hybrid_bcast_batch(struct comm *c, struct tr_batch *b) TR_WUR;
+/* Forward over the shared batch: on return this rank's slice of logits is in the
+ * model (DLRM_LOGITS). TR_ERR_RANGE: a categorical id outside its table (logged
+ * with the table, the sample, the value and the batch), collective errors. */
+enum tr_status hybrid_forward(struct hybrid *h) TR_WUR;
+
+/* Loss and backward of the last forward: *loss (host) is the global mean loss, the
+ * same on every rank; the dense gradients are summed over the ranks and the
+ * embedding gradients are back with their owners. No parameter changes. */
+enum tr_status hybrid_backward(struct hybrid *h, double *loss) TR_WUR;
+
+/* The optimizer step of the last backward with learning rate lr: the sparse
+ * embedding update by each table's owner and the dense update. */
+enum tr_status hybrid_update(struct hybrid *h, float lr) TR_WUR;
+
+/* forward + backward + update. */
+enum tr_status hybrid_train_step(struct hybrid *h, float lr, double *loss) TR_WUR;
+
+/* Collective, after a forward: rank 0 receives the logits of the whole batch in
+ * host (n floats of the shared batch); other ranks pass NULL. */
+enum tr_status hybrid_gather_logits(struct hybrid *h, float *host) TR_WUR;
+
+enum hybrid_timer {
+    HYBRID_T_EXCHANGE = 0, /* collectives of the step (all-to-all, all-reduce) */
+    HYBRID_T_PACK,         /* assembling and packing all-to-all buffers */
+    HYBRID_T_COUNT_
+};
+/* Seconds since the last reset (the backend synchronised before each reading). */
+double hybrid_seconds(const struct hybrid *h, enum hybrid_timer t);
+void hybrid_reset_timers(struct hybrid *h);
 
 #ifdef __cplusplus
 }

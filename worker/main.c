@@ -1,4 +1,5 @@
-/* main.c: terarec-worker entry point: parse options, run, map status to exit code. */
+/* main.c: terarec-worker entry point: parse options, run, map the status to the
+ * exit code (the one table, tr_status_exit_code). */
 #include <stdio.h>
 
 #include "../common/log.h"
@@ -21,10 +22,10 @@ int main(int argc, char **argv)
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
     } else if (rc == TR_OK) {
-        rc = worker_run(&cfg);
-        if (rc != TR_OK && rc != TR_ERR_ARG) /* bad input was already reported in one line */
+        rc = worker_run(&cfg, NULL);
+        if (tr_status_exit_code(rc) == 1) /* bad input was already reported in one line */
             LOG_ERROR("training failed: %s", tr_strerror(rc));
     }
     tr_opt_release(opts);
-    return rc == TR_OK ? 0 : (rc == TR_ERR_ARG ? 2 : 1);
+    return tr_status_exit_code(rc);
 }

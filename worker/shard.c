@@ -1,6 +1,7 @@
 /* shard.c: column ranges, the seed's greedy table placement
  * (distributed_utils.distribute_to_buckets / get_device_mapping) and batch
  * slices. Pure functions of their inputs: every rank computes the same plan. */
+#define TR_SUBSYS TR_SUB_MODEL
 #include "shard.h"
 
 #include <string.h>
@@ -24,7 +25,7 @@ int shard_width(const struct shard_plan *p, int r)
     return p->col1[r] - p->col0[r];
 }
 
-enum tr_status shard_distribute_to_buckets(const int64_t *cards, int ntables, int nbuckets, int *bucket_of,
+enum tr_status shard_distribute_to_buckets(const int64_t *rows, int ntables, int nbuckets, int *bucket_of,
                                            int *order, int *start)
 {
     enum tr_status rc = TR_OK;
@@ -44,7 +45,7 @@ enum tr_status shard_distribute_to_buckets(const int64_t *cards, int ntables, in
         visit[t] = t;
     for (int i = 1; i < ntables; i++) { /* insertion sort: stable, tables are few */
         int v = visit[i], j = i - 1;
-        while (j >= 0 && cards[visit[j]] < cards[v]) {
+        while (j >= 0 && rows[visit[j]] < rows[v]) {
             visit[j + 1] = visit[j];
             j--;
         }
@@ -57,7 +58,7 @@ enum tr_status shard_distribute_to_buckets(const int64_t *cards, int ntables, in
     for (int i = 0; i < ntables; i++) {
         int t = visit[i], cur = list[0];
         members[cur * (ntables + 1) + count[cur]++] = t;
-        sum[cur] += cards[t];
+        sum[cur] += rows[t];
         for (int k = 1; k < nopen; k++) { /* stable re-sort ascending by sum */
             int v = list[k], j = k - 1;
             while (j >= 0 && sum[list[j]] > sum[v]) {
@@ -103,7 +104,7 @@ exit:
 }
 
 enum tr_status shard_plan_make(struct shard_plan *p, enum shard_mode mode, int world, int rank, int ntables,
-                               const int64_t *cards, int dim, int has_bottom, int dp_bottom)
+                               const int64_t *rows, int dim, int has_bottom, int dp_bottom)
 {
     enum tr_status rc = TR_OK;
     memset(p, 0, sizeof *p);
@@ -157,7 +158,7 @@ enum tr_status shard_plan_make(struct shard_plan *p, enum shard_mode mode, int w
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    rc = shard_distribute_to_buckets(cards, ntables, nb, p->owner, order, start);
+    rc = shard_distribute_to_buckets(rows, ntables, nb, p->owner, order, start);
     if (rc == TR_OK) {
         int o = 0;
         for (int r = 0; r < world; r++) {

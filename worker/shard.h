@@ -33,12 +33,12 @@ struct shard_plan {
     int *vec;          /*   vec[vstart[r] .. vstart[r+1]): table ids in send order; -1 = bottom output */
 };
 
-/* Plans a model of `ntables` tables of `cards` rows and dimension `dim` on
+/* Plans a model of `ntables` tables of `rows` rows and dimension `dim` on
  * `world` workers. Errors (logged, naming the flag): TR_ERR_ARG when column-wise
  * mode is asked with a model-parallel bottom MLP and numerical features (as the
  * seed refuses it). Release with shard_plan_release. */
 enum tr_status shard_plan_make(struct shard_plan *p, enum shard_mode mode, int world, int rank, int ntables,
-                               const int64_t *cards, int dim, int has_bottom, int dp_bottom) TR_WUR;
+                               const int64_t *rows, int dim, int has_bottom, int dp_bottom) TR_WUR;
 void shard_plan_release(struct shard_plan *p);
 
 /* Vectors rank r sends per sample in table-wise mode (its tables, plus the bottom
@@ -51,11 +51,11 @@ int shard_width(const struct shard_plan *p, int r);
 /* First sample of rank r's slice of a batch of n samples (r = world gives n). */
 int64_t shard_slice_start(int64_t n, int world, int r);
 
-/* The seed's distribute_to_buckets: places tables (cards, ntables) into nbuckets
+/* The seed's distribute_to_buckets: places tables (rows, ntables) into nbuckets
  * buckets; bucket_of[t] receives the bucket of table t and order[] (ntables) the
  * tables in each bucket's append order, bucket by bucket (bucket b's tables are
  * order[start[b] .. start[b+1])). TR_ERR_NOMEM. */
-enum tr_status shard_distribute_to_buckets(const int64_t *cards, int ntables, int nbuckets, int *bucket_of,
+enum tr_status shard_distribute_to_buckets(const int64_t *rows, int ntables, int nbuckets, int *bucket_of,
                                            int *order, int *start) TR_WUR;
 
 #ifdef __cplusplus

@@ -5,6 +5,10 @@
 
 #include "../kern.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a);
 enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a);
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a);
@@ -15,6 +19,8 @@ enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a);
 enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a);
 enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
 enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
+enum tr_status kern_cpu_fill(const struct kern_fill_args *a);
+enum tr_status kern_cpu_copy_rows(const struct kern_copy_rows_args *a, int n);
 void kern_cpu_blas_set_threads(int threads);
 
 const char *kern_cpu_blas_name(void);
@@ -23,6 +29,19 @@ const char *kern_cpu_blas_name(void);
 static inline int64_t kern_cpu_idx(const void *idx, enum kern_dtype t, int64_t i)
 {
     return t == KERN_I64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
+}
+
+/* This thread's number and the team size inside an OpenMP parallel region (0 and
+ * 1 outside one, or without OpenMP). */
+static inline void kern_cpu_thread(int64_t *t, int64_t *nt)
+{
+#ifdef _OPENMP
+    *t = omp_get_thread_num();
+    *nt = omp_get_num_threads();
+#else
+    *t = 0;
+    *nt = 1;
+#endif
 }
 
 #endif

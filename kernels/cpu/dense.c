@@ -1,6 +1,7 @@
 /* dense.c: CPU GEMM (through the BLAS chosen at build time: oneDNN's sgemm by
  * default, OpenBLAS or BLIS with BLAS=openblas|blis) and the fused bias +
  * activation epilogue and its backward. It does not implement GEMM itself. */
+#define TR_SUBSYS TR_SUB_KERN
 #include <stdio.h>
 #include <string.h>
 
@@ -110,11 +111,8 @@ enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a)
         memset(a->dbias, 0, (size_t)cols * sizeof(float));
 #pragma omp parallel
     {
-        int64_t nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        t = omp_get_thread_num();
-#endif
+        int64_t t, nt;
+        kern_cpu_thread(&t, &nt);
         int64_t b0 = nblk * t / nt, b1 = nblk * (t + 1) / nt;
         int64_t c0 = b0 * 16, c1 = TR_MIN(b1 * 16, cols);
         float *db = a->dbias;

@@ -4,6 +4,7 @@
  * position order and each distinct row is owned by one thread: no atomics, no
  * dense gradient, and bitwise the same result for any thread count.
  * It does not cache rows or handle tables that live on another device. */
+#define TR_SUBSYS TR_SUB_KERN
 #include <string.h>
 
 #include "../../common/check.h"
@@ -177,11 +178,8 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
     int64_t nruns = 0;
 #pragma omp parallel
     {
-        int64_t nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        t = omp_get_thread_num();
-#endif
+        int64_t t, nt;
+        kern_cpu_thread(&t, &nt);
         /* 1. keys: row << posbits | position (positions already ascending) */
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < nidx; i++)

@@ -8,6 +8,7 @@
  * results are bitwise independent of the thread count (threads split the batch)
  * and of the clone chosen. It does not implement the concat or cat-only
  * interaction variants. */
+#define TR_SUBSYS TR_SUB_KERN
 #include <string.h>
 
 #include "../../common/alloc.h"

@@ -1,5 +1,6 @@
 /* loss.c: CPU binary cross-entropy with logits. The loss is summed in double in
  * fixed blocks, so it does not depend on the thread count. */
+#define TR_SUBSYS TR_SUB_KERN
 #include "../../common/check.h"
 #include "../kmath.h"
 #include "cpu_internal.h"

@@ -1,6 +1,7 @@
 /* metrics.c: exact ROC AUC by radix-sorting (score, label) pairs and counting,
  * per group of tied scores, the negatives ranked below; log loss from logits.
  * It does not implement the seed's binned (8000-threshold) approximation. */
+#define TR_SUBSYS TR_SUB_KERN
 #include <math.h>
 #include <string.h>
 

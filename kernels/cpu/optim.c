@@ -1,5 +1,6 @@
 /* optim.c: CPU dense optimizer step (SGD, Adagrad) over a flat parameter array.
  * Element-wise, so any thread split gives the same bits. */
+#define TR_SUBSYS TR_SUB_KERN
 #include "../../common/check.h"
 #include "../kmath.h"
 #include "cpu_internal.h"

@@ -1,8 +1,11 @@
-/* test_golden.c: checks the C DLRM (worker/dlrm.c on the CPU backend) against the
- * PyTorch reference tests/golden/dlrm_small.gold written by gen_golden.py: forward
- * logits and loss, every gradient, and all weights (and Adagrad state) after 3 SGD
- * and 3 Adagrad steps, each tensor to a relative error <= 1e-5. It needs no PyTorch
- * and does not test the C initialiser: the fixture's initial weights are loaded. */
+/* test_golden.c: checks the C DLRM (worker/dlrm.c driven by the training step,
+ * worker/hybrid.c, over the self communicator on the CPU backend: the path
+ * terarec-worker runs) against the PyTorch reference tests/golden/dlrm_small.gold
+ * written by gen_golden.py: forward logits and loss, every gradient, and all
+ * weights (and Adagrad state) after 3 SGD and 3 Adagrad steps, each tensor to a
+ * relative error <= 1e-5. It needs no PyTorch and does not test the C
+ * initialiser: the fixture's initial weights are loaded. Model tensors are read
+ * and written through the backend (dlrm_tensor_read/_write). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,8 +17,8 @@
 #include "../../common/harness.h"
 #include "../../kernels/kern.h"
 #include "../../loader_svc/batch.h"
-#include "../../worker/dlrm.h"
-#include "../../worker/sched.h"
+#include "../../worker/lr_sched.h"
+#include "../../worker/solo.h"
 
 /* Fixture format (little-endian), see gen_golden.py:
  *   header: u32 magic 0x444C4F47 ('GOLD'), u32 version 1, u32 count, u32 reserved
@@ -393,9 +396,10 @@ static void check_scalar(const char *what, double c, double ref, double tol)
 struct fx {
     struct gold g;
     struct kern_backend be;
-    struct dlrm *m;
-    struct tr_batch b[NSTEPS];
-    int64_t cards[MAX_TABLES];
+    struct solo s;
+    int open;
+    struct batch *b[NSTEPS];
+    int64_t rows[MAX_TABLES];
     int B;
 };
 
@@ -407,27 +411,57 @@ struct dense_view {
 
 static int dense_views(const struct dlrm *m, struct dense_view *v)
 {
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
     int nv = 0;
     for (int part = 0; part < 2; part++) {
-        int nl = part ? m->cfg.ntop : m->cfg.nbottom;
-        const struct dlrm_layer *L = part ? m->top : m->bottom;
+        int nl = part ? mi.ntop : mi.nbottom;
         for (int l = 0; l < nl; l++) {
-            snprintf(v[nv].name, sizeof v[nv].name, "%s_kernel", L[l].name);
-            v[nv].off = L[l].w - m->params;
-            v[nv++].n = (int64_t)L[l].in * L[l].out;
-            snprintf(v[nv].name, sizeof v[nv].name, "%s_bias", L[l].name);
-            v[nv].off = L[l].b - m->params;
-            v[nv++].n = L[l].out;
+            struct dlrm_layer_info L;
+            dlrm_get_layer(m, part, l, &L);
+            snprintf(v[nv].name, sizeof v[nv].name, "%s_kernel", L.name);
+            v[nv].off = L.w_off;
+            v[nv++].n = (int64_t)L.in * L.out;
+            snprintf(v[nv].name, sizeof v[nv].name, "%s_bias", L.name);
+            v[nv].off = L.b_off;
+            v[nv++].n = L.out;
         }
     }
     return nv;
 }
 
+/* A host copy (tr_malloc) of tensor k (index t) of the model, or NULL (failure recorded). */
+static float *model_read(const struct dlrm *m, enum dlrm_tensor k, int t)
+{
+    int64_t n = dlrm_tensor_numel(m, k, t);
+    float *p = tr_malloc((size_t)(n ? n : 1) * sizeof(float));
+    enum tr_status rc = p ? dlrm_tensor_read(m, k, t, 0, n, p) : TR_ERR_NOMEM;
+    TH_CHECKF(rc == TR_OK, "reading tensor %d[%d]: %s", (int)k, t, tr_strerror(rc));
+    if (rc != TR_OK) {
+        tr_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Compares tensor k (index t) of the model, its first n elements, with a record. */
+static struct cmp check_tensor(struct fx *f, const char *name, enum dlrm_tensor k, int t, int64_t n, int expect_ok)
+{
+    struct cmp r = {0};
+    float *c = model_read(f->s.m, k, t);
+    if (c)
+        r = check_vs(&f->g, name, c, n, expect_ok);
+    tr_free(c);
+    return r;
+}
+
 static void fx_release(struct fx *f)
 {
     for (int k = 0; k < NSTEPS; k++)
-        tr_batch_release(&f->b[k]);
-    dlrm_free(&f->m);
+        batch_free(&f->b[k]);
+    if (f->open)
+        solo_close(&f->s);
+    kern_backend_close(&f->be);
     gold_release(&f->g);
 }
 
@@ -451,9 +485,22 @@ static int gold_ints(const struct gold *g, const char *name, int32_t *dst, int c
     return (int)r->count;
 }
 
-/* Loads the fixture, builds the model from its config with optimizer `opt`,
- * loads the initial weights and the batches. Returns 1 on success (failures are
- * recorded). */
+/* Copies f32 record `name` (n elements) into tensor k (index t) at element off. */
+static int load_tensor(struct fx *f, const char *name, enum dlrm_tensor k, int t, int64_t off, int64_t n)
+{
+    int64_t cols;
+    float *v = gold_dup(&f->g, name, n, &cols);
+    if (!v)
+        return 0;
+    enum tr_status rc = dlrm_tensor_write(f->s.m, k, t, off, n, v);
+    TH_CHECKF(rc == TR_OK, "writing '%s' into the model: %s", name, tr_strerror(rc));
+    tr_free(v);
+    return rc == TR_OK;
+}
+
+/* Loads the fixture, builds the model and its step from its config with
+ * optimizer `opt`, loads the initial weights and the batches. Returns 1 on
+ * success (failures are recorded). */
 static int fx_setup(struct fx *f, enum kern_optim opt)
 {
     memset(f, 0, sizeof *f);
@@ -461,8 +508,8 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
         return 0;
     const struct gold *g = &f->g;
     struct dlrm_cfg cfg = {0};
-    int32_t cards[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
-    int T = gold_ints(g, "cfg/cards", cards, MAX_TABLES);
+    int32_t rows[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
+    int T = gold_ints(g, "cfg/cards", rows, MAX_TABLES);
     cfg.nbottom = gold_ints(g, "cfg/bottom", bottom, DLRM_MAX_LAYERS);
     cfg.ntop = gold_ints(g, "cfg/top", top, DLRM_MAX_LAYERS);
     cfg.emb_dim = gold_int(g, "cfg/emb_dim");
@@ -471,48 +518,49 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
     if (T < 1 || cfg.nbottom < 1 || cfg.ntop < 1 || cfg.emb_dim < 1 || cfg.num_features < 1 || f->B < 1)
         return 0;
     for (int t = 0; t < T; t++)
-        f->cards[t] = cards[t];
+        f->rows[t] = rows[t];
     for (int l = 0; l < cfg.nbottom; l++)
         cfg.bottom[l] = bottom[l];
     for (int l = 0; l < cfg.ntop; l++)
         cfg.top[l] = top[l];
     cfg.ntables = T;
-    cfg.cards = f->cards;
+    cfg.rows = f->rows;
     cfg.optim = opt;
     cfg.adagrad_init = (float)gold_double(g, "cfg/adagrad_init");
     cfg.adagrad_eps = (float)gold_double(g, "cfg/adagrad_eps");
     cfg.seed = 12345;
     cfg.max_batch = f->B;
-    kern_backend_cpu(&f->be, 0);
-    enum tr_status rc = dlrm_new(&cfg, &f->be, &f->m);
-    TH_CHECKF(rc == TR_OK, "dlrm_new from the fixture's config: %s", tr_strerror(rc));
+    enum tr_status rc = kern_backend_open("cpu", NULL, &f->be);
+    if (rc == TR_OK) {
+        f->open = 1;
+        rc = solo_open(&f->s, &cfg, &f->be, 0);
+    }
+    TH_CHECKF(rc == TR_OK, "the model and its step from the fixture's config: %s", tr_strerror(rc));
     if (rc != TR_OK)
         return 0;
-    struct dlrm *m = f->m;
-    TH_CHECKF(m->n == T + 1 && m->num_ld == (cfg.num_features + 7) / 8 * 8, "model shape: n %d, num_ld %d", m->n,
-              m->num_ld);
+    struct dlrm *m = f->s.m;
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    TH_CHECKF(mi.n == T + 1 && mi.num_ld == (cfg.num_features + 7) / 8 * 8, "model shape: n %d, num_ld %d", mi.n,
+              mi.num_ld);
 
-    /* initial values replace the C initialiser's */
+    /* initial values replace the C initialiser's (Adagrad accumulators start at
+     * adagrad_init, as dlrm_new left them) */
     struct dense_view v[4 * DLRM_MAX_LAYERS];
     int nv = dense_views(m, v);
     char name[160];
     for (int i = 0; i < nv; i++) {
         snprintf(name, sizeof name, "init/%.63s", v[i].name);
-        if (!gold_get(g, name, GOLD_F32, v[i].n, m->params + v[i].off))
+        if (!load_tensor(f, name, DLRM_PARAMS, 0, v[i].off, v[i].n))
             return 0;
     }
-    if (m->accum)
-        for (int64_t i = 0; i < m->nparams; i++)
-            m->accum[i] = cfg.adagrad_init;
     for (int t = 0; t < T; t++) {
-        struct dlrm_table *tb = &m->tables[t];
-        TH_CHECK(tb->id == t && tb->col0 == 0 && tb->width == cfg.emb_dim);
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        TH_CHECK(ti.id == t && ti.col0 == 0 && ti.width == cfg.emb_dim);
         snprintf(name, sizeof name, "init/table_%d", t);
-        if (!gold_get(g, name, GOLD_F32, tb->rows * tb->width, tb->w))
+        if (!load_tensor(f, name, DLRM_TABLE, t, 0, ti.rows * ti.width))
             return 0;
-        if (tb->accum)
-            for (int64_t i = 0; i < tb->rows * tb->width; i++)
-                tb->accum[i] = cfg.adagrad_init;
     }
 
     /* batches: numerical (B, F) padded with zeros to num_ld, cat (T, B) table-major */
@@ -523,44 +571,57 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
         return 0;
     int ok = 1;
     for (int k = 0; k < NSTEPS && ok; k++) {
-        struct tr_batch *b = &f->b[k];
-        rc = tr_batch_init(b, B, nf, T);
-        TH_CHECKF(rc == TR_OK, "tr_batch_init: %s", tr_strerror(rc));
+        rc = batch_new(B, nf, T, &f->b[k]);
+        TH_CHECKF(rc == TR_OK, "batch_new: %s", tr_strerror(rc));
         if (rc != TR_OK) {
             ok = 0;
             break;
         }
+        struct batch *b = f->b[k];
         b->n = B;
         b->index = k;
         snprintf(name, sizeof name, "batch%d/numerical", k);
         ok = gold_get(g, name, GOLD_F32, (int64_t)B * nf, num) != NULL;
         for (int i = 0; ok && i < B; i++)
-            memcpy(b->numerical + (int64_t)i * b->num_ld, num + (int64_t)i * nf, (size_t)nf * sizeof(float));
+            memcpy(batch_num(b) + (int64_t)i * b->num_ld, num + (int64_t)i * nf, (size_t)nf * sizeof(float));
         snprintf(name, sizeof name, "batch%d/labels", k);
-        ok = ok && gold_get(g, name, GOLD_F32, B, b->labels);
+        ok = ok && gold_get(g, name, GOLD_F32, B, batch_labels(b));
         snprintf(name, sizeof name, "batch%d/cat", k);
-        ok = ok && gold_get(g, name, GOLD_I32, (int64_t)T * B, b->cat);
+        ok = ok && gold_get(g, name, GOLD_I32, (int64_t)T * B, batch_cat(b));
     }
     tr_free(num);
     return ok;
 }
 
-/* Compares every dense tensor (of params, grads or accum) and every table (or its
- * accumulator) with records "<prefix><name>"; tables are skipped when !tables. */
-static void check_model(struct fx *f, const char *prefix, const float *flat, int tables, int accum)
+/* Compares every dense tensor (of params, grads or accum: kind k) and every table
+ * (or its accumulator) with records "<prefix><name>"; tables are skipped when
+ * !tables. */
+static void check_model(struct fx *f, const char *prefix, enum dlrm_tensor k, int tables)
 {
+    const int accum = k == DLRM_PARAMS_STATE;
     struct dense_view v[4 * DLRM_MAX_LAYERS];
-    int nv = dense_views(f->m, v);
+    int nv = dense_views(f->s.m, v);
     char name[200];
-    for (int i = 0; i < nv; i++) {
+    float *flat = model_read(f->s.m, k, 0);
+    for (int i = 0; flat && i < nv; i++) {
         snprintf(name, sizeof name, "%s%s%.63s", prefix, accum ? "accum_" : "", v[i].name);
         check_vs(&f->g, name, flat + v[i].off, v[i].n, 1);
     }
-    for (int t = 0; tables && t < f->m->cfg.ntables; t++) {
-        const struct dlrm_table *tb = &f->m->tables[t];
+    tr_free(flat);
+    struct dlrm_info mi;
+    dlrm_get_info(f->s.m, &mi);
+    for (int t = 0; tables && t < mi.ntables; t++) {
         snprintf(name, sizeof name, "%s%stable_%d", prefix, accum ? "accum_" : "", t);
-        check_vs(&f->g, name, accum ? tb->accum : tb->w, tb->rows * tb->width, 1);
+        check_tensor(f, name, accum ? DLRM_TABLE_STATE : DLRM_TABLE, t, dlrm_tensor_numel(f->s.m, DLRM_TABLE, t), 1);
     }
+}
+
+/* Forward and backward of batch k through the step; *loss gets the batch's loss. */
+static enum tr_status fx_forward_backward(struct fx *f, int k, double *loss)
+{
+    TR_CHECK(solo_load(&f->s, f->b[k]));
+    TR_CHECK(hybrid_forward(f->s.h));
+    return hybrid_backward(f->s.h, loss);
 }
 
 /* ---- cases ----------------------------------------------------------------------- */
@@ -611,16 +672,15 @@ static void test_forward(void)
     struct fx f;
     worst_reset();
     if (fx_setup(&f, KERN_OPT_SGD)) {
-        struct dlrm *m = f.m;
-        enum tr_status rc = dlrm_forward(m, &f.b[0]);
-        TH_CHECKF(rc == TR_OK, "dlrm_forward: %s", tr_strerror(rc));
         double loss = 0.0;
-        rc = dlrm_loss(m, &f.b[0], &loss);
-        TH_CHECKF(rc == TR_OK, "dlrm_loss: %s", tr_strerror(rc));
-        const int64_t B = f.B, nd = (int64_t)m->n * m->cfg.emb_dim;
-        check_vs(&f.g, "fwd/interaction_input", m->x, B * nd, 1);
-        check_vs(&f.g, "fwd/interaction_output", m->top_in, B * m->top_in_w, 1);
-        check_vs(&f.g, "fwd/logits", dlrm_logits(m), B, 1);
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
+        TH_CHECKF(rc == TR_OK, "forward and loss: %s", tr_strerror(rc));
+        struct dlrm_info mi;
+        dlrm_get_info(f.s.m, &mi);
+        const int64_t B = f.B, nd = (int64_t)mi.n * mi.emb_dim;
+        check_tensor(&f, "fwd/interaction_input", DLRM_X, 0, B * nd, 1);
+        check_tensor(&f, "fwd/interaction_output", DLRM_TOP_IN, 0, B * mi.top_in_w, 1);
+        check_tensor(&f, "fwd/logits", DLRM_LOGITS, 0, B, 1);
         check_scalar("fwd/loss", loss, gold_double(&f.g, "fwd/loss"), REL_TOL);
         worst_print("forward");
     }
@@ -632,52 +692,76 @@ static void test_gradients(void)
     struct fx f;
     worst_reset();
     if (fx_setup(&f, KERN_OPT_SGD)) {
-        struct dlrm *m = f.m;
+        struct dlrm *m = f.s.m;
+        const struct kern_backend *be = &f.be;
         double loss = 0.0;
-        enum tr_status rc = dlrm_forward(m, &f.b[0]);
-        if (rc == TR_OK)
-            rc = dlrm_loss(m, &f.b[0], &loss);
-        if (rc == TR_OK)
-            rc = dlrm_backward(m, &f.b[0]);
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
         TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
-        check_model(&f, "grad/", m->grads, 0, 0);
+        check_model(&f, "grad/", DLRM_GRADS, 0);
         /* dLoss/dX as the interaction backward produces it: the backend's
-         * interact_bwd rerun on the saved forward (backward leaves m->x and
-         * m->dtop_in as they were) */
-        const int64_t D = m->cfg.emb_dim, nd = (int64_t)m->n * D, nx = (int64_t)f.B * nd;
-        float *dx = tr_malloc((size_t)nx * sizeof(float));
-        TH_CHECK(dx != NULL);
-        if (dx) {
-            struct kern_interact_bwd_args ia = {f.B, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w,
-                                                dx};
-            rc = m->be.i->interact_bwd(m->be.ctx, &ia);
-            TH_CHECKF(rc == TR_OK, "interact_bwd: %s", tr_strerror(rc));
+         * interact_bwd rerun on the saved forward (the backward leaves X and the
+         * interaction output's gradient as they were) */
+        struct dlrm_info mi;
+        dlrm_get_info(m, &mi);
+        const int64_t D = mi.emb_dim, nd = (int64_t)mi.n * D, nx = (int64_t)f.B * nd;
+        const size_t xbytes = (size_t)nx * sizeof(float), tbytes = (size_t)(f.B * mi.top_in_w) * sizeof(float);
+        float *x = model_read(m, DLRM_X, 0), *dtop = model_read(m, DLRM_DTOP_IN, 0);
+        float *dx = tr_malloc(xbytes);
+        void *dev_x = NULL, *dev_dtop = NULL, *dev_dx = NULL;
+        TH_REQUIRE(x && dtop && dx);
+        rc = be->i->mem_alloc(be->ctx, xbytes, &dev_x);
+        if (rc == TR_OK)
+            rc = be->i->mem_alloc(be->ctx, tbytes, &dev_dtop);
+        if (rc == TR_OK)
+            rc = be->i->mem_alloc(be->ctx, xbytes, &dev_dx);
+        if (rc == TR_OK)
+            rc = be->i->copy(be->ctx, dev_x, x, xbytes, KERN_H2D);
+        if (rc == TR_OK)
+            rc = be->i->copy(be->ctx, dev_dtop, dtop, tbytes, KERN_H2D);
+        struct kern_interact_bwd_args ia = {f.B, mi.n, (int)D, mi.has_bottom, dev_x, dev_dtop, mi.top_in_w, dev_dx};
+        if (rc == TR_OK)
+            rc = be->i->interact_bwd(be->ctx, &ia);
+        if (rc == TR_OK)
+            rc = be->i->copy(be->ctx, dx, dev_dx, xbytes, KERN_D2H);
+        TH_CHECKF(rc == TR_OK, "interact_bwd: %s", tr_strerror(rc));
+        if (rc == TR_OK)
             check_vs(&f.g, "grad/interaction_input", dx, nx, 1);
-            tr_free(dx);
-        }
-        /* m->dx itself: rows 1..T are dLoss/dX (what the embedding update reads);
-         * dlrm_backward turns row 0 in place into the gradient of the last bottom
-         * layer's pre-activation, i.e. dLoss/dX[:,0,:] masked by ReLU'(X[:,0,:]) */
+        be->i->mem_release(be->ctx, dev_x, xbytes);
+        be->i->mem_release(be->ctx, dev_dtop, tbytes);
+        be->i->mem_release(be->ctx, dev_dx, xbytes);
+        /* the model's dX itself: rows 1..T are dLoss/dX (what the embedding update
+         * reads); the backward turns row 0 in place into the gradient of the last
+         * bottom layer's pre-activation, i.e. dLoss/dX[:,0,:] masked by ReLU'(X[:,0,:]) */
         int64_t cols = 1;
         float *ref = gold_dup(&f.g, "grad/interaction_input", nx, &cols);
-        if (ref) {
+        float *mdx = model_read(m, DLRM_DX, 0);
+        if (ref && mdx) {
             for (int64_t i = 0; i < f.B; i++)
                 for (int64_t k = 0; k < D; k++)
-                    if (!(m->x[i * nd + k] > 0.0f))
+                    if (!(x[i * nd + k] > 0.0f))
                         ref[i * nd + k] = 0.0f;
-            check_arr("grad/interaction_input (m->dx, row 0 masked)", m->dx, ref, nx, cols, 1);
-            tr_free(ref);
+            check_arr("grad/interaction_input (dX, row 0 masked)", mdx, ref, nx, cols, 1);
         }
+        tr_free(mdx);
+        tr_free(ref);
+        tr_free(x);
+        tr_free(dtop);
+        tr_free(dx);
         /* embedding gradients through the real sparse path: on zeroed tables an SGD
          * step with lr = -1 leaves exactly the summed gradient of each touched row */
-        for (int t = 0; t < m->cfg.ntables; t++)
-            memset(m->tables[t].w, 0, m->tables[t].bytes);
-        rc = dlrm_update_embeddings(m, &f.b[0], -1.0f);
-        TH_CHECKF(rc == TR_OK, "dlrm_update_embeddings: %s", tr_strerror(rc));
+        for (int t = 0; t < mi.ntables; t++) {
+            int64_t n = dlrm_tensor_numel(m, DLRM_TABLE, t);
+            float *zero = tr_calloc((size_t)n, sizeof(float));
+            TH_REQUIRE(zero);
+            TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, t, 0, n, zero), TR_OK);
+            tr_free(zero);
+        }
+        rc = hybrid_update(f.s.h, -1.0f);
+        TH_CHECKF(rc == TR_OK, "hybrid_update: %s", tr_strerror(rc));
         char name[64];
-        for (int t = 0; t < m->cfg.ntables; t++) {
+        for (int t = 0; t < mi.ntables; t++) {
             snprintf(name, sizeof name, "grad/table_%d", t);
-            check_vs(&f.g, name, m->tables[t].w, m->tables[t].rows * m->tables[t].width, 1);
+            check_tensor(&f, name, DLRM_TABLE, t, dlrm_tensor_numel(m, DLRM_TABLE, t), 1);
         }
         worst_print("gradients");
     }
@@ -734,16 +818,18 @@ static void run_steps(enum kern_optim opt)
         ok = ok && gold_get(&f.g, name, GOLD_F64, NSTEPS, ref_loss);
         for (int i = 0; ok && i < NSTEPS; i++) {
             double loss = 0.0;
-            enum tr_status rc = dlrm_train_step(f.m, &f.b[i], (float)lr_sched_at(&s, i), &loss);
-            TH_CHECKF(rc == TR_OK, "dlrm_train_step %d: %s", i, tr_strerror(rc));
+            enum tr_status rc = solo_load(&f.s, f.b[i]);
+            if (rc == TR_OK)
+                rc = hybrid_train_step(f.s.h, (float)lr_sched_at(&s, i), &loss);
+            TH_CHECKF(rc == TR_OK, "training step %d: %s", i, tr_strerror(rc));
             snprintf(name, sizeof name, "%s loss of step %d", kind, i);
             check_scalar(name, loss, ref_loss[i], REL_TOL);
         }
         if (ok) {
             snprintf(name, sizeof name, "%s/after3/", kind);
-            check_model(&f, name, f.m->params, 1, 0);
+            check_model(&f, name, DLRM_PARAMS, 1);
             if (opt == KERN_OPT_ADAGRAD)
-                check_model(&f, name, f.m->accum, 1, 1);
+                check_model(&f, name, DLRM_PARAMS_STATE, 1);
         }
         worst_print(opt == KERN_OPT_SGD ? "SGD after 3 steps" : "Adagrad after 3 steps");
     }
@@ -769,38 +855,42 @@ static void test_negative_control(void)
 {
     struct fx f;
     if (fx_setup(&f, KERN_OPT_SGD)) {
-        struct dlrm *m = f.m;
-        struct dlrm_layer *L = &m->bottom[m->cfg.nbottom - 1];
-        const int64_t nw = (int64_t)L->in * L->out;
+        struct dlrm *m = f.s.m;
+        struct dlrm_info mi;
+        dlrm_get_info(m, &mi);
+        struct dlrm_layer_info L, L0;
+        dlrm_get_layer(m, 0, mi.nbottom - 1, &L);
+        dlrm_get_layer(m, 0, 0, &L0);
+        const int64_t nw = (int64_t)L.in * L.out;
         int64_t at = 0, cols = 1;
         char name[96];
-        snprintf(name, sizeof name, "grad/%s_kernel", L->name);
+        snprintf(name, sizeof name, "grad/%s_kernel", L.name);
         float *g = gold_dup(&f.g, name, nw, &cols);
-        TH_REQUIRE(g != NULL);
+        float *p = model_read(m, DLRM_PARAMS, 0);
+        TH_REQUIRE(g != NULL && p != NULL);
+        const float *w = p + L.w_off;
         for (int64_t i = 1; i < nw; i++) /* largest first-order change of the loss */
-            if (fabsf(g[i] * L->w[i]) > fabsf(g[at] * L->w[at]))
+            if (fabsf(g[i] * w[i]) > fabsf(g[at] * w[at]))
                 at = i;
         tr_free(g);
-        float before = L->w[at];
-        L->w[at] *= 1.0f + 1e-3f;
-        printf("# perturbed %s_kernel[%lld]: %.9g -> %.9g\n", L->name, (long long)at, (double)before,
-               (double)L->w[at]);
+        float before = w[at], after = before * (1.0f + 1e-3f);
+        TH_EQ_ST(dlrm_tensor_write(m, DLRM_PARAMS, 0, L.w_off + at, 1, &after), TR_OK);
+        tr_free(p);
+        printf("# perturbed %s_kernel[%lld]: %.9g -> %.9g\n", L.name, (long long)at, (double)before, (double)after);
         double loss = 0.0;
-        enum tr_status rc = dlrm_forward(m, &f.b[0]);
-        if (rc == TR_OK)
-            rc = dlrm_loss(m, &f.b[0], &loss);
-        if (rc == TR_OK)
-            rc = dlrm_backward(m, &f.b[0]);
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
         TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
-        struct cmp c = check_vs(&f.g, "fwd/logits", dlrm_logits(m), f.B, 0);
+        struct cmp c = check_tensor(&f, "fwd/logits", DLRM_LOGITS, 0, f.B, 0);
         TH_CHECKF(!c.ok, "a 1e-3 change of one weight was not detected in the logits (rel %.3e)", c.rel);
         double ref_loss = gold_double(&f.g, "fwd/loss");
         double rel = fabs(loss - ref_loss) / fabs(ref_loss);
         printf("# perturbed loss rel %.3e\n", rel);
         TH_CHECKF(rel > REL_TOL, "a 1e-3 change of one weight was not detected in the loss (rel %.3e)", rel);
-        const struct dlrm_layer *L0 = &m->bottom[0];
-        snprintf(name, sizeof name, "grad/%s_kernel", L0->name);
-        c = check_vs(&f.g, name, L0->dw, (int64_t)L0->in * L0->out, 0);
+        snprintf(name, sizeof name, "grad/%s_kernel", L0.name);
+        float *grads = model_read(m, DLRM_GRADS, 0);
+        TH_REQUIRE(grads != NULL);
+        c = check_vs(&f.g, name, grads + L0.w_off, (int64_t)L0.in * L0.out, 0);
+        tr_free(grads);
         TH_CHECKF(!c.ok, "a 1e-3 change of one weight was not detected in '%s' (rel %.3e)", name, c.rel);
     }
     fx_release(&f);

@@ -1,7 +1,9 @@
 /* test_coverage.c: every op of enum kern_op must name the parity test file that
- * covers it, that file must exist and call the op through the vtable, and the CPU
- * backend must implement it. Adding an op to kern.h without a test makes `make
- * test` fail here (as llama.cpp's test-backend-ops --show-coverage). */
+ * covers it, and that file must exist, call the op through the vtable and run on
+ * every backend (kt_main). Every backend that opens fills every vtable member, and
+ * the CPU backend supports every op on float tensors. Adding an op to kern.h
+ * without a test makes `make test` fail here (as llama.cpp's test-backend-ops
+ * --show-coverage). */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "../../common/check.h"
 #include "../../common/harness.h"
 #include "../../kernels/kern.h"
+#include "kt_util.h"
 
 /* Sized by KERN_OP_COUNT_: a new op gets a NULL entry until its test is named here. */
 static const char *const covered_by[KERN_OP_COUNT_] = {
@@ -25,6 +28,8 @@ static const char *const covered_by[KERN_OP_COUNT_] = {
     [KERN_OP_INTERACT_BWD] = "tests/kernels/test_interact.c",
     [KERN_OP_BCE] = "tests/kernels/test_loss.c",
     [KERN_OP_DENSE_UPDATE] = "tests/kernels/test_optim.c",
+    [KERN_OP_FILL] = "tests/kernels/test_fill.c",
+    [KERN_OP_COPY_ROWS] = "tests/kernels/test_fill.c",
 };
 
 /* True if the backend sets the vtable member of `op`; false for an op this switch
@@ -41,6 +46,8 @@ static int has_member(const struct kern_backend_i *i, enum kern_op op)
     case KERN_OP_INTERACT_BWD: return i->interact_bwd != NULL;
     case KERN_OP_BCE: return i->bce != NULL;
     case KERN_OP_DENSE_UPDATE: return i->dense_update != NULL;
+    case KERN_OP_FILL: return i->fill != NULL;
+    case KERN_OP_COPY_ROWS: return i->copy_rows != NULL;
     case KERN_OP_COUNT_: break;
     }
     return 0;
@@ -106,23 +113,40 @@ static void test_every_op_has_a_test(void)
         char call[80];
         snprintf(call, sizeof call, "->%s(", name);
         TH_CHECKF(strstr(src, call) != NULL, "op '%s': '%s' never calls '%s'", name, file, call);
+        /* and run its cases on every backend the build has */
+        TH_CHECKF(strstr(src, "kt_main(") != NULL, "op '%s': '%s' does not run on every backend (kt_main)", name,
+                  file);
         tr_free(src);
     }
 }
 
-static void test_cpu_implements_every_op(void)
+/* Every member of kt_be's vtable is set (ops included), and supports() agrees:
+ * the CPU backend supports every op on float tensors, and no backend claims the
+ * end marker. */
+static void test_vtable_complete(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 0);
+    const struct kern_backend_i *i = kt_be.i;
+    int listed = 0;
+    for (const char *const *n = kern_backend_names(); *n; n++)
+        listed |= i->name && !strcmp(i->name, *n);
+    TH_CHECKF(listed, "backend '%s' is not in kern_backend_names()", i->name ? i->name : "(null)");
+    TH_CHECKF(i->supports && i->mem_alloc && i->mem_release && i->copy && i->emb_update_ws_bytes && i->queue &&
+                  i->synchronize && i->destroy,
+              "backend '%s' leaves a non-op member NULL: supports %d mem_alloc %d mem_release %d copy %d "
+              "emb_update_ws_bytes %d queue %d synchronize %d destroy %d",
+              i->name, !!i->supports, !!i->mem_alloc, !!i->mem_release, !!i->copy, !!i->emb_update_ws_bytes,
+              !!i->queue, !!i->synchronize, !!i->destroy);
+    TH_REQUIRE(i->supports);
+    const int cpu = !strcmp(i->name, "cpu");
     for (int op = 0; op < KERN_OP_COUNT_; op++) {
-        TH_CHECKF(be.i->supports(be.ctx, (enum kern_op)op), "cpu backend does not support op %d '%s'", op,
-                  kern_op_name((enum kern_op)op));
-        TH_CHECKF(has_member(be.i, (enum kern_op)op), "cpu backend leaves op %d '%s' NULL", op,
-                  kern_op_name((enum kern_op)op));
+        const char *name = kern_op_name((enum kern_op)op);
+        TH_CHECKF(has_member(i, (enum kern_op)op), "backend '%s' leaves op %d '%s' NULL", i->name, op, name);
+        if (cpu)
+            TH_CHECKF(i->supports(kt_be.ctx, (enum kern_op)op, KERN_F32),
+                      "cpu backend does not support op %d '%s' on KERN_F32", op, name);
     }
-    TH_CHECK(!be.i->supports(be.ctx, KERN_OP_COUNT_));
-    TH_CHECK(be.i->mem_alloc && be.i->mem_release && be.i->copy && be.i->emb_update_ws_bytes &&
-             be.i->synchronize && be.i->set_threads && be.i->name);
+    TH_CHECKF(!i->supports(kt_be.ctx, KERN_OP_COUNT_, KERN_F32), "backend '%s' supports KERN_OP_COUNT_", i->name);
+    TH_CHECKF(!i->supports(kt_be.ctx, (enum kern_op)-1, KERN_F32), "backend '%s' supports op -1", i->name);
 }
 
 static void test_op_names(void)
@@ -134,18 +158,18 @@ static void test_op_names(void)
             TH_CHECKF(strcmp(name, kern_op_name((enum kern_op)other)) != 0, "ops %d and %d are both named '%s'",
                       other, op, name);
     }
-    TH_CHECK(strcmp(kern_op_name(KERN_OP_COUNT_), "unknown") == 0);
-    TH_CHECK(strcmp(kern_op_name((enum kern_op)-1), "unknown") == 0);
-    TH_CHECK(strcmp(kern_op_name((enum kern_op)1000), "unknown") == 0);
+    TH_EQ_STR(kern_op_name(KERN_OP_COUNT_), "unknown");
+    TH_EQ_STR(kern_op_name((enum kern_op)-1), "unknown");
+    TH_EQ_STR(kern_op_name((enum kern_op)1000), "unknown");
 }
 
 static const struct th_case cases[] = {
     {"every_op_has_a_test", test_every_op_has_a_test},
-    {"cpu_implements_every_op", test_cpu_implements_every_op},
+    {"vtable_complete", test_vtable_complete},
     {"op_names", test_op_names},
 };
 
 int main(int argc, char **argv)
 {
-    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+    return kt_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
 }

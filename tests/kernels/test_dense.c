@@ -1,7 +1,8 @@
 /* test_dense.c: parity tests of gemm (all transpose combinations, odd shapes,
  * padded leading dimensions) and of the fused bias + activation epilogue and its
  * backward, against naive double references; then a finite-difference check of
- * a whole layer y = relu(x W + b). It does not benchmark the BLAS. */
+ * a whole layer y = relu(x W + b), on every backend (kt_main). It does not
+ * benchmark the BLAS. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,13 +15,6 @@
 #include "../../kernels/kern.h"
 #include "../../kernels/kmath.h"
 #include "kt_util.h"
-
-static struct kern_backend cpu(void)
-{
-    struct kern_backend be;
-    kern_backend_cpu(&be, 0);
-    return be;
-}
 
 /* ---- gemm ---------------------------------------------------------------------------- */
 
@@ -40,49 +34,52 @@ static void ref_gemm(const struct kern_gemm_args *g, const float *c_old, double 
         }
 }
 
-static void gemm_case(struct kern_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      float beta, uint64_t seed)
+static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     const int64_t lda = acols + 3, ldb = bcols + 1, ldc = n + 5;
-    float *a = tr_malloc((size_t)(arows * lda) * sizeof(float));
-    float *b = tr_malloc((size_t)(brows * ldb) * sizeof(float));
-    float *c = kt_guarded(m * ldc);
+    struct kt_buf a, b, c;
+    kt_buf_init(&a, arows * lda);
+    kt_buf_init(&b, brows * ldb);
+    kt_buf_init(&c, m * ldc);
     float *c_old = tr_malloc((size_t)(m * ldc) * sizeof(float));
     double *ref = tr_malloc((size_t)(m * n) * sizeof(double));
-    kt_fill(&r, a, arows * lda, -1, 1);
-    kt_fill(&r, b, brows * ldb, -1, 1);
+    kt_fill(&r, a.h, arows * lda, -1, 1);
+    kt_fill(&r, b.h, brows * ldb, -1, 1);
     for (int64_t i = 0; i < m; i++)
-        kt_fill(&r, c + i * ldc, n, -1, 1); /* padding columns keep the sentinel */
-    memcpy(c_old, c, (size_t)(m * ldc) * sizeof(float));
+        kt_fill(&r, c.h + i * ldc, n, -1, 1); /* padding columns keep the sentinel */
+    memcpy(c_old, c.h, (size_t)(m * ldc) * sizeof(float));
+    kt_upload(&a);
+    kt_upload(&b);
+    kt_upload(&c);
     struct kern_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-                               .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc};
-    ref_gemm(&g, c_old, ref);
-    enum tr_status rc = be->i->gemm(be->ctx, &g);
+                               .a = a.h, .lda = lda, .b = b.h, .ldb = ldb, .c = c.h, .ldc = ldc};
+    ref_gemm(&g, c_old, ref); /* the same call on the host mirrors */
+    g.a = a.d;
+    g.b = b.d;
+    g.c = c.d;
+    enum tr_status rc = kt_be.i->gemm(kt_be.ctx, &g);
+    kt_download(&c);
     char what[96];
     snprintf(what, sizeof what, "gemm %c%c m=%lld n=%lld k=%lld alpha=%g beta=%g", ta ? 'T' : 'N', tb ? 'T' : 'N',
              (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta);
-    TH_CHECKF(rc == TR_OK, "%s: rc %d", what, (int)rc);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
     /* float accumulation of k products of |x| <= 1: error grows like sqrt(k) eps */
     double atol = 1e-6 * (1.0 + sqrt((double)k)) * (fabs(alpha) + 1.0);
-    kt_close2d(what, c, ldc, ref, n, m, n, atol, 1e-5, 1e-9);
-    int pad_ok = 1;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = n; j < ldc; j++)
-            pad_ok &= kt_is_sentinel(&c[i * ldc + j]);
-    TH_CHECKF(pad_ok, "%s: wrote into C's padding columns (ldc > n)", what);
-    TH_CHECKF(kt_guard_ok(c, m * ldc), "%s: wrote outside C", what);
+    KT_CLOSE2D(what, c.h, ldc, ref, n, m, n, atol, 1e-5, 1e-9);
+    TH_CHECKF(kt_pad_ok(c.h, m, n, ldc), "%s: wrote into C's padding columns (ldc > n)", what);
+    TH_CHECKF(kt_buf_guard_ok(&c), "%s: wrote outside C", what);
     tr_free(ref);
     tr_free(c_old);
-    kt_guarded_free(c);
-    tr_free(b);
-    tr_free(a);
+    kt_buf_release(&c);
+    kt_buf_release(&b);
+    kt_buf_release(&a);
 }
 
 static void test_gemm(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_GEMM);
     static const int64_t shapes[][3] = {
         {1, 1, 1}, {1, 3, 17}, {3, 1, 33}, {17, 33, 1}, {33, 17, 3}, {3, 3, 3},
         {17, 17, 17}, {33, 33, 33}, {64, 1, 128}, {1, 128, 64}, {128, 33, 17}, {5, 7, 300},
@@ -91,9 +88,9 @@ static void test_gemm(void)
     for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++);
-                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 0.75f, 0.5f, seed++);
-                gemm_case(&be, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -2.0f, 1.0f, seed++);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 0.75f, 0.5f, seed++);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -2.0f, 1.0f, seed++);
             }
 }
 
@@ -101,90 +98,115 @@ static void test_gemm(void)
  * beta*C; m = 0 or n = 0 is a no-op; negative sizes are TR_ERR_ARG. */
 static void test_gemm_edges(void)
 {
-    struct kern_backend be = cpu();
-    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4];
+    KT_NEED_OP(KERN_OP_GEMM);
+    const float a0[6] = {1, 2, 3, 4, 5, 6}, b0[6] = {1, 0, 0, 1, 1, 1};
+    struct kt_buf a, b, c;
+    kt_buf_init(&a, 6);
+    kt_buf_init(&b, 6);
+    kt_buf_init(&c, 4);
+    memcpy(a.h, a0, sizeof a0);
+    memcpy(b.h, b0, sizeof b0);
     for (int i = 0; i < 4; i++)
-        c[i] = 3e38f;
-    struct kern_gemm_args g = {.m = 2, .n = 2, .k = 3, .alpha = 1.0f, .beta = 0.0f, .a = a, .lda = 3, .b = b,
-                               .ldb = 2, .c = c, .ldc = 2};
-    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
+        c.h[i] = 3e38f;
+    kt_upload(&a);
+    kt_upload(&b);
+    kt_upload(&c);
+    struct kern_gemm_args g = {.m = 2, .n = 2, .k = 3, .alpha = 1.0f, .beta = 0.0f, .a = a.d, .lda = 3, .b = b.d,
+                               .ldb = 2, .c = c.d, .ldc = 2};
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
+    kt_download(&c);
     /* A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,1]] */
-    TH_CHECK(c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11);
+    const double want_ab[4] = {4, 5, 10, 11};
+    KT_CLOSE("beta 0 overwrites C", c.h, want_ab, 4, 0.0, 0.0, 0.0);
     g.k = 0;
     g.beta = 0.5f;
-    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
-    TH_CHECK(c[0] == 2 && c[1] == 2.5f && c[2] == 5 && c[3] == 5.5f);
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
+    kt_download(&c);
+    const double want_half[4] = {2, 2.5, 5, 5.5};
+    KT_CLOSE("k 0 gives beta C", c.h, want_half, 4, 0.0, 0.0, 0.0);
     g.beta = 0.0f;
-    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
-    TH_CHECK(c[0] == 0 && c[1] == 0 && c[2] == 0 && c[3] == 0);
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
+    kt_download(&c);
+    const double want_zero[4] = {0, 0, 0, 0};
+    KT_CLOSE("k 0 beta 0 gives 0", c.h, want_zero, 4, 0.0, 0.0, 0.0);
     for (int i = 0; i < 4; i++)
-        c[i] = 9.0f;
+        c.h[i] = 9.0f;
+    kt_upload(&c);
     g.k = 3;
     g.m = 0;
-    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_OK);
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
     g.m = 2;
     g.n = 0;
-    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_OK);
-    TH_CHECK(c[0] == 9 && c[1] == 9 && c[2] == 9 && c[3] == 9);
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
+    kt_download(&c);
+    const double want_nine[4] = {9, 9, 9, 9};
+    KT_CLOSE("m 0 or n 0 is a no-op", c.h, want_nine, 4, 0.0, 0.0, 0.0);
     g.n = -1;
-    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_ERR_ARG);
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g), TR_ERR_ARG);
     g.n = 2;
     g.k = -3;
-    TH_CHECK(be.i->gemm(be.ctx, &g) == TR_ERR_ARG);
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g), TR_ERR_ARG);
+    TH_CHECK(kt_buf_guard_ok(&c));
+    kt_buf_release(&c);
+    kt_buf_release(&b);
+    kt_buf_release(&a);
 }
 
 /* ---- bias + activation ----------------------------------------------------------------- */
 
-static void bias_act_case(struct kern_backend *be, int64_t rows, int64_t cols, int relu, int with_bias,
-                          uint64_t seed)
+static void bias_act_case(int64_t rows, int64_t cols, int relu, int with_bias, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t ldy = cols + 3;
-    float *y = kt_guarded(rows * ldy);
-    float *bias = tr_malloc((size_t)cols * sizeof(float));
+    struct kt_buf y, bias;
+    kt_buf_init(&y, rows * ldy);
+    kt_buf_init(&bias, cols);
     float *want = tr_malloc((size_t)(rows * ldy) * sizeof(float));
     for (int64_t i = 0; i < rows; i++)
-        kt_fill(&r, y + i * ldy, cols, -1, 1);
-    kt_fill(&r, bias, cols, -0.5f, 0.5f);
-    memcpy(want, y, (size_t)(rows * ldy) * sizeof(float));
+        kt_fill(&r, y.h + i * ldy, cols, -1, 1);
+    kt_fill(&r, bias.h, cols, -0.5f, 0.5f);
+    memcpy(want, y.h, (size_t)(rows * ldy) * sizeof(float));
     /* one rounding per element (y + b), so the float reference is exact */
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            float v = want[i * ldy + j] + (with_bias ? bias[j] : 0.0f);
+            float v = want[i * ldy + j] + (with_bias ? bias.h[j] : 0.0f);
             want[i * ldy + j] = relu ? (v > 0.0f ? v : 0.0f) : v;
         }
-    struct kern_bias_act_fwd_args a = {.rows = rows, .cols = cols, .y = y, .ldy = ldy,
-                                       .bias = with_bias ? bias : NULL, .act = relu ? KERN_ACT_RELU : KERN_ACT_NONE};
-    TH_CHECK(be->i->bias_act_fwd(be->ctx, &a) == TR_OK);
+    kt_upload(&y);
+    kt_upload(&bias);
+    struct kern_bias_act_fwd_args a = {.rows = rows, .cols = cols, .y = y.d, .ldy = ldy,
+                                       .bias = with_bias ? bias.d : NULL, .act = relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+    TH_EQ_ST(kt_be.i->bias_act_fwd(kt_be.ctx, &a), TR_OK);
+    kt_download(&y);
     char what[80];
     snprintf(what, sizeof what, "bias_act_fwd %lldx%lld relu=%d bias=%d", (long long)rows, (long long)cols, relu,
              with_bias);
-    kt_same_bits(what, y, want, rows * ldy); /* includes the untouched padding */
-    TH_CHECKF(kt_guard_ok(y, rows * ldy), "%s: wrote outside y", what);
+    KT_SAME_BITS(what, y.h, want, rows * ldy); /* includes the untouched padding */
+    TH_CHECKF(kt_buf_guard_ok(&y), "%s: wrote outside y", what);
     tr_free(want);
-    tr_free(bias);
-    kt_guarded_free(y);
+    kt_buf_release(&bias);
+    kt_buf_release(&y);
 }
 
 static void test_bias_act_fwd(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_BIAS_ACT_FWD);
     static const int64_t shapes[][2] = {{1, 1}, {1, 17}, {5, 3}, {7, 33}, {64, 100}, {3, 128}};
     uint64_t seed = 2000;
     for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
         for (int relu = 0; relu < 2; relu++)
             for (int wb = 0; wb < 2; wb++)
-                bias_act_case(&be, shapes[s][0], shapes[s][1], relu, wb, seed++);
+                bias_act_case(shapes[s][0], shapes[s][1], relu, wb, seed++);
 }
 
-static void bias_act_bwd_case(struct kern_backend *be, int64_t rows, int64_t cols, int relu, int accumulate,
-                              int with_db, uint64_t seed)
+static void bias_act_bwd_case(int64_t rows, int64_t cols, int relu, int accumulate, int with_db, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t ldy = cols + 2, lddy = cols + 5;
-    float *y = tr_malloc((size_t)(rows * ldy) * sizeof(float));
-    float *dy = kt_guarded(rows * lddy);
-    float *db = kt_guarded(cols);
+    struct kt_buf y, dy, db;
+    kt_buf_init(&y, rows * ldy);
+    kt_buf_init(&dy, rows * lddy);
+    kt_buf_init(&db, cols);
     float *db0 = tr_malloc((size_t)cols * sizeof(float));
     double *want_dy = tr_malloc((size_t)(rows * cols) * sizeof(double));
     double *want_db = tr_malloc((size_t)cols * sizeof(double));
@@ -192,58 +214,59 @@ static void bias_act_bwd_case(struct kern_backend *be, int64_t rows, int64_t col
         for (int64_t j = 0; j < cols; j++) {
             /* a forward output: a quarter of the entries are ReLU zeros */
             float v = kt_uniform(&r, -0.3f, 1.0f);
-            y[i * ldy + j] = v > 0.0f ? v : 0.0f;
+            y.h[i * ldy + j] = v > 0.0f ? v : 0.0f;
         }
-        kt_fill(&r, dy + i * lddy, cols, -1, 1);
+        kt_fill(&r, dy.h + i * lddy, cols, -1, 1);
     }
-    kt_fill(&r, db, cols, -1, 1);
-    memcpy(db0, db, (size_t)cols * sizeof(float));
+    kt_fill(&r, db.h, cols, -1, 1);
+    memcpy(db0, db.h, (size_t)cols * sizeof(float));
     for (int64_t j = 0; j < cols; j++)
         want_db[j] = accumulate ? db0[j] : 0.0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            double g = dy[i * lddy + j];
-            if (relu && !(y[i * ldy + j] > 0.0f))
+            double g = dy.h[i * lddy + j];
+            if (relu && !(y.h[i * ldy + j] > 0.0f))
                 g = 0.0;
             want_dy[i * cols + j] = g;
             want_db[j] += g;
         }
-    struct kern_bias_act_bwd_args a = {.rows = rows, .cols = cols, .y = y, .ldy = ldy, .dy = dy, .lddy = lddy,
-                                       .dbias = with_db ? db : NULL, .accumulate = accumulate,
+    kt_upload(&y);
+    kt_upload(&dy);
+    kt_upload(&db);
+    struct kern_bias_act_bwd_args a = {.rows = rows, .cols = cols, .y = y.d, .ldy = ldy, .dy = dy.d, .lddy = lddy,
+                                       .dbias = with_db ? db.d : NULL, .accumulate = accumulate,
                                        .act = relu ? KERN_ACT_RELU : KERN_ACT_NONE};
-    TH_CHECK(be->i->bias_act_bwd(be->ctx, &a) == TR_OK);
+    TH_EQ_ST(kt_be.i->bias_act_bwd(kt_be.ctx, &a), TR_OK);
+    kt_download(&dy);
+    kt_download(&db);
     char what[96];
     snprintf(what, sizeof what, "bias_act_bwd %lldx%lld relu=%d acc=%d db=%d", (long long)rows, (long long)cols,
              relu, accumulate, with_db);
-    kt_close2d(what, dy, lddy, want_dy, cols, rows, cols, 0.0, 0.0, 0.0); /* a select: exact */
+    KT_CLOSE2D(what, dy.h, lddy, want_dy, cols, rows, cols, 0.0, 0.0, 0.0); /* a select: exact */
     if (with_db)
-        kt_close(what, db, want_db, cols, 1e-6 * (1.0 + sqrt((double)rows)), 1e-5, 1e-9);
+        KT_CLOSE(what, db.h, want_db, cols, 1e-6 * (1.0 + sqrt((double)rows)), 1e-5, 1e-9);
     else
-        TH_CHECKF(memcmp(db, db0, (size_t)cols * sizeof(float)) == 0, "%s: dbias written although NULL", what);
-    int pad_ok = 1;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = cols; j < lddy; j++)
-            pad_ok &= kt_is_sentinel(&dy[i * lddy + j]);
-    TH_CHECKF(pad_ok, "%s: wrote into dy's padding columns", what);
-    TH_CHECKF(kt_guard_ok(dy, rows * lddy) && kt_guard_ok(db, cols), "%s: wrote outside dy or dbias", what);
+        TH_CHECKF(memcmp(db.h, db0, (size_t)cols * sizeof(float)) == 0, "%s: dbias written although NULL", what);
+    TH_CHECKF(kt_pad_ok(dy.h, rows, cols, lddy), "%s: wrote into dy's padding columns", what);
+    TH_CHECKF(kt_buf_guard_ok(&dy) && kt_buf_guard_ok(&db), "%s: wrote outside dy or dbias", what);
     tr_free(want_db);
     tr_free(want_dy);
     tr_free(db0);
-    kt_guarded_free(db);
-    kt_guarded_free(dy);
-    tr_free(y);
+    kt_buf_release(&db);
+    kt_buf_release(&dy);
+    kt_buf_release(&y);
 }
 
 static void test_bias_act_bwd(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_BIAS_ACT_BWD);
     static const int64_t shapes[][2] = {{1, 1}, {1, 17}, {5, 3}, {7, 33}, {64, 100}, {200, 16}, {3, 129}};
     uint64_t seed = 3000;
     for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
         for (int relu = 0; relu < 2; relu++)
             for (int acc = 0; acc < 2; acc++)
                 for (int wdb = 0; wdb < 2; wdb++)
-                    bias_act_bwd_case(&be, shapes[s][0], shapes[s][1], relu, acc, wdb, seed++);
+                    bias_act_bwd_case(shapes[s][0], shapes[s][1], relu, acc, wdb, seed++);
 }
 
 /* ---- finite differences of a layer ------------------------------------------------------
@@ -289,22 +312,32 @@ static double fd_entry(const struct layer *l, double *v)
 
 static void test_fd_layer(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_GEMM);
+    KT_NEED_OP(KERN_OP_BIAS_ACT_FWD);
+    KT_NEED_OP(KERN_OP_BIAS_ACT_BWD);
     const int64_t bsz = 6, kin = 17, nout = 9;
     struct kt_rng r = kt_rng_seed(4000);
-    float x[6 * 17], w[17 * 9], b[9], y[6 * 9], dy[6 * 9], dw[17 * 9], dx[6 * 17], db[9];
+    struct kt_buf x, w, b, y, dy, dw, dx, db;
+    kt_buf_init(&x, bsz * kin);
+    kt_buf_init(&w, kin * nout);
+    kt_buf_init(&b, nout);
+    kt_buf_init(&y, bsz * nout);
+    kt_buf_init(&dy, bsz * nout);
+    kt_buf_init(&dw, kin * nout);
+    kt_buf_init(&dx, bsz * kin);
+    kt_buf_init(&db, nout);
     double dx_[6 * 17], dw_[17 * 9], db_[9], rr[6 * 9], yref[6 * 9], fd_x[6 * 17], fd_w[17 * 9], fd_b[9];
-    kt_fill(&r, x, bsz * kin, -1, 1);
-    kt_fill(&r, w, kin * nout, -0.5f, 0.5f);
-    kt_fill(&r, b, nout, -0.2f, 0.2f);
+    kt_fill(&r, x.h, bsz * kin, -1, 1);
+    kt_fill(&r, w.h, kin * nout, -0.5f, 0.5f);
+    kt_fill(&r, b.h, nout, -0.2f, 0.2f);
     for (int64_t i = 0; i < bsz * nout; i++)
         rr[i] = kt_uniform(&r, -1, 1);
     for (int64_t i = 0; i < bsz * kin; i++)
-        dx_[i] = x[i];
+        dx_[i] = x.h[i];
     for (int64_t i = 0; i < kin * nout; i++)
-        dw_[i] = w[i];
+        dw_[i] = w.h[i];
     for (int64_t i = 0; i < nout; i++)
-        db_[i] = b[i];
+        db_[i] = b.h[i];
     struct layer l = {bsz, kin, nout, dx_, dw_, db_, rr};
     double min_abs_z = INFINITY;
     for (int64_t i = 0; i < bsz; i++)
@@ -316,35 +349,51 @@ static void test_fd_layer(void)
             yref[i * nout + j] = z > 0.0 ? z : 0.0;
         }
     TH_REQUIRE(min_abs_z > 1e-4); /* no kink within reach of the step or of float rounding */
+    kt_upload(&x);
+    kt_upload(&w);
+    kt_upload(&b);
     /* forward through the kernels */
-    struct kern_gemm_args g = {.m = bsz, .n = nout, .k = kin, .alpha = 1, .beta = 0, .a = x, .lda = kin, .b = w,
-                               .ldb = nout, .c = y, .ldc = nout};
-    TH_REQUIRE(be.i->gemm(be.ctx, &g) == TR_OK);
-    struct kern_bias_act_fwd_args fa = {.rows = bsz, .cols = nout, .y = y, .ldy = nout, .bias = b,
+    struct kern_gemm_args g = {.m = bsz, .n = nout, .k = kin, .alpha = 1, .beta = 0, .a = x.d, .lda = kin,
+                               .b = w.d, .ldb = nout, .c = y.d, .ldc = nout};
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &g), TR_OK);
+    struct kern_bias_act_fwd_args fa = {.rows = bsz, .cols = nout, .y = y.d, .ldy = nout, .bias = b.d,
                                         .act = KERN_ACT_RELU};
-    TH_REQUIRE(be.i->bias_act_fwd(be.ctx, &fa) == TR_OK);
-    kt_close("layer forward", y, yref, bsz * nout, 1e-5, 1e-5, 1e-9);
+    TH_EQ_ST_REQ(kt_be.i->bias_act_fwd(kt_be.ctx, &fa), TR_OK);
+    kt_download(&y);
+    KT_CLOSE("layer forward", y.h, yref, bsz * nout, 1e-5, 1e-5, 1e-9);
     /* backward through the kernels */
     for (int64_t i = 0; i < bsz * nout; i++)
-        dy[i] = (float)rr[i];
-    struct kern_bias_act_bwd_args ba = {.rows = bsz, .cols = nout, .y = y, .ldy = nout, .dy = dy, .lddy = nout,
-                                        .dbias = db, .accumulate = 0, .act = KERN_ACT_RELU};
-    TH_REQUIRE(be.i->bias_act_bwd(be.ctx, &ba) == TR_OK);
-    struct kern_gemm_args gw = {.trans_a = 1, .m = kin, .n = nout, .k = bsz, .alpha = 1, .beta = 0, .a = x,
-                                .lda = kin, .b = dy, .ldb = nout, .c = dw, .ldc = nout};
-    TH_REQUIRE(be.i->gemm(be.ctx, &gw) == TR_OK);
-    struct kern_gemm_args gx = {.trans_b = 1, .m = bsz, .n = kin, .k = nout, .alpha = 1, .beta = 0, .a = dy,
-                                .lda = nout, .b = w, .ldb = nout, .c = dx, .ldc = kin};
-    TH_REQUIRE(be.i->gemm(be.ctx, &gx) == TR_OK);
+        dy.h[i] = (float)rr[i];
+    kt_upload(&dy);
+    struct kern_bias_act_bwd_args ba = {.rows = bsz, .cols = nout, .y = y.d, .ldy = nout, .dy = dy.d,
+                                        .lddy = nout, .dbias = db.d, .accumulate = 0, .act = KERN_ACT_RELU};
+    TH_EQ_ST_REQ(kt_be.i->bias_act_bwd(kt_be.ctx, &ba), TR_OK);
+    struct kern_gemm_args gw = {.trans_a = 1, .m = kin, .n = nout, .k = bsz, .alpha = 1, .beta = 0, .a = x.d,
+                                .lda = kin, .b = dy.d, .ldb = nout, .c = dw.d, .ldc = nout};
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &gw), TR_OK);
+    struct kern_gemm_args gx = {.trans_b = 1, .m = bsz, .n = kin, .k = nout, .alpha = 1, .beta = 0, .a = dy.d,
+                                .lda = nout, .b = w.d, .ldb = nout, .c = dx.d, .ldc = kin};
+    TH_EQ_ST_REQ(kt_be.i->gemm(kt_be.ctx, &gx), TR_OK);
+    kt_download(&dx);
+    kt_download(&dw);
+    kt_download(&db);
     for (int64_t i = 0; i < bsz * kin; i++)
         fd_x[i] = fd_entry(&l, &dx_[i]);
     for (int64_t i = 0; i < kin * nout; i++)
         fd_w[i] = fd_entry(&l, &dw_[i]);
     for (int64_t i = 0; i < nout; i++)
         fd_b[i] = fd_entry(&l, &db_[i]);
-    kt_close("layer dL/dx", dx, fd_x, bsz * kin, 1e-5, 1e-4, 1e-8);
-    kt_close("layer dL/dW", dw, fd_w, kin * nout, 1e-5, 1e-4, 1e-8);
-    kt_close("layer dL/db", db, fd_b, nout, 1e-5, 1e-4, 1e-8);
+    KT_CLOSE("layer dL/dx", dx.h, fd_x, bsz * kin, 1e-5, 1e-4, 1e-8);
+    KT_CLOSE("layer dL/dW", dw.h, fd_w, kin * nout, 1e-5, 1e-4, 1e-8);
+    KT_CLOSE("layer dL/db", db.h, fd_b, nout, 1e-5, 1e-4, 1e-8);
+    kt_buf_release(&db);
+    kt_buf_release(&dx);
+    kt_buf_release(&dw);
+    kt_buf_release(&dy);
+    kt_buf_release(&y);
+    kt_buf_release(&b);
+    kt_buf_release(&w);
+    kt_buf_release(&x);
 }
 
 static const struct th_case cases[] = {
@@ -357,5 +406,5 @@ static const struct th_case cases[] = {
 
 int main(int argc, char **argv)
 {
-    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+    return kt_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
 }

@@ -1,8 +1,10 @@
-/* test_determinism.c: each op run twice on one thread count gives the same bits,
- * and runs on 1, 2 and 3 threads agree. emb_update, interact fwd/bwd, bias_act_bwd,
- * bce and dense_update are bitwise thread-independent by construction (one thread
- * reduces each output in a fixed order): compared bitwise. gemm (oneDNN may split k
- * by thread count) and emb_fwd (no such promise in kern.h): within float rounding. */
+/* test_determinism.c: each op run twice on one instance gives the same bits, and
+ * separate instances on 1, 2 and 3 threads agree, on every backend (kt_main; each
+ * instance gets its own copy of the inputs in its memory). emb_update, interact
+ * fwd/bwd, bias_act_bwd, bce, dense_update, fill and copy_rows are bitwise
+ * thread-independent by construction (one thread reduces each output in a fixed
+ * order, or there is no reduction): compared bitwise. gemm (oneDNN may split k by
+ * thread count) and emb_fwd (no such promise in kern.h): within float rounding. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,20 +21,26 @@
 static const int thread_counts[] = {1, 2, 3};
 #define NT ((int)TR_ARRAY_SIZE(thread_counts))
 
-/* One op on fixed inputs: `run` writes its outputs (as floats) into out[0..n). */
+/* The inputs of every op, in the memory of one instance (host originals below). */
+struct dev_in {
+    float *e_table, *e_grad;
+    int64_t *e_idx, *e_off;
+    float *d_x, *d_w, *d_b, *d_dy, *d_y;
+    float *i_x, *i_dout;
+    float *b_x, *b_y;
+};
+
+/* One op on fixed inputs: `init` sets the starting contents of the output's n floats
+ * on the host (NULL: every byte 0 on one run and 0xff on the other, for ops that
+ * overwrite all of it), then `run` runs the op on kt_be, writing its outputs (as
+ * floats) into out[0..n) in backend memory. */
 struct op {
     const char *name;
     int bitwise_across_threads;
     int64_t n; /* floats of output */
-    void (*run)(struct kern_backend *be, float *out);
+    void (*init)(float *out, int64_t n);
+    void (*run)(const struct dev_in *in, float *out);
 };
-
-static struct kern_backend cpu(void)
-{
-    struct kern_backend be;
-    kern_backend_cpu(&be, 0);
-    return be;
-}
 
 /* ---- emb_fwd / emb_update: 20000 ids over 500 rows (about 40 duplicates each) --------- */
 
@@ -52,45 +60,50 @@ static void emb_inputs(void)
         e_idx[i] = kt_below(&r, E_ROWS) % (1 + kt_below(&r, E_ROWS)); /* skewed towards small ids */
 }
 
-static void run_emb_fwd(struct kern_backend *be, float *out)
+static void run_emb_fwd(const struct dev_in *in, float *out)
 {
-    struct kern_emb_fwd_args a = {.table = e_table, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
-                                  .idx = e_idx, .idx_dtype = KERN_I64, .offsets = e_off, .nbags = E_BAGS,
+    struct kern_emb_fwd_args a = {.table = in->e_table, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
+                                  .idx = in->e_idx, .idx_dtype = KERN_I64, .offsets = in->e_off, .nbags = E_BAGS,
                                   .comb = KERN_COMB_MEAN, .out = out, .out_ld = E_W};
-    enum tr_status rc = be->i->emb_fwd(be->ctx, &a, 1);
+    enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
 }
 
 /* Adagrad on a copy of the table; out = [table | accum]. */
-static void run_emb_update(struct kern_backend *be, float *out)
+static void init_emb_update(float *out, int64_t n)
+{
+    (void)n;
+    memcpy(out, e_table, sizeof e_table);
+    for (int i = 0; i < E_ROWS * E_LD; i++)
+        out[E_ROWS * E_LD + i] = 0.1f;
+}
+
+static void run_emb_update(const struct dev_in *in, float *out)
 {
     float *tab = out, *acc = out + E_ROWS * E_LD;
-    memcpy(tab, e_table, sizeof e_table);
-    for (int i = 0; i < E_ROWS * E_LD; i++)
-        acc[i] = 0.1f;
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, e_off[E_BAGS], E_W, 1);
-    void *ws = tr_malloc(ws_bytes);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, e_off[E_BAGS], E_W, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = tab, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
-                                     .accum = acc, .accum_ld = E_LD, .idx = e_idx, .idx_dtype = KERN_I64,
-                                     .offsets = e_off, .nbags = E_BAGS, .comb = KERN_COMB_MEAN, .grad = e_grad,
-                                     .grad_ld = E_W, .grad_scale = 0.37f, .hp = {KERN_OPT_ADAGRAD, 0.01f, 1e-8f},
-                                     .ws = ws, .ws_bytes = ws_bytes};
-    enum tr_status rc = be->i->emb_update(be->ctx, &a, 1);
+                                     .accum = acc, .accum_ld = E_LD, .idx = in->e_idx, .idx_dtype = KERN_I64,
+                                     .offsets = in->e_off, .nbags = E_BAGS, .comb = KERN_COMB_MEAN,
+                                     .grad = in->e_grad, .grad_ld = E_W, .grad_scale = 0.37f,
+                                     .hp = {KERN_OPT_ADAGRAD, 0.01f, 1e-8f}, .ws = ws, .ws_bytes = ws_bytes};
+    enum tr_status rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
     /* one-hot SGD on top, all ~10000 ids as bags */
     a.offsets = NULL;
     a.nbags = e_off[E_BAGS];
     a.hp.kind = KERN_OPT_SGD;
     a.accum = NULL;
-    rc = be->i->emb_update(be->ctx, &a, 1);
+    rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
     TR_ASSERT(rc == TR_OK);
-    tr_free(ws);
+    kt_dev_release(ws, ws_bytes);
 }
 
 /* ---- gemm + bias_act: a 256 x 300 x 129 layer ------------------------------------------ */
 
 enum { D_M = 256, D_K = 300, D_N = 129 };
-static float d_x[D_M * D_K], d_w[D_K * D_N], d_b[D_N], d_dy[D_M * D_N];
+static float d_x[D_M * D_K], d_w[D_K * D_N], d_b[D_N], d_dy[D_M * D_N], d_y[D_M * D_N];
 
 static void dense_inputs(void)
 {
@@ -99,33 +112,37 @@ static void dense_inputs(void)
     kt_fill(&r, d_w, D_K * D_N, -0.1f, 0.1f);
     kt_fill(&r, d_b, D_N, -0.1f, 0.1f);
     kt_fill(&r, d_dy, D_M * D_N, -1, 1);
-}
-
-static void run_gemm_bias_act(struct kern_backend *be, float *out)
-{
-    struct kern_gemm_args g = {.m = D_M, .n = D_N, .k = D_K, .alpha = 1, .beta = 0, .a = d_x, .lda = D_K,
-                               .b = d_w, .ldb = D_N, .c = out, .ldc = D_N};
-    enum tr_status rc = be->i->gemm(be->ctx, &g);
-    TR_ASSERT(rc == TR_OK);
-    struct kern_bias_act_fwd_args f = {.rows = D_M, .cols = D_N, .y = out, .ldy = D_N, .bias = d_b,
-                                       .act = KERN_ACT_RELU};
-    rc = be->i->bias_act_fwd(be->ctx, &f);
-    TR_ASSERT(rc == TR_OK);
-}
-
-/* bias_act_bwd on a fixed forward output (not through gemm); out = [dy | dbias]. */
-static void run_bias_act_bwd(struct kern_backend *be, float *out)
-{
-    static float y[D_M * D_N];
+    /* a fixed forward output for bias_act_bwd (not through gemm) */
     for (int i = 0; i < D_M * D_N; i++)
-        y[i] = d_dy[(i * 7) % (D_M * D_N)] > -0.3f ? fabsf(d_dy[(i * 7) % (D_M * D_N)]) : 0.0f;
+        d_y[i] = d_dy[(i * 7) % (D_M * D_N)] > -0.3f ? fabsf(d_dy[(i * 7) % (D_M * D_N)]) : 0.0f;
+}
+
+static void run_gemm_bias_act(const struct dev_in *in, float *out)
+{
+    struct kern_gemm_args g = {.m = D_M, .n = D_N, .k = D_K, .alpha = 1, .beta = 0, .a = in->d_x, .lda = D_K,
+                               .b = in->d_w, .ldb = D_N, .c = out, .ldc = D_N};
+    enum tr_status rc = kt_be.i->gemm(kt_be.ctx, &g);
+    TR_ASSERT(rc == TR_OK);
+    struct kern_bias_act_fwd_args f = {.rows = D_M, .cols = D_N, .y = out, .ldy = D_N, .bias = in->d_b,
+                                       .act = KERN_ACT_RELU};
+    rc = kt_be.i->bias_act_fwd(kt_be.ctx, &f);
+    TR_ASSERT(rc == TR_OK);
+}
+
+/* out = [dy | dbias], accumulated onto 0.5. */
+static void init_bias_act_bwd(float *out, int64_t n)
+{
+    (void)n;
     memcpy(out, d_dy, sizeof d_dy);
-    float *db = out + D_M * D_N;
     for (int j = 0; j < D_N; j++)
-        db[j] = 0.5f;
-    struct kern_bias_act_bwd_args a = {.rows = D_M, .cols = D_N, .y = y, .ldy = D_N, .dy = out, .lddy = D_N,
-                                       .dbias = db, .accumulate = 1, .act = KERN_ACT_RELU};
-    enum tr_status rc = be->i->bias_act_bwd(be->ctx, &a);
+        out[D_M * D_N + j] = 0.5f;
+}
+
+static void run_bias_act_bwd(const struct dev_in *in, float *out)
+{
+    struct kern_bias_act_bwd_args a = {.rows = D_M, .cols = D_N, .y = in->d_y, .ldy = D_N, .dy = out,
+                                       .lddy = D_N, .dbias = out + D_M * D_N, .accumulate = 1, .act = KERN_ACT_RELU};
+    enum tr_status rc = kt_be.i->bias_act_bwd(kt_be.ctx, &a);
     TR_ASSERT(rc == TR_OK);
 }
 
@@ -142,19 +159,19 @@ static void interact_inputs(void)
     kt_fill(&r, i_dout, I_B * I_W, -1, 1);
 }
 
-static void run_interact_fwd(struct kern_backend *be, float *out)
+static void run_interact_fwd(const struct dev_in *in, float *out)
 {
-    struct kern_interact_fwd_args a = {.batch = I_B, .n = I_N, .d = I_D, .has_bottom = 1, .x = i_x, .out = out,
-                                       .out_w = I_W};
-    enum tr_status rc = be->i->interact_fwd(be->ctx, &a);
+    struct kern_interact_fwd_args a = {.batch = I_B, .n = I_N, .d = I_D, .has_bottom = 1, .x = in->i_x,
+                                       .out = out, .out_w = I_W};
+    enum tr_status rc = kt_be.i->interact_fwd(kt_be.ctx, &a);
     TR_ASSERT(rc == TR_OK);
 }
 
-static void run_interact_bwd(struct kern_backend *be, float *out)
+static void run_interact_bwd(const struct dev_in *in, float *out)
 {
-    struct kern_interact_bwd_args a = {.batch = I_B, .n = I_N, .d = I_D, .has_bottom = 1, .x = i_x,
-                                       .dout = i_dout, .out_w = I_W, .dx = out};
-    enum tr_status rc = be->i->interact_bwd(be->ctx, &a);
+    struct kern_interact_bwd_args a = {.batch = I_B, .n = I_N, .d = I_D, .has_bottom = 1, .x = in->i_x,
+                                       .dout = in->i_dout, .out_w = I_W, .dx = out};
+    enum tr_status rc = kt_be.i->interact_bwd(kt_be.ctx, &a);
     TR_ASSERT(rc == TR_OK);
 }
 
@@ -171,41 +188,105 @@ static void bce_inputs(void)
         b_y[i] = (float)(kt_next(&r) >> 63);
 }
 
-/* out = [dlogits | loss_sum as two floats' worth of bits] */
-static void run_bce(struct kern_backend *be, float *out)
+/* out = [dlogits | loss_sum as two floats' worth of bits] (loss_sum is a host pointer) */
+static void run_bce(const struct dev_in *in, float *out)
 {
     double loss = 0;
-    struct kern_bce_args a = {.n = B_N, .logits = b_x, .labels = b_y, .loss_sum = &loss, .dlogits = out,
+    struct kern_bce_args a = {.n = B_N, .logits = in->b_x, .labels = in->b_y, .loss_sum = &loss, .dlogits = out,
                               .grad_scale = 1.0f / B_N};
-    enum tr_status rc = be->i->bce(be->ctx, &a);
+    enum tr_status rc = kt_be.i->bce(kt_be.ctx, &a);
     TR_ASSERT(rc == TR_OK);
-    memcpy(out + B_N, &loss, sizeof loss);
+    kt_h2d(out + B_N, &loss, sizeof loss);
 }
 
 /* ---- dense_update: element-wise --------------------------------------------------------- */
 
-static void run_dense_update(struct kern_backend *be, float *out)
+/* out = [param | accum] */
+static void init_dense_update(float *out, int64_t n)
 {
-    float *p = out, *acc = out + D_K * D_N;
-    memcpy(p, d_w, sizeof d_w);
+    (void)n;
+    memcpy(out, d_w, sizeof d_w);
     for (int i = 0; i < D_K * D_N; i++)
-        acc[i] = 0.01f;
-    struct kern_dense_update_args a = {.n = D_K * D_N, .param = p, .grad = d_x, .accum = acc, .grad_scale = 0.5f,
-                                       .hp = {KERN_OPT_ADAGRAD, 0.01f, 1e-8f}};
-    enum tr_status rc = be->i->dense_update(be->ctx, &a);
+        out[D_K * D_N + i] = 0.01f;
+}
+
+static void run_dense_update(const struct dev_in *in, float *out)
+{
+    struct kern_dense_update_args a = {.n = D_K * D_N, .param = out, .grad = in->d_x, .accum = out + D_K * D_N,
+                                       .grad_scale = 0.5f, .hp = {KERN_OPT_ADAGRAD, 0.01f, 1e-8f}};
+    enum tr_status rc = kt_be.i->dense_update(kt_be.ctx, &a);
+    TR_ASSERT(rc == TR_OK);
+}
+
+/* ---- fill and copy_rows: row-parallel memory ops ----------------------------------------- */
+
+enum { F_ROWS = 2000, F_COLS = 67, F_LD = 70 };
+
+/* Both ops leave padding alone: start from zeros, so that it compares equal. */
+static void init_zero(float *out, int64_t n)
+{
+    memset(out, 0, (size_t)n * sizeof(float));
+}
+
+/* Glorot over [0, F_ROWS/2) and bias-normal over the rest, padded rows, a slice of a
+ * larger tensor; out (F_ROWS, F_LD) keeps its padding. */
+static void run_fill(const struct dev_in *in, float *out)
+{
+    (void)in;
+    struct kern_fill_args a = {.kind = KERN_FILL_GLOROT, .dst = out, .rows = F_ROWS / 2, .cols = F_COLS,
+                               .ld = F_LD, .seed = 7, .stream = 3, .elem_ld = F_COLS + 5, .elem0 = 11,
+                               .a = 300, .b = 67};
+    enum tr_status rc = kt_be.i->fill(kt_be.ctx, &a);
+    TR_ASSERT(rc == TR_OK);
+    a.kind = KERN_FILL_NORMAL;
+    a.dst = out + (F_ROWS / 2) * F_LD;
+    a.elem0 = 11 + (F_ROWS / 2) * (F_COLS + 5);
+    rc = kt_be.i->fill(kt_be.ctx, &a);
+    TR_ASSERT(rc == TR_OK);
+}
+
+/* Three blocks of the embedding table and the dense inputs into out, in one call. */
+static void run_copy_rows(const struct dev_in *in, float *out)
+{
+    const struct kern_copy_rows_args b[3] = {
+        {.dst = out, .ldd = E_W + 3, .src = in->e_table + 2, .lds = E_LD, .rows = E_ROWS, .cols = E_W},
+        {.dst = out + E_ROWS * (E_W + 3), .ldd = D_K, .src = in->d_x, .lds = D_K, .rows = D_M, .cols = D_K},
+        {.dst = out + E_ROWS * (E_W + 3) + D_M * D_K, .ldd = D_N, .src = in->d_w + 1, .lds = D_N, .rows = D_K - 1,
+         .cols = D_N - 1},
+    };
+    enum tr_status rc = kt_be.i->copy_rows(kt_be.ctx, b, 3);
     TR_ASSERT(rc == TR_OK);
 }
 
 static const struct op ops[] = {
-    {"emb_fwd", 0, E_BAGS * E_W, run_emb_fwd},
-    {"emb_update", 1, 2 * E_ROWS * E_LD, run_emb_update},
-    {"gemm+bias_act_fwd", 0, D_M * D_N, run_gemm_bias_act},
-    {"bias_act_bwd", 1, D_M * D_N + D_N, run_bias_act_bwd},
-    {"interact_fwd", 1, I_B * I_W, run_interact_fwd},
-    {"interact_bwd", 1, I_B * I_N * I_D, run_interact_bwd},
-    {"bce", 1, B_N + 2, run_bce},
-    {"dense_update", 1, 2 * D_K * D_N, run_dense_update},
+    {"emb_fwd", 0, E_BAGS * E_W, NULL, run_emb_fwd},
+    {"emb_update", 1, 2 * E_ROWS * E_LD, init_emb_update, run_emb_update},
+    {"gemm+bias_act_fwd", 0, D_M * D_N, NULL, run_gemm_bias_act},
+    {"bias_act_bwd", 1, D_M * D_N + D_N, init_bias_act_bwd, run_bias_act_bwd},
+    {"interact_fwd", 1, I_B * I_W, NULL, run_interact_fwd},
+    {"interact_bwd", 1, I_B * I_N * I_D, NULL, run_interact_bwd},
+    {"bce", 1, B_N + 2, NULL, run_bce},
+    {"dense_update", 1, 2 * D_K * D_N, init_dense_update, run_dense_update},
+    {"fill", 1, F_ROWS * F_LD, init_zero, run_fill},
+    {"copy_rows", 1, E_ROWS * (E_W + 3) + D_M * D_K + (D_K - 1) * D_N, init_zero, run_copy_rows},
 };
+#define NOPS ((int)TR_ARRAY_SIZE(ops))
+
+/* Every op of the list; the cases skip on a backend that lacks one. */
+#define NEED_OPS()                                                                        \
+    do {                                                                                  \
+        KT_NEED_OP(KERN_OP_EMB_FWD);                                                      \
+        KT_NEED_OP(KERN_OP_EMB_UPDATE);                                                   \
+        KT_NEED_OP(KERN_OP_GEMM);                                                         \
+        KT_NEED_OP(KERN_OP_BIAS_ACT_FWD);                                                 \
+        KT_NEED_OP(KERN_OP_BIAS_ACT_BWD);                                                 \
+        KT_NEED_OP(KERN_OP_INTERACT_FWD);                                                 \
+        KT_NEED_OP(KERN_OP_INTERACT_BWD);                                                 \
+        KT_NEED_OP(KERN_OP_BCE);                                                          \
+        KT_NEED_OP(KERN_OP_DENSE_UPDATE);                                                 \
+        KT_NEED_OP(KERN_OP_FILL);                                                         \
+        KT_NEED_OP(KERN_OP_COPY_ROWS);                                                    \
+    } while (0)
 
 static void inputs(void)
 {
@@ -215,58 +296,127 @@ static void inputs(void)
     bce_inputs();
 }
 
-/* Same thread count, twice: identical bits for every op, gemm included. */
-static void test_run_to_run(void)
+/* ---- instances -------------------------------------------------------------------------- */
+
+/* A new instance of kt_be's backend on `threads` threads with its own copy of the
+ * inputs; kt_be points at it until inst_close. */
+struct inst {
+    struct kern_backend saved, be;
+    struct dev_in in;
+};
+
+static void inst_open(struct inst *s, int threads)
 {
-    struct kern_backend be = cpu();
-    inputs();
-    for (size_t o = 0; o < TR_ARRAY_SIZE(ops); o++) {
-        float *a = tr_malloc((size_t)ops[o].n * sizeof(float)), *b = tr_malloc((size_t)ops[o].n * sizeof(float));
-        for (int t = 0; t < NT; t++) {
-            be.i->set_threads(be.ctx, thread_counts[t]);
-            memset(a, 0, (size_t)ops[o].n * sizeof(float));
-            memset(b, 0xff, (size_t)ops[o].n * sizeof(float));
-            ops[o].run(&be, a);
-            ops[o].run(&be, b);
-            char what[64];
-            snprintf(what, sizeof what, "%s twice on %d threads", ops[o].name, thread_counts[t]);
-            TH_CHECK(kt_same_bits(what, a, b, ops[o].n));
-        }
-        tr_free(b);
-        tr_free(a);
-    }
-    be.i->set_threads(be.ctx, 0);
+    s->saved = kt_be;
+    kt_open(threads, &s->be);
+    kt_be = s->be;
+    s->in.e_table = kt_dev_dup(e_table, sizeof e_table);
+    s->in.e_grad = kt_dev_dup(e_grad, sizeof e_grad);
+    s->in.e_idx = kt_dev_dup(e_idx, sizeof e_idx);
+    s->in.e_off = kt_dev_dup(e_off, sizeof e_off);
+    s->in.d_x = kt_dev_dup(d_x, sizeof d_x);
+    s->in.d_w = kt_dev_dup(d_w, sizeof d_w);
+    s->in.d_b = kt_dev_dup(d_b, sizeof d_b);
+    s->in.d_dy = kt_dev_dup(d_dy, sizeof d_dy);
+    s->in.d_y = kt_dev_dup(d_y, sizeof d_y);
+    s->in.i_x = kt_dev_dup(i_x, sizeof i_x);
+    s->in.i_dout = kt_dev_dup(i_dout, sizeof i_dout);
+    s->in.b_x = kt_dev_dup(b_x, sizeof b_x);
+    s->in.b_y = kt_dev_dup(b_y, sizeof b_y);
 }
 
-/* 1 thread vs 2 and 3: bitwise for the ops built for it, float rounding otherwise. */
+static void inst_close(struct inst *s)
+{
+    kt_dev_release(s->in.b_y, sizeof b_y);
+    kt_dev_release(s->in.b_x, sizeof b_x);
+    kt_dev_release(s->in.i_dout, sizeof i_dout);
+    kt_dev_release(s->in.i_x, sizeof i_x);
+    kt_dev_release(s->in.d_y, sizeof d_y);
+    kt_dev_release(s->in.d_dy, sizeof d_dy);
+    kt_dev_release(s->in.d_b, sizeof d_b);
+    kt_dev_release(s->in.d_w, sizeof d_w);
+    kt_dev_release(s->in.d_x, sizeof d_x);
+    kt_dev_release(s->in.e_off, sizeof e_off);
+    kt_dev_release(s->in.e_idx, sizeof e_idx);
+    kt_dev_release(s->in.e_grad, sizeof e_grad);
+    kt_dev_release(s->in.e_table, sizeof e_table);
+    kt_be = s->saved;
+    kern_backend_close(&s->be);
+}
+
+/* Runs op o on the current instance: host[0..n) is set to the byte `fill` (then
+ * init), uploaded, run over, and downloaded again. */
+static void run_op(const struct op *o, const struct dev_in *in, float *host, int fill)
+{
+    const size_t bytes = (size_t)o->n * sizeof(float);
+    memset(host, fill, bytes);
+    if (o->init)
+        o->init(host, o->n);
+    float *out = kt_dev_dup(host, bytes);
+    o->run(in, out);
+    kt_d2h(host, out, bytes);
+    kt_dev_release(out, bytes);
+}
+
+/* Same instance, twice: identical bits for every op, gemm included. */
+static void test_run_to_run(void)
+{
+    NEED_OPS();
+    inputs();
+    for (int t = 0; t < NT; t++) {
+        struct inst s;
+        inst_open(&s, thread_counts[t]);
+        for (int o = 0; o < NOPS; o++) {
+            float *a = tr_malloc((size_t)ops[o].n * sizeof(float)), *b = tr_malloc((size_t)ops[o].n * sizeof(float));
+            run_op(&ops[o], &s.in, a, 0);
+            run_op(&ops[o], &s.in, b, 0xff);
+            char what[64];
+            snprintf(what, sizeof what, "%s twice on %d threads", ops[o].name, thread_counts[t]);
+            KT_SAME_BITS(what, a, b, ops[o].n);
+            tr_free(b);
+            tr_free(a);
+        }
+        inst_close(&s);
+    }
+}
+
+/* An instance on 1 thread vs instances on 2 and 3: bitwise for the ops built for it,
+ * float rounding otherwise. */
 static void test_across_threads(void)
 {
-    struct kern_backend be = cpu();
+    NEED_OPS();
     inputs();
-    for (size_t o = 0; o < TR_ARRAY_SIZE(ops); o++) {
-        const int64_t n = ops[o].n;
-        float *base = tr_malloc((size_t)n * sizeof(float)), *other = tr_malloc((size_t)n * sizeof(float));
-        double *ref = tr_malloc((size_t)n * sizeof(double));
-        be.i->set_threads(be.ctx, 1);
-        ops[o].run(&be, base);
-        for (int64_t i = 0; i < n; i++)
-            ref[i] = base[i];
-        for (int t = 1; t < NT; t++) {
-            be.i->set_threads(be.ctx, thread_counts[t]);
-            memset(other, 0, (size_t)n * sizeof(float));
-            ops[o].run(&be, other);
+    float *base[NOPS];
+    struct inst s;
+    inst_open(&s, 1);
+    for (int o = 0; o < NOPS; o++) {
+        base[o] = tr_malloc((size_t)ops[o].n * sizeof(float));
+        run_op(&ops[o], &s.in, base[o], 0);
+    }
+    inst_close(&s);
+    for (int t = 1; t < NT; t++) {
+        inst_open(&s, thread_counts[t]);
+        for (int o = 0; o < NOPS; o++) {
+            const int64_t n = ops[o].n;
+            float *other = tr_malloc((size_t)n * sizeof(float));
+            run_op(&ops[o], &s.in, other, 0);
             char what[64];
             snprintf(what, sizeof what, "%s on 1 vs %d threads", ops[o].name, thread_counts[t]);
-            if (ops[o].bitwise_across_threads)
-                TH_CHECK(kt_same_bits(what, base, other, n));
-            else
-                kt_close(what, other, ref, n, 1e-5, 1e-5, 1e-10);
+            if (ops[o].bitwise_across_threads) {
+                KT_SAME_BITS(what, base[o], other, n);
+            } else {
+                double *ref = tr_malloc((size_t)n * sizeof(double));
+                for (int64_t i = 0; i < n; i++)
+                    ref[i] = base[o][i];
+                KT_CLOSE(what, other, ref, n, 1e-5, 1e-5, 1e-10);
+                tr_free(ref);
+            }
+            tr_free(other);
         }
-        tr_free(ref);
-        tr_free(other);
-        tr_free(base);
+        inst_close(&s);
     }
-    be.i->set_threads(be.ctx, 0);
+    for (int o = 0; o < NOPS; o++)
+        tr_free(base[o]);
 }
 
 static const struct th_case cases[] = {
@@ -276,5 +426,5 @@ static const struct th_case cases[] = {
 
 int main(int argc, char **argv)
 {
-    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+    return kt_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
 }

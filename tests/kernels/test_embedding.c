@@ -2,7 +2,8 @@
  * against naive double-precision references: one-hot and multi-hot bags, sum and
  * mean, I32 and I64 ids, column slices, odd widths, range errors, the workspace
  * contract, a finite-difference gradient check and a table of more than 2^31
- * elements. Only the CPU backend exists today; device backends will need copies. */
+ * elements. Runs on every backend: tables, ids, offsets, gradients, outputs, the
+ * workspace are in backend memory; bad_pos is host memory. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,21 +19,43 @@
 
 static const int64_t widths[] = {1, 3, 7, 16, 17, 33, 128};
 
-static struct kern_backend cpu(void)
+/* An int64 (bad_pos) in host memory, where the op writes it (kern.h), holding v;
+ * release with free_i64. */
+static int64_t *new_i64(int64_t v)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 0);
-    return be;
+    int64_t *p = tr_malloc(sizeof *p);
+    TR_ASSERT(p);
+    *p = v;
+    return p;
+}
+
+static int64_t get_i64(const int64_t *d)
+{
+    return *d;
+}
+
+static void set_i64(int64_t *d, int64_t v)
+{
+    *d = v;
+}
+
+static void free_i64(int64_t *d)
+{
+    tr_free(d);
 }
 
 /* ---- inputs ------------------------------------------------------------------------ */
 
-/* A batch of ids: idx64 (nidx) and, for multi-hot, offsets (nbags + 1). */
+/* A batch of ids: idx64 (nidx) and, for multi-hot, offsets (nbags + 1), on the host
+ * and (d_*) in backend memory. */
 struct batch {
     int64_t nbags, nidx;
     int64_t *idx64;
     int32_t *idx32;
     int64_t *offsets; /* NULL for one-hot */
+    int64_t *d_idx64;
+    int32_t *d_idx32;
+    int64_t *d_offsets; /* NULL for one-hot */
 };
 
 /* Random bags of 0..maxlen ids in [0, rows); bags 0, 2 and the last are empty.
@@ -62,19 +85,28 @@ static void batch_make(struct batch *b, struct kt_rng *r, int64_t nbags, int64_t
             b->idx64[i] = rows - 1; /* the last row is always used */
         b->idx32[i] = (int32_t)b->idx64[i];
     }
+    b->d_idx64 = kt_dev_dup(b->idx64, (size_t)(b->nidx + 1) * sizeof(int64_t));
+    b->d_idx32 = kt_dev_dup(b->idx32, (size_t)(b->nidx + 1) * sizeof(int32_t));
+    if (b->offsets)
+        b->d_offsets = kt_dev_dup(b->offsets, (size_t)(nbags + 1) * sizeof(int64_t));
 }
 
 static void batch_free(struct batch *b)
 {
+    kt_dev_release(b->d_idx64, (size_t)(b->nidx + 1) * sizeof(int64_t));
+    kt_dev_release(b->d_idx32, (size_t)(b->nidx + 1) * sizeof(int32_t));
+    if (b->d_offsets)
+        kt_dev_release(b->d_offsets, (size_t)(b->nbags + 1) * sizeof(int64_t));
     tr_free(b->idx64);
     tr_free(b->idx32);
     tr_free(b->offsets);
     memset(b, 0, sizeof *b);
 }
 
+/* The ids in backend memory as dtype t. */
 static const void *batch_idx(const struct batch *b, enum kern_dtype t)
 {
-    return t == KERN_I32 ? (const void *)b->idx32 : (const void *)b->idx64;
+    return t == KERN_I32 ? (const void *)b->d_idx32 : (const void *)b->d_idx64;
 }
 
 /* ---- references -------------------------------------------------------------------- */
@@ -138,107 +170,122 @@ static void ref_update(double *tab, int64_t ld, double *acc, int64_t accum_ld, i
 /* ---- emb_fwd ----------------------------------------------------------------------- */
 
 /* Runs emb_fwd for one configuration and checks values, padding and guards. */
-static void fwd_case(struct kern_backend *be, int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uint64_t seed)
+static void fwd_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t rows = 37, c0 = w % 5, ld = c0 + w + 3, nbags = 29, out_ld = w + 4;
-    float *table = tr_malloc((size_t)(rows * ld) * sizeof(float));
-    kt_fill(&r, table, rows * ld, -1.0f, 1.0f);
+    struct kt_buf table, out;
+    kt_buf_init(&table, rows * ld);
+    kt_fill(&r, table.h, rows * ld, -1.0f, 1.0f);
+    kt_upload(&table);
     struct batch b;
     batch_make(&b, &r, nbags, rows, maxlen);
-    float *out = kt_guarded(nbags * out_ld);
+    kt_buf_init(&out, nbags * out_ld);
     double *ref = tr_malloc((size_t)(nbags * w) * sizeof(double));
-    int64_t bad_pos = 12345;
+    int64_t *bad_pos = new_i64(12345);
     struct kern_emb_fwd_args a = {
-        .table = table, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + w, .idx = batch_idx(&b, t), .idx_dtype = t,
-        .offsets = b.offsets, .nbags = nbags, .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out,
-        .out_ld = out_ld, .bad_pos = &bad_pos,
+        .table = table.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + w, .idx = batch_idx(&b, t), .idx_dtype = t,
+        .offsets = b.d_offsets, .nbags = nbags, .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out.d,
+        .out_ld = out_ld, .bad_pos = bad_pos,
     };
-    enum tr_status rc = be->i->emb_fwd(be->ctx, &a, 1);
-    TH_CHECKF(rc == TR_OK, "w=%lld t=%d mean=%d maxlen=%lld: rc %d", (long long)w, (int)t, mean, (long long)maxlen,
-              (int)rc);
-    TH_CHECKF(bad_pos == -1, "bad_pos %lld after success (want -1)", (long long)bad_pos);
+    enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, &a, 1);
+    kt_download(&out);
     char what[96];
     snprintf(what, sizeof what, "emb_fwd w=%lld dtype=%d mean=%d maxlen=%lld", (long long)w, (int)t, mean,
              (long long)maxlen);
-    ref_fwd(table, ld, c0, c0 + w, &b, mean, ref);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
+    TH_CHECKF(get_i64(bad_pos) == -1, "%s: bad_pos %lld after success (want -1)", what,
+              (long long)get_i64(bad_pos));
+    ref_fwd(table.h, ld, c0, c0 + w, &b, mean, ref);
     if (!b.offsets) {
         /* one-hot is a copy: bitwise, whatever the combiner */
         for (int64_t bag = 0; bag < nbags; bag++)
-            TH_CHECKF(memcmp(out + bag * out_ld, table + b.idx64[bag] * ld + c0, (size_t)w * sizeof(float)) == 0,
+            TH_CHECKF(memcmp(out.h + bag * out_ld, table.h + b.idx64[bag] * ld + c0, (size_t)w * sizeof(float)) == 0,
                       "%s: bag %lld is not an exact copy of row %lld", what, (long long)bag,
                       (long long)b.idx64[bag]);
     }
-    kt_close2d(what, out, out_ld, ref, w, nbags, w, 1e-6, 1e-5, 1e-7);
+    KT_CLOSE2D(what, out.h, out_ld, ref, w, nbags, w, 1e-6, 1e-5, 1e-7);
     for (int64_t bag = 0; b.offsets && bag < nbags; bag++)
         if (b.offsets[bag] == b.offsets[bag + 1])
             for (int64_t c = 0; c < w; c++)
-                TH_CHECKF(out[bag * out_ld + c] == 0.0f, "%s: empty bag %lld col %lld is %g", what, (long long)bag,
-                          (long long)c, (double)out[bag * out_ld + c]);
-    int pad_ok = 1;
-    for (int64_t bag = 0; bag < nbags; bag++)
-        for (int64_t c = w; c < out_ld; c++)
-            pad_ok &= kt_is_sentinel(&out[bag * out_ld + c]);
-    TH_CHECKF(pad_ok, "%s: wrote into the columns past c1-c0 (out_ld padding)", what);
-    TH_CHECKF(kt_guard_ok(out, nbags * out_ld), "%s: wrote outside out", what);
+                TH_CHECKF(out.h[bag * out_ld + c] == 0.0f, "%s: empty bag %lld col %lld is %g", what, (long long)bag,
+                          (long long)c, (double)out.h[bag * out_ld + c]);
+    TH_CHECKF(kt_pad_ok(out.h, nbags, w, out_ld), "%s: wrote into the columns past c1-c0 (out_ld padding)", what);
+    TH_CHECKF(kt_buf_guard_ok(&out), "%s: wrote outside out", what);
+    free_i64(bad_pos);
     tr_free(ref);
-    kt_guarded_free(out);
+    kt_buf_release(&out);
     batch_free(&b);
-    tr_free(table);
+    kt_buf_release(&table);
 }
 
 static void test_fwd_onehot(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_FWD);
     for (size_t i = 0; i < TR_ARRAY_SIZE(widths); i++)
         for (int t = 0; t < 2; t++)
             for (int mean = 0; mean < 2; mean++)
-                fwd_case(&be, widths[i], t ? KERN_I64 : KERN_I32, mean, 0, 100 + i * 4 + (size_t)t * 2 + (size_t)mean);
+                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 0, 100 + i * 4 + (size_t)t * 2 + (size_t)mean);
 }
 
 static void test_fwd_multihot(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_FWD);
     for (size_t i = 0; i < TR_ARRAY_SIZE(widths); i++)
         for (int t = 0; t < 2; t++)
             for (int mean = 0; mean < 2; mean++)
-                fwd_case(&be, widths[i], t ? KERN_I64 : KERN_I32, mean, 7, 200 + i * 4 + (size_t)t * 2 + (size_t)mean);
+                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 7, 200 + i * 4 + (size_t)t * 2 + (size_t)mean);
 }
 
 /* Bags need not start at position 0: bag b = idx[offsets[b] .. offsets[b+1]). */
 static void test_fwd_offsets_base(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_FWD);
     const int64_t rows = 5, ld = 3;
-    float table[15];
+    struct kt_buf table, out;
+    kt_buf_init(&table, 15);
+    kt_buf_init(&out, 9);
     for (int i = 0; i < 15; i++)
-        table[i] = (float)(i + 1);
+        table.h[i] = (float)(i + 1);
+    kt_upload(&table);
     const int64_t idx[] = {4, 4, 0, 1, 2, 3, 0};
     const int64_t offsets[] = {2, 4, 4, 7};
-    float out[9];
-    kt_sentinel_fill(out, 9);
-    struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = 3, .idx = idx,
-                                  .idx_dtype = KERN_I64, .offsets = offsets, .nbags = 3, .comb = KERN_COMB_SUM,
-                                  .out = out, .out_ld = 3};
-    TH_REQUIRE(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+    int64_t *d_idx = kt_dev_dup(idx, sizeof idx), *d_off = kt_dev_dup(offsets, sizeof offsets);
+    struct kern_emb_fwd_args a = {.table = table.d, .rows = rows, .ld = ld, .c0 = 0, .c1 = 3, .idx = d_idx,
+                                  .idx_dtype = KERN_I64, .offsets = d_off, .nbags = 3, .comb = KERN_COMB_SUM,
+                                  .out = out.d, .out_ld = 3};
+    TH_EQ_ST_REQ(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&out);
     /* bag 0 = rows 0,1; bag 1 empty; bag 2 = rows 2,3,0 */
     const float want[9] = {1 + 4, 2 + 5, 3 + 6, 0, 0, 0, 7 + 10 + 1, 8 + 11 + 2, 9 + 12 + 3};
     for (int i = 0; i < 9; i++)
-        TH_CHECKF(out[i] == want[i], "out[%d] = %g, want %g", i, (double)out[i], (double)want[i]);
+        TH_CHECKF(out.h[i] == want[i], "out[%d] = %g, want %g", i, (double)out.h[i], (double)want[i]);
+    TH_CHECK(kt_buf_guard_ok(&out));
+    kt_dev_release(d_off, sizeof offsets);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&out);
+    kt_buf_release(&table);
 }
 
 /* Out-of-range ids: TR_ERR_RANGE, bad_pos = first bad position, no crash. */
 static void test_fwd_range(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_FWD);
     const int64_t rows = 50, ld = 8, n = 20000;
-    float *table = tr_calloc((size_t)(rows * ld), sizeof(float));
-    float *out = tr_malloc((size_t)(n * ld) * sizeof(float));
+    struct kt_buf table, out;
+    kt_buf_init(&table, rows * ld);
+    memset(table.h, 0, (size_t)(rows * ld) * sizeof(float));
+    kt_upload(&table);
+    kt_buf_init(&out, n * ld);
     int64_t *i64 = tr_malloc((size_t)n * sizeof(int64_t));
     int32_t *i32 = tr_malloc((size_t)n * sizeof(int32_t));
     int64_t *offsets = tr_malloc((size_t)(n / 4 + 1) * sizeof(int64_t));
     for (int64_t b = 0; b <= n / 4; b++)
         offsets[b] = 4 * b;
+    int64_t *d_i64 = kt_dev_alloc((size_t)n * sizeof(int64_t));
+    int32_t *d_i32 = kt_dev_alloc((size_t)n * sizeof(int32_t));
+    int64_t *d_off = kt_dev_dup(offsets, (size_t)(n / 4 + 1) * sizeof(int64_t));
+    int64_t *bad_pos = new_i64(-99);
     struct {
         int64_t pos1, val1, pos2, val2;
     } const bad[] = {
@@ -259,19 +306,22 @@ static void test_fwd_range(void)
                 i64[bad[k].pos2] = bad[k].val2;
                 i32[bad[k].pos1] = (int32_t)bad[k].val1;
                 i32[bad[k].pos2] = (int32_t)bad[k].val2;
-                int64_t bad_pos = -99;
-                struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld,
-                                              .idx = t ? (const void *)i64 : (const void *)i32,
+                kt_h2d(d_i64, i64, (size_t)n * sizeof(int64_t));
+                kt_h2d(d_i32, i32, (size_t)n * sizeof(int32_t));
+                set_i64(bad_pos, -99);
+                struct kern_emb_fwd_args a = {.table = table.d, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld,
+                                              .idx = t ? (const void *)d_i64 : (const void *)d_i32,
                                               .idx_dtype = t ? KERN_I64 : KERN_I32,
-                                              .offsets = multi ? offsets : NULL, .nbags = multi ? n / 4 : n,
-                                              .comb = KERN_COMB_SUM, .out = out, .out_ld = ld, .bad_pos = &bad_pos};
-                enum tr_status rc = be.i->emb_fwd(be.ctx, &a, 1);
-                TH_CHECKF(rc == TR_ERR_RANGE, "case %zu dtype %d multi %d: rc %d, want TR_ERR_RANGE", k, t, multi,
-                          (int)rc);
-                TH_CHECKF(bad_pos == bad[k].pos1, "case %zu dtype %d multi %d: bad_pos %lld, want %lld", k, t, multi,
-                          (long long)bad_pos, (long long)bad[k].pos1);
+                                              .offsets = multi ? d_off : NULL, .nbags = multi ? n / 4 : n,
+                                              .comb = KERN_COMB_SUM, .out = out.d, .out_ld = ld, .bad_pos = bad_pos};
+                enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, &a, 1);
+                TH_CHECKF(rc == TR_ERR_RANGE, "case %zu dtype %d multi %d: %s, want TR_ERR_RANGE", k, t, multi,
+                          tr_strerror(rc));
+                int64_t got = get_i64(bad_pos);
+                TH_CHECKF(got == bad[k].pos1, "case %zu dtype %d multi %d: bad_pos %lld, want %lld", k, t, multi,
+                          (long long)got, (long long)bad[k].pos1);
                 a.bad_pos = NULL; /* optional */
-                TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE);
+                TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_ERR_RANGE);
             }
         }
     }
@@ -280,127 +330,158 @@ static void test_fwd_range(void)
         i64[i] = 3;
     i64[100] = (int64_t)1 << 40;
     i64[200] = INT64_MIN;
-    int64_t bad_pos = -99;
-    struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = i64,
-                                  .idx_dtype = KERN_I64, .nbags = n, .comb = KERN_COMB_SUM, .out = out,
-                                  .out_ld = ld, .bad_pos = &bad_pos};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE);
-    TH_CHECK(bad_pos == 100);
+    kt_h2d(d_i64, i64, (size_t)n * sizeof(int64_t));
+    set_i64(bad_pos, -99);
+    struct kern_emb_fwd_args a = {.table = table.d, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = d_i64,
+                                  .idx_dtype = KERN_I64, .nbags = n, .comb = KERN_COMB_SUM, .out = out.d,
+                                  .out_ld = ld, .bad_pos = bad_pos};
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_ERR_RANGE);
+    TH_EQ(get_i64(bad_pos), 100);
     /* the boundary ids 0 and rows-1 are valid */
     i64[100] = 0;
     i64[200] = rows - 1;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
-    TH_CHECK(bad_pos == -1);
+    kt_h2d(d_i64, i64, (size_t)n * sizeof(int64_t));
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
+    TH_EQ(get_i64(bad_pos), -1);
+    kt_download(&out);
+    TH_CHECK(kt_buf_guard_ok(&out));
+    free_i64(bad_pos);
+    kt_dev_release(d_off, (size_t)(n / 4 + 1) * sizeof(int64_t));
+    kt_dev_release(d_i32, (size_t)n * sizeof(int32_t));
+    kt_dev_release(d_i64, (size_t)n * sizeof(int64_t));
     tr_free(offsets);
     tr_free(i32);
     tr_free(i64);
-    tr_free(out);
-    tr_free(table);
+    kt_buf_release(&out);
+    kt_buf_release(&table);
 }
 
 /* Offsets that decrease, or start below 0, are rejected with TR_ERR_RANGE. */
 static void test_fwd_offsets_bad(void)
 {
-    struct kern_backend be = cpu();
-    float table[4 * 2] = {0};
-    float out[4 * 2];
+    KT_NEED_OP(KERN_OP_EMB_FWD);
+    struct kt_buf table, out;
+    kt_buf_init(&table, 4 * 2);
+    kt_buf_init(&out, 4 * 2);
+    memset(table.h, 0, 8 * sizeof(float));
+    kt_upload(&table);
     const int64_t idx[] = {0, 1, 2, 3, 0, 1};
     const int64_t dec[] = {0, 2, 1, 4, 6};  /* offsets[2] < offsets[1] */
     const int64_t neg[] = {-1, 2, 3, 4, 6}; /* offsets[0] < 0 */
     const int64_t ok[] = {0, 2, 2, 4, 6};
-    const int64_t *const sets[] = {dec, neg};
+    int64_t *d_idx = kt_dev_dup(idx, sizeof idx), *d_dec = kt_dev_dup(dec, sizeof dec);
+    int64_t *d_neg = kt_dev_dup(neg, sizeof neg), *d_ok = kt_dev_dup(ok, sizeof ok);
+    const int64_t *const sets[] = {d_dec, d_neg};
     const int64_t first_bad[] = {1, 0}; /* the first b with offsets[b+1] < offsets[b] or offsets[b] < 0 */
+    int64_t *bad_pos = new_i64(-99);
     for (int k = 0; k < 2; k++) {
-        int64_t bad_pos = -99;
-        struct kern_emb_fwd_args a = {.table = table, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
+        set_i64(bad_pos, -99);
+        struct kern_emb_fwd_args a = {.table = table.d, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = d_idx,
                                       .idx_dtype = KERN_I64, .offsets = sets[k], .nbags = 4, .comb = KERN_COMB_MEAN,
-                                      .out = out, .out_ld = 2, .bad_pos = &bad_pos};
-        TH_CHECKF(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE, "offsets set %d accepted", k);
+                                      .out = out.d, .out_ld = 2, .bad_pos = bad_pos};
+        enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, &a, 1);
+        TH_CHECKF(rc == TR_ERR_RANGE, "offsets set %d: %s, want TR_ERR_RANGE", k, tr_strerror(rc));
         /* kern.h leaves open whether bad_pos names the bag b or the offsets entry b+1 */
-        TH_CHECKF(bad_pos == first_bad[k] || bad_pos == first_bad[k] + 1, "offsets set %d: bad_pos %lld", k,
-                  (long long)bad_pos);
+        int64_t got = get_i64(bad_pos);
+        TH_CHECKF(got == first_bad[k] || got == first_bad[k] + 1, "offsets set %d: bad_pos %lld, want %lld or %lld",
+                  k, (long long)got, (long long)first_bad[k], (long long)first_bad[k] + 1);
     }
-    struct kern_emb_fwd_args a = {.table = table, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
-                                  .idx_dtype = KERN_I64, .offsets = ok, .nbags = 4, .comb = KERN_COMB_MEAN,
-                                  .out = out, .out_ld = 2};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+    struct kern_emb_fwd_args a = {.table = table.d, .rows = 4, .ld = 2, .c0 = 0, .c1 = 2, .idx = d_idx,
+                                  .idx_dtype = KERN_I64, .offsets = d_ok, .nbags = 4, .comb = KERN_COMB_MEAN,
+                                  .out = out.d, .out_ld = 2};
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
     /* no bags at all: nothing to do, nothing written */
-    kt_sentinel_fill(out, 8);
+    kt_sentinel_fill(out.h, 8);
+    kt_upload(&out);
     a.nbags = 0;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
     a.offsets = NULL;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&out);
     int untouched = 1;
     for (int i = 0; i < 8; i++)
-        untouched &= kt_is_sentinel(&out[i]);
-    TH_CHECK(untouched);
+        untouched &= kt_is_sentinel(&out.h[i]);
+    TH_CHECKF(untouched, "emb_fwd with no bags wrote into out");
+    TH_CHECK(kt_buf_guard_ok(&out));
     /* a column slice outside the row, or an index dtype that is not I32/I64 */
     a.nbags = 2;
     a.c1 = 3;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_ARG);
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_ERR_ARG);
     a.c1 = 2;
     a.idx_dtype = KERN_F32;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_ARG);
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_ERR_ARG);
+    free_i64(bad_pos);
+    kt_dev_release(d_ok, sizeof ok);
+    kt_dev_release(d_neg, sizeof neg);
+    kt_dev_release(d_dec, sizeof dec);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&out);
+    kt_buf_release(&table);
 }
 
 /* ---- emb_update -------------------------------------------------------------------- */
 
 /* Runs one update and compares table and accumulator with the double reference:
  * touched rows on [c0, c1) within rounding, every other float bitwise unchanged. */
-static void update_case(struct kern_backend *be, int64_t w, enum kern_dtype t, int mean, int64_t maxlen,
-                        enum kern_optim kind, uint64_t seed)
+static void update_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, enum kern_optim kind, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t rows = 40, c0 = (w * 3) % 4, ld = c0 + w + 2, accum_ld = ld + 3, nbags = 60, grad_ld = w + 1;
     const float gs = 0.5f;
-    float *table = tr_malloc((size_t)(rows * ld) * sizeof(float));
-    float *accum = tr_malloc((size_t)(rows * accum_ld) * sizeof(float));
+    struct kt_buf table, accum, grad;
+    kt_buf_init(&table, rows * ld);
+    kt_buf_init(&accum, rows * accum_ld);
+    kt_buf_init(&grad, nbags * grad_ld);
     float *table0 = tr_malloc((size_t)(rows * ld) * sizeof(float));
     float *accum0 = tr_malloc((size_t)(rows * accum_ld) * sizeof(float));
     double *dtab = tr_malloc((size_t)(rows * ld) * sizeof(double));
     double *dacc = tr_malloc((size_t)(rows * accum_ld) * sizeof(double));
-    float *grad = tr_malloc((size_t)(nbags * grad_ld) * sizeof(float));
     char *touched = tr_malloc((size_t)rows);
-    kt_fill(&r, table, rows * ld, -1.0f, 1.0f);
-    kt_fill(&r, accum, rows * accum_ld, 0.1f, 1.0f);
-    kt_fill(&r, grad, nbags * grad_ld, -1.0f, 1.0f);
-    memcpy(table0, table, (size_t)(rows * ld) * sizeof(float));
-    memcpy(accum0, accum, (size_t)(rows * accum_ld) * sizeof(float));
+    kt_fill(&r, table.h, rows * ld, -1.0f, 1.0f);
+    kt_fill(&r, accum.h, rows * accum_ld, 0.1f, 1.0f);
+    kt_fill(&r, grad.h, nbags * grad_ld, -1.0f, 1.0f);
+    kt_upload(&table);
+    kt_upload(&accum);
+    kt_upload(&grad);
+    memcpy(table0, table.h, (size_t)(rows * ld) * sizeof(float));
+    memcpy(accum0, accum.h, (size_t)(rows * accum_ld) * sizeof(float));
     for (int64_t i = 0; i < rows * ld; i++)
-        dtab[i] = table[i];
+        dtab[i] = table.h[i];
     for (int64_t i = 0; i < rows * accum_ld; i++)
-        dacc[i] = accum[i];
+        dacc[i] = accum.h[i];
     struct batch b;
     batch_make(&b, &r, nbags, rows, maxlen);
     struct kern_optim_hp hp = {kind, 0.1f, 1e-8f};
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, w, 1);
-    char *ws = tr_malloc(ws_bytes + 8);
-    int64_t bad_pos = 777;
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, b.nidx, w, 1);
+    char *ws = kt_dev_alloc(ws_bytes + 8);
+    int64_t *bad_pos = new_i64(777);
     struct kern_emb_update_args a = {
-        .table = table, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + w,
-        .accum = kind == KERN_OPT_ADAGRAD ? accum : NULL, .accum_ld = accum_ld, .idx = batch_idx(&b, t),
-        .idx_dtype = t, .offsets = b.offsets, .nbags = nbags, .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM,
-        .grad = grad, .grad_ld = grad_ld, .grad_scale = gs, .hp = hp,
+        .table = table.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + w,
+        .accum = kind == KERN_OPT_ADAGRAD ? accum.d : NULL, .accum_ld = accum_ld, .idx = batch_idx(&b, t),
+        .idx_dtype = t, .offsets = b.d_offsets, .nbags = nbags, .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM,
+        .grad = grad.d, .grad_ld = grad_ld, .grad_scale = gs, .hp = hp,
         .ws = ws + 4, /* misaligned on purpose: the advertised size must cover alignment */
-        .ws_bytes = ws_bytes, .bad_pos = &bad_pos,
+        .ws_bytes = ws_bytes, .bad_pos = bad_pos,
     };
     char what[112];
     snprintf(what, sizeof what, "emb_update %s w=%lld dtype=%d mean=%d maxlen=%lld",
              kind == KERN_OPT_SGD ? "sgd" : "adagrad", (long long)w, (int)t, mean, (long long)maxlen);
-    enum tr_status rc = be->i->emb_update(be->ctx, &a, 1);
-    TH_CHECKF(rc == TR_OK, "%s: rc %d", what, (int)rc);
-    TH_CHECKF(bad_pos == -1, "%s: bad_pos %lld after success", what, (long long)bad_pos);
-    ref_update(dtab, ld, dacc, accum_ld, rows, c0, c0 + w, &b, mean, grad, grad_ld, gs, &hp, touched);
+    enum tr_status rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
+    kt_download(&table);
+    kt_download(&accum);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
+    TH_CHECKF(get_i64(bad_pos) == -1, "%s: bad_pos %lld after success", what, (long long)get_i64(bad_pos));
+    ref_update(dtab, ld, dacc, accum_ld, rows, c0, c0 + w, &b, mean, grad.h, grad_ld, gs, &hp, touched);
     int64_t nbad = 0;
     for (int64_t row = 0; row < rows; row++) {
         for (int64_t c = 0; c < ld; c++) {
             int64_t i = row * ld + c;
             if (touched[row] && c >= c0 && c < c0 + w) {
                 double e = dtab[i];
-                if (!(fabs(table[i] - e) <= 2e-6 + 1e-5 * fabs(e)) && nbad++ < 5)
+                if (!(fabs(table.h[i] - e) <= 2e-6 + 1e-5 * fabs(e)) && nbad++ < 5)
                     th_failf_(__FILE__, __LINE__, "%s: table[%lld][%lld] = %.9g, want %.9g", what, (long long)row,
-                              (long long)c, (double)table[i], e);
-            } else if (memcmp(&table[i], &table0[i], sizeof(float)) != 0 && nbad++ < 5) {
+                              (long long)c, (double)table.h[i], e);
+            } else if (memcmp(&table.h[i], &table0[i], sizeof(float)) != 0 && nbad++ < 5) {
                 th_failf_(__FILE__, __LINE__, "%s: untouched table[%lld][%lld] changed", what, (long long)row,
                           (long long)c);
             }
@@ -409,45 +490,48 @@ static void update_case(struct kern_backend *be, int64_t w, enum kern_dtype t, i
             int64_t i = row * accum_ld + c;
             if (kind == KERN_OPT_ADAGRAD && touched[row] && c >= c0 && c < c0 + w) {
                 double e = dacc[i];
-                if (!(fabs(accum[i] - e) <= 2e-6 + 1e-5 * fabs(e)) && nbad++ < 5)
+                if (!(fabs(accum.h[i] - e) <= 2e-6 + 1e-5 * fabs(e)) && nbad++ < 5)
                     th_failf_(__FILE__, __LINE__, "%s: accum[%lld][%lld] = %.9g, want %.9g", what, (long long)row,
-                              (long long)c, (double)accum[i], e);
-            } else if (memcmp(&accum[i], &accum0[i], sizeof(float)) != 0 && nbad++ < 5) {
+                              (long long)c, (double)accum.h[i], e);
+            } else if (memcmp(&accum.h[i], &accum0[i], sizeof(float)) != 0 && nbad++ < 5) {
                 th_failf_(__FILE__, __LINE__, "%s: untouched accum[%lld][%lld] changed", what, (long long)row,
                           (long long)c);
             }
         }
     }
+    TH_CHECKF(kt_buf_guard_ok(&table) && kt_buf_guard_ok(&accum), "%s: wrote outside table or accum", what);
+    free_i64(bad_pos);
+    kt_dev_release(ws, ws_bytes + 8);
     batch_free(&b);
-    tr_free(ws);
     tr_free(touched);
-    tr_free(grad);
     tr_free(dacc);
     tr_free(dtab);
     tr_free(accum0);
     tr_free(table0);
-    tr_free(accum);
-    tr_free(table);
+    kt_buf_release(&grad);
+    kt_buf_release(&accum);
+    kt_buf_release(&table);
 }
 
 static void update_sweep(enum kern_optim kind, uint64_t seed)
 {
-    struct kern_backend be = cpu();
     for (size_t i = 0; i < TR_ARRAY_SIZE(widths); i++)
         for (int t = 0; t < 2; t++)
             for (int multi = 0; multi < 2; multi++)
                 for (int mean = 0; mean < 1 + multi; mean++)
-                    update_case(&be, widths[i], t ? KERN_I64 : KERN_I32, mean, multi ? 6 : 0, kind,
+                    update_case(widths[i], t ? KERN_I64 : KERN_I32, mean, multi ? 6 : 0, kind,
                                 seed + i * 8 + (size_t)t * 4 + (size_t)multi * 2 + (size_t)mean);
 }
 
 static void test_update_sgd(void)
 {
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     update_sweep(KERN_OPT_SGD, 300);
 }
 
 static void test_update_adagrad(void)
 {
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     update_sweep(KERN_OPT_ADAGRAD, 400);
 }
 
@@ -455,125 +539,202 @@ static void test_update_adagrad(void)
  * row 0: 2*(2/3 g0); row 1: 2*(1/3 g0 + 1/2 g3); row 2: 2*g1; row 3: 2*(1/2 g3). */
 static void test_update_mean_scaling(void)
 {
-    struct kern_backend be = cpu();
-    float table[5 * 2] = {0};
-    const float grad[4 * 2] = {3, 6, 5, -1, 100, 100, 4, 8};
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
+    const float grad0[4 * 2] = {3, 6, 5, -1, 100, 100, 4, 8};
     const int32_t idx[] = {0, 0, 1, 2, 1, 3};
     const int64_t offsets[] = {0, 3, 4, 4, 6};
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 6, 2, 1);
-    void *ws = tr_malloc(ws_bytes);
-    struct kern_emb_update_args a = {.table = table, .rows = 5, .ld = 2, .c0 = 0, .c1 = 2, .idx = idx,
-                                     .idx_dtype = KERN_I32, .offsets = offsets, .nbags = 4, .comb = KERN_COMB_MEAN,
-                                     .grad = grad, .grad_ld = 2, .grad_scale = 2.0f, .hp = {KERN_OPT_SGD, 1.0f, 0.0f},
-                                     .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
+    struct kt_buf table, grad;
+    kt_buf_init(&table, 5 * 2);
+    kt_buf_init(&grad, 4 * 2);
+    memset(table.h, 0, 10 * sizeof(float));
+    memcpy(grad.h, grad0, sizeof grad0);
+    kt_upload(&table);
+    kt_upload(&grad);
+    int32_t *d_idx = kt_dev_dup(idx, sizeof idx);
+    int64_t *d_off = kt_dev_dup(offsets, sizeof offsets);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 6, 2, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
+    struct kern_emb_update_args a = {.table = table.d, .rows = 5, .ld = 2, .c0 = 0, .c1 = 2, .idx = d_idx,
+                                     .idx_dtype = KERN_I32, .offsets = d_off, .nbags = 4, .comb = KERN_COMB_MEAN,
+                                     .grad = grad.d, .grad_ld = 2, .grad_scale = 2.0f,
+                                     .hp = {KERN_OPT_SGD, 1.0f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
+    TH_EQ_ST_REQ(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
     const double want[5 * 2] = {-2 * (2.0 / 3 * 3), -2 * (2.0 / 3 * 6), -2 * (1.0 / 3 * 3 + 0.5 * 4),
                                 -2 * (1.0 / 3 * 6 + 0.5 * 8), -2 * 5.0, -2 * -1.0, -2 * (0.5 * 4), -2 * (0.5 * 8),
                                 0, 0};
-    kt_close("mean scaling", table, want, 10, 1e-5, 1e-6, 1e-12);
-    TH_CHECK(table[8] == 0.0f && table[9] == 0.0f && !signbit(table[8]));
+    KT_CLOSE("mean scaling", table.h, want, 10, 1e-5, 1e-6, 1e-12);
+    TH_CHECKF(table.h[8] == 0.0f && table.h[9] == 0.0f && !signbit(table.h[8]),
+              "untouched row 4 is (%g, %g), want (+0, 0)", (double)table.h[8], (double)table.h[9]);
     /* the same with the sum combiner: bag scales are 1 */
-    memset(table, 0, sizeof table);
+    memset(table.h, 0, 10 * sizeof(float));
+    kt_upload(&table);
     a.comb = KERN_COMB_SUM;
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
+    TH_EQ_ST_REQ(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
     const double want_sum[5 * 2] = {-2 * 6.0, -2 * 12.0, -2 * 7.0, -2 * 14.0, -2 * 5.0, -2 * -1.0, -2 * 4.0,
                                     -2 * 8.0, 0, 0};
-    kt_close("sum combiner", table, want_sum, 10, 1e-5, 1e-6, 1e-12);
-    tr_free(ws);
+    KT_CLOSE("sum combiner", table.h, want_sum, 10, 1e-5, 1e-6, 1e-12);
+    TH_CHECK(kt_buf_guard_ok(&table));
+    kt_dev_release(ws, ws_bytes);
+    kt_dev_release(d_off, sizeof offsets);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&grad);
+    kt_buf_release(&table);
 }
 
 /* Duplicates are summed before the step; for Adagrad this differs from one step
  * per occurrence: one row hit 3 times with g = 1 gets acc += 9, p -= lr*3/(sqrt(acc)+eps). */
 static void test_update_duplicates_adagrad(void)
 {
-    struct kern_backend be = cpu();
-    float table[3] = {1.0f, 1.0f, 1.0f}, accum[3] = {0.5f, 0.5f, 0.5f};
-    const float grad[4] = {1, 1, 1, 1};
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     const int64_t idx[] = {1, 2, 1, 1};
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, 1, 1);
-    void *ws = tr_malloc(ws_bytes);
-    struct kern_emb_update_args a = {.table = table, .rows = 3, .ld = 1, .c0 = 0, .c1 = 1, .accum = accum,
-                                     .accum_ld = 1, .idx = idx, .idx_dtype = KERN_I64, .nbags = 4,
-                                     .grad = grad, .grad_ld = 1, .grad_scale = 1.0f,
+    struct kt_buf table, accum, grad;
+    kt_buf_init(&table, 3);
+    kt_buf_init(&accum, 3);
+    kt_buf_init(&grad, 4);
+    for (int i = 0; i < 3; i++) {
+        table.h[i] = 1.0f;
+        accum.h[i] = 0.5f;
+    }
+    for (int i = 0; i < 4; i++)
+        grad.h[i] = 1.0f;
+    kt_upload(&table);
+    kt_upload(&accum);
+    kt_upload(&grad);
+    int64_t *d_idx = kt_dev_dup(idx, sizeof idx);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 4, 1, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
+    struct kern_emb_update_args a = {.table = table.d, .rows = 3, .ld = 1, .c0 = 0, .c1 = 1, .accum = accum.d,
+                                     .accum_ld = 1, .idx = d_idx, .idx_dtype = KERN_I64, .nbags = 4,
+                                     .grad = grad.d, .grad_ld = 1, .grad_scale = 1.0f,
                                      .hp = {KERN_OPT_ADAGRAD, 0.25f, 1e-3f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
+    TH_EQ_ST_REQ(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
+    kt_download(&accum);
     const double want_t[3] = {1.0, 1.0 - 0.25 * 3 / (sqrt(9.5) + 1e-3), 1.0 - 0.25 * 1 / (sqrt(1.5) + 1e-3)};
     const double want_a[3] = {0.5, 9.5, 1.5};
-    kt_close("adagrad duplicates: table", table, want_t, 3, 1e-6, 1e-6, 1e-12);
-    kt_close("adagrad duplicates: accum", accum, want_a, 3, 0.0, 0.0, 0.0);
-    tr_free(ws);
+    KT_CLOSE("adagrad duplicates: table", table.h, want_t, 3, 1e-6, 1e-6, 1e-12);
+    KT_CLOSE("adagrad duplicates: accum", accum.h, want_a, 3, 0.0, 0.0, 0.0);
+    TH_CHECK(kt_buf_guard_ok(&table) && kt_buf_guard_ok(&accum));
+    kt_dev_release(ws, ws_bytes);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&grad);
+    kt_buf_release(&accum);
+    kt_buf_release(&table);
 }
 
 /* The workspace contract: NULL or smaller than the one-thread size -> TR_ERR_ARG,
- * and nothing is updated. */
+ * and nothing is updated. The one-thread size comes from an instance opened on one
+ * thread, which also runs the final call with exactly that size. */
 static void test_update_ws_small(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     const int64_t rows = 10, w = 17, n = 64;
-    float table[10 * 17], table0[10 * 17], grad[64 * 17];
+    float table0[10 * 17], grad0[64 * 17];
     int64_t idx[64];
+    struct kt_buf table, grad;
+    kt_buf_init(&table, rows * w);
+    kt_buf_init(&grad, n * w);
     struct kt_rng r = kt_rng_seed(5);
-    kt_fill(&r, table, rows * w, -1, 1);
-    kt_fill(&r, grad, n * w, -1, 1);
+    kt_fill(&r, table0, rows * w, -1, 1);
+    kt_fill(&r, grad0, n * w, -1, 1);
     for (int64_t i = 0; i < n; i++)
         idx[i] = kt_below(&r, rows);
-    memcpy(table0, table, sizeof table);
-    be.i->set_threads(be.ctx, 1);
-    size_t need = be.i->emb_update_ws_bytes(be.ctx, n, w, 1);
-    be.i->set_threads(be.ctx, 0);
-    char *ws = tr_malloc(need);
-    struct kern_emb_update_args a = {.table = table, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = idx,
-                                     .idx_dtype = KERN_I64, .nbags = n, .grad = grad, .grad_ld = w,
+    memcpy(table.h, table0, sizeof table0);
+    memcpy(grad.h, grad0, sizeof grad0);
+    kt_upload(&table);
+    kt_upload(&grad);
+    int64_t *d_idx = kt_dev_dup(idx, sizeof idx);
+    struct kern_backend all = kt_be, one;
+    kt_open(1, &one);
+    size_t need = one.i->emb_update_ws_bytes(one.ctx, n, w, 1);
+    char *ws = kt_dev_alloc(need);
+    struct kern_emb_update_args a = {.table = table.d, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = d_idx,
+                                     .idx_dtype = KERN_I64, .nbags = n, .grad = grad.d, .grad_ld = w,
                                      .grad_scale = 1.0f, .hp = {KERN_OPT_SGD, 0.1f, 0.0f}};
     const size_t sizes[] = {0, 1, 64, need / 2, need - 1};
     for (size_t k = 0; k < TR_ARRAY_SIZE(sizes); k++) {
         a.ws = sizes[k] ? ws : NULL;
         a.ws_bytes = sizes[k];
-        enum tr_status rc = be.i->emb_update(be.ctx, &a, 1);
-        TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): rc %d, want TR_ERR_ARG", sizes[k], need, (int)rc);
+        enum tr_status rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
+        TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): %s, want TR_ERR_ARG", sizes[k], need, tr_strerror(rc));
         a.ws = ws; /* a non-NULL pointer with a too-small size */
-        rc = be.i->emb_update(be.ctx, &a, 1);
-        TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): rc %d, want TR_ERR_ARG", sizes[k], need, (int)rc);
+        rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
+        TH_CHECKF(rc == TR_ERR_ARG, "ws_bytes %zu (need %zu): %s, want TR_ERR_ARG", sizes[k], need, tr_strerror(rc));
     }
-    TH_CHECK(memcmp(table, table0, sizeof table) == 0);
+    kt_download(&table);
+    TH_CHECKF(memcmp(table.h, table0, sizeof table0) == 0, "table changed by an update with a too small workspace");
     /* Adagrad without an accumulator */
     a.ws = ws;
     a.ws_bytes = need;
     a.hp.kind = KERN_OPT_ADAGRAD;
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_ERR_ARG);
-    TH_CHECK(memcmp(table, table0, sizeof table) == 0);
-    /* exactly the one-thread size works, on 1 thread */
-    be.i->set_threads(be.ctx, 1);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_ERR_ARG);
+    kt_download(&table);
+    TH_CHECKF(memcmp(table.h, table0, sizeof table0) == 0, "table changed by Adagrad without an accumulator");
+    kt_dev_release(ws, need);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&grad);
+    kt_buf_release(&table);
+    /* exactly the one-thread size works, on 1 thread (the same inputs, in its memory) */
+    kt_be = one;
+    kt_buf_init(&table, rows * w);
+    kt_buf_init(&grad, n * w);
+    memcpy(table.h, table0, sizeof table0);
+    memcpy(grad.h, grad0, sizeof grad0);
+    kt_upload(&table);
+    kt_upload(&grad);
+    d_idx = kt_dev_dup(idx, sizeof idx);
+    ws = kt_dev_alloc(need);
+    a.table = table.d;
+    a.grad = grad.d;
+    a.idx = d_idx;
+    a.ws = ws;
     a.hp.kind = KERN_OPT_SGD;
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
-    be.i->set_threads(be.ctx, 0);
-    tr_free(ws);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
+    TH_CHECK(kt_buf_guard_ok(&table));
+    kt_dev_release(ws, need);
+    kt_dev_release(d_idx, sizeof idx);
+    kt_buf_release(&grad);
+    kt_buf_release(&table);
+    kt_be = all;
+    kern_backend_close(&one);
 }
 
 /* Out-of-range ids or bad offsets: TR_ERR_RANGE and NOTHING updated, even when
  * the bad id comes after many good ones. */
 static void test_update_range(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     const int64_t rows = 30, w = 9, n = 5000;
-    float *table = tr_malloc((size_t)(rows * w) * sizeof(float));
-    float *accum = tr_malloc((size_t)(rows * w) * sizeof(float));
+    struct kt_buf table, accum, grad;
+    kt_buf_init(&table, rows * w);
+    kt_buf_init(&accum, rows * w);
+    kt_buf_init(&grad, n * w);
     float *table0 = tr_malloc((size_t)(rows * w) * sizeof(float));
     float *accum0 = tr_malloc((size_t)(rows * w) * sizeof(float));
-    float *grad = tr_malloc((size_t)(n * w) * sizeof(float));
     int64_t *i64 = tr_malloc((size_t)n * sizeof(int64_t));
     int32_t *i32 = tr_malloc((size_t)n * sizeof(int32_t));
     int64_t *offsets = tr_malloc((size_t)(n / 5 + 1) * sizeof(int64_t));
+    const size_t off_bytes = (size_t)(n / 5 + 1) * sizeof(int64_t);
     struct kt_rng r = kt_rng_seed(77);
-    kt_fill(&r, table, rows * w, -1, 1);
-    kt_fill(&r, accum, rows * w, 0, 1);
-    kt_fill(&r, grad, n * w, -1, 1);
-    memcpy(table0, table, (size_t)(rows * w) * sizeof(float));
-    memcpy(accum0, accum, (size_t)(rows * w) * sizeof(float));
+    kt_fill(&r, table.h, rows * w, -1, 1);
+    kt_fill(&r, accum.h, rows * w, 0, 1);
+    kt_fill(&r, grad.h, n * w, -1, 1);
+    kt_upload(&table);
+    kt_upload(&accum);
+    kt_upload(&grad);
+    memcpy(table0, table.h, (size_t)(rows * w) * sizeof(float));
+    memcpy(accum0, accum.h, (size_t)(rows * w) * sizeof(float));
     for (int64_t b = 0; b <= n / 5; b++)
         offsets[b] = 5 * b;
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, n, w, 1);
-    void *ws = tr_malloc(ws_bytes);
+    int64_t *d_i64 = kt_dev_alloc((size_t)n * sizeof(int64_t));
+    int32_t *d_i32 = kt_dev_alloc((size_t)n * sizeof(int32_t));
+    int64_t *d_off = kt_dev_dup(offsets, off_bytes);
+    int64_t *bad_pos = new_i64(-99);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, n, w, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
     const int64_t bad_at[] = {0, 2500, n - 1};
     const int64_t bad_val[] = {-1, 30, 1000000};
     for (int kind = 0; kind < 2; kind++)
@@ -586,51 +747,66 @@ static void test_update_range(void)
                     }
                     i64[bad_at[k]] = bad_val[k];
                     i32[bad_at[k]] = (int32_t)bad_val[k];
-                    int64_t bad_pos = -99;
+                    kt_h2d(d_i64, i64, (size_t)n * sizeof(int64_t));
+                    kt_h2d(d_i32, i32, (size_t)n * sizeof(int32_t));
+                    set_i64(bad_pos, -99);
                     struct kern_emb_update_args a = {
-                        .table = table, .rows = rows, .ld = w, .c0 = 0, .c1 = w,
-                        .accum = kind ? accum : NULL, .accum_ld = w,
-                        .idx = t ? (const void *)i64 : (const void *)i32, .idx_dtype = t ? KERN_I64 : KERN_I32,
-                        .offsets = multi ? offsets : NULL, .nbags = multi ? n / 5 : n, .comb = KERN_COMB_MEAN,
-                        .grad = grad, .grad_ld = w, .grad_scale = 1.0f,
+                        .table = table.d, .rows = rows, .ld = w, .c0 = 0, .c1 = w,
+                        .accum = kind ? accum.d : NULL, .accum_ld = w,
+                        .idx = t ? (const void *)d_i64 : (const void *)d_i32, .idx_dtype = t ? KERN_I64 : KERN_I32,
+                        .offsets = multi ? d_off : NULL, .nbags = multi ? n / 5 : n, .comb = KERN_COMB_MEAN,
+                        .grad = grad.d, .grad_ld = w, .grad_scale = 1.0f,
                         .hp = {kind ? KERN_OPT_ADAGRAD : KERN_OPT_SGD, 0.1f, 1e-8f}, .ws = ws,
-                        .ws_bytes = ws_bytes, .bad_pos = &bad_pos};
-                    enum tr_status rc = be.i->emb_update(be.ctx, &a, 1);
-                    TH_CHECKF(rc == TR_ERR_RANGE, "kind %d dtype %d multi %d bad at %lld: rc %d", kind, t, multi,
-                              (long long)bad_at[k], (int)rc);
-                    TH_CHECKF(bad_pos == bad_at[k], "bad_pos %lld want %lld", (long long)bad_pos,
-                              (long long)bad_at[k]);
+                        .ws_bytes = ws_bytes, .bad_pos = bad_pos};
+                    enum tr_status rc = kt_be.i->emb_update(kt_be.ctx, &a, 1);
+                    TH_CHECKF(rc == TR_ERR_RANGE, "kind %d dtype %d multi %d bad at %lld: %s", kind, t, multi,
+                              (long long)bad_at[k], tr_strerror(rc));
+                    int64_t got = get_i64(bad_pos);
+                    TH_CHECKF(got == bad_at[k], "bad_pos %lld want %lld", (long long)got, (long long)bad_at[k]);
                 }
-    TH_CHECKF(memcmp(table, table0, (size_t)(rows * w) * sizeof(float)) == 0, "table changed by a failed update");
-    TH_CHECKF(memcmp(accum, accum0, (size_t)(rows * w) * sizeof(float)) == 0, "accum changed by a failed update");
+    kt_download(&table);
+    kt_download(&accum);
+    TH_CHECKF(memcmp(table.h, table0, (size_t)(rows * w) * sizeof(float)) == 0, "table changed by a failed update");
+    TH_CHECKF(memcmp(accum.h, accum0, (size_t)(rows * w) * sizeof(float)) == 0, "accum changed by a failed update");
     /* decreasing offsets */
     for (int64_t i = 0; i < n; i++)
         i64[i] = i % rows;
+    kt_h2d(d_i64, i64, (size_t)n * sizeof(int64_t));
     offsets[100] = offsets[101] + 1;
-    struct kern_emb_update_args a = {.table = table, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = i64,
-                                     .idx_dtype = KERN_I64, .offsets = offsets, .nbags = n / 5,
-                                     .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = w, .grad_scale = 1.0f,
+    kt_h2d(d_off, offsets, off_bytes);
+    struct kern_emb_update_args a = {.table = table.d, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = d_i64,
+                                     .idx_dtype = KERN_I64, .offsets = d_off, .nbags = n / 5,
+                                     .comb = KERN_COMB_SUM, .grad = grad.d, .grad_ld = w, .grad_scale = 1.0f,
                                      .hp = {KERN_OPT_SGD, 0.1f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_ERR_RANGE);
-    TH_CHECK(memcmp(table, table0, (size_t)(rows * w) * sizeof(float)) == 0);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_ERR_RANGE);
+    kt_download(&table);
+    TH_CHECKF(memcmp(table.h, table0, (size_t)(rows * w) * sizeof(float)) == 0,
+              "table changed by an update with decreasing offsets");
     /* empty input: no bags, or only empty bags, changes nothing */
     for (int64_t b = 0; b <= n / 5; b++)
         offsets[b] = 0;
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
+    kt_h2d(d_off, offsets, off_bytes);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
     a.nbags = 0;
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
     a.offsets = NULL;
-    TH_CHECK(be.i->emb_update(be.ctx, &a, 1) == TR_OK);
-    TH_CHECK(memcmp(table, table0, (size_t)(rows * w) * sizeof(float)) == 0);
-    tr_free(ws);
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
+    TH_CHECKF(memcmp(table.h, table0, (size_t)(rows * w) * sizeof(float)) == 0, "table changed by an empty update");
+    TH_CHECK(kt_buf_guard_ok(&table) && kt_buf_guard_ok(&accum));
+    kt_dev_release(ws, ws_bytes);
+    free_i64(bad_pos);
+    kt_dev_release(d_off, off_bytes);
+    kt_dev_release(d_i32, (size_t)n * sizeof(int32_t));
+    kt_dev_release(d_i64, (size_t)n * sizeof(int64_t));
     tr_free(offsets);
     tr_free(i32);
     tr_free(i64);
-    tr_free(grad);
     tr_free(accum0);
     tr_free(table0);
-    tr_free(accum);
-    tr_free(table);
+    kt_buf_release(&grad);
+    kt_buf_release(&accum);
+    kt_buf_release(&table);
 }
 
 /* ---- finite differences ---------------------------------------------------------------
@@ -641,92 +817,116 @@ static void test_update_range(void)
  * relative) well below the 1e-4 tolerance. The actual float step (T+h) - (T-h) is
  * used as the denominator. */
 
-static double fd_loss(struct kern_backend *be, struct kern_emb_fwd_args *a, float *out, const float *w, int64_t wd)
+static double fd_loss(const struct kern_emb_fwd_args *a, struct kt_buf *out, const float *w, int64_t wd)
 {
-    enum tr_status rc = be->i->emb_fwd(be->ctx, a, 1);
+    enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, a, 1);
     TR_ASSERT(rc == TR_OK);
+    kt_download(out);
     double l = 0.0;
     for (int64_t b = 0; b < a->nbags; b++)
         for (int64_t c = 0; c < wd; c++)
-            l += (double)w[b * wd + c] * out[b * a->out_ld + c];
+            l += (double)w[b * wd + c] * out->h[b * a->out_ld + c];
     return l;
 }
 
-static void fd_case(struct kern_backend *be, int64_t maxlen, int mean, enum kern_dtype t, uint64_t seed)
+static void fd_case(int64_t maxlen, int mean, enum kern_dtype t, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t rows = 12, c0 = 2, wd = 5, ld = 9, nbags = 16;
-    float table[12 * 9], upd[12 * 9], out[16 * 5], w[16 * 5];
-    kt_fill(&r, table, rows * ld, -1, 1);
-    kt_fill(&r, w, nbags * wd, -1, 1);
-    memcpy(upd, table, sizeof table);
+    struct kt_buf table, upd, out, w;
+    kt_buf_init(&table, rows * ld);
+    kt_buf_init(&upd, rows * ld);
+    kt_buf_init(&out, nbags * wd);
+    kt_buf_init(&w, nbags * wd);
+    kt_fill(&r, table.h, rows * ld, -1, 1);
+    kt_fill(&r, w.h, nbags * wd, -1, 1);
+    memcpy(upd.h, table.h, (size_t)(rows * ld) * sizeof(float));
+    kt_upload(&table);
+    kt_upload(&upd);
+    kt_upload(&w);
     struct batch b;
     batch_make(&b, &r, nbags, rows - 2, maxlen); /* rows 10, 11 are never used: gradient 0 */
-    struct kern_emb_fwd_args fa = {.table = table, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
-                                   .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.offsets, .nbags = nbags,
-                                   .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out, .out_ld = wd};
-    size_t ws_bytes = be->i->emb_update_ws_bytes(be->ctx, b.nidx, wd, 1);
-    void *ws = tr_malloc(ws_bytes);
-    struct kern_emb_update_args ua = {.table = upd, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
-                                      .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.offsets,
-                                      .nbags = nbags, .comb = fa.comb, .grad = w, .grad_ld = wd, .grad_scale = 1.0f,
+    struct kern_emb_fwd_args fa = {.table = table.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
+                                   .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.d_offsets, .nbags = nbags,
+                                   .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out.d, .out_ld = wd};
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, b.nidx, wd, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
+    struct kern_emb_update_args ua = {.table = upd.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
+                                      .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.d_offsets,
+                                      .nbags = nbags, .comb = fa.comb, .grad = w.d, .grad_ld = wd, .grad_scale = 1.0f,
                                       .hp = {KERN_OPT_SGD, 1.0f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
-    TH_REQUIRE(be->i->emb_update(be->ctx, &ua, 1) == TR_OK);
+    TH_EQ_ST_REQ(kt_be.i->emb_update(kt_be.ctx, &ua, 1), TR_OK);
+    kt_download(&upd);
     const float h = 1.0f / 64;
     int nbad = 0;
     for (int64_t row = 0; row < rows; row++) {
         for (int64_t c = c0; c < c0 + wd; c++) {
-            float *p = &table[row * ld + c], orig = *p;
+            float *p = &table.d[row * ld + c], orig = table.h[row * ld + c];
             float tp = orig + h, tm = orig - h;
-            *p = tp;
-            double lp = fd_loss(be, &fa, out, w, wd);
-            *p = tm;
-            double lm = fd_loss(be, &fa, out, w, wd);
-            *p = orig;
+            kt_h2d(p, &tp, sizeof tp);
+            double lp = fd_loss(&fa, &out, w.h, wd);
+            kt_h2d(p, &tm, sizeof tm);
+            double lm = fd_loss(&fa, &out, w.h, wd);
+            kt_h2d(p, &orig, sizeof orig);
             double fd = (lp - lm) / ((double)tp - (double)tm);
-            double step = (double)orig - (double)upd[row * ld + c]; /* = dL/dT */
+            double step = (double)orig - (double)upd.h[row * ld + c]; /* = dL/dT */
             if (!(fabs(step - fd) <= 1e-4 + 1e-4 * fabs(fd)) && nbad++ < 5)
                 th_failf_(__FILE__, __LINE__, "fd maxlen=%lld mean=%d: dL/dT[%lld][%lld] update %.7g, fd %.7g",
                           (long long)maxlen, mean, (long long)row, (long long)c, step, fd);
         }
     }
-    TH_CHECK(nbad == 0);
+    TH_EQ(nbad, 0);
     /* columns outside the slice have zero gradient and are never touched */
     for (int64_t row = 0; row < rows; row++)
         for (int64_t c = 0; c < ld; c++)
             if (c < c0 || c >= c0 + wd)
-                TH_CHECK(memcmp(&upd[row * ld + c], &table[row * ld + c], sizeof(float)) == 0);
-    tr_free(ws);
+                TH_CHECKF(memcmp(&upd.h[row * ld + c], &table.h[row * ld + c], sizeof(float)) == 0,
+                          "fd maxlen=%lld mean=%d: [%lld][%lld] outside the slice changed: %.9g, was %.9g",
+                          (long long)maxlen, mean, (long long)row, (long long)c, (double)upd.h[row * ld + c],
+                          (double)table.h[row * ld + c]);
+    TH_CHECK(kt_buf_guard_ok(&upd) && kt_buf_guard_ok(&out));
+    kt_dev_release(ws, ws_bytes);
     batch_free(&b);
+    kt_buf_release(&w);
+    kt_buf_release(&out);
+    kt_buf_release(&upd);
+    kt_buf_release(&table);
 }
 
 static void test_fd_grad(void)
 {
-    struct kern_backend be = cpu();
-    fd_case(&be, 0, 0, KERN_I64, 900);
-    fd_case(&be, 4, 0, KERN_I32, 901);
-    fd_case(&be, 4, 1, KERN_I64, 902);
+    KT_NEED_OP(KERN_OP_EMB_FWD);
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
+    fd_case(0, 0, KERN_I64, 900);
+    fd_case(4, 0, KERN_I32, 901);
+    fd_case(4, 1, KERN_I64, 902);
 }
 
 /* ---- beyond 2^31 elements --------------------------------------------------------------
- * rows = 2^25 + 3, ld = 65: 2,181,038,275 elements (8.7 GB of address space) from the
- * backend's mem_alloc (anonymous mmap with MAP_NORESERVE): only the touched pages use
- * RAM. The last rows sit past element 2^31, where any 32-bit offset would wrap. */
+ * rows = 2^25 + 3, ld = 65: 2,181,038,275 elements (8.7 GB) from the backend's
+ * mem_alloc (on the CPU an anonymous mmap with MAP_NORESERVE: only the touched pages
+ * use RAM). The last rows sit past element 2^31, where any 32-bit offset would wrap.
+ * Rows move between the host and the table one at a time. */
 static void test_large_table(void)
 {
-    struct kern_backend be = cpu();
+    KT_NEED_OP(KERN_OP_EMB_FWD);
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
     const int64_t rows = ((int64_t)1 << 25) + 3, ld = 65;
     const size_t bytes = (size_t)rows * (size_t)ld * sizeof(float);
     TH_REQUIRE((uint64_t)rows * (uint64_t)ld > ((uint64_t)1 << 31));
     void *mem = NULL;
-    if (be.i->mem_alloc(be.ctx, bytes, &mem) != TR_OK || !mem)
-        TH_SKIP("cannot map 8.7 GB of address space for the >2^31-element table (ulimit -v or sanitizer limit)");
-    float *table = mem;
+    if (kt_be.i->mem_alloc(kt_be.ctx, bytes, &mem) != TR_OK || !mem)
+        TH_SKIP("cannot allocate 8.7 GB of backend memory for the >2^31-element table (ulimit -v, sanitizer limit "
+                "or device memory)");
+    float *table = mem; /* (rows, ld) in backend memory */
     const int64_t used[] = {0, 1, ((int64_t)1 << 24) + 5, rows - 3, rows - 2, rows - 1};
     const int nused = (int)TR_ARRAY_SIZE(used);
-    for (int k = 0; k < nused; k++)
+    float vals[6 * 65]; /* used row k as written */
+    for (int k = 0; k < nused; k++) {
         for (int64_t c = 0; c < ld; c++)
-            table[used[k] * ld + c] = (float)(k + 1) + (float)c / 128.0f;
+            vals[k * ld + c] = (float)(k + 1) + (float)c / 128.0f;
+        kt_h2d(table + used[k] * ld, vals + k * ld, (size_t)ld * sizeof(float));
+    }
     /* one-hot gather, full width and the slice [60, 65), I64 and I32 ids */
     int64_t i64[6];
     int32_t i32[6];
@@ -734,18 +934,24 @@ static void test_large_table(void)
         i64[k] = used[nused - 1 - k];
         i32[k] = (int32_t)i64[k];
     }
-    float out[6 * 65];
+    int64_t *d_i64 = kt_dev_dup(i64, sizeof i64);
+    int32_t *d_i32 = kt_dev_dup(i32, sizeof i32);
+    struct kt_buf out;
+    kt_buf_init(&out, 6 * 65);
     for (int t = 0; t < 2; t++) {
         for (int slice = 0; slice < 2; slice++) {
             int64_t c0 = slice ? 60 : 0;
-            memset(out, 0, sizeof out);
+            memset(out.h, 0, 6 * 65 * sizeof(float));
+            kt_upload(&out);
             struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = c0, .c1 = ld,
-                                          .idx = t ? (const void *)i64 : (const void *)i32,
+                                          .idx = t ? (const void *)d_i64 : (const void *)d_i32,
                                           .idx_dtype = t ? KERN_I64 : KERN_I32, .nbags = nused,
-                                          .comb = KERN_COMB_SUM, .out = out, .out_ld = ld};
-            TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+                                          .comb = KERN_COMB_SUM, .out = out.d, .out_ld = ld};
+            TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
+            kt_download(&out);
             for (int k = 0; k < nused; k++)
-                TH_CHECKF(memcmp(out + k * ld, table + i64[k] * ld + c0, (size_t)(ld - c0) * sizeof(float)) == 0,
+                TH_CHECKF(memcmp(out.h + k * ld, vals + (nused - 1 - k) * ld + c0,
+                                 (size_t)(ld - c0) * sizeof(float)) == 0,
                           "large table: gathered row %lld (dtype %d, c0 %lld) is wrong", (long long)i64[k], t,
                           (long long)c0);
         }
@@ -753,58 +959,80 @@ static void test_large_table(void)
     /* multi-hot: bag 0 = last + first row, bag 1 = the two rows before the last */
     const int64_t mi[] = {rows - 1, 0, rows - 3, rows - 2};
     const int64_t mo[] = {0, 2, 4};
-    struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = mi,
-                                  .idx_dtype = KERN_I64, .offsets = mo, .nbags = 2, .comb = KERN_COMB_SUM,
-                                  .out = out, .out_ld = ld};
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_OK);
+    int64_t *d_mi = kt_dev_dup(mi, sizeof mi), *d_mo = kt_dev_dup(mo, sizeof mo);
+    struct kern_emb_fwd_args a = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld, .idx = d_mi,
+                                  .idx_dtype = KERN_I64, .offsets = d_mo, .nbags = 2, .comb = KERN_COMB_SUM,
+                                  .out = out.d, .out_ld = ld};
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&out);
+    double want_bags[2 * 65];
     for (int64_t c = 0; c < ld; c++) {
-        TH_CHECK(out[c] == table[(rows - 1) * ld + c] + table[c]);
-        TH_CHECK(out[ld + c] == table[(rows - 3) * ld + c] + table[(rows - 2) * ld + c]);
+        want_bags[c] = vals[5 * ld + c] + vals[0 * ld + c];       /* rows-1 + 0, in float */
+        want_bags[ld + c] = vals[3 * ld + c] + vals[4 * ld + c];  /* rows-3 + rows-2 */
     }
+    KT_CLOSE("large table: multi-hot sums", out.h, want_bags, 2 * ld, 0.0, 0.0, 0.0);
     /* out of range just past the end */
-    int64_t past = rows, bad_pos = -1;
-    a.idx = &past;
+    int64_t past = rows;
+    int64_t *d_past = kt_dev_dup(&past, sizeof past), *bad_pos = new_i64(-1);
+    a.idx = d_past;
     a.offsets = NULL;
     a.nbags = 1;
-    a.bad_pos = &bad_pos;
-    TH_CHECK(be.i->emb_fwd(be.ctx, &a, 1) == TR_ERR_RANGE && bad_pos == 0);
+    a.bad_pos = bad_pos;
+    TH_EQ_ST(kt_be.i->emb_fwd(kt_be.ctx, &a, 1), TR_ERR_RANGE);
+    TH_EQ(get_i64(bad_pos), 0);
     /* SGD update, lr = 1, grad 1: exactly the used rows (all columns) drop by 1 per use */
     const int64_t ui[] = {rows - 1, rows - 1, ((int64_t)1 << 24) + 5, rows - 3};
-    float grad[4 * 65];
+    int32_t ui32[4];
+    for (int k = 0; k < 4; k++)
+        ui32[k] = (int32_t)ui[k];
+    int64_t *d_ui = kt_dev_dup(ui, sizeof ui);
+    int32_t *d_ui32 = kt_dev_dup(ui32, sizeof ui32);
+    struct kt_buf grad;
+    kt_buf_init(&grad, 4 * 65);
     for (int i = 0; i < 4 * 65; i++)
-        grad[i] = 1.0f;
-    float before[6 * 65];
-    for (int k = 0; k < nused; k++)
-        memcpy(before + k * ld, table + used[k] * ld, (size_t)ld * sizeof(float));
-    size_t ws_bytes = be.i->emb_update_ws_bytes(be.ctx, 4, ld, 1);
-    void *ws = tr_malloc(ws_bytes);
+        grad.h[i] = 1.0f;
+    kt_upload(&grad);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 4, ld, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
     for (int t = 0; t < 2; t++) {
-        int32_t ui32[4];
-        for (int k = 0; k < 4; k++)
-            ui32[k] = (int32_t)ui[k];
         struct kern_emb_update_args u = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld,
-                                         .idx = t ? (const void *)ui : (const void *)ui32,
-                                         .idx_dtype = t ? KERN_I64 : KERN_I32, .nbags = 4, .grad = grad,
+                                         .idx = t ? (const void *)d_ui : (const void *)d_ui32,
+                                         .idx_dtype = t ? KERN_I64 : KERN_I32, .nbags = 4, .grad = grad.d,
                                          .grad_ld = ld, .grad_scale = 1.0f, .hp = {KERN_OPT_SGD, 1.0f, 0.0f},
                                          .ws = ws, .ws_bytes = ws_bytes};
-        TH_CHECK(be.i->emb_update(be.ctx, &u, 1) == TR_OK);
+        TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &u, 1), TR_OK);
     }
     /* two updates: rows-1 used twice per update, 2^24+5 and rows-3 once */
     const float drop[6] = {0, 0, 2, 2, 0, 4};
-    for (int k = 0; k < nused; k++)
+    float row[65];
+    for (int k = 0; k < nused; k++) {
+        kt_d2h(row, table + used[k] * ld, sizeof row);
         for (int64_t c = 0; c < ld; c++)
-            TH_CHECKF(table[used[k] * ld + c] == before[k * ld + c] - drop[k],
-                      "large table: row %lld col %lld is %g, want %g", (long long)used[k], (long long)c,
-                      (double)table[used[k] * ld + c], (double)(before[k * ld + c] - drop[k]));
+            TH_CHECKF(row[c] == vals[k * ld + c] - drop[k], "large table: row %lld col %lld is %g, want %g",
+                      (long long)used[k], (long long)c, (double)row[c], (double)(vals[k * ld + c] - drop[k]));
+    }
     /* neighbours of the touched rows and a few far rows are still zero */
     const int64_t zero_rows[] = {2, ((int64_t)1 << 24) + 4, ((int64_t)1 << 24) + 6, ((int64_t)1 << 31) / 65 + 1,
                                  rows - 4};
-    for (size_t k = 0; k < TR_ARRAY_SIZE(zero_rows); k++)
+    for (size_t k = 0; k < TR_ARRAY_SIZE(zero_rows); k++) {
+        kt_d2h(row, table + zero_rows[k] * ld, sizeof row);
         for (int64_t c = 0; c < ld; c++)
-            TH_CHECKF(table[zero_rows[k] * ld + c] == 0.0f, "large table: untouched row %lld changed",
-                      (long long)zero_rows[k]);
-    tr_free(ws);
-    be.i->mem_release(be.ctx, mem, bytes);
+            TH_CHECKF(row[c] == 0.0f, "large table: untouched row %lld changed (col %lld is %g)",
+                      (long long)zero_rows[k], (long long)c, (double)row[c]);
+    }
+    TH_CHECK(kt_buf_guard_ok(&out));
+    kt_dev_release(ws, ws_bytes);
+    kt_buf_release(&grad);
+    kt_dev_release(d_ui32, sizeof ui32);
+    kt_dev_release(d_ui, sizeof ui);
+    free_i64(bad_pos);
+    kt_dev_release(d_past, sizeof past);
+    kt_dev_release(d_mo, sizeof mo);
+    kt_dev_release(d_mi, sizeof mi);
+    kt_buf_release(&out);
+    kt_dev_release(d_i32, sizeof i32);
+    kt_dev_release(d_i64, sizeof i64);
+    kt_be.i->mem_release(kt_be.ctx, mem, bytes);
 }
 
 static const struct th_case cases[] = {
@@ -825,5 +1053,5 @@ static const struct th_case cases[] = {
 
 int main(int argc, char **argv)
 {
-    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+    return kt_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
 }

@@ -31,7 +31,7 @@ static void device_matches_host(void)
     TH_REQUIRE(in && dev && host);
     for (int i = 0; i < N; i++)
         in[i] = (km_u01(km_rand3(9, 9, (uint64_t)i)) - 0.5f) * 40.0f;
-    TH_REQUIRE(kern_cuda_kmath_eval(in, N, 1234, dev) == 0);
+    TH_EQ_REQ(kern_cuda_kmath_eval(in, N, 1234, dev), 0);
     host_eval(in, N, 1234, host);
     int bad = 0;
     for (int i = 0; i < N * 16; i++) {

@@ -226,7 +226,7 @@ static enum tr_status thing_init(struct thing *t)
     t->name = tr_strdup("torture");
     if (!t->name)
         TR_CHECK_GOTO(TR_ERR_NOMEM, rc, fail);
-    TR_CHECK_GOTO(tr_parse_i64_list("5x7,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20", &t->dims), rc, fail);
+    TR_CHECK_GOTO(tr_opt_parse_i64_list("5x7,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20", &t->dims), rc, fail);
     t->buf = tr_calloc(64, sizeof(float));
     if (!t->buf)
         TR_CHECK_GOTO(TR_ERR_NOMEM, rc, fail);

@@ -223,19 +223,19 @@ static void test_lists(void)
     /* the parser on its own */
     static int64_t dummy;
     struct tr_i64_list l = {&dummy, 99};
-    TH_CHECK(tr_parse_i64_list("", &l) == TR_OK && l.n == 0 && l.v == NULL);
-    TH_CHECK(tr_parse_i64_list(NULL, &l) == TR_OK && l.n == 0 && l.v == NULL);
-    TH_CHECK(tr_parse_i64_list("-3,9223372036854775807", &l) == TR_OK && l.n == 2 && l.v[0] == -3 &&
+    TH_CHECK(tr_opt_parse_i64_list("", &l) == TR_OK && l.n == 0 && l.v == NULL);
+    TH_CHECK(tr_opt_parse_i64_list(NULL, &l) == TR_OK && l.n == 0 && l.v == NULL);
+    TH_CHECK(tr_opt_parse_i64_list("-3,9223372036854775807", &l) == TR_OK && l.n == 2 && l.v[0] == -3 &&
              l.v[1] == INT64_MAX);
     tr_free(l.v);
-    TH_CHECK(tr_parse_i64_list("9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
-    TH_CHECK(tr_parse_i64_list("2x9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
-    TH_CHECK(tr_parse_i64_list("1000001x1", &l) == TR_ERR_ARG && l.v == NULL);
+    TH_CHECK(tr_opt_parse_i64_list("9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
+    TH_CHECK(tr_opt_parse_i64_list("2x9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
+    TH_CHECK(tr_opt_parse_i64_list("1000001x1", &l) == TR_ERR_ARG && l.v == NULL);
     /* growth past the initial capacity: 100 items */
     char buf[512] = "";
     for (int i = 0; i < 100; i++)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), i ? ",%d" : "%d", i);
-    TH_REQUIRE(tr_parse_i64_list(buf, &l) == TR_OK);
+    TH_REQUIRE(tr_opt_parse_i64_list(buf, &l) == TR_OK);
     TH_CHECK(l.n == 100 && l.v[0] == 0 && l.v[57] == 57 && l.v[99] == 99);
     tr_free(l.v);
 }

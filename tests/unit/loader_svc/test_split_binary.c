@@ -14,6 +14,7 @@
 #include "../../../kernels/kmath.h"
 #include "../../../loader_svc/dataset.h"
 #include "../../../loader_svc/feature_spec.h"
+#include "../../../loader_svc/source.h"
 #include "../../../loader_svc/split_binary.h"
 
 static char tmpdir[256];
@@ -115,14 +116,14 @@ static void read_seed_spec(void)
     TH_REQUIRE(feature_spec_read(path, &fs) == TR_OK);
     TH_CHECK(fs.ncategorical == 3 && fs.nnumerical == 2 && fs.nlabel == 1 && fs.nmappings == 2);
     TH_CHECK(fs.nfeatures == 6);
-    struct fs_dlrm_split sp;
+    struct feature_spec_split sp;
     TH_REQUIRE(feature_spec_dlrm_split(&fs, "train", &sp) == TR_OK);
-    TH_CHECK(sp.ncat == 3 && sp.nnumerical == 2);
+    TH_CHECK(sp.ntables == 3 && sp.nnumerical == 2);
     TH_CHECK(sp.cat_dtype[0] == KERN_I8 && sp.cat_dtype[1] == KERN_I16 && sp.cat_dtype[2] == KERN_I32);
-    TH_CHECK(sp.cardinality[0] == 5 && sp.cardinality[1] == 200 && sp.cardinality[2] == 70000);
+    TH_CHECK(sp.rows[0] == 5 && sp.rows[1] == 200 && sp.rows[2] == 70000);
     TH_CHECK(strstr(sp.numerical_path, "/train/numerical.bin") != NULL); /* alias resolved */
     TH_CHECK(strstr(sp.cat_paths[2], "/train/cat_2.bin") != NULL);
-    fs_dlrm_split_release(&sp);
+    feature_spec_split_release(&sp);
     TH_CHECK(feature_spec_dlrm_split(&fs, "validation", &sp) == TR_ERR_FORMAT);
     /* round trip through the writer */
     char out[512];
@@ -135,8 +136,8 @@ static void read_seed_spec(void)
     TH_REQUIRE(feature_spec_read(out, &fs2) == TR_OK);
     TH_CHECK(fs2.ncategorical == 3 && fs2.nfeatures == 6 && fs2.nmappings == 2);
     TH_REQUIRE(feature_spec_dlrm_split(&fs2, "test", &sp) == TR_OK);
-    TH_CHECK(sp.cardinality[1] == 200 && sp.cat_dtype[1] == KERN_I16);
-    fs_dlrm_split_release(&sp);
+    TH_CHECK(sp.rows[1] == 200 && sp.cat_dtype[1] == KERN_I16);
+    feature_spec_split_release(&sp);
     feature_spec_release(&fs2);
     feature_spec_release(&fs);
     remove_dataset();
@@ -147,32 +148,75 @@ static void read_values(void)
     make_dataset();
     struct dataset ds;
     TH_REQUIRE(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_OK);
-    TH_CHECK(ds.nsamples[DS_TRAIN] == 3 && ds.nsamples[DS_TEST] == 2);
-    TH_CHECK(ds.num_features == 2 && ds.ntables == 3 && ds.cards[2] == 70000);
-    struct tr_batch b;
-    TH_REQUIRE(tr_batch_init(&b, 4, 2, 3) == TR_OK);
-    TH_REQUIRE(dataset_fill(&ds, DS_TRAIN, 0, 3, &b) == TR_OK);
-    TH_CHECK(b.n == 3 && b.num_ld == 8);
-    TH_CHECK(b.labels[0] == 1.0f && b.labels[1] == 0.0f && b.labels[2] == 1.0f);
-    TH_CHECK(b.numerical[0] == 1.0f && b.numerical[1] == -2.0f);
-    TH_CHECK(b.numerical[8] == 0.5f && b.numerical[9] == 0.0f);
-    TH_CHECK(b.numerical[16] == 65504.0f && b.numerical[17] == 5.9604644775390625e-08f);
+    TH_CHECK(ds.nsamples[BATCH_TRAIN] == 3 && ds.nsamples[BATCH_TEST] == 2);
+    TH_CHECK(ds.num_features == 2 && ds.ntables == 3 && ds.rows[2] == 70000);
+    struct batch *b = NULL;
+    TH_REQUIRE(batch_new(4, 2, 3, &b) == TR_OK);
+    TH_REQUIRE(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b) == TR_OK);
+    TH_CHECK(b->n == 3 && b->num_ld == 8);
+    TH_CHECK(batch_labels(b)[0] == 1.0f && batch_labels(b)[1] == 0.0f && batch_labels(b)[2] == 1.0f);
+    TH_CHECK(batch_num(b)[0] == 1.0f && batch_num(b)[1] == -2.0f);
+    TH_CHECK(batch_num(b)[8] == 0.5f && batch_num(b)[9] == 0.0f);
+    TH_CHECK(batch_num(b)[16] == 65504.0f && batch_num(b)[17] == 5.9604644775390625e-08f);
     int pad_zero = 1;
     for (int k = 0; k < 3; k++)
         for (int j = 2; j < 8; j++)
-            pad_zero &= b.numerical[k * 8 + j] == 0.0f;
+            pad_zero &= batch_num(b)[k * 8 + j] == 0.0f;
     TH_CHECK(pad_zero);
-    TH_CHECK(b.cat[0] == 4 && b.cat[1] == 0 && b.cat[2] == 3);                       /* int8 */
-    TH_CHECK(b.cat[4 + 0] == 199 && b.cat[4 + 1] == 7 && b.cat[4 + 2] == 0);         /* int16 */
-    TH_CHECK(b.cat[8 + 0] == 69999 && b.cat[8 + 1] == 12345 && b.cat[8 + 2] == 1);   /* int32 */
+    TH_CHECK(batch_cat(b)[0] == 4 && batch_cat(b)[1] == 0 && batch_cat(b)[2] == 3);                       /* int8 */
+    TH_CHECK(batch_cat(b)[4 + 0] == 199 && batch_cat(b)[4 + 1] == 7 && batch_cat(b)[4 + 2] == 0);         /* int16 */
+    TH_CHECK(batch_cat(b)[8 + 0] == 69999 && batch_cat(b)[8 + 1] == 12345 && batch_cat(b)[8 + 2] == 1);   /* int32 */
     /* a range in the middle, and the test split */
-    TH_REQUIRE(dataset_fill(&ds, DS_TRAIN, 1, 2, &b) == TR_OK);
-    TH_CHECK(b.n == 2 && b.labels[0] == 0.0f && b.cat[8] == 12345 && b.numerical[0] == 0.5f);
-    TH_REQUIRE(dataset_fill(&ds, DS_TEST, 0, 2, &b) == TR_OK);
-    TH_CHECK(b.labels[1] == 0.0f && b.cat[4 + 1] == 7);
-    TH_CHECK(dataset_fill(&ds, DS_TEST, 1, 2, &b) == TR_ERR_ARG); /* past the end */
-    tr_batch_release(&b);
+    TH_REQUIRE(dataset_fill(&ds, BATCH_TRAIN, 1, 2, b) == TR_OK);
+    TH_CHECK(b->n == 2 && batch_labels(b)[0] == 0.0f && batch_cat(b)[8] == 12345 && batch_num(b)[0] == 0.5f);
+    TH_REQUIRE(dataset_fill(&ds, BATCH_TEST, 0, 2, b) == TR_OK);
+    TH_CHECK(batch_labels(b)[1] == 0.0f && batch_cat(b)[4 + 1] == 7);
+    TH_CHECK(dataset_fill(&ds, BATCH_TEST, 1, 2, b) == TR_ERR_ARG); /* past the end */
+    batch_free(&b);
     dataset_close(&ds);
+    remove_dataset();
+}
+
+/* The source interface over these files: 3 training samples in batches of 2 is
+ * one batch (the partial one is dropped, every epoch); 2 test samples in batches
+ * of 3 is one partial batch. */
+static void source_over_files(void)
+{
+    make_dataset();
+    struct job_cfg j;
+    memset(&j, 0, sizeof j);
+    j.dataset_type = JOB_DATA_SPLIT_BINARY;
+    j.dataset_path = tmpdir;
+    j.feature_spec = "feature_spec.yaml";
+    j.batch_size = 2;
+    j.test_batch_size = 3;
+    struct source s;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.nbatches[BATCH_TRAIN], 1);
+    TH_EQ(s.nbatches[BATCH_TEST], 1);
+    TH_EQ(s.rows[1], 200);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(3, 2, 3, &b), TR_OK);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(b->n, 2);
+    TH_EQ(batch_cat(b)[2 * 3 + 1], 12345);
+    struct source_pos pos;
+    source_tell(&s, &pos);
+    TH_EQ(pos.epoch, 1);
+    TH_EQ(pos.index, 0);
+    TH_EQ_ST(source_next(&s, b), TR_OK); /* the second epoch starts over */
+    TH_EQ(batch_cat(b)[2 * 3 + 0], 69999);
+    struct source_pos test0 = {BATCH_TEST, 0, 0};
+    TH_EQ_ST(source_seek(&s, &test0), TR_OK);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(b->n, 2);
+    TH_EQ(b->split, BATCH_TEST);
+    TH_CHECK(batch_labels(b)[1] == 0.0f && batch_cat(b)[3 + 1] == 7);
+    batch_free(&b);
+    source_close(&s);
+    j.batch_size = 4; /* more than the 3 training samples */
+    TH_EQ_ST(source_open_reader(&s, &j), TR_ERR_ARG);
+    source_close(&s);
     remove_dataset();
 }
 
@@ -239,17 +283,18 @@ static void bad_specs_refused(void)
 
 static void dtype_rule(void)
 {
-    TH_CHECK(fs_cat_dtype_for(1) == KERN_I8);
-    TH_CHECK(fs_cat_dtype_for(126) == KERN_I8);
-    TH_CHECK(fs_cat_dtype_for(127) == KERN_I16); /* strict < iinfo(int8).max */
-    TH_CHECK(fs_cat_dtype_for(32766) == KERN_I16);
-    TH_CHECK(fs_cat_dtype_for(32767) == KERN_I32);
-    TH_CHECK(fs_cat_dtype_for(2147483646) == KERN_I32);
+    TH_CHECK(feature_spec_cat_dtype(1) == KERN_I8);
+    TH_CHECK(feature_spec_cat_dtype(126) == KERN_I8);
+    TH_CHECK(feature_spec_cat_dtype(127) == KERN_I16); /* strict < iinfo(int8).max */
+    TH_CHECK(feature_spec_cat_dtype(32766) == KERN_I16);
+    TH_CHECK(feature_spec_cat_dtype(32767) == KERN_I32);
+    TH_CHECK(feature_spec_cat_dtype(2147483646) == KERN_I32);
 }
 
 static const struct th_case cases[] = {
     {"read_seed_spec", read_seed_spec},
     {"read_values", read_values},
+    {"source_over_files", source_over_files},
     {"size_mismatch_refused", size_mismatch_refused},
     {"bad_specs_refused", bad_specs_refused},
     {"dtype_rule", dtype_rule},

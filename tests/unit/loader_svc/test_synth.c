@@ -9,76 +9,76 @@
 #include "../../../kernels/metrics.h"
 #include "../../../loader_svc/synth.h"
 
-static const int64_t cards[4] = {1000, 7, 100000, 1};
+static const int64_t rows[4] = {1000, 7, 100000, 1};
 
 static struct synth_cfg cfg(enum synth_ids ids)
 {
-    struct synth_cfg c = {42, 13, 4, cards, ids};
+    struct synth_cfg c = {42, 13, 4, rows, ids};
     return c;
 }
 
 static void deterministic_and_sliceable(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
-    struct tr_batch a, b;
-    TH_REQUIRE(tr_batch_init(&a, 100, 13, 4) == TR_OK);
-    TH_REQUIRE(tr_batch_init(&b, 100, 13, 4) == TR_OK);
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &a) == TR_OK);
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &b) == TR_OK);
-    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) == 0);
-    TH_CHECK(memcmp(a.labels, b.labels, 100 * sizeof(float)) == 0);
-    TH_CHECK(memcmp(a.cat, b.cat, 4 * 100 * sizeof(int32_t)) == 0);
+    struct batch *a = NULL, *b = NULL;
+    TH_REQUIRE(batch_new(100, 13, 4, &a) == TR_OK);
+    TH_REQUIRE(batch_new(100, 13, 4, &b) == TR_OK);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, a) == TR_OK);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, b) == TR_OK);
+    TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(batch_labels(a), batch_labels(b), 100 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(batch_cat(a), batch_cat(b), 4 * 100 * sizeof(int32_t)) == 0);
     /* samples 1050..1099 from a fill that starts at 1050 equal the second half */
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1050, 50, &b) == TR_OK);
-    TH_CHECK(memcmp(a.numerical + 50 * 16, b.numerical, 50 * 16 * sizeof(float)) == 0);
-    TH_CHECK(memcmp(a.labels + 50, b.labels, 50 * sizeof(float)) == 0);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1050, 50, b) == TR_OK);
+    TH_CHECK(memcmp(batch_num(a) + 50 * 16, batch_num(b), 50 * 16 * sizeof(float)) == 0);
+    TH_CHECK(memcmp(batch_labels(a) + 50, batch_labels(b), 50 * sizeof(float)) == 0);
     for (int t = 0; t < 4; t++)
-        TH_CHECK(memcmp(a.cat + t * 100 + 50, b.cat + t * 100, 50 * sizeof(int32_t)) == 0);
+        TH_CHECK(memcmp(batch_cat(a) + t * 100 + 50, batch_cat(b) + t * 100, 50 * sizeof(int32_t)) == 0);
     /* another seed and the validation split give other samples */
-    TH_CHECK(synth_fill(&c, SYNTH_VALID, 1000, 100, &b) == TR_OK);
-    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) != 0);
+    TH_CHECK(synth_fill(&c, BATCH_TEST, 1000, 100, b) == TR_OK);
+    TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) != 0);
     c.seed = 43;
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 1000, 100, &b) == TR_OK);
-    TH_CHECK(memcmp(a.numerical, b.numerical, 100 * 16 * sizeof(float)) != 0);
-    tr_batch_release(&a);
-    tr_batch_release(&b);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, b) == TR_OK);
+    TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) != 0);
+    batch_free(&a);
+    batch_free(&b);
 }
 
 static void value_ranges(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
-    struct tr_batch a;
+    struct batch *a = NULL;
     const int64_t n = 20000;
-    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         for (int j = 0; j < 16; j++) {
-            float v = a.numerical[i * 16 + j];
+            float v = batch_num(a)[i * 16 + j];
             if (j < 13 ? !(v >= 0.0f && v < 2.0f) : v != 0.0f)
                 bad++;
         }
-        if (a.labels[i] != 0.0f && a.labels[i] != 1.0f)
+        if (batch_labels(a)[i] != 0.0f && batch_labels(a)[i] != 1.0f)
             bad++;
         for (int t = 0; t < 4; t++)
-            if (a.cat[t * n + i] < 0 || a.cat[t * n + i] >= cards[t])
+            if (batch_cat(a)[t * n + i] < 0 || batch_cat(a)[t * n + i] >= rows[t])
                 bad++;
     }
     TH_CHECKF(bad == 0, "%d values out of range", bad);
-    tr_batch_release(&a);
+    batch_free(&a);
 }
 
 static void powerlaw_shape(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
-    struct tr_batch a;
+    struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
     /* P(id <= x) = ln(x + 2) / ln(C + 1) for the continuous Zipf(1) law used */
     int64_t le0 = 0, le9 = 0, le99 = 0;
     for (int64_t i = 0; i < n; i++) {
-        int32_t id = a.cat[i]; /* table 0, C = 1000 */
+        int32_t id = batch_cat(a)[i]; /* table 0, C = 1000 */
         le0 += id <= 0;
         le9 += id <= 9;
         le99 += id <= 99;
@@ -91,65 +91,65 @@ static void powerlaw_shape(void)
     /* a table of cardinality 1 always yields id 0 */
     int64_t nz = 0;
     for (int64_t i = 0; i < n; i++)
-        nz += a.cat[3 * n + i] != 0;
+        nz += batch_cat(a)[3 * n + i] != 0;
     TH_CHECK(nz == 0);
-    tr_batch_release(&a);
+    batch_free(&a);
 }
 
 static void uniform_ids(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_UNIFORM);
-    struct tr_batch a;
+    struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, SYNTH_TRAIN, 0, n, &a) == TR_OK);
+    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
     double mean = 0.0;
     for (int64_t i = 0; i < n; i++)
-        mean += a.cat[2 * n + i]; /* table 2, C = 100000 */
+        mean += batch_cat(a)[2 * n + i]; /* table 2, C = 100000 */
     mean /= n;
     TH_CHECKF(fabs(mean - 49999.5) < 1000.0, "mean id %.1f, expected 49999.5", mean);
-    tr_batch_release(&a);
+    batch_free(&a);
 }
 
 static void labels_follow_teacher(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
-    struct tr_batch a;
+    struct batch *a = NULL;
     const int64_t n = 40000;
-    TH_REQUIRE(tr_batch_init(&a, n, 13, 4) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, SYNTH_VALID, 0, n, &a) == TR_OK);
+    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
+    TH_REQUIRE(synth_fill(&c, BATCH_TEST, 0, n, a) == TR_OK);
     float *z = malloc((size_t)n * sizeof(float));
     TH_REQUIRE(z != NULL);
     double mean_p = 0.0, mean_y = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        z[i] = (float)synth_teacher_logit(&c, SYNTH_VALID, i);
+        z[i] = (float)synth_teacher_logit(&c, BATCH_TEST, i);
         mean_p += 1.0 / (1.0 + exp(-z[i]));
-        mean_y += a.labels[i];
+        mean_y += batch_labels(a)[i];
     }
     mean_p /= n;
     mean_y /= n;
     TH_CHECKF(fabs(mean_p - mean_y) < 0.01, "label rate %.4f vs teacher mean probability %.4f", mean_y, mean_p);
     TH_CHECKF(mean_y > 0.15 && mean_y < 0.6, "label rate %.4f", mean_y);
     double auc = 0.0;
-    TH_CHECK(kern_auc_exact(z, a.labels, n, &auc) == TR_OK);
+    TH_CHECK(kern_auc_exact(z, batch_labels(a), n, &auc) == TR_OK);
     TH_CHECKF(auc > 0.8, "the teacher's own AUC is %.4f: the labels carry too little signal", auc);
     free(z);
-    tr_batch_release(&a);
+    batch_free(&a);
 }
 
 static void bad_shapes(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
-    struct tr_batch a;
-    TH_REQUIRE(tr_batch_init(&a, 10, 13, 3) == TR_OK);
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 10, &a) == TR_ERR_ARG); /* 3 tables vs 4 */
-    tr_batch_release(&a);
-    TH_REQUIRE(tr_batch_init(&a, 10, 13, 4) == TR_OK);
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 11, &a) == TR_ERR_ARG); /* more than cap */
+    struct batch *a = NULL;
+    TH_REQUIRE(batch_new(10, 13, 3, &a) == TR_OK);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 10, a) == TR_ERR_ARG); /* 3 tables vs 4 */
+    batch_free(&a);
+    TH_REQUIRE(batch_new(10, 13, 4, &a) == TR_OK);
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 11, a) == TR_ERR_ARG); /* more than cap */
     int64_t zero[4] = {1000, 0, 5, 5};
-    c.cards = zero;
-    TH_CHECK(synth_fill(&c, SYNTH_TRAIN, 0, 10, &a) == TR_ERR_ARG);
-    tr_batch_release(&a);
+    c.rows = zero;
+    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 10, a) == TR_ERR_ARG);
+    batch_free(&a);
 }
 
 static const struct th_case cases[] = {

@@ -299,22 +299,22 @@ static void check_spec(int64_t card_c123, int64_t card_rest, const char *dtype, 
     snprintf(path, sizeof path, "%s/out/feature_spec.yaml", tmpdir);
     struct feature_spec fs;
     TH_REQUIRE(feature_spec_read(path, &fs) == TR_OK);
-    struct fs_dlrm_split sp;
+    struct feature_spec_split sp;
     TH_REQUIRE(feature_spec_dlrm_split(&fs, "train", &sp) == TR_OK);
-    TH_CHECK(sp.ncat == 26 && sp.nnumerical == 13);
-    for (int i = 0; i < 26 && i < sp.ncat; i++) {
-        TH_CHECKF(sp.cardinality[i] == card[i], "cat_%d: cardinality %lld, expected %lld", i,
-                  (long long)sp.cardinality[i], (long long)card[i]);
-        TH_CHECK(!strcmp(fs_dtype_name(sp.cat_dtype[i]), i < 3 || !dtype ? fs_dtype_name(fs_cat_dtype_for(card[i]))
+    TH_CHECK(sp.ntables == 26 && sp.nnumerical == 13);
+    for (int i = 0; i < 26 && i < sp.ntables; i++) {
+        TH_CHECKF(sp.rows[i] == card[i], "cat_%d: cardinality %lld, expected %lld", i,
+                  (long long)sp.rows[i], (long long)card[i]);
+        TH_CHECK(!strcmp(feature_spec_dtype_name(sp.cat_dtype[i]), i < 3 || !dtype ? feature_spec_dtype_name(feature_spec_cat_dtype(card[i]))
                                                                           : dtype));
     }
-    fs_dlrm_split_release(&sp);
+    feature_spec_split_release(&sp);
     feature_spec_release(&fs);
     struct dataset ds;
     char dir[512];
     snprintf(dir, sizeof dir, "%s/out", tmpdir);
     TH_CHECK(dataset_open_split_binary(&ds, dir, "feature_spec.yaml") == TR_OK);
-    TH_CHECK(ds.nsamples[DS_TRAIN] == ntrain && ds.nsamples[DS_TEST] == ntest);
+    TH_CHECK(ds.nsamples[BATCH_TRAIN] == ntrain && ds.nsamples[BATCH_TEST] == ntest);
     dataset_close(&ds);
 }
 

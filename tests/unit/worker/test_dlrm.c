@@ -1,8 +1,10 @@
-/* test_dlrm.c: the model as a whole: config validation, the interaction order,
- * the seed's initialiser statistics, a finite-difference check of every gradient
- * the backward pass produces (dense parameters and interaction input, with and
- * without a bottom MLP), bad batches, and memory accounting. The PyTorch golden
- * fixtures (tests/golden) check the same model against an independent reference. */
+/* test_dlrm.c: the model as a whole, driven through the one-process step
+ * (worker/solo.h): config validation, the interaction order, the seed's
+ * initialiser statistics, a finite-difference check of every gradient the
+ * backward pass produces (dense parameters, embeddings; with and without a bottom
+ * MLP), bad batches, and memory accounting. Tensors are read and written through
+ * the backend (dlrm_tensor_read/_write). The PyTorch golden fixtures
+ * (tests/golden) check the same model against an independent reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +15,9 @@
 #include "../../../common/harness.h"
 #include "../../../kernels/kmath.h"
 #include "../../../loader_svc/synth.h"
-#include "../../../worker/dlrm.h"
+#include "../../../worker/solo.h"
 
-static const int64_t cards4[4] = {30, 7, 50, 7};
+static const int64_t rows4[4] = {30, 7, 50, 7};
 
 static struct dlrm_cfg small_cfg(int num_features)
 {
@@ -23,7 +25,7 @@ static struct dlrm_cfg small_cfg(int num_features)
     memset(&c, 0, sizeof c);
     c.num_features = num_features;
     c.ntables = 4;
-    c.cards = cards4;
+    c.rows = rows4;
     c.emb_dim = 8;
     c.nbottom = 2;
     c.bottom[0] = 16;
@@ -40,62 +42,97 @@ static struct dlrm_cfg small_cfg(int num_features)
     return c;
 }
 
-static void bad_configs(void)
+static struct kern_backend open_cpu(int threads)
 {
     struct kern_backend be;
-    kern_backend_cpu(&be, 1);
+    struct kern_backend_opts o = {.threads = threads, .device = -1, .local_rank = 0};
+    TR_ASSERT(kern_backend_open("cpu", &o, &be) == TR_OK);
+    return be;
+}
+
+/* n floats of tensor k (index t) in a new host array, or NULL. */
+static float *read_all(const struct dlrm *m, enum dlrm_tensor k, int t)
+{
+    int64_t n = dlrm_tensor_numel(m, k, t);
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (p && dlrm_tensor_read(m, k, t, 0, n, p) != TR_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void bad_configs(void)
+{
+    struct kern_backend be = open_cpu(1);
     struct dlrm *m = NULL;
     struct dlrm_cfg c = small_cfg(13);
     c.bottom[1] = 4; /* must equal emb_dim */
-    TH_CHECK(dlrm_new(&c, &be, &m) == TR_ERR_ARG && m == NULL);
+    TH_EQ_ST(dlrm_new(&c, &be, &m), TR_ERR_ARG);
+    TH_CHECK(m == NULL);
     c = small_cfg(13);
     c.top[2] = 2;
-    TH_CHECK(dlrm_new(&c, &be, &m) == TR_ERR_ARG);
+    TH_EQ_ST(dlrm_new(&c, &be, &m), TR_ERR_ARG);
     c = small_cfg(13);
     int64_t zc[4] = {30, 0, 5, 5};
-    c.cards = zc;
-    TH_CHECK(dlrm_new(&c, &be, &m) == TR_ERR_ARG);
+    c.rows = zc;
+    TH_EQ_ST(dlrm_new(&c, &be, &m), TR_ERR_ARG);
     c = small_cfg(0);
     c.ntables = 0;
-    TH_CHECK(dlrm_new(&c, &be, &m) == TR_ERR_ARG);
+    TH_EQ_ST(dlrm_new(&c, &be, &m), TR_ERR_ARG);
     c = small_cfg(13);
     c.max_batch = 0;
-    TH_CHECK(dlrm_new(&c, &be, &m) == TR_ERR_ARG);
+    TH_EQ_ST(dlrm_new(&c, &be, &m), TR_ERR_ARG);
+    kern_backend_close(&be);
 }
 
 static void interaction_order(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 1);
+    struct kern_backend be = open_cpu(1);
     struct dlrm *m = NULL;
     struct dlrm_cfg c = small_cfg(13);
-    TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
     /* cardinality descending, ties by index: 50 (t2), 30 (t0), 7 (t1), 7 (t3) */
-    TH_CHECK(m->tables[2].pos == 1);
-    TH_CHECK(m->tables[0].pos == 2);
-    TH_CHECK(m->tables[1].pos == 3);
-    TH_CHECK(m->tables[3].pos == 4);
-    TH_CHECK(m->n == 5 && m->num_ld == 16);
-    TH_CHECK(m->top_in_w == 24); /* 8 + 10 pairs -> 18 -> 24 */
-    TH_CHECK(m->bottom[0].in == 16 && m->top[0].in == 24);
+    const int want[4] = {2, 3, 1, 4};
+    for (int t = 0; t < 4; t++) {
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        TH_EQ(ti.pos, want[t]);
+    }
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    TH_EQ(mi.n, 5);
+    TH_EQ(mi.num_ld, 16);
+    TH_EQ(mi.top_in_w, 24); /* 8 + 10 pairs -> 18 -> 24 */
+    struct dlrm_layer_info b0, t0;
+    dlrm_get_layer(m, 0, 0, &b0);
+    dlrm_get_layer(m, 1, 0, &t0);
+    TH_EQ(b0.in, 16);
+    TH_EQ(t0.in, 24);
+    TH_EQ_STR(b0.name, "bottom_mlp_layer_0");
     dlrm_free(&m);
     TH_CHECK(m == NULL);
     c = small_cfg(0); /* no bottom MLP: tables fill rows 0..3 */
-    TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
-    TH_CHECK(m->tables[2].pos == 0 && m->tables[3].pos == 3);
-    TH_CHECK(m->top_in_w == 8); /* 6 pairs -> 8 */
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
+    struct dlrm_table_info t2, t3;
+    dlrm_get_table(m, 2, &t2);
+    dlrm_get_table(m, 3, &t3);
+    TH_EQ(t2.pos, 0);
+    TH_EQ(t3.pos, 3);
+    dlrm_get_info(m, &mi);
+    TH_EQ(mi.top_in_w, 8); /* 6 pairs -> 8 */
     dlrm_free(&m);
+    kern_backend_close(&be);
 }
 
 static void init_statistics(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 2);
-    struct dlrm *m = NULL;
-    int64_t cards[2] = {20000, 3};
+    struct kern_backend be = open_cpu(2);
+    struct dlrm *m = NULL, *m8 = NULL;
+    int64_t rows[2] = {20000, 3};
     struct dlrm_cfg c = small_cfg(13);
     c.ntables = 2;
-    c.cards = cards;
+    c.rows = rows;
     c.emb_dim = 64;
     c.nbottom = 2;
     c.bottom[0] = 512;
@@ -103,86 +140,112 @@ static void init_statistics(void)
     c.ntop = 2;
     c.top[0] = 256;
     c.top[1] = 1;
-    TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
     /* embeddings: U[-b, b), b = sqrt(1/rows): mean 0, variance b^2/3 */
     for (int t = 0; t < 2; t++) {
-        const struct dlrm_table *tb = &m->tables[t];
-        double b = sqrt(1.0 / (double)tb->rows), s = 0, s2 = 0;
-        int64_t n = tb->rows * tb->width, out = 0;
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        float *w = read_all(m, DLRM_TABLE, t);
+        TH_REQUIRE(w);
+        double b = sqrt(1.0 / (double)ti.rows), s = 0, s2 = 0;
+        int64_t n = ti.rows * ti.width, out = 0;
         for (int64_t i = 0; i < n; i++) {
-            double v = tb->w[i];
+            double v = w[i];
             out += v < -b || v >= b;
             s += v;
             s2 += v * v;
         }
+        free(w);
         double mean = s / n, var = s2 / n - mean * mean;
         TH_CHECKF(out == 0, "table %d: %lld values outside +-%g", t, (long long)out, b);
         if (n > 10000) {
             TH_CHECKF(fabs(mean) < 0.01 * b, "table %d mean %g", t, mean);
-            TH_CHECKF(fabs(var / (b * b / 3.0) - 1.0) < 0.02, "table %d variance %g, expected %g", t, var,
-                      b * b / 3.0);
+            TH_NEAR(var / (b * b / 3.0), 1.0, 0.02, 0);
         }
     }
     /* kernels: Glorot truncated normal -> std sqrt(2/(fan_in+fan_out)), |w| <= 2 sigma */
-    const struct dlrm_layer *L = &m->bottom[0]; /* 16 x 512 */
+    struct dlrm_layer_info L, T1;
+    dlrm_get_layer(m, 0, 0, &L); /* 16 x 512 */
+    dlrm_get_layer(m, 1, 1, &T1);
+    float *p = read_all(m, DLRM_PARAMS, 0);
+    TH_REQUIRE(p);
+    const float *w = p + L.w_off, *bias = p + L.b_off;
     double sigma = sqrt(2.0 / (16 + 512)) / 0.87962566103423978;
     double s = 0, s2 = 0;
-    int64_t n = (int64_t)L->in * L->out, out = 0;
+    int64_t n = (int64_t)L.in * L.out, out = 0;
     for (int64_t i = 0; i < n; i++) {
-        double v = L->w[i];
+        double v = w[i];
         out += fabs(v) > 2.0 * sigma * (1 + 1e-6);
         s += v;
         s2 += v * v;
     }
     double sd = sqrt(s2 / n - (s / n) * (s / n));
     TH_CHECKF(out == 0, "%lld kernel values beyond 2 sigma", (long long)out);
-    TH_CHECKF(fabs(sd / sqrt(2.0 / (16 + 512)) - 1.0) < 0.03, "kernel std %g, expected %g", sd,
-              sqrt(2.0 / (16 + 512)));
+    TH_NEAR(sd / sqrt(2.0 / (16 + 512)), 1.0, 0.03, 0);
     /* biases: N(0, 1/units): the 512 biases of layer 0 have std ~ 1/sqrt(512) */
     s = s2 = 0;
     for (int i = 0; i < 512; i++) {
-        s += L->b[i];
-        s2 += (double)L->b[i] * L->b[i];
+        s += bias[i];
+        s2 += (double)bias[i] * bias[i];
     }
     sd = sqrt(s2 / 512 - (s / 512) * (s / 512));
-    TH_CHECKF(fabs(sd * sqrt(512.0) - 1.0) < 0.15, "bias std %g, expected %g", sd, 1.0 / sqrt(512.0));
+    TH_NEAR(sd * sqrt(512.0), 1.0, 0.15, 0);
     /* the last top bias has units = 1: std 1, so it is not zero */
-    TH_CHECK(m->top[1].b[0] != 0.0f);
-    /* the same seed gives the same parameters; another seed does not */
-    float w0 = L->w[5], e0 = m->tables[0].w[77];
-    dlrm_init_params(m);
-    TH_CHECK(L->w[5] == w0 && m->tables[0].w[77] == e0);
-    m->cfg.seed = 8;
-    dlrm_init_params(m);
-    TH_CHECK(L->w[5] != w0 && m->tables[0].w[77] != e0);
+    TH_CHECK(p[T1.b_off] != 0.0f);
+    /* re-initialising gives the same parameters; another seed does not */
+    float w5 = w[5], e77;
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_TABLE, 0, 77, 1, &e77), TR_OK);
+    float junk[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+    TH_EQ_ST(dlrm_tensor_write(m, DLRM_PARAMS, 0, L.w_off, 8, junk), TR_OK);
+    TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, 0, 72, 8, junk), TR_OK);
+    TH_EQ_ST(dlrm_init_params(m), TR_OK);
+    float a, e;
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_PARAMS, 0, L.w_off + 5, 1, &a), TR_OK);
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_TABLE, 0, 77, 1, &e), TR_OK);
+    TH_CHECK(a == w5 && e == e77);
+    c.seed = 8;
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m8), TR_OK);
+    TH_EQ_ST(dlrm_tensor_read(m8, DLRM_PARAMS, 0, L.w_off + 5, 1, &a), TR_OK);
+    TH_EQ_ST(dlrm_tensor_read(m8, DLRM_TABLE, 0, 77, 1, &e), TR_OK);
+    TH_CHECK(a != w5 && e != e77);
+    /* out-of-range tensor access is refused */
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_TABLE, 2, 0, 1, &a), TR_ERR_ARG);
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_PARAMS, 0, dlrm_tensor_numel(m, DLRM_PARAMS, 0), 1, &a), TR_ERR_ARG);
+    TH_EQ_ST(dlrm_tensor_read(m, DLRM_PARAMS_STATE, 0, 0, 1, &a), TR_ERR_ARG); /* SGD: no state */
+    free(p);
+    dlrm_free(&m8);
     dlrm_free(&m);
+    kern_backend_close(&be);
 }
 
-/* Loss of the model on b in double precision via the float forward. */
-static double loss_of(struct dlrm *m, const struct tr_batch *b)
+/* The loss of the model on the loaded batch (forward + backward; no update). */
+static double loss_of(struct solo *s)
 {
     double loss = NAN;
-    if (dlrm_forward(m, b) != TR_OK || dlrm_loss(m, b, &loss) != TR_OK)
+    if (hybrid_forward(s->h) != TR_OK || hybrid_backward(s->h, &loss) != TR_OK)
         return NAN;
     return loss;
 }
 
-/* Central difference of the loss along one float, at steps h and h/2. When the
- * two disagree a ReLU kink lies within h (the loss is not smooth there) and the
- * point is skipped; *ok says whether it was usable. */
-static double central(struct dlrm *m, const struct tr_batch *b, float *w, float h, int *ok)
+/* Central difference of the loss along element i of tensor (k, t), at steps h
+ * and h/2. When the two disagree a ReLU kink lies within h (the loss is not
+ * smooth there) and the point is skipped; *ok says whether it was usable. */
+static double central(struct solo *s, enum dlrm_tensor k, int t, int64_t i, float h, int *ok)
 {
-    float keep = *w;
+    float keep, v;
+    TR_ASSERT(dlrm_tensor_read(s->m, k, t, i, 1, &keep) == TR_OK);
     double d[2];
-    for (int k = 0; k < 2; k++) {
-        float hk = k ? h / 2 : h;
-        *w = keep + hk;
-        double lp = loss_of(m, b);
-        *w = keep - hk;
-        double lm = loss_of(m, b);
-        d[k] = (lp - lm) / (2.0 * (double)hk);
+    for (int j = 0; j < 2; j++) {
+        float hk = j ? h / 2 : h;
+        v = keep + hk;
+        TR_ASSERT(dlrm_tensor_write(s->m, k, t, i, 1, &v) == TR_OK);
+        double lp = loss_of(s);
+        v = keep - hk;
+        TR_ASSERT(dlrm_tensor_write(s->m, k, t, i, 1, &v) == TR_OK);
+        double lm = loss_of(s);
+        d[j] = (lp - lm) / (2.0 * (double)hk);
     }
-    *w = keep;
+    TR_ASSERT(dlrm_tensor_write(s->m, k, t, i, 1, &keep) == TR_OK);
     *ok = fabs(d[0] - d[1]) <= 0.01 * fmax(fabs(d[1]), 1e-3);
     return d[1];
 }
@@ -193,33 +256,32 @@ static double central(struct dlrm *m, const struct tr_batch *b, float *w, float 
  * ReLU kink are skipped (at most 5% of them). */
 static void fd_check(int num_features)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 1);
-    struct dlrm *m = NULL;
+    struct kern_backend be = open_cpu(1);
+    struct solo s;
     struct dlrm_cfg c = small_cfg(num_features);
     c.max_batch = 16;
-    TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
-    struct tr_batch b;
-    TH_REQUIRE(tr_batch_init(&b, 16, num_features, 4) == TR_OK);
-    struct synth_cfg sc = {3, num_features, 4, cards4, SYNTH_IDS_POWERLAW};
-    TH_REQUIRE(synth_fill(&sc, SYNTH_TRAIN, 0, 16, &b) == TR_OK);
+    struct batch *b = NULL;
+    float *grads = NULL, *dx = NULL;
+    TH_EQ_ST_REQ(solo_open(&s, &c, &be, 0), TR_OK);
+    TH_EQ_ST_REQ(batch_new(16, num_features, 4, &b), TR_OK);
+    struct synth_cfg sc = {3, num_features, 4, rows4, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, 0, 16, b), TR_OK);
+    TH_EQ_ST_REQ(solo_load(&s, b), TR_OK);
     double loss = 0;
-    TH_REQUIRE(dlrm_forward(m, &b) == TR_OK);
-    TH_REQUIRE(dlrm_loss(m, &b, &loss) == TR_OK);
-    TH_REQUIRE(dlrm_backward(m, &b) == TR_OK);
-    float *grads = malloc((size_t)m->nparams * sizeof(float));
-    const int64_t nx = 16 * (int64_t)m->n * c.emb_dim;
-    float *dx = malloc((size_t)nx * sizeof(float));
+    TH_EQ_ST_REQ(hybrid_forward(s.h), TR_OK);
+    TH_EQ_ST_REQ(hybrid_backward(s.h, &loss), TR_OK);
+    struct dlrm_info mi;
+    dlrm_get_info(s.m, &mi);
+    grads = read_all(s.m, DLRM_GRADS, 0);
+    dx = read_all(s.m, DLRM_DX, 0);
     TH_REQUIRE(grads && dx);
-    memcpy(grads, m->grads, (size_t)m->nparams * sizeof(float));
-    memcpy(dx, m->dx, (size_t)nx * sizeof(float));
     double gmax = 0;
-    for (int64_t i = 0; i < m->nparams; i++)
+    for (int64_t i = 0; i < mi.nparams; i++)
         gmax = fmax(gmax, fabs(grads[i]));
     int bad = 0, checked = 0, kinks = 0, ok;
     const float h = 4e-3f;
-    for (int64_t i = 0; i < m->nparams; i += 3) {
-        double fd = central(m, &b, &m->params[i], h, &ok);
+    for (int64_t i = 0; i < mi.nparams; i += 3) {
+        double fd = central(&s, DLRM_PARAMS, 0, i, h, &ok);
         if (!ok) {
             kinks++;
             continue;
@@ -235,18 +297,20 @@ static void fd_check(int num_features)
     int dense_checked = checked;
     /* embedding gradients: d loss / d table[t][r][k] = sum over samples using r of dx[s][pos][k] */
     bad = checked = 0;
+    const int32_t *cat = batch_cat(b);
     for (int t = 0; t < 4; t++) {
-        struct dlrm_table *tb = &m->tables[t];
-        int32_t r = b.cat[t * b.cap + 0];
+        struct dlrm_table_info ti;
+        dlrm_get_table(s.m, t, &ti);
+        int32_t r = cat[t * b->cap + 0];
         for (int k = 0; k < c.emb_dim; k += 3) {
             double g = 0, gm = 1e-9;
-            for (int s = 0; s < 16; s++) {
-                double v = dx[((int64_t)s * m->n + tb->pos) * c.emb_dim + k];
+            for (int j = 0; j < 16; j++) {
+                double v = dx[((int64_t)j * mi.n + ti.pos) * c.emb_dim + k];
                 gm = fmax(gm, fabs(v));
-                if (b.cat[t * b.cap + s] == r)
+                if (cat[t * b->cap + j] == r)
                     g += v;
             }
-            double fd = central(m, &b, &tb->w[(int64_t)r * tb->width + k], h, &ok);
+            double fd = central(&s, DLRM_TABLE, t, (int64_t)r * ti.width + k, h, &ok);
             if (!ok) {
                 kinks++;
                 continue;
@@ -263,8 +327,9 @@ static void fd_check(int num_features)
               dense_checked + checked);
     free(grads);
     free(dx);
-    tr_batch_release(&b);
-    dlrm_free(&m);
+    batch_free(&b);
+    solo_close(&s);
+    kern_backend_close(&be);
 }
 
 static void fd_with_bottom(void)
@@ -277,45 +342,64 @@ static void fd_without_bottom(void)
     fd_check(0);
 }
 
+/* Batches the step must refuse: another layout, a damaged header, ids outside
+ * their table. Nothing is trained on a refused batch. */
 static void bad_batches(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 1);
-    struct dlrm *m = NULL;
+    struct kern_backend be = open_cpu(1);
+    struct solo s;
     struct dlrm_cfg c = small_cfg(13);
-    TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
-    struct tr_batch b;
-    TH_REQUIRE(tr_batch_init(&b, 64, 13, 4) == TR_OK);
-    b.n = 33; /* more than max_batch 32 */
-    TH_CHECK(dlrm_forward(m, &b) == TR_ERR_ARG);
-    b.n = 8;
-    b.cat[1 * b.cap + 5] = 7; /* table 1 has 7 rows */
-    TH_CHECK(dlrm_forward(m, &b) == TR_ERR_RANGE);
-    b.cat[1 * b.cap + 5] = -1;
-    TH_CHECK(dlrm_forward(m, &b) == TR_ERR_RANGE);
-    b.cat[1 * b.cap + 5] = 6;
-    TH_CHECK(dlrm_forward(m, &b) == TR_OK);
-    tr_batch_release(&b);
-    TH_REQUIRE(tr_batch_init(&b, 8, 12, 4) == TR_OK); /* wrong numerical width */
-    TH_CHECK(dlrm_forward(m, &b) == TR_ERR_ARG);
-    tr_batch_release(&b);
-    dlrm_free(&m);
+    struct batch *b = NULL, *wide = NULL, *narrow = NULL;
+    TH_EQ_ST_REQ(solo_open(&s, &c, &be, 0), TR_OK);
+    TH_EQ(hybrid_batch_bytes(s.h), batch_bytes(32, 13, 4));
+    TH_EQ_ST_REQ(batch_new(32, 13, 4, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, &wide), TR_OK);
+    TH_EQ_ST_REQ(batch_new(32, 12, 4, &narrow), TR_OK);
+    TH_EQ_ST(solo_load(&s, wide), TR_ERR_FORMAT);   /* room for more than the step's batch */
+    TH_EQ_ST(solo_load(&s, narrow), TR_ERR_FORMAT); /* another numerical width */
+    b->n = 8;
+    b->magic ^= 1;
+    TH_EQ_ST(solo_load(&s, b), TR_ERR_FORMAT);
+    b->magic ^= 1;
+    b->n = 33;
+    TH_EQ_ST(solo_load(&s, b), TR_ERR_FORMAT); /* more samples than its capacity */
+    b->n = 8;
+    float before[8], after[8];
+    TH_EQ_ST(dlrm_tensor_read(s.m, DLRM_TABLE, 1, 0, 8, before), TR_OK);
+    int32_t *cat = batch_cat(b);
+    cat[1 * b->cap + 5] = 7; /* table 1 has 7 rows */
+    TH_EQ_ST(solo_load(&s, b), TR_OK);
+    TH_EQ_ST(hybrid_forward(s.h), TR_ERR_RANGE);
+    cat[1 * b->cap + 5] = -1;
+    TH_EQ_ST(solo_load(&s, b), TR_OK);
+    TH_EQ_ST(hybrid_forward(s.h), TR_ERR_RANGE);
+    TH_EQ_ST(dlrm_tensor_read(s.m, DLRM_TABLE, 1, 0, 8, after), TR_OK);
+    TH_CHECK(memcmp(before, after, sizeof before) == 0);
+    cat[1 * b->cap + 5] = 6;
+    TH_EQ_ST(solo_load(&s, b), TR_OK);
+    TH_EQ_ST(hybrid_forward(s.h), TR_OK);
+    batch_free(&b);
+    batch_free(&wide);
+    batch_free(&narrow);
+    solo_close(&s);
+    kern_backend_close(&be);
 }
 
 static void memory_accounting(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 1);
+    struct kern_backend be = open_cpu(1);
     for (int opt = 0; opt < 2; opt++) {
         struct tr_alloc_stats s0, s1;
         tr_alloc_get_stats(&s0);
         struct dlrm *m = NULL;
         struct dlrm_cfg c = small_cfg(13);
         c.optim = opt ? KERN_OPT_ADAGRAD : KERN_OPT_SGD;
-        TH_REQUIRE(dlrm_new(&c, &be, &m) == TR_OK);
+        TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
         tr_alloc_get_stats(&s1);
-        struct dlrm_bytes mb;
+        struct dlrm_bytes mb, pb;
         dlrm_get_bytes(m, &mb);
+        dlrm_plan_bytes(&c, &be, &pb);
+        TH_CHECK(memcmp(&mb, &pb, sizeof mb) == 0); /* the plan is what gets allocated */
         int64_t model = mb.dense + mb.embeddings + mb.activations;
         int64_t live = s1.live_bytes - s0.live_bytes;
         /* the big blocks are the model; the rest is bookkeeping (struct, table list) */
@@ -323,14 +407,14 @@ static void memory_accounting(void)
                   (long long)model);
         dlrm_free(&m);
         tr_alloc_get_stats(&s1);
-        TH_CHECK(s1.live_bytes == s0.live_bytes);
+        TH_EQ(s1.live_bytes, s0.live_bytes);
     }
+    kern_backend_close(&be);
 }
 
 static void alloc_failures(void)
 {
-    struct kern_backend be;
-    kern_backend_cpu(&be, 1);
+    struct kern_backend be = open_cpu(1);
     struct tr_alloc_stats s0, s1;
     tr_alloc_get_stats(&s0);
     int failures = 0;
@@ -346,7 +430,7 @@ static void alloc_failures(void)
             failures++;
             TH_CHECKF(rc == TR_ERR_NOMEM && m == NULL, "allocation %d failed but dlrm_new returned %d", k, rc);
         } else {
-            TH_CHECK(rc == TR_OK);
+            TH_EQ_ST(rc, TR_OK);
         }
         dlrm_free(&m);
         tr_alloc_get_stats(&s1);
@@ -354,6 +438,7 @@ static void alloc_failures(void)
                   (long long)(s1.live_bytes - s0.live_bytes));
     }
     TH_CHECK(failures >= 5);
+    kern_backend_close(&be);
 }
 
 static const struct th_case cases[] = {

@@ -4,7 +4,7 @@
 
 #include "../../../common/check.h"
 #include "../../../common/harness.h"
-#include "../../../worker/sched.h"
+#include "../../../worker/lr_sched.h"
 
 static int near(double a, double b)
 {

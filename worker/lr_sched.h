@@ -1,8 +1,8 @@
-/* sched.h: the seed's learning-rate schedule: linear warm-up from 0, constant,
+/* lr_sched.h: the seed's learning-rate schedule: linear warm-up from 0, constant,
  * then polynomial (power 2) decay. Like the seed it is not clamped: past
  * decay_start + decay_steps the factor grows again (lr_sched_check warns). */
-#ifndef TR_SCHED_H
-#define TR_SCHED_H
+#ifndef TR_LR_SCHED_H
+#define TR_LR_SCHED_H
 
 #include <stdint.h>
 

@@ -1,5 +1,6 @@
-/* sched.c: the seed's learning-rate schedule (lr_scheduler.py), unclamped. */
-#include "sched.h"
+/* lr_sched.c: the seed's learning-rate schedule (lr_scheduler.py), unclamped. */
+#define TR_SUBSYS TR_SUB_TRAIN
+#include "lr_sched.h"
 
 #include "../common/log.h"
 

@@ -1,0 +1,154 @@
+/* job.c: the job's option declarations (one table, tagged by group) and the
+ * checks between flags. It does not look at datasets or machines: callers check
+ * the model against a dataset's shape with job_check_shape. */
+#define TR_SUBSYS TR_SUB_INIT
+#include "job.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "check.h"
+
+/* "tf_raw" (seed v2) and "raw" (seed v1) name the same split-binary format */
+static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_raw", "raw", NULL};
+static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
+static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
+static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
+
+struct job_decl {
+    unsigned group;
+    size_t off;        /* of the field in struct job_cfg */
+    struct tr_opt opt; /* dst is set from off */
+};
+
+#define F(field) offsetof(struct job_cfg, field)
+static const struct job_decl decls[] = {
+    {JOB_DATA, F(dataset_type), {"dataset_type", TR_OPT_ENUM, NULL, "synthetic",
+        "where samples come from (split_binary needs --dataset_path)", 1, 0, dataset_choices, NULL, 0}},
+    {JOB_DATA, F(dataset_path), {"dataset_path", TR_OPT_STRING, NULL, NULL,
+        "directory of a split-binary dataset (train/, test/ and the feature spec)", 1, 0, NULL, NULL, 0}},
+    {JOB_DATA, F(feature_spec), {"feature_spec", TR_OPT_STRING, NULL, "feature_spec.yaml",
+        "FeatureSpec file name inside --dataset_path", 1, 0, NULL, NULL, 0}},
+    {JOB_DATA, F(rows), {"synthetic_dataset_cardinalities", TR_OPT_INT_LIST, NULL, "26x1000",
+        "rows of each embedding table (one per categorical feature)", 1, 2147483647.0, NULL, "cardinalities", 0}},
+    {JOB_DATA, F(num_numerical), {"synthetic_dataset_num_numerical_features", TR_OPT_INT, NULL, "13",
+        "numerical features per sample (0: no bottom MLP)", 0, 1024, NULL, "num_numerical_features", 0}},
+    {JOB_DATA, F(train_batches), {"synthetic_dataset_train_batches", TR_OPT_INT64, NULL, "64008",
+        "distinct training batches in one epoch", 1, 1e15, NULL, NULL, 0}},
+    {JOB_DATA, F(test_batches), {"synthetic_dataset_valid_batches", TR_OPT_INT64, NULL, "1350",
+        "test batches in one evaluation", 0, 1e15, NULL, NULL, 0}},
+    {JOB_DATA, F(synthetic_ids), {"synthetic_ids", TR_OPT_ENUM, NULL, "powerlaw",
+        "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0}},
+    {JOB_BATCH, F(batch_size), {"batch_size", TR_OPT_INT64, NULL, "65536", "global training batch", 1, 1e9, NULL,
+        NULL, 0}},
+    {JOB_BATCH, F(test_batch_size), {"valid_batch_size", TR_OPT_INT64, NULL, "0",
+        "evaluation batch (0: same as --batch_size)", 0, 1e9, NULL, NULL, 0}},
+    {JOB_MODEL, F(embedding_dim), {"embedding_dim", TR_OPT_INT, NULL, "128", "width D of every embedding", 1,
+        65536, NULL, NULL, 0}},
+    {JOB_MODEL, F(bottom), {"bottom_mlp_dims", TR_OPT_INT_LIST, NULL, "512,256,128",
+        "bottom MLP widths; the last must equal --embedding_dim", 1, 1e6, NULL, NULL, 0}},
+    {JOB_MODEL, F(top), {"top_mlp_dims", TR_OPT_INT_LIST, NULL, "1024,1024,512,256,1",
+        "top MLP widths; the last must be 1", 1, 1e6, NULL, NULL, 0}},
+    {JOB_MODEL, F(optimizer), {"optimizer", TR_OPT_ENUM, NULL, "sgd",
+        "optimizer of embeddings and MLPs (adagrad doubles the state)", 1, 0, optim_choices, NULL, 0}},
+    {JOB_MODEL, F(adagrad_init), {"adagrad_initial_accumulator_value", TR_OPT_DOUBLE, NULL, "0.1",
+        "Adagrad accumulator start value (Keras default)", 0, 1e6, NULL, NULL, 0}},
+    {JOB_MODEL, F(adagrad_eps), {"adagrad_epsilon", TR_OPT_DOUBLE, NULL, "1e-7", "Adagrad epsilon (Keras default)",
+        0, 1, NULL, NULL, 0}},
+    {JOB_TRAIN, F(learning_rate), {"learning_rate", TR_OPT_DOUBLE, NULL, "24", "base learning rate", 0, 1e6, NULL,
+        NULL, 0}},
+    {JOB_TRAIN, F(warmup_steps), {"warmup_steps", TR_OPT_INT64, NULL, "8000",
+        "linear warm-up steps (lr 0 at step 0)", 0, 1e15, NULL, NULL, 0}},
+    {JOB_TRAIN, F(decay_start_step), {"decay_start_step", TR_OPT_INT64, NULL, "48000",
+        "first step of the polynomial decay", 0, 1e15, NULL, NULL, 0}},
+    {JOB_TRAIN, F(decay_steps), {"decay_steps", TR_OPT_INT64, NULL, "24000", "length of the decay (power 2)", 1,
+        1e15, NULL, NULL, 0}},
+    {JOB_TRAIN, F(epochs), {"epochs", TR_OPT_INT, NULL, "1", "passes over the training batches", 1, 1e6, NULL,
+        NULL, 0}},
+    {JOB_TRAIN, F(max_steps), {"max_steps", TR_OPT_INT64, NULL, "-1",
+        "run exactly this many steps (-1: epochs x batches per epoch)", -1, 1e15, NULL, NULL, 0}},
+    {JOB_TRAIN, F(auc_threshold), {"auc_threshold", TR_OPT_DOUBLE, NULL, "0",
+        "stop once an evaluation reaches this AUC (0: never; the MLPerf rule)", 0, 1, NULL, NULL, 0}},
+    {JOB_TRAIN, F(evals_per_epoch), {"evals_per_epoch", TR_OPT_INT, NULL, "1",
+        "evaluations spread over each epoch (one more runs at the end if needed)", 0, 1e6, NULL, NULL, 0}},
+    {JOB_TRAIN, F(seed), {"seed", TR_OPT_INT64, NULL, "12345", "seed of initialisation and synthetic data", 0,
+        9.2e18, NULL, NULL, 0}},
+    {JOB_PARALLEL, F(columnwise_split), {"columnwise_split", TR_OPT_BOOL, NULL, "false",
+        "split every table by columns over all workers (default: whole tables, the seed's placement)", 1, 0, NULL,
+        "experimental_columnwise_split", 0}},
+    {JOB_PARALLEL, F(data_parallel_bottom_mlp), {"data_parallel_bottom_mlp", TR_OPT_BOOL, NULL, "false",
+        "run the bottom MLP on every worker's slice (required with --columnwise_split)", 1, 0, NULL, NULL, 0}},
+    {JOB_PARALLEL, F(threads), {"threads", TR_OPT_INT, NULL, "0",
+        "CPU threads per worker (0: the node's CPUs divided among its workers)", 0, 4096, NULL, NULL, 0}},
+    {JOB_PARALLEL, F(backend), {"backend", TR_OPT_ENUM, NULL, "auto",
+        "compute backend: cpu, cuda, or auto (cuda when it opens, else cpu)", 1, 0, backend_choices, NULL, 0}},
+};
+#undef F
+_Static_assert(sizeof decls / sizeof decls[0] <= JOB_MAX_OPTS, "raise JOB_MAX_OPTS");
+
+int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o)
+{
+    int k = 0;
+    for (size_t i = 0; i < TR_ARRAY_SIZE(decls); i++) {
+        if (!(decls[i].group & groups))
+            continue;
+        o[k] = decls[i].opt;
+        o[k].dst = (char *)c + decls[i].off;
+        k++;
+    }
+    return k;
+}
+
+int64_t job_test_batch(const struct job_cfg *c)
+{
+    return c->test_batch_size ? c->test_batch_size : c->batch_size;
+}
+
+const char *job_backend_name(int backend)
+{
+    return backend >= 0 && backend < (int)TR_ARRAY_SIZE(backend_choices) - 1 ? backend_choices[backend] : "?";
+}
+
+enum tr_status job_check(const struct job_cfg *c, unsigned groups)
+{
+    if ((groups & JOB_DATA) && c->dataset_type != JOB_DATA_SYNTHETIC && (!c->dataset_path || !*c->dataset_path)) {
+        LOG_ERROR("--dataset_type split_binary needs --dataset_path");
+        LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");
+        return TR_ERR_ARG;
+    }
+    if ((groups & JOB_MODEL) && (c->top.n < 1 || c->top.n > JOB_MAX_LAYERS || c->top.v[c->top.n - 1] != 1)) {
+        LOG_ERROR("--top_mlp_dims: needs 1 to %d layers and the last width must be 1 (the logit)", JOB_MAX_LAYERS);
+        LOG_HINT("for example --top_mlp_dims 1024,1024,512,256,1");
+        return TR_ERR_ARG;
+    }
+    if ((groups & JOB_DATA) && (groups & JOB_MODEL) && c->dataset_type == JOB_DATA_SYNTHETIC)
+        return job_check_shape(c, c->num_numerical, c->rows.n, "--synthetic_dataset_cardinalities");
+    return TR_OK;
+}
+
+enum tr_status job_check_shape(const struct job_cfg *c, int num_features, int ntables, const char *source)
+{
+    if (ntables < 1 && num_features < 1) {
+        LOG_ERROR("%s: no tables and no numerical features: nothing to train", source);
+        return TR_ERR_ARG;
+    }
+    if (ntables > 1024) {
+        LOG_ERROR("%s: %d tables; at most 1024 are supported", source, ntables);
+        return TR_ERR_ARG;
+    }
+    if (num_features > 0) {
+        if (c->bottom.n < 1 || c->bottom.n > JOB_MAX_LAYERS) {
+            LOG_ERROR("--bottom_mlp_dims: needs 1 to %d layers, got %d", JOB_MAX_LAYERS, c->bottom.n);
+            return TR_ERR_ARG;
+        }
+        if (c->bottom.v[c->bottom.n - 1] != c->embedding_dim) {
+            LOG_ERROR("--bottom_mlp_dims: last width %lld must equal --embedding_dim %d",
+                      (long long)c->bottom.v[c->bottom.n - 1], c->embedding_dim);
+            LOG_HINT("the bottom MLP output joins the embeddings in the interaction, e.g. --bottom_mlp_dims "
+                     "512,256,%d",
+                     c->embedding_dim);
+            return TR_ERR_ARG;
+        }
+    }
+    return TR_OK;
+}

@@ -1,0 +1,93 @@
+/* job.h: the configuration of a training job, declared once: the dataset, batch,
+ * model, training and parallelism options (the seed's flag names) that
+ * terarec-worker, `terarec plan` (and later terarec-loader and `terarec train`)
+ * all accept. Each program takes the groups it needs into its own option table,
+ * so one flag means the same thing, with the same default and bounds, everywhere. */
+#ifndef TR_JOB_H
+#define TR_JOB_H
+
+#include <stdint.h>
+
+#include "param.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most layers an MLP may have (the model's limit too). */
+#define JOB_MAX_LAYERS 16
+
+enum job_dataset { JOB_DATA_SYNTHETIC = 0, JOB_DATA_SPLIT_BINARY = 1 /* 2, 3: its aliases tf_raw, raw */ };
+enum job_optim { JOB_OPT_SGD = 0, JOB_OPT_ADAGRAD = 1 };
+enum job_ids { JOB_IDS_POWERLAW = 0, JOB_IDS_UNIFORM = 1 };
+enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
+
+struct job_cfg {
+    /* JOB_DATA: where samples come from */
+    int dataset_type;             /* enum job_dataset */
+    char *dataset_path;
+    char *feature_spec;
+    struct tr_i64_list rows;      /* --synthetic_dataset_cardinalities: rows of each table */
+    int num_numerical;            /* --synthetic_dataset_num_numerical_features */
+    int64_t train_batches;        /* --synthetic_dataset_train_batches */
+    int64_t test_batches;         /* --synthetic_dataset_valid_batches */
+    int synthetic_ids;            /* enum job_ids */
+    /* JOB_BATCH */
+    int64_t batch_size;           /* global training batch */
+    int64_t test_batch_size;      /* --valid_batch_size; 0: batch_size */
+    /* JOB_MODEL */
+    int embedding_dim;
+    struct tr_i64_list bottom, top;
+    int optimizer;                /* enum job_optim */
+    double adagrad_init, adagrad_eps;
+    /* JOB_TRAIN */
+    double learning_rate;
+    int64_t warmup_steps, decay_start_step, decay_steps;
+    int epochs;
+    int64_t max_steps;            /* -1: epochs x batches per epoch */
+    double auc_threshold;
+    int evals_per_epoch;
+    int64_t seed;
+    /* JOB_PARALLEL */
+    int columnwise_split, data_parallel_bottom_mlp;
+    int threads;                  /* per worker; 0: the node's CPUs divided among its workers */
+    int backend;                  /* enum job_backend */
+};
+
+enum job_group {
+    JOB_DATA = 1u << 0,
+    JOB_BATCH = 1u << 1,
+    JOB_MODEL = 1u << 2,
+    JOB_TRAIN = 1u << 3,
+    JOB_PARALLEL = 1u << 4,
+    JOB_ALL = (1u << 5) - 1,
+};
+
+/* Writes the options of `groups`, bound to *c, into o[0 .. k) and returns k (at
+ * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
+ * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
+ * and lists). */
+#define JOB_MAX_OPTS 40
+int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
+
+/* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
+int64_t job_test_batch(const struct job_cfg *c);
+
+/* Name of a backend choice ("auto", "cpu", "cuda"). */
+const char *job_backend_name(int backend);
+
+/* Relations between the flags of `groups` that single flags cannot check: a
+ * split-binary dataset needs --dataset_path; the top MLP ends in 1; with the
+ * synthetic dataset the bottom MLP ends in --embedding_dim. Logs one error naming
+ * the flag and a hint; TR_ERR_ARG. */
+enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
+
+/* The model flags against a dataset's shape (num_features numerical inputs,
+ * ntables tables; `source` names the dataset in messages). TR_ERR_ARG (logged). */
+enum tr_status job_check_shape(const struct job_cfg *c, int num_features, int ntables, const char *source) TR_WUR;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

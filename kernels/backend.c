@@ -1,0 +1,75 @@
+/* backend.c: the backend registry: names, open by name (or "auto"), close. It
+ * holds no state of its own; every open makes a new instance. */
+#define TR_SUBSYS TR_SUB_KERN
+#include <string.h>
+
+#include "../common/check.h"
+#include "kern_impl.h"
+
+typedef enum tr_status (*open_fn)(const struct kern_backend_opts *o, int quiet, struct kern_backend *be);
+
+static const struct {
+    const char *name;
+    open_fn open;
+} registry[] = {
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    {"cuda", kern_cuda_open},
+#endif
+    {"cpu", kern_cpu_open},
+};
+#define NREG ((int)TR_ARRAY_SIZE(registry))
+
+static const char *const names[] = {
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    "cuda",
+#endif
+    "cpu", NULL,
+};
+
+const char *const *kern_backend_names(void)
+{
+    return names;
+}
+
+enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be)
+{
+    static const struct kern_backend_opts defaults = {0, -1, 0, 0};
+    memset(be, 0, sizeof *be);
+    if (!o)
+        o = &defaults;
+    if (name && !strcmp(name, "auto")) {
+        for (int k = 0; k < NREG; k++) {
+            enum tr_status rc = registry[k].open(o, 1, be);
+            if (rc == TR_OK) {
+                LOG_INFO(KERN, "backend auto: %s", registry[k].name);
+                return TR_OK;
+            }
+            LOG_INFO(KERN, "backend auto: %s not used (%s)", registry[k].name, tr_strerror(rc));
+            if (rc == TR_ERR_NOMEM)
+                return rc;
+        }
+        return TR_ERR_UNSUPPORTED; /* unreachable while cpu is registered */
+    }
+    for (int k = 0; name && k < NREG; k++)
+        if (!strcmp(name, registry[k].name))
+            return registry[k].open(o, o->quiet, be);
+    if (name && !strcmp(name, "cuda")) {
+        if (o->quiet)
+            return TR_ERR_UNSUPPORTED;
+        LOG_ERROR("backend 'cuda': this build has no CUDA backend (nvcc was not found when it was built)");
+        LOG_HINT("use --backend cpu, or rebuild with nvcc on PATH (make CUDA=1)");
+        return TR_ERR_UNSUPPORTED;
+    }
+    if (o->quiet)
+        return TR_ERR_ARG;
+    LOG_ERROR("unknown backend '%s'", name ? name : "(null)");
+    LOG_HINT("backends: cpu, cuda, auto");
+    return TR_ERR_ARG;
+}
+
+void kern_backend_close(struct kern_backend *be)
+{
+    if (be->i && be->i->destroy)
+        be->i->destroy(be->ctx);
+    memset(be, 0, sizeof *be);
+}

@@ -1,0 +1,115 @@
+/* source.c: the source interface's in-process reader: batches cut from a dataset
+ * (dataset.h) in order, at a position that can be saved and restored. It reads
+ * in the caller's thread; prefetching belongs to the loader service. */
+#define TR_SUBSYS TR_SUB_DATA
+#include "source.h"
+
+#include <string.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "dataset.h"
+
+struct reader {
+    struct dataset ds;
+    struct source_pos pos;
+    int64_t batch[2], nbatches[2];
+};
+
+static enum tr_status r_next(void *ctx, struct batch *b)
+{
+    struct reader *r = ctx;
+    const int s = r->pos.split;
+    if (r->nbatches[s] == 0)
+        return TR_ERR_RANGE;
+    const int64_t first = r->pos.index * r->batch[s];
+    const int64_t n = TR_MIN(r->batch[s], r->ds.nsamples[s] - first);
+    if (n > b->cap)
+        return TR_ERR_ARG;
+    TR_CHECK(dataset_fill(&r->ds, (enum batch_split)s, first, n, b));
+    b->index = r->pos.index;
+    if (++r->pos.index == r->nbatches[s]) {
+        r->pos.index = 0;
+        r->pos.epoch++;
+    }
+    return TR_OK;
+}
+
+static enum tr_status r_seek(void *ctx, const struct source_pos *pos)
+{
+    struct reader *r = ctx;
+    if ((pos->split != BATCH_TRAIN && pos->split != BATCH_TEST) || pos->epoch < 0 || pos->index < 0 ||
+        pos->index >= TR_MAX(r->nbatches[pos->split], 1))
+        return TR_ERR_RANGE;
+    r->pos = *pos;
+    return TR_OK;
+}
+
+static void r_tell(void *ctx, struct source_pos *pos)
+{
+    const struct reader *r = ctx;
+    *pos = r->pos;
+}
+
+static void r_close(void *ctx)
+{
+    struct reader *r = ctx;
+    dataset_close(&r->ds);
+    tr_free(r);
+}
+
+static const struct source_i reader_iface = {
+    .name = "reader",
+    .next = r_next,
+    .seek = r_seek,
+    .tell = r_tell,
+    .close = r_close,
+};
+
+enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
+{
+    memset(s, 0, sizeof *s);
+    struct reader *r = tr_calloc(1, sizeof *r);
+    if (!r)
+        return TR_ERR_NOMEM;
+    s->i = &reader_iface;
+    s->ctx = r;
+    r->batch[BATCH_TRAIN] = job->batch_size;
+    r->batch[BATCH_TEST] = job_test_batch(job);
+    if (job->dataset_type == JOB_DATA_SYNTHETIC) {
+        struct synth_cfg sc = {(uint64_t)job->seed, job->num_numerical, job->rows.n, job->rows.v,
+                               job->synthetic_ids == JOB_IDS_UNIFORM ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
+        TR_CHECK(dataset_open_synthetic(&r->ds, &sc, job->train_batches * r->batch[BATCH_TRAIN],
+                                        job->test_batches * r->batch[BATCH_TEST]));
+    } else {
+        TR_CHECK(dataset_open_split_binary(&r->ds, job->dataset_path, job->feature_spec));
+    }
+    const struct dataset *d = &r->ds;
+    /* the seed drops the last partial training batch; a dataset smaller than one
+     * batch would train zero steps (seed issue #1316): refuse it */
+    r->nbatches[BATCH_TRAIN] = d->nsamples[BATCH_TRAIN] / r->batch[BATCH_TRAIN];
+    if (r->nbatches[BATCH_TRAIN] < 1) {
+        LOG_ERROR("%s: %lld training samples, fewer than one batch of --batch_size %lld", d->source,
+                  (long long)d->nsamples[BATCH_TRAIN], (long long)r->batch[BATCH_TRAIN]);
+        LOG_HINT("lower --batch_size or use a larger dataset");
+        return TR_ERR_ARG;
+    }
+    r->nbatches[BATCH_TEST] = TR_CEIL_DIV(d->nsamples[BATCH_TEST], r->batch[BATCH_TEST]);
+    s->num_features = d->num_features;
+    s->ntables = d->ntables;
+    s->rows = d->rows;
+    s->desc = d->source;
+    for (int k = 0; k < 2; k++) {
+        s->nsamples[k] = d->nsamples[k];
+        s->batch[k] = r->batch[k];
+        s->nbatches[k] = r->nbatches[k];
+    }
+    return TR_OK;
+}
+
+void source_close(struct source *s)
+{
+    if (s->i)
+        s->i->close(s->ctx);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,81 @@
+/* source.h: where the trainer gets its batches: one interface (next, seek, tell)
+ * with the in-process reader as its first implementation (the loader service's
+ * shared-memory ring will be the second). A source serves two splits as ordered
+ * sequences of batch blocks:
+ *   train: batches of batch_size samples, in order; the last partial batch is
+ *          dropped (the seed's rule); after the last batch the next epoch begins;
+ *   test:  batches of test_batch_size samples covering the split, the last one
+ *          partial; after the last batch the pass starts again.
+ * A position names the next batch to be served, so a saved position resumes the
+ * exact sequence. */
+#ifndef TR_SOURCE_H
+#define TR_SOURCE_H
+
+#include <stdint.h>
+
+#include "../common/job.h"
+#include "../common/status.h"
+#include "batch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The next batch a source will serve. */
+struct source_pos {
+    int32_t split;  /* enum batch_split */
+    int64_t epoch;  /* passes over the split completed */
+    int64_t index;  /* batch number within the pass */
+};
+
+struct source_i {
+    const char *name;
+    /* Fills b (a block of at least the source's batch size, same shape) with the
+     * batch at the current position and advances. Sets b->n, index and split;
+     * leaves step and flags to the caller. */
+    enum tr_status (*next)(void *ctx, struct batch *b);
+    /* Moves to pos. TR_ERR_RANGE when the position is outside the split. */
+    enum tr_status (*seek)(void *ctx, const struct source_pos *pos);
+    void (*tell)(void *ctx, struct source_pos *pos);
+    void (*close)(void *ctx);
+};
+
+struct source {
+    const struct source_i *i;
+    void *ctx;
+    /* the shape of the samples it serves */
+    int num_features;
+    int ntables;
+    const int64_t *rows;      /* (ntables) rows of each table; valid while open */
+    int64_t nsamples[2];      /* per split */
+    int64_t batch[2];         /* samples per batch: batch_size, test batch size */
+    int64_t nbatches[2];      /* batches per pass */
+    const char *desc;         /* "synthetic" or the FeatureSpec path, for messages */
+};
+
+/* The in-process reader of the job's dataset (synthetic, or split binary with its
+ * FeatureSpec), with the job's batch sizes. Errors (logged, naming the file and
+ * the flag): TR_ERR_IO, TR_ERR_FORMAT, TR_ERR_ARG (a dataset smaller than one
+ * training batch), TR_ERR_NOMEM. Close with source_close whatever the result. */
+enum tr_status source_open_reader(struct source *s, const struct job_cfg *job) TR_WUR;
+
+/* Releases a source; safe on a zeroed one. */
+void source_close(struct source *s);
+
+static inline enum tr_status source_next(struct source *s, struct batch *b)
+{
+    return s->i->next(s->ctx, b);
+}
+static inline enum tr_status source_seek(struct source *s, const struct source_pos *pos)
+{
+    return s->i->seek(s->ctx, pos);
+}
+static inline void source_tell(struct source *s, struct source_pos *pos)
+{
+    s->i->tell(s->ctx, pos);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

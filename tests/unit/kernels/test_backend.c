@@ -1,0 +1,128 @@
+/* test_backend.c: the backend registry and the CUDA/NCCL check macros. Backends
+ * open by name with their own state (two CPU instances keep their own thread
+ * counts, and opening one changes nothing in the process); unknown names and
+ * backends this build or machine cannot run are refused with the documented
+ * status; "auto" falls back to the CPU. TR_CUDA_CHECK and TR_NCCL_CHECK turn a
+ * failing call into TR_ERR_CUDA / TR_ERR_NCCL and clear CUDA's last error; this
+ * runs without a GPU (the calls fail for lack of a device or a valid argument). */
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+#include <nccl.h>
+#endif
+#include <string.h>
+
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../kernels/kern.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static void registry(void)
+{
+    const char *const *names = kern_backend_names();
+    int n = 0, has_cpu = 0;
+    for (; names[n]; n++)
+        has_cpu |= !strcmp(names[n], "cpu");
+    TH_CHECK(has_cpu);
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    TH_EQ(n, 2);
+    TH_EQ_STR(names[0], "cuda");
+#else
+    TH_EQ(n, 1);
+#endif
+    struct kern_backend be;
+    TH_EQ_ST(kern_backend_open("tpu", NULL, &be), TR_ERR_ARG);
+    TH_CHECK(be.i == NULL);
+    TH_EQ_ST(kern_backend_open(NULL, NULL, &be), TR_ERR_ARG);
+    struct kern_backend_opts quiet = {.device = -1, .quiet = 1}; /* the same answers, without a message */
+    TH_EQ_ST(kern_backend_open("tpu", &quiet, &be), TR_ERR_ARG);
+    TH_EQ_ST(kern_backend_open("cuda", &quiet, &be), TR_ERR_UNSUPPORTED);
+    /* cuda: not in this build, or not implemented yet (with or without a device) */
+    TH_EQ_ST(kern_backend_open("cuda", NULL, &be), TR_ERR_UNSUPPORTED);
+    TH_CHECK(be.i == NULL);
+    TH_EQ_ST_REQ(kern_backend_open("auto", NULL, &be), TR_OK);
+    TH_EQ_STR(be.i->name, "cpu"); /* until the CUDA backend lands */
+    TH_CHECK(be.i->queue(be.ctx) == NULL);
+    TH_EQ_ST(be.i->synchronize(be.ctx), TR_OK);
+    kern_backend_close(&be);
+    TH_CHECK(be.i == NULL);
+    kern_backend_close(&be);
+}
+
+/* Two instances with different thread counts; opening them or sizing a
+ * workspace on one never changes the process's OpenMP setting; each op runs on
+ * its own instance's threads. */
+static void instances_are_independent(void)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(3);
+#endif
+    struct kern_backend a, b;
+    struct kern_backend_opts oa = {.threads = 1, .device = -1}, ob = {.threads = 2, .device = -1};
+    TH_EQ_ST_REQ(kern_backend_open("cpu", &oa, &a), TR_OK);
+    TH_EQ_ST_REQ(kern_backend_open("cpu", &ob, &b), TR_OK);
+    size_t wa = a.i->emb_update_ws_bytes(a.ctx, 1000, 16, 8), wb = b.i->emb_update_ws_bytes(b.ctx, 1000, 16, 8);
+    TH_CHECKF(wb > wa, "workspace for 2 threads (%zu) should exceed that for 1 (%zu)", wb, wa);
+#ifdef _OPENMP
+    TH_EQ(omp_get_max_threads(), 3);
+#endif
+    /* an op of each: both fill correctly whatever the other set */
+    float x[64], y[64];
+    struct kern_fill_args f = {.kind = KERN_FILL_CONST, .dst = x, .rows = 8, .cols = 8, .ld = 8, .value = 2.0f};
+    TH_EQ_ST(a.i->fill(a.ctx, &f), TR_OK);
+    f.dst = y;
+    TH_EQ_ST(b.i->fill(b.ctx, &f), TR_OK);
+    TH_CHECK(x[63] == 2.0f && y[0] == 2.0f);
+    TH_CHECK(a.i->supports(a.ctx, KERN_OP_GEMM, KERN_F32));
+    TH_CHECK(!a.i->supports(a.ctx, KERN_OP_GEMM, KERN_BF16));
+    TH_CHECK(!a.i->supports(a.ctx, KERN_OP_COUNT_, KERN_F32));
+    TH_EQ_ST(a.i->copy(a.ctx, y, x, sizeof x, (enum kern_copy_dir)7), TR_ERR_ARG);
+    kern_backend_close(&a);
+    kern_backend_close(&b);
+}
+
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+static enum tr_status bad_cuda_call(void)
+{
+    TR_CUDA_CHECK(cudaSetDevice(-1));
+    return TR_OK;
+}
+#endif
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+static enum tr_status bad_nccl_call(void)
+{
+    TR_NCCL_CHECK(ncclGetVersion(NULL));
+    return TR_OK;
+}
+#endif
+
+static void check_macros(void)
+{
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    TH_EQ_ST(bad_cuda_call(), TR_ERR_CUDA);
+    /* with a driver, an invalid device is an ordinary error that the macro clears;
+     * without one every call reports the missing driver */
+    if (kern_cuda_device_count() > 0)
+        TH_EQ((int)cudaGetLastError(), (int)cudaSuccess);
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+    TH_EQ_ST(bad_nccl_call(), TR_ERR_NCCL);
+#endif
+#else
+    TH_SKIP("built without CUDA");
+#endif
+}
+
+static const struct th_case cases[] = {
+    {"registry", registry},
+    {"instances_are_independent", instances_are_independent},
+    {"check_macros", check_macros},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}

@@ -1,0 +1,124 @@
+/* test_source.c: the in-process reader behind the source interface: the training
+ * split in batches of batch_size in order, dropping the last partial batch and
+ * wrapping into the next epoch; the test split in batches of its own size (a
+ * partial last batch is tested on files in test_split_binary); positions that
+ * resume the same sequence (tell, seek); the
+ * data equal to the dataset's own samples; a dataset smaller than one batch
+ * refused. */
+#include <string.h>
+
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../loader_svc/source.h"
+#include "../../../loader_svc/synth.h"
+
+static int64_t rows3[3] = {100, 7, 1000};
+
+static void job(struct job_cfg *j, int64_t batch, int64_t test_batch)
+{
+    memset(j, 0, sizeof *j);
+    j->dataset_type = JOB_DATA_SYNTHETIC;
+    j->rows = (struct tr_i64_list){rows3, 3};
+    j->num_numerical = 5;
+    j->train_batches = 4;
+    j->test_batches = 2;
+    j->batch_size = batch;
+    j->test_batch_size = test_batch;
+    j->seed = 9;
+}
+
+static void sequence_and_positions(void)
+{
+    struct job_cfg j;
+    job(&j, 10, 7); /* 40 train samples (4 batches), 14 test samples (batches of 7, 7) */
+    struct source s;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.num_features, 5);
+    TH_EQ(s.ntables, 3);
+    TH_EQ(s.rows[2], 1000);
+    TH_EQ(s.nsamples[BATCH_TRAIN], 40);
+    TH_EQ(s.nsamples[BATCH_TEST], 14);
+    TH_EQ(s.nbatches[BATCH_TRAIN], 4);
+    TH_EQ(s.nbatches[BATCH_TEST], 2);
+    struct batch *b = NULL, *ref = NULL;
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
+    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    for (int k = 0; k < 6; k++) { /* one epoch and a half: indices 0 1 2 3 0 1 */
+        struct source_pos pos;
+        source_tell(&s, &pos);
+        TH_EQ(pos.split, BATCH_TRAIN);
+        TH_EQ(pos.epoch, k / 4);
+        TH_EQ(pos.index, k % 4);
+        TH_EQ_ST(source_next(&s, b), TR_OK);
+        TH_EQ(b->n, 10);
+        TH_EQ(b->index, k % 4);
+        TH_EQ(b->split, BATCH_TRAIN);
+        TH_EQ_ST(synth_fill(&sc, BATCH_TRAIN, (k % 4) * 10, 10, ref), TR_OK);
+        TH_CHECKF(memcmp(batch_num(b), batch_num(ref), (size_t)(b->off_cat - b->off_num)) == 0 &&
+                      memcmp(batch_cat(b), batch_cat(ref), 3 * 10 * sizeof(int32_t)) == 0,
+                  "batch %d differs from the dataset's samples", k);
+    }
+    /* an evaluation pass, then back where training was */
+    struct source_pos train, test0 = {BATCH_TEST, 0, 0};
+    source_tell(&s, &train);
+    TH_EQ_ST(source_seek(&s, &test0), TR_OK);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(b->n, 7);
+    TH_EQ(b->split, BATCH_TEST);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(b->n, 7);
+    TH_EQ(b->index, 1);
+    TH_EQ_ST(synth_fill(&sc, BATCH_TEST, 7, 7, ref), TR_OK);
+    TH_CHECK(memcmp(batch_labels(b), batch_labels(ref), 7 * sizeof(float)) == 0);
+    TH_EQ_ST(source_seek(&s, &train), TR_OK);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(b->index, 2);
+    TH_EQ(b->split, BATCH_TRAIN);
+    /* positions outside the split are refused */
+    struct source_pos bad = {BATCH_TRAIN, 0, 4};
+    TH_EQ_ST(source_seek(&s, &bad), TR_ERR_RANGE);
+    bad = (struct source_pos){5, 0, 0};
+    TH_EQ_ST(source_seek(&s, &bad), TR_ERR_RANGE);
+    batch_free(&b);
+    batch_free(&ref);
+    source_close(&s);
+    source_close(&s);
+}
+
+static void test_batch_size(void)
+{
+    struct job_cfg j;
+    job(&j, 10, 8); /* --valid_batch_size 8: 2 test batches are 16 samples */
+    struct source s;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.nbatches[BATCH_TEST], 2);
+    source_close(&s);
+    j.test_batch_size = 0;
+    j.test_batches = 3; /* 30 test samples in batches of 10 */
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.batch[BATCH_TEST], 10);
+    TH_EQ(s.nbatches[BATCH_TEST], 3);
+    source_close(&s);
+}
+
+static void too_small(void)
+{
+    struct job_cfg j;
+    job(&j, 100, 0); /* 4 x 100 samples... */
+    j.train_batches = 0; /* ...of none */
+    struct source s;
+    TH_EQ_ST(source_open_reader(&s, &j), TR_ERR_ARG);
+    source_close(&s);
+}
+
+static const struct th_case cases[] = {
+    {"sequence_and_positions", sequence_and_positions},
+    {"test_batch_size", test_batch_size},
+    {"too_small", too_small},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}

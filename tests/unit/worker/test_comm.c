@@ -1,0 +1,218 @@
+/* test_comm.c: the collectives. The self communicator (world of 1): what each
+ * collective copies through the backend, argument checks, host staging, the
+ * node split, traffic accounting. Open MPI: the same binary re-launched under
+ * `mpirun -np 3` runs every collective on three ranks with rank-dependent data
+ * and checks the results on every rank (plus a node split and its independence
+ * from the world communicator, and a PMIx blob exchange); the parent checks that
+ * all three ranks passed.
+ * The MPI case SKIPs when mpirun or MPI is missing. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../../common/alloc.h"
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../worker/comm.h"
+#include "../../../worker/dist.h"
+
+static struct kern_backend open_cpu(void)
+{
+    struct kern_backend be;
+    struct kern_backend_opts o = {.threads = 1, .device = -1, .local_rank = 0};
+    TR_ASSERT(kern_backend_open("cpu", &o, &be) == TR_OK);
+    return be;
+}
+
+static void self_collectives(void)
+{
+    struct kern_backend be = open_cpu();
+    struct comm c;
+    comm_open_self(&be, &c);
+    TH_EQ(c.rank, 0);
+    TH_EQ(c.size, 1);
+    TH_EQ_STR(c.i->name, "self");
+    float send[8] = {1, 2, 3, 4, 5, 6, 7, 8}, recv[8] = {0};
+    int64_t sc[1] = {3}, sd[1] = {2}, rc[1] = {3}, rd[1] = {4};
+    TH_EQ_ST(comm_alltoallv(&c, send, sc, sd, recv, rc, rd, KERN_F32), TR_OK);
+    TH_CHECK(recv[4] == 3 && recv[5] == 4 && recv[6] == 5 && recv[3] == 0 && recv[7] == 0);
+    rc[0] = 2;
+    TH_EQ_ST(comm_alltoallv(&c, send, sc, sd, recv, rc, rd, KERN_F32), TR_ERR_ARG); /* counts disagree */
+    double sum[2] = {1.5, -2.0};
+    TH_EQ_ST(comm_allreduce_sum(&c, sum, 2, KERN_F64), TR_OK);
+    TH_CHECK(sum[0] == 1.5 && sum[1] == -2.0);
+    TH_EQ_ST(comm_bcast(&c, send, sizeof send, 0), TR_OK);
+    TH_EQ_ST(comm_bcast(&c, send, sizeof send, 1), TR_ERR_ARG); /* no rank 1 */
+    int64_t g[4] = {0}, gc[1] = {2}, gd[1] = {1}, v[2] = {7, 9};
+    TH_EQ_ST(comm_gatherv(&c, v, 2, g, gc, gd, KERN_I64, 0), TR_OK);
+    TH_CHECK(g[0] == 0 && g[1] == 7 && g[2] == 9 && g[3] == 0);
+    TH_EQ_ST(comm_barrier(&c), TR_OK);
+    TH_EQ_ST(comm_group_begin(&c), TR_OK);
+    TH_EQ_ST(comm_group_end(&c), TR_OK);
+    TH_EQ_ST(comm_synchronize(&c), TR_OK);
+    /* host staging gives the same results */
+    int64_t h[3] = {4, 5, 6};
+    TH_EQ_ST(comm_bcast_host(&c, h, sizeof h, 0), TR_OK);
+    TH_CHECK(h[0] == 4 && h[2] == 6);
+    memset(g, 0, sizeof g);
+    TH_EQ_ST(comm_gatherv_host(&c, v, 2, g, gc, gd, KERN_I64, 0), TR_OK);
+    TH_CHECK(g[1] == 7 && g[2] == 9);
+    /* accounting: calls are counted; a world of 1 sends nothing to anybody */
+    TH_EQ(c.stat[COMM_ALLTOALL].calls, 1);
+    TH_EQ(c.stat[COMM_ALLTOALL].bytes, 0);
+    TH_EQ(c.stat[COMM_ALLREDUCE].bytes, 0);
+    TH_EQ(c.stat[COMM_BCAST].calls, 2); /* the refused one is not counted */
+    TH_EQ(c.stat[COMM_GATHER].calls, 2);
+    comm_reset_stats(&c);
+    TH_EQ(c.stat[COMM_BCAST].calls, 0);
+    /* the node communicator of a world of 1 is another self communicator */
+    struct dist_info d;
+    memset(&d, 0, sizeof d);
+    d.world = d.local_world = d.nnodes = 1;
+    struct comm node;
+    TH_EQ_ST(comm_split_node(&c, &d, &node), TR_OK);
+    TH_EQ(node.size, 1);
+    TH_EQ_ST(comm_bcast(&node, h, sizeof h, 0), TR_OK);
+    comm_close(&node);
+    comm_close(&c);
+    TH_CHECK(c.i == NULL);
+    comm_close(&c); /* twice is fine */
+    /* comm_open with a world of 1 gives the self communicator */
+    TH_EQ_ST(comm_open(&d, &be, &c), TR_OK);
+    TH_EQ_STR(c.i->name, "self");
+    comm_close(&c);
+    kern_backend_close(&be);
+}
+
+#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
+/* One rank's part of the MPI case; returns the number of failed checks. */
+static int mpi_child(void)
+{
+    int bad = 0;
+#define CHILD_CHECK(x)                                                                                       \
+    do {                                                                                                      \
+        if (!(x)) {                                                                                           \
+            printf("# rank %d: %s:%d: %s\n", d.rank, __FILE__, __LINE__, #x);                                \
+            bad++;                                                                                            \
+        }                                                                                                     \
+    } while (0)
+    struct dist_info d;
+    if (dist_init(&d) != TR_OK)
+        return 1;
+    struct kern_backend be = open_cpu();
+    struct comm c;
+    if (comm_open(&d, &be, &c) != TR_OK)
+        return 1;
+    const int W = c.size, r = c.rank;
+    CHILD_CHECK(W == 3 && r == d.rank && !strcmp(c.i->name, "mpi"));
+    /* PMIx: rank and size agree with MPI's; a blob put by rank 1 reaches everybody */
+    CHILD_CHECK(d.pmix == 1 && d.world == 3 && d.local_world == 3 && d.nnodes == 1);
+    char blob[32];
+    snprintf(blob, sizeof blob, "from rank %d", r);
+    CHILD_CHECK(dist_share_blob(&d, "test_comm", 1, blob, (int)sizeof blob) == TR_OK);
+    CHILD_CHECK(!strcmp(blob, "from rank 1"));
+    /* all-to-all: rank r sends (q + 1) values 100 r + q to rank q */
+    int64_t sc[3], sd[3], rc[3], rd[3], off = 0;
+    float send[16], recv[16];
+    for (int q = 0; q < W; q++) {
+        sc[q] = q + 1;
+        sd[q] = off;
+        for (int k = 0; k < q + 1; k++)
+            send[off + k] = (float)(100 * r + q);
+        off += q + 1;
+    }
+    for (int q = 0; q < W; q++) {
+        rc[q] = r + 1;
+        rd[q] = q * (r + 1);
+    }
+    CHILD_CHECK(comm_alltoallv(&c, send, sc, sd, recv, rc, rd, KERN_F32) == TR_OK);
+    for (int q = 0; q < W; q++)
+        for (int k = 0; k < r + 1; k++)
+            CHILD_CHECK(recv[q * (r + 1) + k] == (float)(100 * q + r));
+    int64_t others = 0;
+    for (int q = 0; q < W; q++)
+        others += q == r ? 0 : sc[q];
+    CHILD_CHECK(c.stat[COMM_ALLTOALL].bytes == others * 4);
+    /* all-reduce: every rank gets bitwise the same sum */
+    float x[3] = {(float)r, 0.1f * (float)(r + 1), 1.0f};
+    CHILD_CHECK(comm_allreduce_sum(&c, x, 3, KERN_F32) == TR_OK);
+    CHILD_CHECK(x[0] == 3.0f && x[2] == 3.0f);
+    double y = r == 1 ? 2.5 : 0.25;
+    CHILD_CHECK(comm_allreduce_sum(&c, &y, 1, KERN_F64) == TR_OK && y == 3.0);
+    /* bcast from rank 2, and through host staging from rank 0 */
+    int64_t b[2] = {r == 2 ? 42 : -1, r == 2 ? 43 : -1};
+    CHILD_CHECK(comm_bcast(&c, b, sizeof b, 2) == TR_OK && b[0] == 42 && b[1] == 43);
+    int64_t h = r == 0 ? 77 : 0;
+    CHILD_CHECK(comm_bcast_host(&c, &h, sizeof h, 0) == TR_OK && h == 77);
+    /* gatherv to rank 0: rank q sends q + 1 copies of q */
+    int64_t gv[3] = {r, r, r}, gall[6] = {-1, -1, -1, -1, -1, -1}, gc[3] = {1, 2, 3}, gd[3] = {0, 1, 3};
+    CHILD_CHECK(comm_gatherv(&c, gv, r + 1, gall, gc, gd, KERN_I64, 0) == TR_OK);
+    if (r == 0)
+        CHILD_CHECK(gall[0] == 0 && gall[1] == 1 && gall[2] == 1 && gall[3] == 2 && gall[5] == 2);
+    CHILD_CHECK(comm_barrier(&c) == TR_OK);
+    CHILD_CHECK(comm_group_begin(&c) == TR_OK && comm_group_end(&c) == TR_OK);
+    /* node communicator: mpirun on one machine puts every rank on node 0 */
+    struct comm node;
+    CHILD_CHECK(comm_split_node(&c, &d, &node) == TR_OK);
+    CHILD_CHECK(node.size == d.local_world && node.rank == d.local_rank);
+    float z = 1.0f;
+    CHILD_CHECK(comm_allreduce_sum(&node, &z, 1, KERN_F32) == TR_OK && z == (float)node.size);
+    comm_close(&node);
+    /* the world still works after the split communicator is gone */
+    CHILD_CHECK(comm_barrier(&c) == TR_OK);
+    comm_close(&c);
+    kern_backend_close(&be);
+    dist_finalize(&d);
+    printf("# rank %d: %d failed checks\n", r, bad);
+    return bad;
+#undef CHILD_CHECK
+}
+#endif
+
+static const char *self_path;
+
+static void mpi_collectives(void)
+{
+#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
+    if (system("command -v mpirun >/dev/null 2>&1") != 0)
+        TH_SKIP("mpirun not found (install openmpi-bin: make deps)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+             "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
+             "timeout 120 mpirun -np 3 '%s' --mpi-child </dev/null 2>&1",
+             self_path);
+    FILE *p = popen(cmd, "r");
+    TH_REQUIRE(p != NULL);
+    char line[512];
+    int passed = 0;
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stdout);
+        int rank, n;
+        if (sscanf(line, "# rank %d: %d failed checks", &rank, &n) == 2 && n == 0)
+            passed++;
+    }
+    int st = pclose(p);
+    TH_EQ(st, 0);
+    TH_EQ(passed, 3);
+#else
+    TH_SKIP("built without MPI");
+#endif
+}
+
+static const struct th_case cases[] = {
+    {"self_collectives", self_collectives},
+    {"mpi_collectives", mpi_collectives},
+};
+
+int main(int argc, char **argv)
+{
+#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
+    if (argc > 1 && !strcmp(argv[1], "--mpi-child"))
+        return mpi_child() ? 1 : 0;
+#endif
+    self_path = argv[0];
+    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+}

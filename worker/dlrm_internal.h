@@ -1,0 +1,107 @@
+/* dlrm_internal.h: the fields of struct dlrm and the dense passes on a local
+ * slice. Included by the model (dlrm.c) and the training step (hybrid.c) only:
+ * they alone index the model's backend memory. Every pointer below is in the
+ * backend's memory unless its comment says host. */
+#ifndef TR_DLRM_INTERNAL_H
+#define TR_DLRM_INTERNAL_H
+
+#include "dlrm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dlrm_layer {
+    int in, out;
+    float *w, *b;   /* (in, out), (out): views into params */
+    float *dw, *db; /* views into grads */
+    float *y;       /* (rows, ldy) output (post-activation) */
+    int64_t ldy;
+    int relu;
+    char name[48];  /* "bottom_mlp_layer_0" */
+};
+
+struct dlrm_table {
+    int id;          /* index in the config's table list */
+    int pos;         /* row of the interaction input X holding this table */
+    int64_t rows;
+    int64_t col0;    /* first global column held */
+    int64_t width;   /* columns held (0: held by another worker) */
+    float *w;        /* (rows, width) */
+    float *accum;    /* (rows, width), Adagrad only */
+    size_t bytes;    /* of w (and of accum) */
+};
+
+struct dlrm {
+    struct dlrm_cfg cfg;
+    int64_t *rows;         /* host: owned copy of cfg.rows */
+    struct kern_backend be;
+    int has_bottom;
+    int n;                 /* interaction vectors: ntables + has_bottom */
+    int num_ld;            /* padded numerical width */
+    int64_t top_in_w;      /* interaction output width */
+    int dp_bottom;         /* this process runs the bottom MLP on its own slice */
+    int mp_bottom;         /* this process runs the bottom MLP for the whole global batch */
+    int64_t top_param0;    /* first top-MLP parameter in params (bottom ones come before) */
+    int rank;              /* of the shard plan (0 alone) */
+    struct dlrm_layer bottom[DLRM_MAX_LAYERS];
+    struct dlrm_layer top[DLRM_MAX_LAYERS];
+    struct dlrm_table *tables; /* host: (ntables) in config order */
+
+    float *params;  /* (nparams) flat dense parameters */
+    float *grads;   /* (nparams) */
+    float *accum;   /* (nparams) Adagrad state, or NULL */
+    int64_t nparams;
+    size_t dense_bytes;
+
+    /* activations, one allocation (act_bytes) */
+    float *x;       /* (max_batch, n, D) interaction input */
+    float *dx;      /* (max_batch, n, D) dLoss/dX; after the backward row 0 holds the
+                       gradient before the last bottom ReLU (that backward runs in place) */
+    float *top_in;  /* (max_batch, top_in_w) */
+    float *dtop_in; /* (max_batch, top_in_w) */
+    float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */
+    float *dlogits; /* (max_batch) */
+    void *emb_ws;
+    size_t emb_ws_bytes;
+    size_t act_bytes;
+
+    double t[DLRM_T_COUNT_]; /* host: seconds spent per phase since the last reset */
+};
+
+/* The clock for phase timers: synchronizes the backend first, so queued work is
+ * counted where it ran. */
+double dlrm_clock(const struct dlrm *m);
+
+/* Logits of the last forward: (n) with stride 1. */
+float *dlrm_logits(const struct dlrm *m);
+
+/* Dense part on a local slice of n samples: the bottom MLP (if this process runs
+ * it data-parallel) writes row 0 of m->x from num (n, ldnum); then interaction and
+ * top MLP. m->x rows of the tables must hold the embeddings. */
+enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+
+/* Loss over n samples of the last forward: *loss_sum (host) = sum of per-sample
+ * BCE; m->dlogits = grad_scale * d loss / d logit. */
+enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale,
+                               double *loss_sum) TR_WUR;
+
+/* Backward of the dense part: top MLP, interaction (m->dx), and the bottom MLP when
+ * data-parallel. Gradients go to m->grads. */
+enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+
+/* The bottom MLP alone over n samples, its output written to out (n, ldout): the
+ * model-parallel bottom MLP of table-wise mode. Backward from dout (n, lddout)
+ * (modified in place) into the bottom gradients. */
+enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
+                                   int64_t ldout) TR_WUR;
+enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *dout,
+                                    int64_t lddout) TR_WUR;
+
+/* Optimizer step on parameters [p0, p1) of the flat dense buffer. */
+enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int64_t p1) TR_WUR;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,477 @@
+/* train.c: the pieces of a training run (train.h): bootstrap and setup, one step
+ * with the seed's learning-rate schedule, an evaluation pass (exact AUC and log
+ * loss over the whole test split), the report. Rank 0 reads the data and decides
+ * what happens after each step (the flags of the batch it shares), so every rank
+ * takes the same decisions without extra collectives. */
+#define TR_SUBSYS TR_SUB_TRAIN
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/clock.h"
+#include "../common/file.h"
+#include "../common/version.h"
+#include "../kernels/metrics.h"
+#include "plan.h"
+
+/* The PARAMETER record: every option's effective value. */
+static json_t *params_json(const struct train *T)
+{
+    struct worker_cfg tmp = *T->c; /* a table bound to a copy: it is only read, never released */
+    struct tr_opt opts[WORKER_MAX_OPTS];
+    worker_opts_fill(&tmp, opts);
+    json_t *d = json_object();
+    char buf[4096];
+    for (struct tr_opt *o = opts; o->type != TR_OPT_END; o++) {
+        tr_opt_format(o, buf, sizeof buf);
+        switch (o->type) {
+        case TR_OPT_INT: json_object_set_new(d, o->name, json_integer(*(int *)o->dst)); break;
+        case TR_OPT_INT64: json_object_set_new(d, o->name, json_integer(*(int64_t *)o->dst)); break;
+        case TR_OPT_DOUBLE: json_object_set_new(d, o->name, events_num(*(double *)o->dst)); break;
+        case TR_OPT_BOOL: json_object_set_new(d, o->name, json_boolean(*(int *)o->dst)); break;
+        case TR_OPT_INT_LIST: {
+            json_t *a = json_array();
+            const struct tr_i64_list *l = o->dst;
+            for (int i = 0; i < l->n; i++)
+                json_array_append_new(a, json_integer(l->v[i]));
+            json_object_set_new(d, o->name, a);
+            break;
+        }
+        default: json_object_set_new(d, o->name, json_string(buf)); break;
+        }
+    }
+    json_object_set_new(d, "effective_threads", json_integer(T->threads));
+    json_object_set_new(d, "effective_backend", json_string(T->be.i->name));
+    json_object_set_new(d, "terarec_version", json_string(tr_version()));
+    json_object_set_new(d, "blas", json_string(kern_blas_info()));
+    json_t *cj = json_array();
+    for (int t = 0; t < T->src.ntables; t++)
+        json_array_append_new(cj, json_integer(T->src.rows[t]));
+    json_object_set_new(d, "table_cardinalities", cj);
+    json_object_set_new(d, "train_samples", json_integer(T->src.nsamples[BATCH_TRAIN]));
+    json_object_set_new(d, "test_samples", json_integer(T->src.nsamples[BATCH_TEST]));
+    json_object_set_new(d, "world_size", json_integer(T->dist.world));
+    json_object_set_new(d, "run_id", json_string(T->run_id));
+    return d;
+}
+
+/* Steps within an epoch after which the seed evaluates:
+ * round(linspace(0, nb - 1, evals + 1)[1:]). */
+static int is_eval_step(int64_t step_in_epoch, int64_t nb, int evals)
+{
+    for (int e = 1; e <= evals; e++) {
+        double p = (double)(nb - 1) * (double)e / (double)evals;
+        if ((int64_t)llround(p) == step_in_epoch)
+            return 1;
+    }
+    return 0;
+}
+
+/* Rank 0 opens the source; the others learn its shape (tables, rows, sample and
+ * batch counts) by broadcast. A failure on rank 0 is broadcast too, so every rank
+ * stops instead of waiting. */
+static enum tr_status open_source(struct train *T)
+{
+    const struct job_cfg *job = &T->c->job;
+    enum tr_status rc = TR_OK;
+    struct source *s = &T->src;
+    if (T->dist.rank == 0)
+        rc = source_open_reader(s, job);
+    if (T->dist.world == 1)
+        return rc;
+    int64_t hdr[8] = {rc,           s->num_features, s->ntables,  s->nsamples[0],
+                      s->nsamples[1], s->batch[1],   s->nbatches[0], s->nbatches[1]};
+    TR_CHECK(comm_bcast_host(&T->comm, hdr, sizeof hdr, 0));
+    if (hdr[0] != TR_OK)
+        return (enum tr_status)hdr[0];
+    if (T->dist.rank != 0) {
+        s->num_features = (int)hdr[1];
+        s->ntables = (int)hdr[2];
+        s->nsamples[0] = hdr[3];
+        s->nsamples[1] = hdr[4];
+        s->batch[0] = job->batch_size;
+        s->batch[1] = hdr[5];
+        s->nbatches[0] = hdr[6];
+        s->nbatches[1] = hdr[7];
+        s->desc = job->dataset_type == JOB_DATA_SYNTHETIC ? "synthetic" : job->dataset_path;
+        T->rows = tr_malloc((size_t)(hdr[2] ? hdr[2] : 1) * sizeof(int64_t));
+        if (!T->rows)
+            return TR_ERR_NOMEM; /* a rank that cannot hold a few bytes: the job aborts */
+        s->rows = T->rows;
+    }
+    return comm_bcast_host(&T->comm, (void *)s->rows, (int64_t)s->ntables * (int64_t)sizeof(int64_t), 0);
+}
+
+enum tr_status train_open(struct train *T, const struct worker_cfg *c)
+{
+    memset(T, 0, sizeof *T);
+    T->c = c;
+    T->res.best_auc = T->res.last_auc = T->res.last_logloss = NAN;
+    events_init(&T->ev);
+    const struct job_cfg *job = &c->job;
+    TR_CHECK(job_check(job, JOB_ALL));
+    TR_CHECK(dist_init(&T->dist));
+    tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
+    const int W = T->dist.world, rank = T->dist.rank;
+    /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
+     * path an NCCL unique id takes on GPU backends, exercised by every run */
+    if (rank == 0)
+        snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
+    TR_CHECK(dist_share_blob(&T->dist, "run_id", 0, T->run_id, (int)sizeof T->run_id));
+    T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
+    struct kern_backend_opts bo = {.threads = T->threads, .device = -1, .local_rank = T->dist.local_rank};
+    TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
+    TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
+    LOG_INFO(INIT, "run %s: rank %d of %d (local %d of %d) on node %d of %d, host %s, backend %s", T->run_id, rank,
+             W, T->dist.local_rank, T->dist.local_world, T->dist.node, T->dist.nnodes, T->dist.host,
+             T->be.i->name);
+
+    TR_CHECK(open_source(T));
+    const struct source *s = &T->src;
+    TR_CHECK(job_check_shape(job, s->num_features, s->ntables, s->desc));
+    TR_CHECK(shard_plan_make(&T->plan, job->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, W, rank,
+                             s->ntables, s->rows, job->embedding_dim, s->num_features > 0,
+                             job->data_parallel_bottom_mlp));
+    struct dlrm_cfg mc;
+    dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &T->plan, &mc);
+    T->sched = (struct lr_sched){job->learning_rate, job->warmup_steps, job->decay_start_step, job->decay_steps};
+    T->total = job->max_steps >= 0 ? job->max_steps : (int64_t)job->epochs * s->nbatches[BATCH_TRAIN];
+    if (rank == 0)
+        lr_sched_check(&T->sched, T->total);
+
+    if (rank == 0) {
+        TR_CHECK(events_add_dllog(&T->ev, c->log_path));
+        TR_CHECK(events_emit(&T->ev, EVENTS_PARAMS, 0, params_json(T)));
+    }
+    double t_init = tr_clock_now();
+    TR_CHECK(dlrm_new(&mc, &T->be, &T->m));
+    TR_CHECK(hybrid_new(T->m, &T->comm, &T->plan, &T->h));
+    {
+        struct dlrm_bytes mb;
+        struct dlrm_info mi;
+        dlrm_get_bytes(T->m, &mb);
+        dlrm_get_info(T->m, &mi);
+        int64_t rows = 0;
+        for (int t = 0; t < s->ntables; t++)
+            rows += s->rows[t];
+        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld), %lld test samples", s->desc,
+                  (long long)s->nsamples[BATCH_TRAIN], (long long)s->nbatches[BATCH_TRAIN],
+                  (long long)job->batch_size, (long long)s->nsamples[BATCH_TEST]);
+        LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; rank 0 memory: embeddings "
+                  "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s; %d worker(s) %s, %d thread(s) each, "
+                  "backend %s, blas %s",
+                  s->ntables, (long long)rows, job->embedding_dim, (long long)mi.nparams, mb.embeddings / 1048576.0,
+                  mb.dense / 1048576.0, mb.activations / 1048576.0, tr_clock_now() - t_init, W,
+                  W == 1 ? "" : job->columnwise_split ? "column-wise" : "table-wise", T->threads, T->be.i->name,
+                  kern_blas_info());
+    }
+    if (rank == 0) {
+        TR_CHECK(batch_new(mc.max_global, s->num_features, s->ntables, &T->blk));
+        const int64_t ntest = s->nsamples[BATCH_TEST];
+        if (ntest > 0) {
+            T->scores = tr_malloc((size_t)ntest * sizeof(float));
+            T->labels = tr_malloc((size_t)ntest * sizeof(float));
+            if (!T->scores || !T->labels)
+                return TR_ERR_NOMEM;
+        }
+    }
+    T->t_run0 = tr_clock_now();
+    return TR_OK;
+}
+
+/* Progress after a step: the mean loss of the interval, on the console and as an event. */
+static enum tr_status progress(struct train *T, int64_t s, double loss, float lr, double step_sec)
+{
+    struct worker_result *res = &T->res;
+    if (s == 0)
+        res->first_loss = loss;
+    T->interval_loss += loss;
+    T->interval_n++;
+    res->steps = s + 1;
+    if ((s + 1) % T->c->print_freq != 0 && s + 1 != T->total)
+        return TR_OK;
+    double mean = T->interval_loss / (double)T->interval_n;
+    LOG_RANK0("step=%lld, throughput=%.3fM, step_time=%.3f ms, learning_rate=%.4f, loss=%.8f,", (long long)(s + 1),
+              (double)T->c->job.batch_size / step_sec / 1e6, 1e3 * step_sec, lr, mean);
+    json_t *d = json_object();
+    json_object_set_new(d, "loss", events_num(mean));
+    json_object_set_new(d, "learning_rate", events_num(lr));
+    json_object_set_new(d, "step_time_ms", events_num(1e3 * step_sec));
+    res->last_loss = mean;
+    T->interval_loss = 0.0;
+    T->interval_n = 0;
+    return events_emit(&T->ev, EVENTS_STEP, s + 1, d);
+}
+
+enum tr_status train_step(struct train *T, struct batch *hdr)
+{
+    const struct job_cfg *job = &T->c->job;
+    const int64_t s = T->step;
+    double ts0 = tr_clock_now();
+    if (T->dist.rank == 0) {
+        struct batch *b = T->blk;
+        TR_CHECK(source_next(&T->src, b));
+        b->step = s;
+        b->flags = 0;
+        int eval = job->evals_per_epoch > 0 && is_eval_step(b->index, T->src.nbatches[BATCH_TRAIN],
+                                                             job->evals_per_epoch);
+        if ((eval || s + 1 == T->total) && T->src.nsamples[BATCH_TEST] > 0)
+            b->flags |= BATCH_F_EVAL;
+        if (s + 1 >= T->total)
+            b->flags |= BATCH_F_STOP;
+    }
+    TR_CHECK(hybrid_share_batch(T->h, T->dist.rank == 0 ? T->blk : NULL, &T->hdr));
+    double ts1 = tr_clock_now();
+    float lr = (float)lr_sched_at(&T->sched, s);
+    double loss = 0.0;
+    struct comm_stat a0 = T->comm.stat[COMM_ALLTOALL], r0 = T->comm.stat[COMM_ALLREDUCE];
+    TR_CHECK(hybrid_train_step(T->h, lr, &loss));
+    TR_CHECK(T->be.i->synchronize(T->be.ctx)); /* the step's queued work is part of its time */
+    T->a2a_bytes += (double)(T->comm.stat[COMM_ALLTOALL].bytes - a0.bytes);
+    T->ar_bytes += (double)(T->comm.stat[COMM_ALLREDUCE].bytes - r0.bytes);
+    T->a2a_sec += T->comm.stat[COMM_ALLTOALL].seconds - a0.seconds;
+    T->ar_sec += T->comm.stat[COMM_ALLREDUCE].seconds - r0.seconds;
+    double ts2 = tr_clock_now();
+    if (!isfinite(loss)) {
+        LOG_ERROR("step %lld: loss is %f; training diverged", (long long)s, loss);
+        LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+        return TR_ERR_INTERNAL;
+    }
+    T->t_data += ts1 - ts0;
+    if (s >= T->c->benchmark_warmup_steps || T->total <= T->c->benchmark_warmup_steps) {
+        T->t_timed += ts2 - ts0;
+        T->timed_steps++;
+    }
+    T->step = s + 1;
+    if (hdr)
+        *hdr = T->hdr;
+    return progress(T, s, loss, lr, ts2 - ts0);
+}
+
+enum tr_status train_evaluate(struct train *T, struct train_eval *out)
+{
+    const struct source *s = &T->src;
+    const int64_t n = s->nsamples[BATCH_TEST];
+    const int rank = T->dist.rank;
+    double t0 = tr_clock_now();
+    memset(out, 0, sizeof *out);
+    out->auc = NAN;
+    if (n == 0)
+        return TR_OK;
+    struct source_pos train_pos, test0 = {BATCH_TEST, 0, 0};
+    if (rank == 0) {
+        source_tell(&T->src, &train_pos);
+        TR_CHECK(source_seek(&T->src, &test0));
+    }
+    int64_t first = 0;
+    for (int64_t k = 0; k < s->nbatches[BATCH_TEST]; k++) {
+        if (rank == 0) {
+            TR_CHECK(source_next(&T->src, T->blk));
+            T->blk->step = -1;
+            T->blk->flags = 0;
+        }
+        TR_CHECK(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr));
+        TR_CHECK(hybrid_forward(T->h));
+        TR_CHECK(hybrid_gather_logits(T->h, rank == 0 ? T->scores + first : NULL));
+        if (rank == 0)
+            memcpy(T->labels + first, batch_labels(T->blk), (size_t)T->hdr.n * sizeof(float));
+        first += T->hdr.n;
+    }
+    double res[2] = {NAN, NAN};
+    if (rank == 0) {
+        TR_CHECK(source_seek(&T->src, &train_pos));
+        TR_CHECK(kern_auc_exact(T->scores, T->labels, first, &res[0]));
+        res[1] = kern_logloss(T->scores, T->labels, first);
+    }
+    TR_CHECK(comm_bcast_host(&T->comm, res, sizeof res, 0));
+    out->auc = res[0];
+    out->logloss = res[1];
+    out->samples = n;
+    out->seconds = tr_clock_now() - t0;
+
+    struct worker_result *r = &T->res;
+    r->last_auc = out->auc;
+    r->last_logloss = out->logloss;
+    if (isnan(r->best_auc) || out->auc > r->best_auc)
+        r->best_auc = out->auc;
+    LOG_RANK0("validation: step=%lld, auc=%.6f, logloss=%.6f, samples=%lld, eval_time=%.3f s", (long long)T->step,
+              out->auc, out->logloss, (long long)out->samples, out->seconds);
+    json_t *d = json_object();
+    json_object_set_new(d, "auc", events_num(out->auc));
+    json_object_set_new(d, "logloss", events_num(out->logloss));
+    json_object_set_new(d, "eval_samples", json_integer(out->samples));
+    TR_CHECK(events_emit(&T->ev, EVENTS_EVAL, T->step, d));
+    const double thr = T->c->job.auc_threshold;
+    if (thr > 0 && out->auc >= thr) {
+        LOG_RANK0("auc %.6f reached --auc_threshold %.6f at step %lld: stopping", out->auc, thr, (long long)T->step);
+        r->reached_threshold = 1;
+        T->stop = 1;
+    }
+    return TR_OK;
+}
+
+/* Writes this rank's weights to DIR/rank<r>.bin (a debugging and test aid, not a
+ * checkpoint), replacing the file atomically: header {u32 magic 'TRWD', u32
+ * version 1, u32 rank, u32 world, u32 ntables, u32 0, u64 nparams}, the dense
+ * parameters, then per table held {i32 id, i32 0, i64 rows, i64 col0, i64 width}
+ * and its rows. Tensors are copied from the backend in chunks. */
+static enum tr_status dump_weights(const struct train *T, const char *dir)
+{
+    enum tr_status rc = TR_OK;
+    const struct dlrm *m = T->m;
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    char *path = NULL, name[32];
+    snprintf(name, sizeof name, "rank%d.bin", T->dist.rank);
+    const int64_t chunk = 1 << 20;
+    float *buf = tr_malloc((size_t)chunk * sizeof(float));
+    struct tr_file_atomic f = {.fd = -1};
+    if (!(path = tr_file_join(dir, name)) || !buf) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    TR_CHECK_GOTO(tr_file_atomic_open(&f, path), rc, exit);
+    uint32_t h32[6] = {0x44575254u, 1, (uint32_t)T->dist.rank, (uint32_t)T->dist.world, (uint32_t)mi.ntables, 0};
+    uint64_t np = (uint64_t)mi.nparams;
+    TR_CHECK_GOTO(tr_file_atomic_write(&f, h32, sizeof h32), rc, exit);
+    TR_CHECK_GOTO(tr_file_atomic_write(&f, &np, sizeof np), rc, exit);
+    for (int t = -1; t < mi.ntables; t++) {
+        enum dlrm_tensor k = t < 0 ? DLRM_PARAMS : DLRM_TABLE;
+        int64_t n = dlrm_tensor_numel(m, k, t);
+        if (t >= 0) {
+            struct dlrm_table_info ti;
+            dlrm_get_table(m, t, &ti);
+            if (ti.width == 0)
+                continue;
+            int32_t id[2] = {t, 0};
+            int64_t dims[3] = {ti.rows, ti.col0, ti.width};
+            TR_CHECK_GOTO(tr_file_atomic_write(&f, id, sizeof id), rc, exit);
+            TR_CHECK_GOTO(tr_file_atomic_write(&f, dims, sizeof dims), rc, exit);
+        }
+        for (int64_t off = 0; off < n; off += chunk) {
+            int64_t cnt = TR_MIN(chunk, n - off);
+            TR_CHECK_GOTO(dlrm_tensor_read(m, k, t, off, cnt, buf), rc, exit);
+            TR_CHECK_GOTO(tr_file_atomic_write(&f, buf, (size_t)cnt * sizeof(float)), rc, exit);
+        }
+    }
+    TR_CHECK_GOTO(tr_file_atomic_commit(&f), rc, exit);
+exit:
+    tr_file_atomic_abort(&f);
+    tr_free(buf);
+    tr_free(path);
+    return rc;
+}
+
+/* The allocator's peak on every rank next to the memory plan for the same job
+ * (rank 0 gets both arrays as JSON in *out). */
+static enum tr_status memory_report(struct train *T, json_t **out)
+{
+    const int W = T->dist.world;
+    struct tr_alloc_stats st;
+    tr_alloc_get_stats(&st);
+    int64_t *peaks = tr_calloc((size_t)W * 3, sizeof(int64_t));
+    if (!peaks)
+        return TR_ERR_NOMEM;
+    int64_t *cnt = peaks + W, *dsp = peaks + 2 * W;
+    for (int q = 0; q < W; q++) {
+        cnt[q] = 1;
+        dsp[q] = q;
+    }
+    enum tr_status rc = comm_gatherv_host(&T->comm, &st.peak_bytes, 1, peaks, cnt, dsp, KERN_I64, 0);
+    if (rc == TR_OK && T->dist.rank == 0) {
+        const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
+                                         T->src.nsamples[BATCH_TEST]};
+        json_t *m = json_object(), *pk = json_array(), *pl = json_array();
+        for (int q = 0; q < W && rc == TR_OK; q++) {
+            struct plan_worker pw;
+            rc = plan_worker_bytes(&T->c->job, &shape, &T->be, W, q, &pw);
+            json_array_append_new(pk, json_integer(peaks[q]));
+            json_array_append_new(pl, json_integer(pw.total));
+            if (q == 0)
+                LOG_RANK0("memory: rank 0 peak %.1f MiB allocated by terarec, plan %.1f MiB", peaks[0] / 1048576.0,
+                          pw.total / 1048576.0);
+        }
+        json_object_set_new(m, "peak_bytes", pk);
+        json_object_set_new(m, "plan_bytes", pl);
+        *out = m;
+    }
+    tr_free(peaks);
+    return rc;
+}
+
+enum tr_status train_report(struct train *T)
+{
+    struct worker_result *res = &T->res;
+    const int W = T->dist.world;
+    const int64_t B = T->c->job.batch_size;
+    res->mean_step_ms = T->timed_steps ? 1e3 * T->t_timed / (double)T->timed_steps : NAN;
+    res->throughput = T->t_timed > 0 ? (double)B * (double)T->timed_steps / T->t_timed : NAN;
+    LOG_RANK0("Training run completed, elapsed: %.0f [s]", tr_clock_now() - T->t_run0);
+    const double per = res->steps ? 1e3 / (double)res->steps : 0.0;
+    char phases[640];
+    size_t o = 0;
+    for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)
+        o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
+                              per * dlrm_phase_seconds(T->m, p));
+    if (W > 1 && o < sizeof phases)
+        snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f", per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE),
+                 per * hybrid_seconds(T->h, HYBRID_T_PACK));
+    LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
+              "ms/step: data=%.2f %s",
+              (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc, per * T->t_data, phases);
+    json_t *d = json_object();
+    json_object_set_new(d, "throughput", events_num(res->throughput));
+    json_object_set_new(d, "mean_step_time_ms", events_num(res->mean_step_ms));
+    json_object_set_new(d, "auc", events_num(res->best_auc));
+    json_object_set_new(d, "steps", json_integer(res->steps));
+    json_t *ph = json_object();
+    json_object_set_new(ph, "data", events_num(per * T->t_data));
+    for (int p = 0; p < DLRM_T_COUNT_; p++)
+        json_object_set_new(ph, dlrm_phase_name(p), events_num(per * dlrm_phase_seconds(T->m, p)));
+    if (W > 1) {
+        json_object_set_new(ph, "exchange", events_num(per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE)));
+        json_object_set_new(ph, "pack", events_num(per * hybrid_seconds(T->h, HYBRID_T_PACK)));
+        /* traffic of the training steps (evaluation excluded: counted before it) */
+        json_t *cj = json_object();
+        json_object_set_new(cj, "alltoall_bytes_per_step", events_num(T->a2a_bytes / (double)res->steps));
+        json_object_set_new(cj, "allreduce_payload_bytes_per_step", events_num(T->ar_bytes / (double)res->steps));
+        json_object_set_new(cj, "alltoall_ms_per_step", events_num(per * T->a2a_sec));
+        json_object_set_new(cj, "allreduce_ms_per_step", events_num(per * T->ar_sec));
+        json_object_set_new(d, "comm", cj);
+    }
+    json_object_set_new(d, "phase_ms_per_step", ph);
+    json_t *mem = NULL;
+    enum tr_status rc = memory_report(T, &mem);
+    if (mem)
+        json_object_set_new(d, "memory", mem);
+    if (rc != TR_OK) {
+        json_decref(d);
+        return rc;
+    }
+    TR_CHECK(events_emit(&T->ev, EVENTS_SUMMARY, T->step, d));
+    if (T->c->dump_weights && *T->c->dump_weights)
+        TR_CHECK(dump_weights(T, T->c->dump_weights));
+    return TR_OK;
+}
+
+void train_close(struct train *T)
+{
+    hybrid_free(&T->h);
+    dlrm_free(&T->m);
+    batch_free(&T->blk);
+    source_close(&T->src);
+    events_close(&T->ev);
+    tr_free(T->rows);
+    tr_free(T->scores);
+    tr_free(T->labels);
+    shard_plan_release(&T->plan);
+    comm_close(&T->comm);
+    kern_backend_close(&T->be);
+    dist_finalize(&T->dist);
+}

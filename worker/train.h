@@ -1,0 +1,86 @@
+/* train.h: the pieces of a training run, in the order the worker calls them:
+ *   train_open      bootstrap (PMIx, backend, communicator), the data source on
+ *                   rank 0, the plan, the model, the step, the event sinks
+ *   train_step      one step: rank 0 reads the next batch and sets its flags
+ *                   (evaluate, stop), every rank trains on it; progress events
+ *   train_evaluate  a pass over the test split: exact AUC and log loss
+ *   train_report    the summary (console, events), the memory report, the
+ *                   weight dump
+ *   train_close     releases everything, whatever happened before.
+ * The loop between them lives in worker.c; checkpoints and the loader service
+ * plug in here. */
+#ifndef TR_TRAIN_H
+#define TR_TRAIN_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "../kernels/kern.h"
+#include "../loader_svc/batch.h"
+#include "../loader_svc/source.h"
+#include "comm.h"
+#include "dist.h"
+#include "dlrm.h"
+#include "events.h"
+#include "hybrid.h"
+#include "lr_sched.h"
+#include "shard.h"
+#include "worker.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct train {
+    const struct worker_cfg *c;
+    struct worker_result res;
+    struct dist_info dist;
+    struct kern_backend be;
+    struct comm comm;
+    struct shard_plan plan;
+    struct source src;          /* rank 0 reads; the other ranks know its shape only */
+    int64_t *rows;              /* (ntables) on ranks other than 0: the tables' rows */
+    struct dlrm *m;
+    struct hybrid *h;
+    struct batch *blk;          /* rank 0: the host block batches are read into */
+    struct batch hdr;           /* header of the last shared batch */
+    struct events ev;
+    struct lr_sched sched;
+    float *scores, *labels;     /* (test samples) on rank 0 */
+    int64_t step;               /* steps done */
+    int64_t total;              /* steps to run */
+    int threads;
+    int stop;                   /* an evaluation reached --auc_threshold */
+    /* measurements of the training steps */
+    double t_run0, t_timed, t_data, interval_loss;
+    int64_t timed_steps, interval_n;
+    double a2a_bytes, ar_bytes, a2a_sec, ar_sec;
+    char run_id[128];
+};
+
+struct train_eval {
+    double auc, logloss, seconds;
+    int64_t samples;
+};
+
+/* Opens everything a run needs (see above). Errors are logged; call train_close
+ * whatever it returns. */
+enum tr_status train_open(struct train *T, const struct worker_cfg *c) TR_WUR;
+
+/* Runs the next step; *hdr (host) gets the header of its batch, whose flags say
+ * what comes next (BATCH_F_EVAL, BATCH_F_STOP), the same on every rank. */
+enum tr_status train_step(struct train *T, struct batch *hdr) TR_WUR;
+
+/* Evaluates on the whole test split (nothing when it is empty); every rank gets
+ * the same result and the same decision to stop (T->stop). */
+enum tr_status train_evaluate(struct train *T, struct train_eval *out) TR_WUR;
+
+/* The end of a run: summary line and event, memory report, weight dump. */
+enum tr_status train_report(struct train *T) TR_WUR;
+
+void train_close(struct train *T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
