@@ -80,13 +80,24 @@ static void test_defaults(void)
     t.c.nodef_i64 = 12345; /* garbage a caller might have on the stack */
     t.c.nodef_dbl = 6.5;
     int want = -1;
-    TH_REQUIRE(parse(&t, &want, NULL) == TR_OK);
-    TH_CHECK(want == 0);
-    TH_CHECK(t.c.batch_size == 32 && t.c.seed == 7 && t.c.rows == 1000 && t.c.lr == 0.1);
-    TH_CHECK(t.c.verbose == 0 && t.c.shuffle == 1 && t.c.optim == 0);
-    TH_CHECK(t.c.name && strcmp(t.c.name, "dlrm") == 0);
-    TH_CHECK(t.c.dims.n == 3 && t.c.dims.v[0] == 512 && t.c.dims.v[1] == 256 && t.c.dims.v[2] == 128);
-    TH_CHECK(t.c.tables.n == 0 && t.c.tables.v == NULL);
+    TH_EQ_ST_REQ(parse(&t, &want, NULL), TR_OK);
+    TH_EQ(want, 0);
+    TH_EQ(t.c.batch_size, 32);
+    TH_EQ(t.c.seed, 7);
+    TH_EQ(t.c.rows, 1000);
+    TH_NEAR(t.c.lr, 0.1, 0.0, 0.0);
+    TH_EQ(t.c.verbose, 0);
+    TH_EQ(t.c.shuffle, 1);
+    TH_EQ(t.c.optim, 0);
+    TH_EQ_STR(t.c.name, "dlrm");
+    TH_EQ(t.c.dims.n, 3);
+    if (t.c.dims.n == 3) { /* the elements exist only then */
+        TH_EQ(t.c.dims.v[0], 512);
+        TH_EQ(t.c.dims.v[1], 256);
+        TH_EQ(t.c.dims.v[2], 128);
+    }
+    TH_EQ(t.c.tables.n, 0);
+    TH_CHECK(t.c.tables.v == NULL);
     for (int i = 0; t.opts[i].type != TR_OPT_END; i++)
         TH_CHECKF(t.opts[i].set_by == 0, "--%s: set_by %d after defaults", t.opts[i].name, t.opts[i].set_by);
     /* "def: NULL = empty/unset": numbers without a default are 0 like TR_OPT_INT's,
@@ -94,7 +105,8 @@ static void test_defaults(void)
     TH_CHECKF(t.c.nodef_i64 == 0, "TR_OPT_INT64 without a default keeps %lld", (long long)t.c.nodef_i64);
     TH_CHECKF(t.c.nodef_dbl == 0.0, "TR_OPT_DOUBLE without a default keeps %g", t.c.nodef_dbl);
     tr_opt_release(t.opts);
-    TH_CHECK(t.c.name == NULL && t.c.dims.v == NULL && t.c.dims.n == 0);
+    TH_CHECK(t.c.name == NULL && t.c.dims.v == NULL);
+    TH_EQ(t.c.dims.n, 0);
     tr_opt_release(t.opts); /* twice is safe */
 }
 
@@ -102,23 +114,28 @@ static void test_spellings(void)
 {
     struct table t;
     table_init(&t);
-    TH_REQUIRE(parse(&t, NULL, "--batch_size=64", "--rows", "5000000000", "--lr=0.5", "--name", "big model",
-                     NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 64 && t.c.rows == 5000000000LL && t.c.lr == 0.5);
-    TH_CHECK(strcmp(t.c.name, "big model") == 0);
-    TH_CHECK(tr_opt_find(t.opts, "batch_size")->set_by == 2 && tr_opt_find(t.opts, "seed")->set_by == 0);
-    TH_REQUIRE(parse(&t, NULL, "--batch-size", "128", NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 128);
-    TH_REQUIRE(parse(&t, NULL, "--batch-size=256", NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 256);
-    TH_REQUIRE(parse(&t, NULL, "--bs=9", NULL) == TR_OK); /* alias */
-    TH_CHECK(t.c.batch_size == 9);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--batch_size=64", "--rows", "5000000000", "--lr=0.5", "--name", "big model", NULL),
+                 TR_OK);
+    TH_EQ(t.c.batch_size, 64);
+    TH_EQ(t.c.rows, 5000000000LL);
+    TH_NEAR(t.c.lr, 0.5, 0.0, 0.0);
+    TH_EQ_STR(t.c.name, "big model");
+    TH_EQ(tr_opt_find(t.opts, "batch_size")->set_by, 2);
+    TH_EQ(tr_opt_find(t.opts, "seed")->set_by, 0);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--batch-size", "128", NULL), TR_OK);
+    TH_EQ(t.c.batch_size, 128);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--batch-size=256", NULL), TR_OK);
+    TH_EQ(t.c.batch_size, 256);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--bs=9", NULL), TR_OK); /* alias */
+    TH_EQ(t.c.batch_size, 9);
     /* the value keeps its dashes; only the name is canonicalised */
-    TH_REQUIRE(parse(&t, NULL, "--name=a-b_c", "--lr", "1e-3", "--seed=-5", NULL) == TR_OK);
-    TH_CHECK(strcmp(t.c.name, "a-b_c") == 0 && t.c.lr == 1e-3 && t.c.seed == -5);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--name=a-b_c", "--lr", "1e-3", "--seed=-5", NULL), TR_OK);
+    TH_EQ_STR(t.c.name, "a-b_c");
+    TH_NEAR(t.c.lr, 1e-3, 0.0, 0.0);
+    TH_EQ(t.c.seed, -5);
     /* the last occurrence wins, and the first string is not leaked (checked by ASan) */
-    TH_REQUIRE(parse(&t, NULL, "--name=first", "--name=second", NULL) == TR_OK);
-    TH_CHECK(strcmp(t.c.name, "second") == 0);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--name=first", "--name=second", NULL), TR_OK);
+    TH_EQ_STR(t.c.name, "second");
     tr_opt_release(t.opts);
 }
 
@@ -139,8 +156,8 @@ static void test_booleans(void)
         TH_CHECKF(rc == TR_OK && t.c.verbose == ok[i].verbose && t.c.shuffle == ok[i].shuffle,
                   "'%s': rc %d verbose %d shuffle %d", ok[i].arg, (int)rc, t.c.verbose, t.c.shuffle);
     }
-    TH_REQUIRE(parse(&t, NULL, "--no-shuffle", NULL) == TR_OK);
-    TH_CHECK(tr_opt_find(t.opts, "shuffle")->set_by == 2);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--no-shuffle", NULL), TR_OK);
+    TH_EQ(tr_opt_find(t.opts, "shuffle")->set_by, 2);
     const char *const bad[] = {"--verbose=maybe", "--verbose=", "--no-batch-size", "--no_verbose=1", "--no-",
                                "--no_bogus"};
     for (size_t i = 0; i < TR_ARRAY_SIZE(bad); i++)
@@ -189,15 +206,17 @@ static void test_errors(void)
     char *argv[] = {"prog", "--seed=3", "file1", "--seed=4"};
     int want = 0, rest = -1;
     tr_opt_release(t.opts);
-    TH_CHECK(tr_opt_parse(t.opts, 4, argv, &rest, &want) == TR_OK);
-    TH_CHECK(rest == 2 && t.c.seed == 3);
+    TH_EQ_ST(tr_opt_parse(t.opts, 4, argv, &rest, &want), TR_OK);
+    TH_EQ(rest, 2);
+    TH_EQ(t.c.seed, 3);
     char *argv2[] = {"prog", "--seed=5", "--", "--seed=6"};
     tr_opt_release(t.opts);
-    TH_CHECK(tr_opt_parse(t.opts, 4, argv2, &rest, &want) == TR_OK);
-    TH_CHECK(rest == 3 && t.c.seed == 5);
+    TH_EQ_ST(tr_opt_parse(t.opts, 4, argv2, &rest, &want), TR_OK);
+    TH_EQ(rest, 3);
+    TH_EQ(t.c.seed, 5);
     tr_opt_release(t.opts);
-    TH_CHECK(tr_opt_parse(t.opts, 2, argv2, &rest, &want) == TR_OK);
-    TH_CHECK(rest == 2);
+    TH_EQ_ST(tr_opt_parse(t.opts, 2, argv2, &rest, &want), TR_OK);
+    TH_EQ(rest, 2);
     tr_opt_release(t.opts);
 }
 
@@ -205,15 +224,33 @@ static void test_lists(void)
 {
     struct table t;
     table_init(&t);
-    TH_REQUIRE(parse(&t, NULL, "--dims=512,256,128", NULL) == TR_OK);
-    TH_CHECK(t.c.dims.n == 3 && t.c.dims.v[2] == 128);
-    TH_REQUIRE(parse(&t, NULL, "--dims", "4x100", "--tables=3x2,5", NULL) == TR_OK);
-    TH_CHECK(t.c.dims.n == 4 && t.c.dims.v[0] == 100 && t.c.dims.v[3] == 100);
-    TH_CHECK(t.c.tables.n == 4 && t.c.tables.v[0] == 2 && t.c.tables.v[2] == 2 && t.c.tables.v[3] == 5);
-    TH_REQUIRE(parse(&t, NULL, "--dims= 1 , 2", NULL) == TR_OK);
-    TH_CHECK(t.c.dims.n == 2 && t.c.dims.v[0] == 1 && t.c.dims.v[1] == 2);
-    TH_REQUIRE(parse(&t, NULL, "--tables=26x1000", NULL) == TR_OK);
-    TH_CHECK(t.c.tables.n == 26 && t.c.tables.v[25] == 1000);
+    /* list elements are read only when the length is right */
+    TH_EQ_ST_REQ(parse(&t, NULL, "--dims=512,256,128", NULL), TR_OK);
+    TH_EQ(t.c.dims.n, 3);
+    if (t.c.dims.n == 3)
+        TH_EQ(t.c.dims.v[2], 128);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--dims", "4x100", "--tables=3x2,5", NULL), TR_OK);
+    TH_EQ(t.c.dims.n, 4);
+    if (t.c.dims.n == 4) {
+        TH_EQ(t.c.dims.v[0], 100);
+        TH_EQ(t.c.dims.v[3], 100);
+    }
+    TH_EQ(t.c.tables.n, 4);
+    if (t.c.tables.n == 4) {
+        TH_EQ(t.c.tables.v[0], 2);
+        TH_EQ(t.c.tables.v[2], 2);
+        TH_EQ(t.c.tables.v[3], 5);
+    }
+    TH_EQ_ST_REQ(parse(&t, NULL, "--dims= 1 , 2", NULL), TR_OK);
+    TH_EQ(t.c.dims.n, 2);
+    if (t.c.dims.n == 2) {
+        TH_EQ(t.c.dims.v[0], 1);
+        TH_EQ(t.c.dims.v[1], 2);
+    }
+    TH_EQ_ST_REQ(parse(&t, NULL, "--tables=26x1000", NULL), TR_OK);
+    TH_EQ(t.c.tables.n, 26);
+    if (t.c.tables.n == 26)
+        TH_EQ(t.c.tables.v[25], 1000);
     const char *const bad[] = {"--dims=1,,2", "--dims=1,2,", "--dims=,", "--dims=,1", "--dims=0", "--dims=1,x",
                                "--dims=0x5", "--dims=1x", "--dims=x5", "--dims=2;3", "--dims=1048577",
                                "--dims=1 2"};
@@ -223,20 +260,36 @@ static void test_lists(void)
     /* the parser on its own */
     static int64_t dummy;
     struct tr_i64_list l = {&dummy, 99};
-    TH_CHECK(tr_opt_parse_i64_list("", &l) == TR_OK && l.n == 0 && l.v == NULL);
-    TH_CHECK(tr_opt_parse_i64_list(NULL, &l) == TR_OK && l.n == 0 && l.v == NULL);
-    TH_CHECK(tr_opt_parse_i64_list("-3,9223372036854775807", &l) == TR_OK && l.n == 2 && l.v[0] == -3 &&
-             l.v[1] == INT64_MAX);
+    TH_EQ_ST(tr_opt_parse_i64_list("", &l), TR_OK);
+    TH_EQ(l.n, 0);
+    TH_CHECK(l.v == NULL);
+    TH_EQ_ST(tr_opt_parse_i64_list(NULL, &l), TR_OK);
+    TH_EQ(l.n, 0);
+    TH_CHECK(l.v == NULL);
+    TH_EQ_ST(tr_opt_parse_i64_list("-3,9223372036854775807", &l), TR_OK);
+    TH_EQ(l.n, 2);
+    if (l.n == 2) {
+        TH_EQ(l.v[0], -3);
+        TH_EQ(l.v[1], INT64_MAX);
+    }
     tr_free(l.v);
-    TH_CHECK(tr_opt_parse_i64_list("9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
-    TH_CHECK(tr_opt_parse_i64_list("2x9223372036854775808", &l) == TR_ERR_ARG && l.v == NULL);
-    TH_CHECK(tr_opt_parse_i64_list("1000001x1", &l) == TR_ERR_ARG && l.v == NULL);
+    TH_EQ_ST(tr_opt_parse_i64_list("9223372036854775808", &l), TR_ERR_ARG);
+    TH_CHECK(l.v == NULL);
+    TH_EQ_ST(tr_opt_parse_i64_list("2x9223372036854775808", &l), TR_ERR_ARG);
+    TH_CHECK(l.v == NULL);
+    TH_EQ_ST(tr_opt_parse_i64_list("1000001x1", &l), TR_ERR_ARG);
+    TH_CHECK(l.v == NULL);
     /* growth past the initial capacity: 100 items */
     char buf[512] = "";
     for (int i = 0; i < 100; i++)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), i ? ",%d" : "%d", i);
-    TH_REQUIRE(tr_opt_parse_i64_list(buf, &l) == TR_OK);
-    TH_CHECK(l.n == 100 && l.v[0] == 0 && l.v[57] == 57 && l.v[99] == 99);
+    TH_EQ_ST_REQ(tr_opt_parse_i64_list(buf, &l), TR_OK);
+    TH_EQ(l.n, 100);
+    if (l.n == 100) {
+        TH_EQ(l.v[0], 0);
+        TH_EQ(l.v[57], 57);
+        TH_EQ(l.v[99], 99);
+    }
     tr_free(l.v);
 }
 
@@ -244,12 +297,12 @@ static void test_enums(void)
 {
     struct table t;
     table_init(&t);
-    TH_REQUIRE(parse(&t, NULL, "--optim=adam", NULL) == TR_OK);
-    TH_CHECK(t.c.optim == 2);
-    TH_REQUIRE(parse(&t, NULL, "--optim", "adagrad", NULL) == TR_OK);
-    TH_CHECK(t.c.optim == 1);
-    TH_REQUIRE(parse(&t, NULL, NULL) == TR_OK);
-    TH_CHECK(t.c.optim == 0);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--optim=adam", NULL), TR_OK);
+    TH_EQ(t.c.optim, 2);
+    TH_EQ_ST_REQ(parse(&t, NULL, "--optim", "adagrad", NULL), TR_OK);
+    TH_EQ(t.c.optim, 1);
+    TH_EQ_ST_REQ(parse(&t, NULL, NULL), TR_OK);
+    TH_EQ(t.c.optim, 0);
     tr_opt_release(t.opts);
 }
 
@@ -262,25 +315,39 @@ static void test_environment(void)
     setenv("TR_VERBOSE", "yes", 1);
     setenv("TR_DIMS", "7,8", 1);
     setenv("TR_OPTIM", "adagrad", 1);
-    TH_CHECK(parse(&t, NULL, NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 64 && t.c.verbose == 1 && t.c.optim == 1);
-    TH_CHECK(t.c.dims.n == 2 && t.c.dims.v[0] == 7 && t.c.dims.v[1] == 8);
-    TH_CHECK(tr_opt_find(t.opts, "batch_size")->set_by == 1 && tr_opt_find(t.opts, "lr")->set_by == 0);
-    TH_CHECK(parse(&t, NULL, "--batch-size=8", "--no-verbose", "--dims=1", NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 8 && t.c.verbose == 0 && t.c.dims.n == 1 && t.c.optim == 1);
-    TH_CHECK(tr_opt_find(t.opts, "batch_size")->set_by == 2 && tr_opt_find(t.opts, "optim")->set_by == 1);
+    TH_EQ_ST(parse(&t, NULL, NULL), TR_OK);
+    TH_EQ(t.c.batch_size, 64);
+    TH_EQ(t.c.verbose, 1);
+    TH_EQ(t.c.optim, 1);
+    TH_EQ(t.c.dims.n, 2);
+    if (t.c.dims.n == 2) { /* the elements exist only then */
+        TH_EQ(t.c.dims.v[0], 7);
+        TH_EQ(t.c.dims.v[1], 8);
+    }
+    TH_EQ(tr_opt_find(t.opts, "batch_size")->set_by, 1);
+    TH_EQ(tr_opt_find(t.opts, "lr")->set_by, 0);
+    TH_EQ_ST(parse(&t, NULL, "--batch-size=8", "--no-verbose", "--dims=1", NULL), TR_OK);
+    TH_EQ(t.c.batch_size, 8);
+    TH_EQ(t.c.verbose, 0);
+    TH_EQ(t.c.dims.n, 1);
+    TH_EQ(t.c.optim, 1);
+    TH_EQ(tr_opt_find(t.opts, "batch_size")->set_by, 2);
+    TH_EQ(tr_opt_find(t.opts, "optim")->set_by, 1);
     /* a bad environment value is an error even when the command line sets the option */
     setenv("TR_LR", "fast", 1);
-    TH_CHECK(parse(&t, NULL, "--lr=0.5", NULL) == TR_ERR_ARG);
+    TH_EQ_ST(parse(&t, NULL, "--lr=0.5", NULL), TR_ERR_ARG);
     setenv("TR_LR", "20", 1); /* out of range */
-    TH_CHECK(parse(&t, NULL, NULL) == TR_ERR_ARG);
+    TH_EQ_ST(parse(&t, NULL, NULL), TR_ERR_ARG);
     unsetenv("TR_LR");
     unsetenv("TR_BATCH_SIZE");
     unsetenv("TR_VERBOSE");
     unsetenv("TR_DIMS");
     unsetenv("TR_OPTIM");
-    TH_CHECK(parse(&t, NULL, NULL) == TR_OK);
-    TH_CHECK(t.c.batch_size == 32 && t.c.verbose == 0 && t.c.dims.n == 3 && t.c.optim == 0);
+    TH_EQ_ST(parse(&t, NULL, NULL), TR_OK);
+    TH_EQ(t.c.batch_size, 32);
+    TH_EQ(t.c.verbose, 0);
+    TH_EQ(t.c.dims.n, 3);
+    TH_EQ(t.c.optim, 0);
     tr_opt_release(t.opts);
 }
 
@@ -289,13 +356,19 @@ static void test_help_version(void)
     struct table t;
     table_init(&t);
     int want = 0;
-    TH_CHECK(parse(&t, &want, "--help", NULL) == TR_OK && want == TR_OPT_WANT_HELP);
-    TH_CHECK(parse(&t, &want, "-h", "--seed=3", NULL) == TR_OK && want == TR_OPT_WANT_HELP && t.c.seed == 3);
-    TH_CHECK(parse(&t, &want, "--version", NULL) == TR_OK && want == TR_OPT_WANT_VERSION);
-    TH_CHECK(parse(&t, &want, "-V", NULL) == TR_OK && want == TR_OPT_WANT_VERSION);
-    TH_CHECK(parse(&t, &want, "--version", "--parsable", NULL) == TR_OK &&
-             want == (TR_OPT_WANT_VERSION | TR_OPT_WANT_PARSABLE));
-    TH_CHECK(parse(&t, &want, NULL) == TR_OK && want == 0);
+    TH_EQ_ST(parse(&t, &want, "--help", NULL), TR_OK);
+    TH_EQ(want, TR_OPT_WANT_HELP);
+    TH_EQ_ST(parse(&t, &want, "-h", "--seed=3", NULL), TR_OK);
+    TH_EQ(want, TR_OPT_WANT_HELP);
+    TH_EQ(t.c.seed, 3);
+    TH_EQ_ST(parse(&t, &want, "--version", NULL), TR_OK);
+    TH_EQ(want, TR_OPT_WANT_VERSION);
+    TH_EQ_ST(parse(&t, &want, "-V", NULL), TR_OK);
+    TH_EQ(want, TR_OPT_WANT_VERSION);
+    TH_EQ_ST(parse(&t, &want, "--version", "--parsable", NULL), TR_OK);
+    TH_EQ(want, TR_OPT_WANT_VERSION | TR_OPT_WANT_PARSABLE);
+    TH_EQ_ST(parse(&t, &want, NULL), TR_OK);
+    TH_EQ(want, 0);
     /* the help text lists every option with its default, alias and choices */
     char *text = NULL;
     size_t len = 0;
@@ -317,9 +390,10 @@ static void test_format_round_trip(void)
     struct table a, b;
     table_init(&a);
     table_init(&b);
-    TH_REQUIRE(parse(&a, NULL, "--bs=77", "--rows=-9000000000", "--lr=0.1", "--verbose", "--no-shuffle",
-                     "--name=x y,z", "--optim=adam", "--dims=4x100", "--tables=1,2,3", "--nodef_i64=5",
-                     "--nodef_dbl=3.25", NULL) == TR_OK);
+    TH_EQ_ST_REQ(parse(&a, NULL, "--bs=77", "--rows=-9000000000", "--lr=0.1", "--verbose", "--no-shuffle",
+                       "--name=x y,z", "--optim=adam", "--dims=4x100", "--tables=1,2,3", "--nodef_i64=5",
+                       "--nodef_dbl=3.25", NULL),
+                 TR_OK);
     char *argv[NOPTS + 2] = {"prog"};
     char texts[NOPTS + 1][256];
     int argc = 1;
@@ -330,21 +404,32 @@ static void test_format_round_trip(void)
         argv[argc++] = texts[i];
     }
     int want;
-    TH_REQUIRE(tr_opt_parse(b.opts, argc, argv, NULL, &want) == TR_OK);
-    TH_CHECK(b.c.batch_size == 77 && b.c.rows == -9000000000LL && b.c.lr == 0.1 && b.c.verbose == 1 &&
-             b.c.shuffle == 0 && strcmp(b.c.name, "x y,z") == 0 && b.c.optim == 2 && b.c.nodef_i64 == 5 &&
-             b.c.nodef_dbl == 3.25);
-    TH_CHECK(b.c.dims.n == 4 && b.c.dims.v[3] == 100 && b.c.tables.n == 3 && b.c.tables.v[2] == 3);
+    TH_EQ_ST_REQ(tr_opt_parse(b.opts, argc, argv, NULL, &want), TR_OK);
+    TH_EQ(b.c.batch_size, 77);
+    TH_EQ(b.c.rows, -9000000000LL);
+    TH_NEAR(b.c.lr, 0.1, 0.0, 0.0);
+    TH_EQ(b.c.verbose, 1);
+    TH_EQ(b.c.shuffle, 0);
+    TH_EQ_STR(b.c.name, "x y,z");
+    TH_EQ(b.c.optim, 2);
+    TH_EQ(b.c.nodef_i64, 5);
+    TH_NEAR(b.c.nodef_dbl, 3.25, 0.0, 0.0);
+    TH_EQ(b.c.dims.n, 4);
+    if (b.c.dims.n == 4) /* the elements exist only then */
+        TH_EQ(b.c.dims.v[3], 100);
+    TH_EQ(b.c.tables.n, 3);
+    if (b.c.tables.n == 3)
+        TH_EQ(b.c.tables.v[2], 3);
     char val[64];
     tr_opt_format(tr_opt_find(a.opts, "dims"), val, sizeof val);
-    TH_CHECK(strcmp(val, "100,100,100,100") == 0);
+    TH_EQ_STR(val, "100,100,100,100");
     tr_opt_format(tr_opt_find(a.opts, "shuffle"), val, sizeof val);
-    TH_CHECK(strcmp(val, "false") == 0);
+    TH_EQ_STR(val, "false");
     tr_opt_format(tr_opt_find(a.opts, "optim"), val, sizeof val);
-    TH_CHECK(strcmp(val, "adam") == 0);
+    TH_EQ_STR(val, "adam");
     tr_opt_format(tr_opt_find(a.opts, "lr"), val, 0); /* n = 0 writes nothing */
     tr_opt_format(tr_opt_find(a.opts, "name"), val, 3); /* truncated, terminated */
-    TH_CHECK(strcmp(val, "x ") == 0);
+    TH_EQ_STR(val, "x ");
     TH_CHECK(tr_opt_find(a.opts, "bs") == tr_opt_find(a.opts, "batch_size"));
     TH_CHECK(tr_opt_find(a.opts, "batch-size") == NULL); /* find takes canonical names only */
     TH_CHECK(tr_opt_find(a.opts, "nope") == NULL);
@@ -371,7 +456,7 @@ static void test_nomem(void)
         TH_CHECKF(st.live_bytes == st0.live_bytes, "failing allocation %d leaks %lld bytes", k,
                   (long long)(st.live_bytes - st0.live_bytes));
         if (!f) {
-            TH_CHECK(rc == TR_OK);
+            TH_EQ_ST(rc, TR_OK);
             break;
         }
         fired++;
