@@ -113,30 +113,41 @@ static void read_seed_spec(void)
     struct feature_spec fs;
     char path[512];
     snprintf(path, sizeof path, "%s/feature_spec.yaml", tmpdir);
-    TH_REQUIRE(feature_spec_read(path, &fs) == TR_OK);
-    TH_CHECK(fs.ncategorical == 3 && fs.nnumerical == 2 && fs.nlabel == 1 && fs.nmappings == 2);
-    TH_CHECK(fs.nfeatures == 6);
+    TH_EQ_ST_REQ(feature_spec_read(path, &fs), TR_OK);
+    TH_EQ(fs.ncategorical, 3);
+    TH_EQ(fs.nnumerical, 2);
+    TH_EQ(fs.nlabel, 1);
+    TH_EQ(fs.nmappings, 2);
+    TH_EQ(fs.nfeatures, 6);
     struct feature_spec_split sp;
-    TH_REQUIRE(feature_spec_dlrm_split(&fs, "train", &sp) == TR_OK);
-    TH_CHECK(sp.ntables == 3 && sp.nnumerical == 2);
-    TH_CHECK(sp.cat_dtype[0] == KERN_I8 && sp.cat_dtype[1] == KERN_I16 && sp.cat_dtype[2] == KERN_I32);
-    TH_CHECK(sp.rows[0] == 5 && sp.rows[1] == 200 && sp.rows[2] == 70000);
+    TH_EQ_ST_REQ(feature_spec_dlrm_split(&fs, "train", &sp), TR_OK);
+    TH_EQ(sp.ntables, 3);
+    TH_EQ(sp.nnumerical, 2);
+    TH_EQ(sp.cat_dtype[0], KERN_I8);
+    TH_EQ(sp.cat_dtype[1], KERN_I16);
+    TH_EQ(sp.cat_dtype[2], KERN_I32);
+    TH_EQ(sp.rows[0], 5);
+    TH_EQ(sp.rows[1], 200);
+    TH_EQ(sp.rows[2], 70000);
     TH_CHECK(strstr(sp.numerical_path, "/train/numerical.bin") != NULL); /* alias resolved */
     TH_CHECK(strstr(sp.cat_paths[2], "/train/cat_2.bin") != NULL);
     feature_spec_split_release(&sp);
-    TH_CHECK(feature_spec_dlrm_split(&fs, "validation", &sp) == TR_ERR_FORMAT);
+    TH_EQ_ST(feature_spec_dlrm_split(&fs, "validation", &sp), TR_ERR_FORMAT);
     /* round trip through the writer */
     char out[512];
     snprintf(out, sizeof out, "%s/written.yaml", tmpdir);
     FILE *fp = fopen(out, "w");
     TH_REQUIRE(fp);
-    TH_CHECK(feature_spec_write(&fs, fp) == TR_OK);
+    TH_EQ_ST(feature_spec_write(&fs, fp), TR_OK);
     fclose(fp);
     struct feature_spec fs2;
-    TH_REQUIRE(feature_spec_read(out, &fs2) == TR_OK);
-    TH_CHECK(fs2.ncategorical == 3 && fs2.nfeatures == 6 && fs2.nmappings == 2);
-    TH_REQUIRE(feature_spec_dlrm_split(&fs2, "test", &sp) == TR_OK);
-    TH_CHECK(sp.rows[1] == 200 && sp.cat_dtype[1] == KERN_I16);
+    TH_EQ_ST_REQ(feature_spec_read(out, &fs2), TR_OK);
+    TH_EQ(fs2.ncategorical, 3);
+    TH_EQ(fs2.nfeatures, 6);
+    TH_EQ(fs2.nmappings, 2);
+    TH_EQ_ST_REQ(feature_spec_dlrm_split(&fs2, "test", &sp), TR_OK);
+    TH_EQ(sp.rows[1], 200);
+    TH_EQ(sp.cat_dtype[1], KERN_I16);
     feature_spec_split_release(&sp);
     feature_spec_release(&fs2);
     feature_spec_release(&fs);
@@ -147,13 +158,17 @@ static void read_values(void)
 {
     make_dataset();
     struct dataset ds;
-    TH_REQUIRE(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_OK);
-    TH_CHECK(ds.nsamples[BATCH_TRAIN] == 3 && ds.nsamples[BATCH_TEST] == 2);
-    TH_CHECK(ds.num_features == 2 && ds.ntables == 3 && ds.rows[2] == 70000);
+    TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+    TH_EQ(ds.nsamples[BATCH_TRAIN], 3);
+    TH_EQ(ds.nsamples[BATCH_TEST], 2);
+    TH_EQ(ds.num_features, 2);
+    TH_EQ(ds.ntables, 3);
+    TH_EQ(ds.rows[2], 70000);
     struct batch *b = NULL;
-    TH_REQUIRE(batch_new(4, 2, 3, &b) == TR_OK);
-    TH_REQUIRE(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b) == TR_OK);
-    TH_CHECK(b->n == 3 && b->num_ld == 8);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
+    TH_EQ(b->n, 3);
+    TH_EQ(b->num_ld, 8);
     TH_CHECK(batch_labels(b)[0] == 1.0f && batch_labels(b)[1] == 0.0f && batch_labels(b)[2] == 1.0f);
     TH_CHECK(batch_num(b)[0] == 1.0f && batch_num(b)[1] == -2.0f);
     TH_CHECK(batch_num(b)[8] == 0.5f && batch_num(b)[9] == 0.0f);
@@ -163,15 +178,25 @@ static void read_values(void)
         for (int j = 2; j < 8; j++)
             pad_zero &= batch_num(b)[k * 8 + j] == 0.0f;
     TH_CHECK(pad_zero);
-    TH_CHECK(batch_cat(b)[0] == 4 && batch_cat(b)[1] == 0 && batch_cat(b)[2] == 3);                       /* int8 */
-    TH_CHECK(batch_cat(b)[4 + 0] == 199 && batch_cat(b)[4 + 1] == 7 && batch_cat(b)[4 + 2] == 0);         /* int16 */
-    TH_CHECK(batch_cat(b)[8 + 0] == 69999 && batch_cat(b)[8 + 1] == 12345 && batch_cat(b)[8 + 2] == 1);   /* int32 */
+    TH_EQ(batch_cat(b)[0], 4); /* int8 */
+    TH_EQ(batch_cat(b)[1], 0);
+    TH_EQ(batch_cat(b)[2], 3);
+    TH_EQ(batch_cat(b)[4 + 0], 199); /* int16 */
+    TH_EQ(batch_cat(b)[4 + 1], 7);
+    TH_EQ(batch_cat(b)[4 + 2], 0);
+    TH_EQ(batch_cat(b)[8 + 0], 69999); /* int32 */
+    TH_EQ(batch_cat(b)[8 + 1], 12345);
+    TH_EQ(batch_cat(b)[8 + 2], 1);
     /* a range in the middle, and the test split */
-    TH_REQUIRE(dataset_fill(&ds, BATCH_TRAIN, 1, 2, b) == TR_OK);
-    TH_CHECK(b->n == 2 && batch_labels(b)[0] == 0.0f && batch_cat(b)[8] == 12345 && batch_num(b)[0] == 0.5f);
-    TH_REQUIRE(dataset_fill(&ds, BATCH_TEST, 0, 2, b) == TR_OK);
-    TH_CHECK(batch_labels(b)[1] == 0.0f && batch_cat(b)[4 + 1] == 7);
-    TH_CHECK(dataset_fill(&ds, BATCH_TEST, 1, 2, b) == TR_ERR_ARG); /* past the end */
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 1, 2, b), TR_OK);
+    TH_EQ(b->n, 2);
+    TH_CHECK(batch_labels(b)[0] == 0.0f);
+    TH_EQ(batch_cat(b)[8], 12345);
+    TH_CHECK(batch_num(b)[0] == 0.5f);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TEST, 0, 2, b), TR_OK);
+    TH_CHECK(batch_labels(b)[1] == 0.0f);
+    TH_EQ(batch_cat(b)[4 + 1], 7);
+    TH_EQ_ST(dataset_fill(&ds, BATCH_TEST, 1, 2, b), TR_ERR_ARG); /* past the end */
     batch_free(&b);
     dataset_close(&ds);
     remove_dataset();
@@ -211,7 +236,8 @@ static void source_over_files(void)
     TH_EQ_ST(source_next(&s, b), TR_OK);
     TH_EQ(b->n, 2);
     TH_EQ(b->split, BATCH_TEST);
-    TH_CHECK(batch_labels(b)[1] == 0.0f && batch_cat(b)[3 + 1] == 7);
+    TH_CHECK(batch_labels(b)[1] == 0.0f);
+    TH_EQ(batch_cat(b)[3 + 1], 7);
     batch_free(&b);
     source_close(&s);
     j.batch_size = 4; /* more than the 3 training samples */
@@ -226,22 +252,22 @@ static void size_mismatch_refused(void)
     const int16_t c1[2] = {1, 2}; /* train has 3 samples; 2 written */
     write_file("train/cat_1.bin", c1, sizeof c1);
     struct dataset ds;
-    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_FORMAT);
+    TH_EQ_ST(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_ERR_FORMAT);
     dataset_close(&ds);
     remove_dataset();
     make_dataset();
     const uint16_t num[5] = {0};
     write_file("train/numerical.bin", num, sizeof num); /* 3 x 2 halves expected */
-    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_FORMAT);
+    TH_EQ_ST(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_ERR_FORMAT);
     dataset_close(&ds);
     remove_dataset();
     make_dataset();
     char p[512];
     snprintf(p, sizeof p, "%s/test/cat_0.bin", tmpdir);
     unlink(p);
-    TH_CHECK(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml") == TR_ERR_IO);
+    TH_EQ_ST(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_ERR_IO);
     dataset_close(&ds);
-    TH_CHECK(dataset_open_split_binary(&ds, "/nonexistent-dir", "feature_spec.yaml") == TR_ERR_IO);
+    TH_EQ_ST(dataset_open_split_binary(&ds, "/nonexistent-dir", "feature_spec.yaml"), TR_ERR_IO);
     dataset_close(&ds);
     remove_dataset();
 }
@@ -263,32 +289,32 @@ static enum tr_status read_edited(const char *from, const char *to)
 static void bad_specs_refused(void)
 {
     make_dataset();
-    TH_CHECK(read_edited("cardinality: 5, dtype: int8", "cardinality: 5, dtype: float32") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("cardinality: 5, ", "") == TR_ERR_FORMAT);                 /* no cardinality */
-    TH_CHECK(read_edited("cardinality: 5,", "cardinality: -5,") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("label: {dtype: bool}", "label: {dtype: int8}") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("label: [label]", "label: [label, num_0]") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("files: [train/cat_1.bin], type: split_binary",
-                         "files: [train/cat_1.bin], type: parquet") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("files: [train/cat_2.bin]", "files: [train/cat_2.bin, x.bin]") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("  train:\n", "  training:\n") == TR_ERR_FORMAT);          /* no train split */
-    TH_CHECK(read_edited("channel_spec:\n", "channel_spec: [\n") == TR_ERR_FORMAT); /* yaml syntax */
-    TH_CHECK(read_edited("source_spec:\n", "source_spec: 3\nx:\n") == TR_ERR_FORMAT);
-    TH_CHECK(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_1, num_0]") ==
+    TH_EQ_ST(read_edited("cardinality: 5, dtype: int8", "cardinality: 5, dtype: float32"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("cardinality: 5, ", ""), TR_ERR_FORMAT); /* no cardinality */
+    TH_EQ_ST(read_edited("cardinality: 5,", "cardinality: -5,"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("label: {dtype: bool}", "label: {dtype: int8}"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("label: [label]", "label: [label, num_0]"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("files: [train/cat_1.bin], type: split_binary", "files: [train/cat_1.bin], type: parquet"),
+             TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("files: [train/cat_2.bin]", "files: [train/cat_2.bin, x.bin]"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("  train:\n", "  training:\n"), TR_ERR_FORMAT); /* no train split */
+    TH_EQ_ST(read_edited("channel_spec:\n", "channel_spec: [\n"), TR_ERR_FORMAT); /* yaml syntax */
+    TH_EQ_ST(read_edited("source_spec:\n", "source_spec: 3\nx:\n"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_1, num_0]"),
              TR_ERR_FORMAT); /* numerical chunk order differs from the channel */
-    TH_CHECK(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_0]") ==
+    TH_EQ_ST(read_edited("  train:\n  - features: *id001", "  train:\n  - features: [num_0]"),
              TR_ERR_FORMAT); /* a numerical feature missing from the chunk */
     remove_dataset();
 }
 
 static void dtype_rule(void)
 {
-    TH_CHECK(feature_spec_cat_dtype(1) == KERN_I8);
-    TH_CHECK(feature_spec_cat_dtype(126) == KERN_I8);
-    TH_CHECK(feature_spec_cat_dtype(127) == KERN_I16); /* strict < iinfo(int8).max */
-    TH_CHECK(feature_spec_cat_dtype(32766) == KERN_I16);
-    TH_CHECK(feature_spec_cat_dtype(32767) == KERN_I32);
-    TH_CHECK(feature_spec_cat_dtype(2147483646) == KERN_I32);
+    TH_EQ(feature_spec_cat_dtype(1), KERN_I8);
+    TH_EQ(feature_spec_cat_dtype(126), KERN_I8);
+    TH_EQ(feature_spec_cat_dtype(127), KERN_I16); /* strict < iinfo(int8).max */
+    TH_EQ(feature_spec_cat_dtype(32766), KERN_I16);
+    TH_EQ(feature_spec_cat_dtype(32767), KERN_I32);
+    TH_EQ(feature_spec_cat_dtype(2147483646), KERN_I32);
 }
 
 static const struct th_case cases[] = {

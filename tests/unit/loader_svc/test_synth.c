@@ -21,24 +21,24 @@ static void deterministic_and_sliceable(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL, *b = NULL;
-    TH_REQUIRE(batch_new(100, 13, 4, &a) == TR_OK);
-    TH_REQUIRE(batch_new(100, 13, 4, &b) == TR_OK);
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, a) == TR_OK);
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, b) == TR_OK);
+    TH_EQ_ST_REQ(batch_new(100, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(100, 13, 4, &b), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1000, 100, a), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1000, 100, b), TR_OK);
     TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) == 0);
     TH_CHECK(memcmp(batch_labels(a), batch_labels(b), 100 * sizeof(float)) == 0);
     TH_CHECK(memcmp(batch_cat(a), batch_cat(b), 4 * 100 * sizeof(int32_t)) == 0);
     /* samples 1050..1099 from a fill that starts at 1050 equal the second half */
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1050, 50, b) == TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1050, 50, b), TR_OK);
     TH_CHECK(memcmp(batch_num(a) + 50 * 16, batch_num(b), 50 * 16 * sizeof(float)) == 0);
     TH_CHECK(memcmp(batch_labels(a) + 50, batch_labels(b), 50 * sizeof(float)) == 0);
     for (int t = 0; t < 4; t++)
         TH_CHECK(memcmp(batch_cat(a) + t * 100 + 50, batch_cat(b) + t * 100, 50 * sizeof(int32_t)) == 0);
     /* another seed and the validation split give other samples */
-    TH_CHECK(synth_fill(&c, BATCH_TEST, 1000, 100, b) == TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TEST, 1000, 100, b), TR_OK);
     TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) != 0);
     c.seed = 43;
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 1000, 100, b) == TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1000, 100, b), TR_OK);
     TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) != 0);
     batch_free(&a);
     batch_free(&b);
@@ -49,8 +49,8 @@ static void value_ranges(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 20000;
-    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         for (int j = 0; j < 16; j++) {
@@ -73,8 +73,8 @@ static void powerlaw_shape(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     /* P(id <= x) = ln(x + 2) / ln(C + 1) for the continuous Zipf(1) law used */
     int64_t le0 = 0, le9 = 0, le99 = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -92,7 +92,7 @@ static void powerlaw_shape(void)
     int64_t nz = 0;
     for (int64_t i = 0; i < n; i++)
         nz += batch_cat(a)[3 * n + i] != 0;
-    TH_CHECK(nz == 0);
+    TH_EQ(nz, 0);
     batch_free(&a);
 }
 
@@ -101,8 +101,8 @@ static void uniform_ids(void)
     struct synth_cfg c = cfg(SYNTH_IDS_UNIFORM);
     struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, BATCH_TRAIN, 0, n, a) == TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     double mean = 0.0;
     for (int64_t i = 0; i < n; i++)
         mean += batch_cat(a)[2 * n + i]; /* table 2, C = 100000 */
@@ -116,8 +116,8 @@ static void labels_follow_teacher(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 40000;
-    TH_REQUIRE(batch_new(n, 13, 4, &a) == TR_OK);
-    TH_REQUIRE(synth_fill(&c, BATCH_TEST, 0, n, a) == TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(synth_fill(&c, BATCH_TEST, 0, n, a), TR_OK);
     float *z = malloc((size_t)n * sizeof(float));
     TH_REQUIRE(z != NULL);
     double mean_p = 0.0, mean_y = 0.0;
@@ -131,7 +131,7 @@ static void labels_follow_teacher(void)
     TH_CHECKF(fabs(mean_p - mean_y) < 0.01, "label rate %.4f vs teacher mean probability %.4f", mean_y, mean_p);
     TH_CHECKF(mean_y > 0.15 && mean_y < 0.6, "label rate %.4f", mean_y);
     double auc = 0.0;
-    TH_CHECK(kern_auc_exact(z, batch_labels(a), n, &auc) == TR_OK);
+    TH_EQ_ST(kern_auc_exact(z, batch_labels(a), n, &auc), TR_OK);
     TH_CHECKF(auc > 0.8, "the teacher's own AUC is %.4f: the labels carry too little signal", auc);
     free(z);
     batch_free(&a);
@@ -141,14 +141,14 @@ static void bad_shapes(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
-    TH_REQUIRE(batch_new(10, 13, 3, &a) == TR_OK);
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 10, a) == TR_ERR_ARG); /* 3 tables vs 4 */
+    TH_EQ_ST_REQ(batch_new(10, 13, 3, &a), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 0, 10, a), TR_ERR_ARG); /* 3 tables vs 4 */
     batch_free(&a);
-    TH_REQUIRE(batch_new(10, 13, 4, &a) == TR_OK);
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 11, a) == TR_ERR_ARG); /* more than cap */
+    TH_EQ_ST_REQ(batch_new(10, 13, 4, &a), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 0, 11, a), TR_ERR_ARG); /* more than cap */
     int64_t zero[4] = {1000, 0, 5, 5};
     c.rows = zero;
-    TH_CHECK(synth_fill(&c, BATCH_TRAIN, 0, 10, a) == TR_ERR_ARG);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 0, 10, a), TR_ERR_ARG);
     batch_free(&a);
 }
 
