@@ -298,23 +298,25 @@ static void check_spec(int64_t card_c123, int64_t card_rest, const char *dtype, 
     char path[512];
     snprintf(path, sizeof path, "%s/out/feature_spec.yaml", tmpdir);
     struct feature_spec fs;
-    TH_REQUIRE(feature_spec_read(path, &fs) == TR_OK);
+    TH_EQ_ST_REQ(feature_spec_read(path, &fs), TR_OK);
     struct feature_spec_split sp;
-    TH_REQUIRE(feature_spec_dlrm_split(&fs, "train", &sp) == TR_OK);
-    TH_CHECK(sp.ntables == 26 && sp.nnumerical == 13);
+    TH_EQ_ST_REQ(feature_spec_dlrm_split(&fs, "train", &sp), TR_OK);
+    TH_EQ(sp.ntables, 26);
+    TH_EQ(sp.nnumerical, 13);
     for (int i = 0; i < 26 && i < sp.ntables; i++) {
         TH_CHECKF(sp.rows[i] == card[i], "cat_%d: cardinality %lld, expected %lld", i,
                   (long long)sp.rows[i], (long long)card[i]);
-        TH_CHECK(!strcmp(feature_spec_dtype_name(sp.cat_dtype[i]), i < 3 || !dtype ? feature_spec_dtype_name(feature_spec_cat_dtype(card[i]))
-                                                                          : dtype));
+        TH_EQ_STR(feature_spec_dtype_name(sp.cat_dtype[i]),
+                  i < 3 || !dtype ? feature_spec_dtype_name(feature_spec_cat_dtype(card[i])) : dtype);
     }
     feature_spec_split_release(&sp);
     feature_spec_release(&fs);
     struct dataset ds;
     char dir[512];
     snprintf(dir, sizeof dir, "%s/out", tmpdir);
-    TH_CHECK(dataset_open_split_binary(&ds, dir, "feature_spec.yaml") == TR_OK);
-    TH_CHECK(ds.nsamples[BATCH_TRAIN] == ntrain && ds.nsamples[BATCH_TEST] == ntest);
+    TH_EQ_ST(dataset_open_split_binary(&ds, dir, "feature_spec.yaml"), TR_OK);
+    TH_EQ(ds.nsamples[BATCH_TRAIN], ntrain);
+    TH_EQ(ds.nsamples[BATCH_TEST], ntest);
     dataset_close(&ds);
 }
 
@@ -329,7 +331,7 @@ static void hand_threshold(void)
 {
     make_tmpdir();
     write_hand_input();
-    TH_REQUIRE(run("--output @/out --frequency_threshold 2 --test_fraction 0.5 --no_shuffle @/all.tsv") == 0);
+    TH_EQ_REQ(run("--output @/out --frequency_threshold 2 --test_fraction 0.5 --no_shuffle @/all.tsv"), 0);
     static const uint8_t lab_tr[] = {0x00, 0x01, 0x01}, lab_te[] = {0x00, 0x00, 0x01};
     same_split_bytes("label.bin", lab_tr, 3, lab_te, 3);
     check_numerical("out/train/numerical.bin", 0, 3);
@@ -357,7 +359,7 @@ static void hand_hash16(void)
 {
     make_tmpdir();
     write_hand_input();
-    TH_REQUIRE(run("--output @/out --max_ind_range 1000 --test_files 1 --no_shuffle @/a.tsv @/b.tsv") == 0);
+    TH_EQ_REQ(run("--output @/out --max_ind_range 1000 --test_files 1 --no_shuffle @/a.tsv @/b.tsv"), 0);
     static const uint8_t lab_tr[] = {0x00, 0x01, 0x01, 0x00}, lab_te[] = {0x00, 0x01};
     same_split_bytes("label.bin", lab_tr, 4, lab_te, 2);
     check_numerical("out/train/numerical.bin", 0, 4);
@@ -383,7 +385,7 @@ static void hand_hash32(void)
 {
     make_tmpdir();
     write_hand_input();
-    TH_REQUIRE(run("--output @/out --max_ind_range 2147483647 --test_fraction 0.5 --no_shuffle @/all.tsv") == 0);
+    TH_EQ_REQ(run("--output @/out --max_ind_range 2147483647 --test_fraction 0.5 --no_shuffle @/all.tsv"), 0);
     static const uint8_t c1_tr[] = {0xf0, 0xbe, 0xad, 0x5e, 0xff, 0xff, 0x00, 0x00, 0xf0, 0xbe, 0xad, 0x5e};
     static const uint8_t c1_te[] = {0x00, 0x00, 0x00, 0x00, 0x78, 0x56, 0x34, 0x12, 0xff, 0xff, 0x00, 0x00};
     static const uint8_t c0_te[] = {0x0b, 0, 0, 0, 0x0a, 0, 0, 0, 0x0c, 0, 0, 0};
@@ -399,10 +401,16 @@ static void hand_hash32(void)
 static void parse_line_rules(void)
 {
     prepare_parse_init();
-    TH_CHECK(prepare_num_half(-2) == 0x0000 && prepare_num_half(-3) == 0 && prepare_num_half(-1000) == 0);
-    TH_CHECK(prepare_num_half(0) == 0x3c65 && prepare_num_half(1) == 0x3d8c && prepare_num_half(-1) == 0x398c);
-    TH_CHECK(prepare_num_half(1000000) == 0x4ae8 && prepare_num_half(123456789012LL) == 0x4e63);
-    TH_CHECK(prepare_num_half(INT64_MIN) == 0 && prepare_num_half(INT64_MAX) == 0x5175); /* ln(2^63) = 43.668 = 2^5 (1 + 373.38/1024) */
+    TH_EQ(prepare_num_half(-2), 0x0000);
+    TH_EQ(prepare_num_half(-3), 0);
+    TH_EQ(prepare_num_half(-1000), 0);
+    TH_EQ(prepare_num_half(0), 0x3c65);
+    TH_EQ(prepare_num_half(1), 0x3d8c);
+    TH_EQ(prepare_num_half(-1), 0x398c);
+    TH_EQ(prepare_num_half(1000000), 0x4ae8);
+    TH_EQ(prepare_num_half(123456789012LL), 0x4e63);
+    TH_EQ(prepare_num_half(INT64_MIN), 0);
+    TH_EQ(prepare_num_half(INT64_MAX), 0x5175); /* ln(2^63) = 43.668 = 2^5 (1 + 373.38/1024) */
 
     char line[1024];
     struct prepare_row row;
@@ -410,11 +418,16 @@ static void parse_line_rules(void)
     line[0] = '\0';
     add_row(line, sizeof line, "1", "-7", "007", "", "+4", "9223372036854775807", "AbCdEf01", "0", "",
             "ffffffffffffffff", "");
-    TH_REQUIRE(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_LINE_OK);
-    TH_CHECK(row.label == 1 && row.num[0] == 0 && row.num[1] == prepare_num_half(7) &&
-             row.num[3] == prepare_num_half(4) && row.num[12] == prepare_num_half(INT64_MAX));
-    TH_CHECK(row.cat[0] == 0xabcdef01u && row.cat[1] == 0 && row.cat[25] == UINT64_MAX);
-    TH_CHECK(row.cat_present == ((1u << 0) | (1u << 1) | (1u << 25)));
+    TH_EQ_REQ(prepare_parse_line(line, strlen(line), &row, &field), PREPARE_LINE_OK);
+    TH_EQ(row.label, 1);
+    TH_EQ(row.num[0], 0);
+    TH_EQ(row.num[1], prepare_num_half(7));
+    TH_EQ(row.num[3], prepare_num_half(4));
+    TH_EQ(row.num[12], prepare_num_half(INT64_MAX));
+    TH_EQ(row.cat[0], 0xabcdef01u);
+    TH_EQ(row.cat[1], 0);
+    TH_EQ(row.cat[25], UINT64_MAX); /* TH_EQ would print it as -1 */
+    TH_EQ(row.cat_present, (1u << 0) | (1u << 1) | (1u << 25));
 
     struct {
         const char *label, *i1, *c1, *c26;
@@ -441,18 +454,21 @@ static void parse_line_rules(void)
         enum prepare_bad why = prepare_parse_line(line, strlen(line), &row, &field);
         TH_CHECKF(why == bad[i].want && field == bad[i].field, "case %zu: reason %d field %d", i, (int)why, field);
     }
-    TH_CHECK(prepare_num_half(-9223372036854775807LL - 1) == 0);
+    TH_EQ(prepare_num_half(-9223372036854775807LL - 1), 0);
     line[0] = '\0';
     add_row(line, sizeof line, "0", "-9223372036854775808", "", "", "", "", "", "", "", "", "");
-    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_LINE_OK && row.num[0] == 0);
+    TH_EQ(prepare_parse_line(line, strlen(line), &row, &field), PREPARE_LINE_OK);
+    TH_EQ(row.num[0], 0);
     /* field counts: 39 and 41 fields */
     line[0] = '\0';
     add_row(line, sizeof line, "0", "", "", "", "", "", "", "", "", "", "\tx");
-    TH_CHECK(prepare_parse_line(line, strlen(line), &row, &field) == PREPARE_BAD_FIELDS && field == 41);
-    TH_CHECK(prepare_parse_line(line, strlen(line) - 3, &row, &field) == PREPARE_BAD_FIELDS && field == 39);
+    TH_EQ(prepare_parse_line(line, strlen(line), &row, &field), PREPARE_BAD_FIELDS);
+    TH_EQ(field, 41);
+    TH_EQ(prepare_parse_line(line, strlen(line) - 3, &row, &field), PREPARE_BAD_FIELDS);
+    TH_EQ(field, 39);
     char msg[192];
     prepare_describe_bad(line, strlen(line), PREPARE_BAD_FIELDS, 41, msg, sizeof msg);
-    TH_CHECK(!strcmp(msg, "expected 40 tab-separated fields, found 41"));
+    TH_EQ_STR(msg, "expected 40 tab-separated fields, found 41");
 }
 
 /* Malformed lines are skipped; the rest matches the clean input. --strict stops at the first. */
@@ -473,15 +489,16 @@ static void malformed(void)
     add_row(text, sizeof text, "0", "3", "", "", "", "", "0000000a", "12345678", "00000002", "", "\n");
     add_row(text, sizeof text, "1", "", "", "", "", "100", "0000000c", "0000ffff", "00000001", "ffffffff", "\n");
     write_text("bad.tsv", text);
-    TH_REQUIRE(run("--output @/ref --frequency_threshold 2 --test_fraction 0.5 --no_shuffle @/all.tsv") == 0);
-    TH_CHECK(run("--output @/out --frequency_threshold 2 --test_fraction 0.5 --no_shuffle --threads 2 --chunk_size "
-                 "256 @/bad.tsv") == 0);
+    TH_EQ_REQ(run("--output @/ref --frequency_threshold 2 --test_fraction 0.5 --no_shuffle @/all.tsv"), 0);
+    TH_EQ(run("--output @/out --frequency_threshold 2 --test_fraction 0.5 --no_shuffle --threads 2 --chunk_size "
+              "256 @/bad.tsv"),
+          0);
     TH_CHECK(same_outputs("ref", "out"));
-    TH_CHECK(run("--output @/strict --strict --test_fraction 0.5 @/bad.tsv") == 2);
-    TH_CHECK(run("--output @/strict --strict --max_ind_range 10 --test_fraction 0.5 @/bad.tsv") == 2);
+    TH_EQ(run("--output @/strict --strict --test_fraction 0.5 @/bad.tsv"), 2);
+    TH_EQ(run("--output @/strict --strict --max_ind_range 10 --test_fraction 0.5 @/bad.tsv"), 2);
     TH_CHECK(!exists("strict") && no_leftovers());
     write_text("junk.tsv", "hello\nworld\n");
-    TH_CHECK(run("--output @/junk --test_fraction 0.5 @/junk.tsv") == 2); /* no valid row at all */
+    TH_EQ(run("--output @/junk --test_fraction 0.5 @/junk.tsv"), 2); /* no valid row at all */
     TH_CHECK(!exists("junk") && no_leftovers());
     remove_tmpdir();
 }
@@ -531,14 +548,15 @@ static void spill_exact(void)
     make_tmpdir();
     write_random_input("r1.tsv", 3000, 1);
     write_random_input("r2.tsv", 1000, 2);
-    TH_REQUIRE(run("--output @/ref --frequency_threshold 3 --test_files 1 --threads 1 @/r1.tsv @/r2.tsv") == 0);
-    TH_REQUIRE(run("--output @/spill --frequency_threshold 3 --test_files 1 --threads 2 --memory_limit 16K "
-                   "--chunk_size 4K @/r1.tsv @/r2.tsv") == 0);
+    TH_EQ_REQ(run("--output @/ref --frequency_threshold 3 --test_files 1 --threads 1 @/r1.tsv @/r2.tsv"), 0);
+    TH_EQ_REQ(run("--output @/spill --frequency_threshold 3 --test_files 1 --threads 2 --memory_limit 16K "
+                  "--chunk_size 4K @/r1.tsv @/r2.tsv"),
+              0);
     TH_CHECK(same_outputs("ref", "spill"));
     /* the counter alone: the same dictionary with and without spilling, and it did spill */
     struct prepare_counter *big = NULL, *small = NULL;
-    TH_REQUIRE(prepare_counter_new(1, 1 << 30, tmpdir, &big) == TR_OK);
-    TH_REQUIRE(prepare_counter_new(1, 16 << 10, tmpdir, &small) == TR_OK);
+    TH_EQ_ST_REQ(prepare_counter_new(1, 1 << 30, tmpdir, &big), TR_OK);
+    TH_EQ_ST_REQ(prepare_counter_new(1, 16 << 10, tmpdir, &small), TR_OK);
     struct prepare_row row;
     memset(&row, 0, sizeof row);
     uint64_t s = 5;
@@ -551,13 +569,14 @@ static void spill_exact(void)
             if (v % 9)
                 row.cat_present |= 1u << c;
         }
-        TH_REQUIRE(prepare_counter_add(big, 0, &row) == TR_OK);
-        TH_REQUIRE(prepare_counter_add(small, 0, &row) == TR_OK);
+        TH_EQ_ST_REQ(prepare_counter_add(big, 0, &row), TR_OK);
+        TH_EQ_ST_REQ(prepare_counter_add(small, 0, &row), TR_OK);
     }
-    TH_CHECK(prepare_counter_spills(big) == 0 && prepare_counter_spills(small) > 10);
+    TH_EQ(prepare_counter_spills(big), 0);
+    TH_CHECK(prepare_counter_spills(small) > 10);
     struct prepare_dict d1, d2;
-    TH_REQUIRE(prepare_counter_finish(big, 4, &d1) == TR_OK);
-    TH_REQUIRE(prepare_counter_finish(small, 4, &d2) == TR_OK);
+    TH_EQ_ST_REQ(prepare_counter_finish(big, 4, &d1), TR_OK);
+    TH_EQ_ST_REQ(prepare_counter_finish(small, 4, &d2), TR_OK);
     int same = 1;
     for (int c = 0; c < 26; c++) {
         same &= d1.nkept[c] == d2.nkept[c] && d1.nkept[c] > 10;
@@ -566,7 +585,7 @@ static void spill_exact(void)
     }
     TH_CHECK(same);
     /* ids are 1..K by descending count: id 1 is the most frequent value (0 in this skew) */
-    TH_CHECK(prepare_dict_lookup(&d1, 0, 0) == 1);
+    TH_EQ(prepare_dict_lookup(&d1, 0, 0), 1);
     prepare_dict_release(&d1);
     prepare_dict_release(&d2);
     prepare_counter_free(&big);
@@ -581,11 +600,12 @@ static void shuffle_permutation(void)
 {
     make_tmpdir();
     write_random_input("r.tsv", 5000, 3);
-    TH_REQUIRE(run("--output @/plain --max_ind_range 100000 --test_fraction 0.2 --no_shuffle @/r.tsv") == 0);
-    TH_REQUIRE(run("--output @/s1 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 9 --threads 1 @/r.tsv") == 0);
-    TH_REQUIRE(run("--output @/s2 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 9 --threads 2 --chunk_size "
-                   "2K --memory_limit 64K @/r.tsv") == 0);
-    TH_REQUIRE(run("--output @/s3 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 10 @/r.tsv") == 0);
+    TH_EQ_REQ(run("--output @/plain --max_ind_range 100000 --test_fraction 0.2 --no_shuffle @/r.tsv"), 0);
+    TH_EQ_REQ(run("--output @/s1 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 9 --threads 1 @/r.tsv"), 0);
+    TH_EQ_REQ(run("--output @/s2 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 9 --threads 2 --chunk_size "
+                  "2K --memory_limit 64K @/r.tsv"),
+              0);
+    TH_EQ_REQ(run("--output @/s3 --max_ind_range 100000 --test_fraction 0.2 --shuffle_seed 10 @/r.tsv"), 0);
     TH_CHECK(same_outputs("s1", "s2"));
     char pa[600], pb[600];
     snprintf(pa, sizeof pa, "%s/s1/train/numerical.bin", tmpdir);
@@ -599,7 +619,7 @@ static void shuffle_permutation(void)
         uint8_t *a = slurp(p0, &n0), *b = slurp(p1, &n1);
         TH_REQUIRE(a && b && n0 == n1);
         size_t n = 4000, w = n0 / n;
-        TH_REQUIRE(n0 == n * w);
+        TH_EQ_REQ(n0, n * w);
         struct prepare_kv *kv = malloc(n * sizeof *kv), *tmp = malloc(n * sizeof *tmp);
         uint64_t s = prepare_shuffle_seed(9);
         for (size_t g = 0; g < n; g++)
@@ -627,30 +647,30 @@ static void usage_errors(void)
 {
     make_tmpdir();
     write_hand_input();
-    TH_CHECK(run("--output @/out --test_fraction 0.5 @/missing.tsv") == 2);
-    TH_CHECK(run("--output @/out @/all.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 --test_files 1 @/a.tsv @/b.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_files 2 @/a.tsv @/b.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 1 @/all.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 --max_ind_range 5 --frequency_threshold 2 @/all.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 --memory_limit 1Q @/all.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 --no_such_flag @/all.tsv") == 2);
-    TH_CHECK(run("--test_fraction 0.5 @/all.tsv") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5") == 2);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 @/all.tsv --threads") == 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 @/missing.tsv"), 2);
+    TH_EQ(run("--output @/out @/all.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 --test_files 1 @/a.tsv @/b.tsv"), 2);
+    TH_EQ(run("--output @/out --test_files 2 @/a.tsv @/b.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 1 @/all.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 --max_ind_range 5 --frequency_threshold 2 @/all.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 --memory_limit 1Q @/all.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 --no_such_flag @/all.tsv"), 2);
+    TH_EQ(run("--test_fraction 0.5 @/all.tsv"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5"), 2);
+    TH_EQ(run("--output @/out --test_fraction 0.5 @/all.tsv --threads"), 2);
     TH_CHECK(!exists("out") && no_leftovers());
     /* options after the inputs work too */
-    TH_CHECK(run("@/all.tsv --output @/out --test_fraction 0.5") == 0);
-    TH_CHECK(run("--output @/out --test_fraction 0.5 @/all.tsv") == 2); /* exists, not empty */
+    TH_EQ(run("@/all.tsv --output @/out --test_fraction 0.5"), 0);
+    TH_EQ(run("--output @/out --test_fraction 0.5 @/all.tsv"), 2); /* exists, not empty */
     TH_CHECK(exists("out/feature_spec.yaml"));
-    TH_CHECK(run("--output @/out --test_fraction 0.5 --max_ind_range 7 --force @/all.tsv") == 0);
+    TH_EQ(run("--output @/out --test_fraction 0.5 --max_ind_range 7 --force @/all.tsv"), 0);
     TH_CHECK(exists("out/feature_spec.yaml") && no_leftovers());
     char empty[512];
     snprintf(empty, sizeof empty, "%s/empty", tmpdir);
-    TH_CHECK(mkdir(empty, 0755) == 0);
-    TH_CHECK(run("--output @/empty --test_fraction 0.5 @/all.tsv") == 0); /* an empty directory is fine */
+    TH_EQ(mkdir(empty, 0755), 0);
+    TH_EQ(run("--output @/empty --test_fraction 0.5 @/all.tsv"), 0); /* an empty directory is fine */
     write_text("file", "x");
-    TH_CHECK(run("--output @/file --test_fraction 0.5 --force @/all.tsv") == 2);
+    TH_EQ(run("--output @/file --test_fraction 0.5 --force @/all.tsv"), 2);
     remove_tmpdir();
 }
 
@@ -678,7 +698,8 @@ static void alloc_faults(void)
         if (after.live_bytes != before.live_bytes && leaks++ < 3)
             printf("# allocation %d failing leaks %lld bytes\n", n, (long long)(after.live_bytes - before.live_bytes));
         if (!fired) {
-            TH_CHECK(rc == 0 && exists("out/feature_spec.yaml"));
+            TH_EQ(rc, 0);
+            TH_CHECK(exists("out/feature_spec.yaml"));
             done = 1;
         } else {
             TH_CHECKF(rc != 0, "allocation %d failed but the run succeeded", n);
@@ -686,7 +707,8 @@ static void alloc_faults(void)
         }
     }
     printf("# %d allocations, each made to fail once\n", n - 2);
-    TH_CHECK(done && leaks == 0);
+    TH_CHECK(done);
+    TH_EQ(leaks, 0);
     remove_tmpdir();
 }
 
