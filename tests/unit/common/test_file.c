@@ -62,7 +62,10 @@ static void reads_and_writes(void)
     TH_EQ_ST(tr_file_pwrite_all(fd, "XYZ", 3, 10, p), TR_OK);
     char back[16];
     TH_EQ_ST(tr_file_pread_all(fd, back, 5, 9, p), TR_OK);
-    TH_CHECK(back[0] == big[9] && back[1] == 'X' && back[3] == 'Z' && back[4] == big[13]);
+    TH_EQ(back[0], big[9]);
+    TH_EQ(back[1], 'X');
+    TH_EQ(back[3], 'Z');
+    TH_EQ(back[4], big[13]);
     TH_EQ_ST(tr_file_pread_all(fd, back, 16, (int64_t)sizeof big - 8, p), TR_ERR_IO); /* past the end */
     close(fd);
     TH_EQ_ST(tr_file_write_all(-1, "x", 1, "nothing"), TR_ERR_IO);

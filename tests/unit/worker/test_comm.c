@@ -47,7 +47,10 @@ static void self_collectives(void)
     TH_EQ_ST(comm_bcast(&c, send, sizeof send, 1), TR_ERR_ARG); /* no rank 1 */
     int64_t g[4] = {0}, gc[1] = {2}, gd[1] = {1}, v[2] = {7, 9};
     TH_EQ_ST(comm_gatherv(&c, v, 2, g, gc, gd, KERN_I64, 0), TR_OK);
-    TH_CHECK(g[0] == 0 && g[1] == 7 && g[2] == 9 && g[3] == 0);
+    TH_EQ(g[0], 0);
+    TH_EQ(g[1], 7);
+    TH_EQ(g[2], 9);
+    TH_EQ(g[3], 0);
     TH_EQ_ST(comm_barrier(&c), TR_OK);
     TH_EQ_ST(comm_group_begin(&c), TR_OK);
     TH_EQ_ST(comm_group_end(&c), TR_OK);
@@ -55,10 +58,12 @@ static void self_collectives(void)
     /* host staging gives the same results */
     int64_t h[3] = {4, 5, 6};
     TH_EQ_ST(comm_bcast_host(&c, h, sizeof h, 0), TR_OK);
-    TH_CHECK(h[0] == 4 && h[2] == 6);
+    TH_EQ(h[0], 4);
+    TH_EQ(h[2], 6);
     memset(g, 0, sizeof g);
     TH_EQ_ST(comm_gatherv_host(&c, v, 2, g, gc, gd, KERN_I64, 0), TR_OK);
-    TH_CHECK(g[1] == 7 && g[2] == 9);
+    TH_EQ(g[1], 7);
+    TH_EQ(g[2], 9);
     /* accounting: calls are counted; a world of 1 sends nothing to anybody */
     TH_EQ(c.stat[COMM_ALLTOALL].calls, 1);
     TH_EQ(c.stat[COMM_ALLTOALL].bytes, 0);
