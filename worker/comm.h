@@ -49,7 +49,9 @@ struct comm_i {
     int host_buffers; /* buffers must be host memory: the backend is synchronized first */
 };
 
-/* Traffic and time of one kind of collective, for benchmarks and logs. */
+/* Traffic and time of one kind of collective, for benchmarks and logs. Inside a
+ * group the time is that of issuing the call (MPI's calls block, so for MPI it is
+ * the whole call). */
 struct comm_stat {
     int64_t calls;
     int64_t bytes;  /* bytes this rank sent to other ranks (self copies excluded);
@@ -64,6 +66,7 @@ struct comm {
     void *ctx;
     int rank, size;
     struct kern_backend be; /* borrowed: whose memory and queue the buffers live in */
+    int group_depth;        /* open comm_group_begin calls */
     struct comm_stat stat[COMM_KINDS_];
 };
 

@@ -446,12 +446,15 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
     TR_CHECK(dlrm_loss_dense(m, blk_labels(h) + g.lo, g.nl, g.n ? 1.0f / (float)g.n : 0.0f, &lsum));
     TR_CHECK(dlrm_backward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl));
 
-    /* data-parallel gradients: top MLP, and the bottom MLP when data-parallel */
+    /* data-parallel gradients (top MLP, and the bottom MLP when data-parallel) and
+     * the loss sum: one group, so a backend that can fuses them into one launch */
+    TR_CHECK(be->i->copy(be->ctx, h->dloss, &lsum, sizeof lsum, KERN_H2D));
     double t0 = dlrm_clock(m);
     const int64_t p0 = m->dp_bottom || !m->has_bottom ? 0 : m->top_param0;
+    TR_CHECK(comm_group_begin(h->c));
     TR_CHECK(comm_allreduce_sum(h->c, m->grads + p0, m->nparams - p0, KERN_F32));
-    TR_CHECK(be->i->copy(be->ctx, h->dloss, &lsum, sizeof lsum, KERN_H2D));
     TR_CHECK(comm_allreduce_sum(h->c, h->dloss, 1, KERN_F64));
+    TR_CHECK(comm_group_end(h->c));
     TR_CHECK(be->i->copy(be->ctx, &lsum, h->dloss, sizeof lsum, KERN_D2H));
     *loss = g.n ? lsum / (double)g.n : 0.0;
 

@@ -53,7 +53,11 @@ static void self_collectives(void)
     TH_EQ(g[3], 0);
     TH_EQ_ST(comm_barrier(&c), TR_OK);
     TH_EQ_ST(comm_group_begin(&c), TR_OK);
+    TH_EQ(c.group_depth, 1);
+    TH_EQ_ST(comm_allreduce_sum(&c, sum, 2, KERN_F64), TR_OK);
     TH_EQ_ST(comm_group_end(&c), TR_OK);
+    TH_EQ(c.group_depth, 0);
+    TH_EQ_ST(comm_group_end(&c), TR_ERR_ARG); /* no group open */
     TH_EQ_ST(comm_synchronize(&c), TR_OK);
     /* host staging gives the same results */
     int64_t h[3] = {4, 5, 6};
