@@ -19,16 +19,9 @@ static const struct {
 };
 #define NREG ((int)TR_ARRAY_SIZE(registry))
 
-static const char *const names[] = {
-#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-    "cuda",
-#endif
-    "cpu", NULL,
-};
-
-const char *const *kern_backend_names(void)
+const char *kern_backend_name(int k)
 {
-    return names;
+    return k >= 0 && k < NREG ? registry[k].name : NULL;
 }
 
 enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be)

@@ -280,12 +280,12 @@ struct kern_backend_opts {
     int quiet;       /* do not log why a backend cannot open (the status says it) */
 };
 
-/* The backends this build has, in preference order, NULL-terminated
- * ({"cuda", "cpu", NULL} when built with CUDA). Static storage. */
-const char *const *kern_backend_names(void);
+/* Name of the k-th backend this build has, in preference order ("cuda", "cpu"
+ * when built with CUDA), or NULL past the last one. Static storage. */
+const char *kern_backend_name(int k);
 
 /* Opens backend `name`: "cpu", "cuda", or "auto" (the first of
- * kern_backend_names() that opens; "auto" logs which one at info level and why
+ * kern_backend_name(0, 1, ...) that opens; "auto" logs which one at info level and why
  * the others did not). Each instance has its own state (threads, device, queue);
  * opening one never changes another. Errors (logged with a hint, except inside
  * "auto"): TR_ERR_ARG (an unknown name), TR_ERR_UNSUPPORTED (a backend this build

@@ -26,8 +26,7 @@ struct hybrid {
     struct comm *c;             /* borrowed */
     const struct shard_plan *p; /* borrowed */
     int64_t max_global;
-    struct batch *blk;          /* the shared batch block (backend memory) */
-    int64_t blk_bytes;
+    struct batch *blk;          /* the shared batch block (backend memory), want.bytes long */
     struct batch want;          /* host: the layout every shared block must have */
     struct batch hdr;           /* host: header of the shared batch */
     float *sbuf;                /* (max_global, ws): this rank's vectors, the other ranks' samples */
@@ -122,20 +121,31 @@ static const int32_t *blk_cat(const struct hybrid *h, int t)
     return (const int32_t *)((const char *)h->blk + h->hdr.off_cat) + (int64_t)t * h->hdr.cap;
 }
 
-int64_t hybrid_buffer_bytes(const struct shard_plan *p, int ntables, int dim, int64_t max_global)
+/* Bytes of the step's backend buffers for rank p->rank; the one sizing that both
+ * the allocation and the memory plan use. */
+struct bufsizes {
+    size_t sbuf, rbuf, bot, glogits;
+};
+
+static void buffer_sizes(const struct shard_plan *p, int ntables, int dim, int64_t max_global, struct bufsizes *z)
 {
-    int64_t local = shard_slice_start(max_global, p->world, 1); /* the largest slice is the first */
+    const int64_t local = shard_slice_start(max_global, p->world, 1); /* the largest slice is the first */
     int64_t others = 0;
     for (int q = 0; q < p->world; q++)
         if (q != p->rank)
             others += send_width(p, q, ntables, dim);
-    int64_t bytes = p->world > 1 ? max_global * send_width(p, p->rank, ntables, dim) * 4 : 0;
-    bytes += local * others * 4;
-    if (p->has_bottom && !p->dp_bottom && p->rank == 0)
-        bytes += max_global * dim * 4;
-    if (p->rank == 0)
-        bytes += max_global * 4;
-    return bytes + 8 + (int64_t)p->world * 6 * 8; /* the loss sum; counts and displacements */
+    z->sbuf = p->world > 1 ? (size_t)(max_global * send_width(p, p->rank, ntables, dim)) * sizeof(float) : 0;
+    z->rbuf = (size_t)(local * others) * sizeof(float);
+    z->bot = p->has_bottom && !p->dp_bottom && p->rank == 0 ? (size_t)(max_global * dim) * sizeof(float) : 0;
+    z->glogits = p->rank == 0 ? (size_t)max_global * sizeof(float) : 0;
+}
+
+int64_t hybrid_buffer_bytes(const struct shard_plan *p, int ntables, int dim, int64_t max_global)
+{
+    struct bufsizes z;
+    buffer_sizes(p, ntables, dim, max_global, &z);
+    /* and the loss sum, and the counts and displacements (host) */
+    return (int64_t)(z.sbuf + z.rbuf + z.bot + z.glogits) + 8 + (int64_t)p->world * 6 * 8;
 }
 
 enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, struct hybrid **out)
@@ -158,14 +168,13 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     const int T = p->ntables, D = p->dim, W = p->world;
     const int64_t G = m->cfg.max_global > 0 ? m->cfg.max_global : m->cfg.max_batch;
     h->max_global = G;
-    int64_t local = shard_slice_start(G, W, 1), others = 0;
-    for (int q = 0; q < W; q++)
-        if (q != p->rank)
-            others += send_width(p, q, T, D);
-    h->sbuf_bytes = W > 1 ? (size_t)(G * send_width(p, p->rank, T, D)) * sizeof(float) : 0;
-    h->rbuf_bytes = (size_t)(local * others) * sizeof(float);
-    h->bot_bytes = m->mp_bottom ? (size_t)(G * D) * sizeof(float) : 0;
-    h->glogits_bytes = p->rank == 0 ? (size_t)G * sizeof(float) : 0;
+    struct bufsizes z;
+    buffer_sizes(p, T, D, G, &z);
+    TR_ASSERT((z.bot != 0) == (m->mp_bottom != 0)); /* the plan and the model agree on the bottom MLP */
+    h->sbuf_bytes = z.sbuf;
+    h->rbuf_bytes = z.rbuf;
+    h->bot_bytes = z.bot;
+    h->glogits_bytes = z.glogits;
     h->cp_cap = W * (T + 1) + 4;
     const size_t nt = (size_t)(T ? T : 1);
     h->cnt = tr_calloc((size_t)W * 6, sizeof(int64_t));
@@ -187,14 +196,13 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->gcnt = h->cnt + 4 * W;
     h->gdsp = h->cnt + 5 * W;
 
-    h->blk_bytes = batch_bytes(G, m->cfg.num_features, T);
     memset(&h->want, 0, sizeof h->want);
-    h->want.bytes = h->blk_bytes;
+    h->want.bytes = batch_bytes(G, m->cfg.num_features, T);
     h->want.cap = G;
     h->want.num_features = m->cfg.num_features;
     h->want.ntables = T;
     const struct kern_backend *be = &m->be;
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, (size_t)h->blk_bytes, (void **)&h->blk), rc, fail);
+    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, (size_t)h->want.bytes, (void **)&h->blk), rc, fail);
     if (h->sbuf_bytes)
         TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->sbuf_bytes, (void **)&h->sbuf), rc, fail);
     if (h->rbuf_bytes)
@@ -217,7 +225,7 @@ void hybrid_free(struct hybrid **ph)
     if (!h)
         return;
     const struct kern_backend *be = &h->m->be;
-    be->i->mem_release(be->ctx, h->blk, (size_t)h->blk_bytes);
+    be->i->mem_release(be->ctx, h->blk, (size_t)h->want.bytes);
     be->i->mem_release(be->ctx, h->sbuf, h->sbuf_bytes);
     be->i->mem_release(be->ctx, h->rbuf, h->rbuf_bytes);
     be->i->mem_release(be->ctx, h->bot, h->bot_bytes);
@@ -237,38 +245,32 @@ void hybrid_free(struct hybrid **ph)
 
 int64_t hybrid_batch_bytes(const struct hybrid *h)
 {
-    return h->blk_bytes;
+    return h->want.bytes;
 }
 
-static int same_layout(const struct batch *a, const struct batch *want)
+/* TR_ERR_FORMAT (logged) unless b has the step's layout. */
+static enum tr_status check_layout(const struct hybrid *h, const struct batch *b, const char *which)
 {
-    return a->bytes == want->bytes && a->cap == want->cap && a->num_features == want->num_features &&
-           a->ntables == want->ntables;
+    if (b && batch_same_layout(b, &h->want))
+        return TR_OK;
+    LOG_ERROR("step: %s holds %lld samples of %d numerical and %d categorical features; the step expects %lld, %d "
+              "and %d",
+              which, b ? (long long)b->cap : -1LL, b ? b->num_features : -1, b ? b->ntables : -1,
+              (long long)h->want.cap, h->want.num_features, h->want.ntables);
+    return TR_ERR_FORMAT;
 }
 
 enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr)
 {
     const struct kern_backend *be = &h->m->be;
     if (h->c->rank == 0) {
-        if (!host || !same_layout(host, &h->want)) {
-            LOG_ERROR("step: the batch to share holds %lld samples of %d numerical and %d categorical features; the "
-                      "step expects %lld, %d and %d",
-                      host ? (long long)host->cap : -1LL, host ? host->num_features : -1, host ? host->ntables : -1,
-                      (long long)h->want.cap, h->want.num_features, h->want.ntables);
-            return TR_ERR_FORMAT;
-        }
+        TR_CHECK(check_layout(h, host, "the batch to share"));
         TR_CHECK(be->i->copy(be->ctx, h->blk, host, (size_t)host->bytes, KERN_H2D));
     }
-    TR_CHECK(comm_bcast(h->c, h->blk, h->blk_bytes, 0));
+    TR_CHECK(comm_bcast(h->c, h->blk, h->want.bytes, 0));
     TR_CHECK(be->i->copy(be->ctx, &h->hdr, h->blk, sizeof h->hdr, KERN_D2H));
-    TR_CHECK(batch_check(&h->hdr, h->blk_bytes, "step"));
-    if (!same_layout(&h->hdr, &h->want)) {
-        LOG_ERROR("step: the shared batch block has %lld samples of %d numerical and %d categorical features; "
-                  "expected %lld, %d and %d",
-                  (long long)h->hdr.cap, h->hdr.num_features, h->hdr.ntables, (long long)h->want.cap,
-                  h->want.num_features, h->want.ntables);
-        return TR_ERR_FORMAT;
-    }
+    TR_CHECK(batch_check(&h->hdr, h->want.bytes, "step"));
+    TR_CHECK(check_layout(h, &h->hdr, "the shared batch block"));
     if (hdr)
         *hdr = h->hdr;
     return TR_OK;

@@ -183,7 +183,7 @@ static inline void kt_guarded_free(float *p)
 }
 
 /* ---- the backends ----------------------------------------------------------------
- * kt_main runs every case once per backend of kern_backend_names(), with kt_be set
+ * kt_main runs every case once per backend of kern_backend_name(), with kt_be set
  * to an instance of it opened on all threads. Cases give every op kt_be and put its
  * tensors in kt_be's memory (struct kt_buf, kt_dev_*). A case may point kt_be at an
  * instance it opened itself (kt_open), and must put it back before closing that
@@ -243,7 +243,9 @@ static inline void kt_enter_(void *arg)
  * "all cases [name]" (a failure when TR_TEST_GPU=1 requires the GPU backends). */
 static inline int kt_main(const struct th_case *cases, size_t n, int argc, char **argv)
 {
-    const char *const *names = kern_backend_names();
+    const char *names[KT_MAX_BACKENDS + 1] = {NULL};
+    for (int k = 0; k < KT_MAX_BACKENDS && (names[k] = kern_backend_name(k)); k++)
+        ;
     struct kern_backend be[KT_MAX_BACKENDS];
     struct th_group groups[KT_MAX_BACKENDS];
     char why[KT_MAX_BACKENDS][160];

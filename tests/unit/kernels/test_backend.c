@@ -23,14 +23,14 @@
 
 static void registry(void)
 {
-    const char *const *names = kern_backend_names();
     int n = 0, has_cpu = 0;
-    for (; names[n]; n++)
-        has_cpu |= !strcmp(names[n], "cpu");
+    for (; kern_backend_name(n); n++)
+        has_cpu |= !strcmp(kern_backend_name(n), "cpu");
     TH_CHECK(has_cpu);
+    TH_CHECK(kern_backend_name(-1) == NULL);
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
     TH_EQ(n, 2);
-    TH_EQ_STR(names[0], "cuda");
+    TH_EQ_STR(kern_backend_name(0), "cuda");
 #else
     TH_EQ(n, 1);
 #endif
