@@ -55,7 +55,7 @@ OPT ?= -O2
 CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
 CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -I$(BUILD)/gen
 LDFLAGS := -fopenmp
-LDLIBS := -ljansson -lyaml -lz -lm -lpthread
+LDLIBS := -ljansson -lyaml -lxxhash -lz -lm -lpthread
 
 ifeq ($(BLAS),dnnl)
 CPPFLAGS += -DTR_BLAS_DNNL=1
@@ -251,7 +251,7 @@ else
 endif
 
 # Debian packages needed to build, test and benchmark; installs only what is missing
-DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev zlib1g-dev \
+DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev
 DEPS_TEST := python3 slurmctld slurmd slurm-client munge iproute2
 DEPS_BENCH := python3-torch python3-numpy

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "log.h"
+
 #define HDR 64
 #define HUGE_ALIGN ((size_t)2 << 20)
 #define HUGE_MIN ((size_t)32 << 20)
@@ -46,13 +48,19 @@ static void account(int64_t delta)
     }
 }
 
+/* Every failed allocation says how much was asked for (callers add what for). */
+static void oom(size_t n)
+{
+    LOG_ERROR("out of memory: %zu bytes (%.2f GiB) could not be allocated", n, (double)n / 1073741824.0);
+}
+
 void *tr_malloc(size_t n)
 {
-    if (should_fail() || n > SIZE_MAX - HDR)
-        return NULL;
     void *raw = NULL;
-    if (posix_memalign(&raw, HDR, n + HDR) != 0)
+    if (should_fail() || n > SIZE_MAX - HDR || posix_memalign(&raw, HDR, n + HDR) != 0) {
+        oom(n);
         return NULL;
+    }
     *(size_t *)raw = n;
     account((int64_t)n);
     return (char *)raw + HDR;
@@ -60,8 +68,10 @@ void *tr_malloc(size_t n)
 
 void *tr_calloc(size_t count, size_t size)
 {
-    if (size && count > SIZE_MAX / size)
+    if (size && count > SIZE_MAX / size) {
+        LOG_ERROR("out of memory: %zu x %zu bytes overflows the address space", count, size);
         return NULL;
+    }
     void *p = tr_malloc(count * size);
     if (p)
         memset(p, 0, count * size);
@@ -102,17 +112,21 @@ char *tr_strdup(const char *s)
 enum tr_status tr_big_alloc(size_t n, void **p)
 {
     *p = NULL;
-    if (should_fail())
+    if (should_fail() || n > SIZE_MAX - HUGE_ALIGN - 4096) { /* the rounding below would wrap */
+        oom(n);
         return TR_ERR_NOMEM;
-    if (n > SIZE_MAX - HUGE_ALIGN - 4096) /* the rounding below would wrap */
-        return TR_ERR_NOMEM;
+    }
     if (n == 0)
         n = 1;
     size_t align = n >= HUGE_MIN ? HUGE_ALIGN : 4096;
     size_t len = n + align;
-    char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED)
+    /* no MAP_NORESERVE: the kernel's overcommit check refuses a mapping that can
+     * never be backed now, instead of the OOM killer ending the process later */
+    char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        oom(n);
         return TR_ERR_NOMEM;
+    }
     /* trim to an aligned window of n bytes (rounded to pages) */
     uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
     size_t pre = start - (uintptr_t)raw;

@@ -82,6 +82,9 @@ static const struct job_decl decls[] = {
         "CPU threads per worker (0: the node's CPUs divided among its workers)", 0, 4096, NULL, NULL, 0}},
     {JOB_PARALLEL, F(backend), {"backend", TR_OPT_ENUM, NULL, "auto",
         "compute backend: cpu, cuda, or auto (cuda when it opens, else cpu)", 1, 0, backend_choices, NULL, 0}},
+    {JOB_PARALLEL, F(collective_timeout), {"collective_timeout", TR_OPT_DOUBLE, NULL, "300",
+        "seconds a collective waits for the other ranks before the job ends naming the silent ones (0: forever)",
+        0, 1e9, NULL, NULL, 0}},
 };
 #undef F
 _Static_assert(sizeof decls / sizeof decls[0] <= JOB_MAX_OPTS, "raise JOB_MAX_OPTS");

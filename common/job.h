@@ -53,6 +53,7 @@ struct job_cfg {
     int columnwise_split, data_parallel_bottom_mlp;
     int threads;                  /* per worker; 0: the node's CPUs divided among its workers */
     int backend;                  /* enum job_backend */
+    double collective_timeout;    /* seconds a collective waits for the other ranks (0: forever) */
 };
 
 enum job_group {

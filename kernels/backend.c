@@ -1,6 +1,8 @@
 /* backend.c: the backend registry: names, open by name (or "auto"), close. It
  * holds no state of its own; every open makes a new instance. */
 #define TR_SUBSYS TR_SUB_KERN
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/check.h"
@@ -65,4 +67,19 @@ void kern_backend_close(struct kern_backend *be)
     if (be->i && be->i->destroy)
         be->i->destroy(be->ctx);
     memset(be, 0, sizeof *be);
+}
+
+enum tr_status kern_alloc(const struct kern_backend *be, size_t bytes, void **p, const char *what, ...)
+{
+    enum tr_status rc = be->i->mem_alloc(be->ctx, bytes, p);
+    if (rc == TR_ERR_NOMEM) {
+        char name[160];
+        va_list ap;
+        va_start(ap, what);
+        vsnprintf(name, sizeof name, what, ap);
+        va_end(ap);
+        LOG_ERROR("out of %s memory allocating %s: %zu bytes (%.2f GiB)", be->i->name, name, bytes,
+                  (double)bytes / 1073741824.0);
+    }
+    return rc;
 }

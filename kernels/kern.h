@@ -296,6 +296,12 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
 /* Releases an instance opened by kern_backend_open; safe on a zeroed one. */
 void kern_backend_close(struct kern_backend *be);
 
+/* be->i->mem_alloc for a named tensor: on failure logs "out of <backend> memory
+ * allocating <what>: N bytes" (what: printf format and arguments), so an
+ * out-of-memory names the tensor and the size asked for. */
+enum tr_status kern_alloc(const struct kern_backend *be, size_t bytes, void **p, const char *what, ...) TR_WUR
+    __attribute__((format(printf, 4, 5)));
+
 /* Number of CPUs this process may run on (sched_getaffinity). */
 int kern_cpu_count(void);
 

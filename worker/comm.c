@@ -3,9 +3,12 @@
 #define TR_SUBSYS TR_SUB_COMM
 #include "comm.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "../common/check.h"
+#include "../common/alloc.h"
 #include "../common/clock.h"
 
 /* ---- world of 1 ------------------------------------------------------------------ */
@@ -83,6 +86,7 @@ static const struct comm_i self_iface = {
     .group_end = self_nothing,
     .split = self_split,
     .synchronize = self_nothing,
+    .abort = NULL,
     .destroy = self_destroy,
     .host_buffers = 0,
 };
@@ -269,5 +273,135 @@ enum tr_status comm_gatherv_host(struct comm *c, const void *send, int64_t scoun
 exit:
     be->i->mem_release(be->ctx, ds, sbytes ? sbytes : 1);
     be->i->mem_release(be->ctx, dr, rbytes ? rbytes : 1);
+    return rc;
+}
+
+void comm_abort(struct comm *c, enum tr_status st)
+{
+    c->failed = 1;
+    if (!c->i || !c->i->abort || c->size < 2)
+        return;
+    const int code = tr_status_exit_code(st);
+    LOG_ERROR("rank %d of %d failed (%s): ending the job on every rank (exit code %d)", c->rank, c->size,
+              tr_strerror(st), code);
+    c->i->abort(c, code);
+}
+
+/* The length of line k of text (lines end at '\n'), and where it starts. */
+static const char *line_at(const char *text, int64_t k, size_t *len)
+{
+    const char *p = text;
+    for (int64_t i = 0; i < k && p; i++) {
+        p = strchr(p, '\n');
+        p = p ? p + 1 : NULL;
+    }
+    if (!p || !*p) {
+        *len = 0;
+        return NULL;
+    }
+    const char *e = strchr(p, '\n');
+    *len = e ? (size_t)(e - p) : strlen(p);
+    return p;
+}
+
+/* The first line where a and b differ (-1: none). */
+static int64_t first_diff(const char *a, const char *b)
+{
+    for (int64_t k = 0;; k++) {
+        size_t la, lb;
+        const char *pa = line_at(a, k, &la), *pb = line_at(b, k, &lb);
+        if (!pa && !pb)
+            return -1;
+        if (!pa || !pb || la != lb || memcmp(pa, pb, la) != 0)
+            return k;
+    }
+}
+
+/* What a differing rank reports to rank 0: its first differing line. */
+struct agree_rec {
+    int64_t line; /* -1: agrees */
+    char text[248];
+};
+
+enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
+{
+    if (c->size < 2)
+        return TR_OK;
+    const int W = c->size, me = c->rank;
+    uint64_t mine = XXH3_64bits(text, strlen(text)), root = mine;
+    TR_CHECK(comm_bcast_host(c, &root, sizeof root, 0));
+    /* every rank learns whether any differs: rank 0 gathers the verdicts */
+    int64_t differs = root != mine, any = 0;
+    int64_t *flags = tr_calloc((size_t)W * 3, sizeof(int64_t));
+    if (!flags)
+        return TR_ERR_NOMEM;
+    int64_t *cnt = flags + W, *dsp = flags + 2 * W;
+    for (int q = 0; q < W; q++) {
+        cnt[q] = 1;
+        dsp[q] = q;
+    }
+    enum tr_status rc = comm_gatherv_host(c, &differs, 1, flags, cnt, dsp, KERN_I64, 0);
+    for (int q = 0; rc == TR_OK && me == 0 && q < W; q++)
+        any += flags[q];
+    if (rc == TR_OK)
+        rc = comm_bcast_host(c, &any, sizeof any, 0);
+    tr_free(flags);
+    if (rc != TR_OK || any == 0)
+        return rc;
+
+    /* a mismatch: rank 0's text to all, each rank's first differing line back */
+    int64_t len = (int64_t)strlen(text);
+    TR_CHECK(comm_bcast_host(c, &len, sizeof len, 0));
+    char *ref = tr_malloc((size_t)len + 1);
+    struct agree_rec rec = {.line = -1}, *all = me == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
+    int64_t *rcnt = tr_malloc((size_t)W * 2 * sizeof(int64_t));
+    if (!ref || !rcnt || (me == 0 && !all)) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    if (me == 0)
+        memcpy(ref, text, (size_t)len);
+    ref[len] = 0;
+    TR_CHECK_GOTO(comm_bcast_host(c, ref, len, 0), rc, exit);
+    rec.line = first_diff(ref, text);
+    if (rec.line >= 0) {
+        size_t l = 0;
+        const char *p = line_at(text, rec.line, &l);
+        snprintf(rec.text, sizeof rec.text, "%.*s", p ? (int)TR_MIN(l, sizeof rec.text - 1) : 0, p ? p : "");
+    }
+    for (int q = 0; q < W; q++) {
+        rcnt[q] = (int64_t)sizeof rec;
+        rcnt[W + q] = (int64_t)sizeof rec * q;
+    }
+    TR_CHECK_GOTO(comm_gatherv_host(c, &rec, sizeof rec, all, rcnt, rcnt + W, KERN_U8, 0), rc, exit);
+    if (me == 0) {
+        int first = -1, n = 0;
+        for (int q = 1; q < W; q++)
+            if (all[q].line >= 0) {
+                n++;
+                if (first < 0)
+                    first = q;
+            }
+        if (first > 0) {
+            size_t l = 0;
+            const char *p = line_at(ref, all[first].line, &l);
+            char others[32] = "";
+            if (n > 1)
+                snprintf(others, sizeof others, " (%d ranks differ)", n);
+            const char *o = all[first].text, *eq0 = p ? memchr(p, '=', l) : NULL, *eq1 = strchr(o, '=');
+            if (eq0 && eq1 && eq0 - p == eq1 - o && memcmp(p, o, (size_t)(eq0 - p)) == 0)
+                LOG_ERROR("the ranks disagree on %s: --%.*s is '%.*s' on rank 0 but '%s' on rank %d%s", what,
+                          (int)(eq0 - p), p, (int)(l - (size_t)(eq0 - p) - 1), eq0 + 1, eq1 + 1, first, others);
+            else
+                LOG_ERROR("the ranks disagree on %s: rank 0 has '%.*s', rank %d has '%s'%s", what, p ? (int)l : 0,
+                          p ? p : "(nothing)", first, o[0] ? o : "(nothing)", others);
+            LOG_HINT("start every rank with the same options and the same terarec build");
+        }
+    }
+    rc = TR_ERR_ARG;
+exit:
+    tr_free(ref);
+    tr_free(all);
+    tr_free(rcnt);
     return rc;
 }

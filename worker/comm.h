@@ -45,6 +45,9 @@ struct comm_i {
      * (out->be is set by the caller). */
     enum tr_status (*split)(struct comm *c, int color, int key, struct comm *out);
     enum tr_status (*synchronize)(struct comm *c);
+    /* Ends every process of the job with exit code `code` (NULL: a world of 1,
+     * nothing to end but this process). Does not return. */
+    void (*abort)(struct comm *c, int code);
     void (*destroy)(struct comm *c); /* frees c->ctx */
     int host_buffers; /* buffers must be host memory: the backend is synchronized first */
 };
@@ -67,6 +70,10 @@ struct comm {
     int rank, size;
     struct kern_backend be; /* borrowed: whose memory and queue the buffers live in */
     int group_depth;        /* open comm_group_begin calls */
+    double timeout;         /* seconds a collective may wait for the others (0: forever):
+                               past it, the call names the silent ranks and fails with
+                               TR_ERR_TIMEOUT */
+    int failed;             /* this rank failed: close without the collective shutdown */
     struct comm_stat stat[COMM_KINDS_];
 };
 
@@ -106,6 +113,21 @@ enum tr_status comm_gatherv_host(struct comm *c, const void *send, int64_t scoun
                                  const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t, int root) TR_WUR;
 
 void comm_reset_stats(struct comm *c);
+
+/* Checks that every rank holds the same `text` (lines "name=value", e.g. the
+ * effective options): a 64-bit digest is compared first (two small collectives);
+ * on a mismatch rank 0 logs the first differing line of each differing rank
+ * ("what" names the text in the message), and every rank returns TR_ERR_ARG, so
+ * the whole job stops together. TR_ERR_MPI and others on a failed collective. */
+enum tr_status comm_agree(struct comm *c, const char *what, const char *text) TR_WUR;
+
+/* Every rank's fatal error ends the whole job: on a world of more than one rank,
+ * logs that this rank failed and ends every process with the exit code of `st`
+ * (tr_status_exit_code; the launcher reports which rank called it). Used for
+ * failures the other ranks cannot know about, which would otherwise leave them
+ * waiting in the next collective. Returns (having done nothing but mark c
+ * failed) on a world of 1. */
+void comm_abort(struct comm *c, enum tr_status st);
 
 /* The single-process communicator over be (always available). */
 void comm_open_self(const struct kern_backend *be, struct comm *c);

@@ -1,25 +1,55 @@
 /* comm_mpi.c: the collectives over Open MPI (CPU backend: buffers in host memory).
  * Each communicator holds its own MPI_Comm (a duplicate of MPI_COMM_WORLD, or a
- * split of one), so terarec's traffic never mixes with another library's.
+ * split of one), so terarec's traffic never mixes with another library's, and a
+ * second duplicate for control messages (liveness probes after a timeout).
+ *
+ * Every collective is started non-blocking (MPI_Ibcast, MPI_Ialltoallv, ...) and
+ * waited for by m_wait: MPI_Test in a loop that spins for a short while (most
+ * collectives end within it), then sleeps between tests, so a rank waiting on a
+ * slow or stopped peer costs no CPU. A wait longer than the communicator's
+ * timeout (--collective_timeout) ends in a diagnosis: the waiting rank asks every
+ * other rank over the control communicator whether it is alive; ranks waiting in
+ * a collective answer with how many collectives they have started; the ones that
+ * do not answer are named as silent, and the call fails with TR_ERR_TIMEOUT. A
+ * collective that timed out cannot be cancelled: the communicator is then broken
+ * and the caller ends the job (comm_abort).
+ *
  * Counts and displacements are converted to MPI's int; messages beyond INT_MAX
  * elements per peer are refused (TR_ERR_UNSUPPORTED) rather than silently
  * truncated. It does not overlap communication with compute. */
 #define TR_SUBSYS TR_SUB_COMM
+#define _POSIX_C_SOURCE 200809L
 #include "comm.h"
 
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
+
+/* Waiting: spin this long, then sleep between tests, from SLEEP0 doubling to SLEEP1. */
+#define WAIT_SPIN 2e-3
+#define WAIT_SLEEP0 20e-6
+#define WAIT_SLEEP1 2e-3
+#define HOST_LEN 64
+
+enum { TAG_PROBE = 1, TAG_ALIVE = 2 };
 
 struct mpi_ctx {
-    MPI_Comm comm;
+    MPI_Comm comm, ctl;     /* collectives; control messages */
     int size;
     int *sc, *sd, *rc, *rd; /* (size) int copies of counts and displacements */
     int finalize;           /* this communicator called MPI_Init: its close finalizes */
+    int broken;             /* a collective timed out or failed: never free or finalize */
+    int64_t seq;            /* collectives started on this communicator */
+    int64_t *answer;        /* (size) the last ALIVE answer to each rank (read by its Isend) */
+    MPI_Request *answer_req; /* (size) */
+    char *hosts;            /* (size x HOST_LEN) host of each rank, for messages */
 };
 
 static enum tr_status mpi_fail(const char *what, int err)
@@ -57,6 +87,161 @@ static int to_int(const int64_t *in, int *out, int n)
     return 0;
 }
 
+static void nap(double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static const char *host_of(const struct mpi_ctx *m, int rank)
+{
+    return m->hosts && m->hosts[(size_t)rank * HOST_LEN] ? m->hosts + (size_t)rank * HOST_LEN : "?";
+}
+
+/* Answers the liveness probes that arrived ("alive, with `seq` collectives
+ * started"); marks the probers alive in `alive` (when given): a prober is alive
+ * too. One answer per peer is in flight at a time: a peer with one pending needs
+ * no second. */
+static void answer_probes(struct mpi_ctx *m, char *alive)
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_PROBE, m->ctl, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        const int q = st.MPI_SOURCE;
+        int64_t their = 0;
+        MPI_Recv(&their, 1, MPI_INT64_T, q, TAG_PROBE, m->ctl, MPI_STATUS_IGNORE);
+        if (alive)
+            alive[q] = 1;
+        int done = 1;
+        if (m->answer_req[q] != MPI_REQUEST_NULL)
+            MPI_Test(&m->answer_req[q], &done, MPI_STATUS_IGNORE);
+        if (!done)
+            continue;
+        m->answer[q] = m->seq;
+        MPI_Isend(&m->answer[q], 1, MPI_INT64_T, q, TAG_ALIVE, m->ctl, &m->answer_req[q]);
+    }
+}
+
+/* After a timeout: which ranks are alive? Probes every other rank and collects
+ * answers for a grace period; logs the silent ones. Always TR_ERR_TIMEOUT. */
+static enum tr_status diagnose(struct comm *c, const char *what, double waited, double timeout)
+{
+    struct mpi_ctx *m = c->ctx;
+    const int W = m->size, me = c->rank;
+    m->broken = 1;
+    char *alive = tr_calloc((size_t)W, 1);
+    int64_t *seq = tr_calloc((size_t)W, sizeof(int64_t));
+    MPI_Request *req = tr_malloc((size_t)W * sizeof(MPI_Request));
+    if (!alive || !seq || !req) {
+        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f)", what, waited, timeout);
+        tr_free(alive);
+        tr_free(seq);
+        tr_free(req);
+        return TR_ERR_TIMEOUT;
+    }
+    int64_t mine = m->seq;
+    for (int q = 0; q < W; q++) {
+        req[q] = MPI_REQUEST_NULL;
+        if (q != me)
+            MPI_Isend(&mine, 1, MPI_INT64_T, q, TAG_PROBE, m->ctl, &req[q]);
+    }
+    alive[me] = 1;
+    seq[me] = mine;
+    const double grace = TR_MIN(10.0, TR_MAX(1.0, timeout / 10.0));
+    const double t_end = tr_clock_now() + grace;
+    int answered = 1;
+    while (answered < W && tr_clock_now() < t_end) {
+        answer_probes(m, alive);
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ALIVE, m->ctl, &flag, &st) == MPI_SUCCESS && flag) {
+            int64_t s = 0;
+            MPI_Recv(&s, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_ALIVE, m->ctl, MPI_STATUS_IGNORE);
+            alive[st.MPI_SOURCE] = 1;
+            seq[st.MPI_SOURCE] = s;
+            continue;
+        }
+        answered = 0;
+        for (int q = 0; q < W; q++)
+            answered += alive[q];
+        nap(1e-3);
+    }
+    /* the silent ranks, with their hosts; the answering ones with their position */
+    char silent[1024], waiting[1024];
+    size_t ns = 0, nw = 0;
+    int nsilent = 0;
+    silent[0] = waiting[0] = 0;
+    for (int q = 0; q < W; q++) {
+        if (!alive[q]) {
+            nsilent++;
+            if (ns < sizeof silent - 64)
+                ns += (size_t)snprintf(silent + ns, sizeof silent - ns, "%s%d (%s)", ns ? ", " : "", q, host_of(m, q));
+        } else if (nw < sizeof waiting - 64) {
+            nw += (size_t)snprintf(waiting + nw, sizeof waiting - nw, "%s%d@%lld", nw ? " " : "", q,
+                                   (long long)seq[q]);
+        }
+    }
+    if (nsilent)
+        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f); silent rank(s): %s; waiting "
+                  "(rank@collectives started): %s",
+                  what, waited, timeout, silent, waiting);
+    else
+        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f), yet every rank answered "
+                  "(rank@collectives started: %s): the ranks are in different collectives",
+                  what, waited, timeout, waiting);
+    LOG_HINT(nsilent ? "a silent rank is stopped, hung, dead, or busy outside collectives for longer than the "
+                       "timeout: check its host, or raise --collective_timeout"
+                     : "this is a bug in terarec: please report it with the log of every rank");
+    for (int q = 0; q < W; q++)
+        if (req[q] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&req[q]);
+            MPI_Request_free(&req[q]);
+        }
+    tr_free(alive);
+    tr_free(seq);
+    tr_free(req);
+    return TR_ERR_TIMEOUT;
+}
+
+/* Waits for a started collective (see the file comment). */
+static enum tr_status m_wait(struct comm *c, MPI_Request *req, const char *what)
+{
+    struct mpi_ctx *m = c->ctx;
+    const double t0 = tr_clock_now();
+    double nap_s = 0.0, next_poll = t0 + WAIT_SPIN;
+    for (;;) {
+        int done = 0, err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) {
+            m->broken = 1;
+            return mpi_fail(what, err);
+        }
+        if (done)
+            return TR_OK;
+        double now = tr_clock_now();
+        if (now < next_poll)
+            continue; /* spinning */
+        answer_probes(m, NULL);
+        if (c->timeout > 0 && now - t0 > c->timeout)
+            return diagnose(c, what, now - t0, c->timeout);
+        nap_s = nap_s == 0.0 ? WAIT_SLEEP0 : TR_MIN(WAIT_SLEEP1, 2 * nap_s);
+        nap(nap_s);
+        next_poll = 0; /* from now on, poll and sleep on every round */
+    }
+}
+
+static enum tr_status started(struct comm *c, int err, MPI_Request *req, const char *what)
+{
+    struct mpi_ctx *m = c->ctx;
+    m->seq++;
+    if (err != MPI_SUCCESS) {
+        m->broken = 1;
+        return mpi_fail(what, err);
+    }
+    return m_wait(c, req, what);
+}
+
 static enum tr_status m_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                   void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
 {
@@ -64,8 +249,9 @@ static enum tr_status m_alltoallv(struct comm *c, const void *send, const int64_
     if (to_int(scounts, m->sc, m->size) || to_int(sdispls, m->sd, m->size) || to_int(rcounts, m->rc, m->size) ||
         to_int(rdispls, m->rd, m->size))
         return TR_ERR_UNSUPPORTED;
-    int err = MPI_Alltoallv(send, m->sc, m->sd, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), m->comm);
-    return err == MPI_SUCCESS ? TR_OK : mpi_fail("MPI_Alltoallv", err);
+    MPI_Request r = MPI_REQUEST_NULL;
+    int err = MPI_Ialltoallv(send, m->sc, m->sd, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), m->comm, &r);
+    return started(c, err, &r, "MPI_Ialltoallv");
 }
 
 static enum tr_status m_allreduce(struct comm *c, void *buf, int64_t n, enum kern_dtype t)
@@ -77,9 +263,9 @@ static enum tr_status m_allreduce(struct comm *c, void *buf, int64_t n, enum ker
     size_t es = kern_dtype_size(t);
     for (int64_t off = 0; off < n;) { /* chunks of at most INT_MAX elements */
         int cnt = (int)TR_MIN(n - off, (int64_t)INT_MAX);
-        int err = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, cnt, dt, MPI_SUM, m->comm);
-        if (err != MPI_SUCCESS)
-            return mpi_fail("MPI_Allreduce", err);
+        MPI_Request r = MPI_REQUEST_NULL;
+        int err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * es, cnt, dt, MPI_SUM, m->comm, &r);
+        TR_CHECK(started(c, err, &r, "MPI_Iallreduce"));
         off += cnt;
     }
     return TR_OK;
@@ -90,9 +276,9 @@ static enum tr_status m_bcast(struct comm *c, void *buf, int64_t bytes, int root
     struct mpi_ctx *m = c->ctx;
     for (int64_t off = 0; off < bytes;) {
         int cnt = (int)TR_MIN(bytes - off, (int64_t)INT_MAX);
-        int err = MPI_Bcast((char *)buf + off, cnt, MPI_BYTE, root, m->comm);
-        if (err != MPI_SUCCESS)
-            return mpi_fail("MPI_Bcast", err);
+        MPI_Request r = MPI_REQUEST_NULL;
+        int err = MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, m->comm, &r);
+        TR_CHECK(started(c, err, &r, "MPI_Ibcast"));
         off += cnt;
     }
     return TR_OK;
@@ -106,22 +292,33 @@ static enum tr_status m_gatherv(struct comm *c, const void *send, int64_t scount
         return TR_ERR_UNSUPPORTED;
     if (c->rank == root && (to_int(rcounts, m->rc, m->size) || to_int(rdispls, m->rd, m->size)))
         return TR_ERR_UNSUPPORTED;
-    int err = MPI_Gatherv(send, (int)scount, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), root, m->comm);
-    return err == MPI_SUCCESS ? TR_OK : mpi_fail("MPI_Gatherv", err);
+    MPI_Request r = MPI_REQUEST_NULL;
+    int err = MPI_Igatherv(send, (int)scount, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), root, m->comm, &r);
+    return started(c, err, &r, "MPI_Igatherv");
 }
 
 static enum tr_status m_barrier(struct comm *c)
 {
     struct mpi_ctx *m = c->ctx;
-    int err = MPI_Barrier(m->comm);
-    return err == MPI_SUCCESS ? TR_OK : mpi_fail("MPI_Barrier", err);
+    MPI_Request r = MPI_REQUEST_NULL;
+    int err = MPI_Ibarrier(m->comm, &r);
+    return started(c, err, &r, "MPI_Ibarrier");
 }
 
-/* MPI calls are blocking: there is nothing to group and nothing queued. */
+/* MPI calls complete before they return: there is nothing to group and nothing queued. */
 static enum tr_status m_nothing(struct comm *c)
 {
     (void)c;
     return TR_OK;
+}
+
+/* Ends every process of the job (the launcher reports the rank and the code). */
+static void m_abort(struct comm *c, int code)
+{
+    (void)c;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 static void m_destroy(struct comm *c)
@@ -131,12 +328,26 @@ static void m_destroy(struct comm *c)
         return;
     int fin = m->finalize, done = 0;
     MPI_Finalized(&done);
-    if (!done && m->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&m->comm);
+    if (!done && !m->broken) {
+        for (int q = 0; m->answer_req && q < m->size; q++)
+            if (m->answer_req[q] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&m->answer_req[q]);
+                MPI_Request_free(&m->answer_req[q]);
+            }
+        if (m->ctl != MPI_COMM_NULL)
+            MPI_Comm_free(&m->ctl);
+        if (m->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&m->comm);
+    }
     tr_free(m->sc);
+    tr_free(m->answer);
+    tr_free(m->answer_req);
+    tr_free(m->hosts);
     tr_free(m);
     c->ctx = NULL;
-    if (fin && !done)
+    /* MPI_Finalize waits for every rank: after a failure it would hang the rank
+     * (the job is ended by comm_abort instead) */
+    if (fin && !done && !c->failed)
         MPI_Finalize();
 }
 
@@ -166,26 +377,37 @@ static const struct comm_i mpi_iface = {
     .group_end = m_nothing,
     .split = m_split,
     .synchronize = m_nothing,
+    .abort = m_abort,
     .destroy = m_destroy,
     .host_buffers = 1,
 };
 
-/* A struct comm around an MPI communicator it now owns. */
+/* A struct comm around an MPI communicator it now owns (collective over it:
+ * duplicates it for control messages). */
 static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c)
 {
     memset(c, 0, sizeof *c);
-    int rank, size;
+    int rank, size, err;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     struct mpi_ctx *m = tr_calloc(1, sizeof *m);
     int *ints = tr_malloc((size_t)size * 4 * sizeof(int));
-    if (!m || !ints) {
+    int64_t *answer = tr_calloc((size_t)size, sizeof(int64_t));
+    MPI_Request *areq = tr_malloc((size_t)size * sizeof(MPI_Request));
+    if (!m || !ints || !answer || !areq) {
         tr_free(m);
         tr_free(ints);
+        tr_free(answer);
+        tr_free(areq);
         return TR_ERR_NOMEM;
     }
+    for (int q = 0; q < size; q++)
+        areq[q] = MPI_REQUEST_NULL;
     m->comm = comm;
+    m->ctl = MPI_COMM_NULL;
+    m->answer = answer;
+    m->answer_req = areq;
     m->size = size;
     m->sc = ints;
     m->sd = ints + size;
@@ -196,7 +418,29 @@ static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c)
     c->ctx = m;
     c->rank = rank;
     c->size = size;
+    if ((err = MPI_Comm_dup(comm, &m->ctl)) != MPI_SUCCESS) {
+        m->ctl = MPI_COMM_NULL;
+        m->comm = MPI_COMM_NULL; /* the caller frees it */
+        m->finalize = 0;
+        m_destroy(c);
+        memset(c, 0, sizeof *c);
+        return mpi_fail("MPI_Comm_dup", err);
+    }
+    MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
     return TR_OK;
+}
+
+/* Every rank's host name, for messages about other ranks (one allgather at startup). */
+static void gather_hosts(struct comm *c, const char *host)
+{
+    struct mpi_ctx *m = c->ctx;
+    char mine[HOST_LEN] = {0};
+    snprintf(mine, sizeof mine, "%s", host);
+    m->hosts = tr_calloc((size_t)m->size, HOST_LEN);
+    if (m->hosts && MPI_Allgather(mine, HOST_LEN, MPI_CHAR, m->hosts, HOST_LEN, MPI_CHAR, m->comm) != MPI_SUCCESS) {
+        tr_free(m->hosts);
+        m->hosts = NULL;
+    }
 }
 
 enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
@@ -238,6 +482,7 @@ enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backen
         return rc;
     }
     c->be = *be;
+    gather_hosts(c, d->host);
     return TR_OK;
 }
 #endif

@@ -314,7 +314,8 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     m->nparams = z.nparams;
     m->dense_bytes = z.dense_bytes;
     float *dense = NULL;
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, m->dense_bytes, (void **)&dense), rc, fail);
+    TR_CHECK_GOTO(kern_alloc(be, m->dense_bytes, (void **)&dense, "the MLP parameters, gradients and state"), rc,
+                  fail);
     m->params = dense;
     m->grads = dense + z.nparams;
     m->accum = cfg->optim == KERN_OPT_ADAGRAD ? dense + 2 * z.nparams : NULL;
@@ -344,9 +345,12 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         tb->bytes = (size_t)tb->rows * (size_t)tb->width * sizeof(float);
         if (tb->width == 0)
             continue;
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, tb->bytes, (void **)&tb->w), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, tb->bytes, (void **)&tb->w, "embedding table %d (%lld x %lld)", t,
+                                 (long long)tb->rows, (long long)tb->width),
+                      rc, fail);
         if (cfg->optim == KERN_OPT_ADAGRAD)
-            TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, tb->bytes, (void **)&tb->accum), rc, fail);
+            TR_CHECK_GOTO(kern_alloc(be, tb->bytes, (void **)&tb->accum, "the Adagrad state of table %d", t), rc,
+                          fail);
     }
     assign_positions(m);
 
@@ -356,7 +360,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->emb_ws_bytes = ws_bytes_for(cfg, &z, be);
         m->act_bytes = z.act_floats * sizeof(float) + m->emb_ws_bytes + 64;
         char *act = NULL;
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, m->act_bytes, (void **)&act), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, m->act_bytes, (void **)&act, "the activations"), rc, fail);
         float *p = (float *)act;
         m->x = p, p += (size_t)B * m->n * D;
         m->dx = p, p += (size_t)B * m->n * D;

@@ -202,16 +202,16 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->want.num_features = m->cfg.num_features;
     h->want.ntables = T;
     const struct kern_backend *be = &m->be;
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, (size_t)h->want.bytes, (void **)&h->blk), rc, fail);
+    TR_CHECK_GOTO(kern_alloc(be, (size_t)h->want.bytes, (void **)&h->blk, "the batch block"), rc, fail);
     if (h->sbuf_bytes)
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->sbuf_bytes, (void **)&h->sbuf), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, h->sbuf_bytes, (void **)&h->sbuf, "the all-to-all send buffer"), rc, fail);
     if (h->rbuf_bytes)
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->rbuf_bytes, (void **)&h->rbuf), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, h->rbuf_bytes, (void **)&h->rbuf, "the all-to-all receive buffer"), rc, fail);
     if (h->bot_bytes)
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->bot_bytes, (void **)&h->bot), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, h->bot_bytes, (void **)&h->bot, "the bottom MLP output buffer"), rc, fail);
     if (h->glogits_bytes)
-        TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, h->glogits_bytes, (void **)&h->glogits), rc, fail);
-    TR_CHECK_GOTO(be->i->mem_alloc(be->ctx, sizeof(double), (void **)&h->dloss), rc, fail);
+        TR_CHECK_GOTO(kern_alloc(be, h->glogits_bytes, (void **)&h->glogits, "the gathered logits"), rc, fail);
+    TR_CHECK_GOTO(kern_alloc(be, sizeof(double), (void **)&h->dloss, "the loss"), rc, fail);
     *out = h;
     return TR_OK;
 fail:

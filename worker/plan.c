@@ -5,8 +5,10 @@
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "plan.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "../common/alloc.h"
 #include "../common/check.h"
 #include "../loader_svc/batch.h"
 #include "dlrm.h"
@@ -50,4 +52,118 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
                w->eval;
     shard_plan_release(&sp);
     return TR_OK;
+}
+
+/* "1.50 GiB": a size for messages. */
+static const char *human(int64_t b, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
+/* The three largest tables rank `rank` holds, as "table 3 (2000000000 x 512, 3.73 TiB), ..." */
+static void largest_tables(const struct job_cfg *job, const struct plan_shape *s, int world, int rank, char *out,
+                           size_t n)
+{
+    out[0] = 0;
+    struct shard_plan sp;
+    if (shard_plan_make(&sp, job->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, world, rank, s->ntables,
+                        s->rows, job->embedding_dim, s->num_features > 0, job->data_parallel_bottom_mlp) != TR_OK)
+        return;
+    int top[3] = {-1, -1, -1};
+    int64_t width[3] = {0, 0, 0}, bytes[3] = {0, 0, 0};
+    for (int t = 0; t < s->ntables; t++) {
+        int64_t w = sp.mode == SHARD_COLUMNWISE ? shard_width(&sp, rank)
+                                                : (world == 1 || sp.owner[t] == rank ? job->embedding_dim : 0);
+        int64_t b = s->rows[t] * w * (int64_t)sizeof(float);
+        for (int k = 0; k < 3 && w > 0; k++)
+            if (b > bytes[k]) {
+                for (int j = 2; j > k; j--) {
+                    top[j] = top[j - 1];
+                    width[j] = width[j - 1];
+                    bytes[j] = bytes[j - 1];
+                }
+                top[k] = t;
+                width[k] = w;
+                bytes[k] = b;
+                break;
+            }
+    }
+    size_t o = 0;
+    for (int k = 0; k < 3 && top[k] >= 0 && o < n; k++) {
+        char h[32];
+        o += (size_t)snprintf(out + o, n - o, "%stable %d (%lld x %lld, %s)", k ? ", " : "", top[k],
+                              (long long)s->rows[top[k]], (long long)width[k], human(bytes[k], h, sizeof h));
+    }
+    shard_plan_release(&sp);
+}
+
+static int64_t with_slack(int64_t need)
+{
+    return need + PLAN_SLACK_BYTES + (int64_t)((double)need * PLAN_SLACK_FRACTION);
+}
+
+/* Logs the refusal for rank q: needs `need` (its own, or the sum of `sharers`
+ * ranks) against `avail` from `limit`. */
+static void refuse(const struct job_cfg *job, const struct plan_shape *s, const struct plan_worker *w, int world,
+                   int q, const char *host, int64_t need, int sharers, int64_t avail, const char *limit)
+{
+    char a[32], b[32], e[32], o[32], tabs[400], share[64] = "";
+    if (sharers > 1)
+        snprintf(share, sizeof share, " for its node's %d ranks together", sharers);
+    largest_tables(job, s, world, q, tabs, sizeof tabs);
+    LOG_ERROR("memory: rank %d (host %s) needs %s%s (embeddings %s, optimizer state %s; largest: %s) plus headroom, "
+              "but %s has %s left",
+              q, host ? host : "?", human(need, a, sizeof a), share, human(w->embeddings, e, sizeof e),
+              human(w->opt_state, o, sizeof o), tabs[0] ? tabs : "no tables", limit, human(avail, b, sizeof b));
+    LOG_HINT("spread the tables over more workers (more nodes, --columnwise_split), lower --embedding_dim or the "
+             "cardinalities; 'terarec plan' sizes a job before it runs");
+}
+
+enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
+                               int world, const struct plan_room *room, const char *const *hosts)
+{
+    struct plan_worker *w = tr_calloc((size_t)world, sizeof *w);
+    if (!w)
+        return TR_ERR_NOMEM;
+    enum tr_status rc = TR_OK;
+    for (int q = 0; q < world && rc == TR_OK; q++)
+        rc = plan_worker_bytes(job, s, be, world, q, &w[q]);
+    for (int q = 0; q < world && rc == TR_OK; q++) {
+        const struct plan_room *r = &room[q];
+        const char *host = hosts ? hosts[q] : NULL;
+        int64_t node_need = 0, cg_need = 0;
+        int node_n = 0, cg_n = 0;
+        for (int j = 0; j < world; j++) {
+            if (room[j].node != r->node)
+                continue;
+            node_need += w[j].total;
+            node_n++;
+            if (room[j].cgroup_id == r->cgroup_id) {
+                cg_need += w[j].total;
+                cg_n++;
+            }
+        }
+        char lim[64];
+        if (r->rlimit_avail >= 0 && with_slack(w[q].total) > r->rlimit_avail) {
+            snprintf(lim, sizeof lim, "its ulimit -%c", (int)r->rlimit_which);
+            refuse(job, s, &w[q], world, q, host, w[q].total, 1, r->rlimit_avail, lim);
+            rc = TR_ERR_NOMEM;
+        } else if (r->cgroup_avail >= 0 && with_slack(cg_need) > r->cgroup_avail) {
+            refuse(job, s, &w[q], world, q, host, cg_need, cg_n, r->cgroup_avail, "its memory cgroup");
+            rc = TR_ERR_NOMEM;
+        } else if (r->node_avail >= 0 && with_slack(node_need) > r->node_avail) {
+            refuse(job, s, &w[q], world, q, host, node_need, node_n, r->node_avail, "the node (MemAvailable)");
+            rc = TR_ERR_NOMEM;
+        }
+    }
+    tr_free(w);
+    return rc;
 }

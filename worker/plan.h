@@ -48,6 +48,30 @@ int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node);
 enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                  int world, int rank, struct plan_worker *w) TR_WUR;
 
+/* What one rank may still allocate (tr_sysmem_read on that rank) and where it runs. */
+struct plan_room {
+    int64_t node;             /* the node it runs on (ranks sharing a node share its memory) */
+    int64_t node_avail;       /* MemAvailable of the node; -1: unknown */
+    int64_t cgroup_avail;     /* room in its memory cgroup; -1: none */
+    int64_t cgroup_id;        /* ranks with the same id on a node share that cgroup */
+    int64_t rlimit_avail;     /* its own ulimit -v / -d room; -1: none */
+    int64_t rlimit_which;     /* 'v' or 'd' */
+};
+
+/* Headroom the check keeps for what the plan does not count (MPI, BLAS, thread
+ * stacks): a fixed amount plus a fraction of the plan. */
+#define PLAN_SLACK_BYTES ((int64_t)256 << 20)
+#define PLAN_SLACK_FRACTION 0.05
+
+/* Checks the plans of all `world` ranks against their room (room[q] for rank q;
+ * hosts[q] names rank q's host in messages, may be NULL): each rank's own limit,
+ * and the sum over the ranks of a node (and of a cgroup on it) against what they
+ * share. On the first overflow logs one error naming the rank, its host, the
+ * limit, what it needs, the split into kinds and its largest tables, and a hint;
+ * returns TR_ERR_NOMEM. TR_ERR_ARG on an impossible shape. */
+enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
+                               int world, const struct plan_room *room, const char *const *hosts) TR_WUR;
+
 #ifdef __cplusplus
 }
 #endif

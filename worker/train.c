@@ -16,6 +16,7 @@
 #include "../common/check.h"
 #include "../common/clock.h"
 #include "../common/file.h"
+#include "../common/sysmem.h"
 #include "../common/version.h"
 #include "../kernels/metrics.h"
 #include "plan.h"
@@ -88,8 +89,10 @@ static enum tr_status open_source(struct train *T)
     int64_t hdr[8] = {rc,           s->num_features, s->ntables,  s->nsamples[0],
                       s->nsamples[1], s->batch[1],   s->nbatches[0], s->nbatches[1]};
     TR_CHECK(comm_bcast_host(&T->comm, hdr, sizeof hdr, 0));
-    if (hdr[0] != TR_OK)
+    if (hdr[0] != TR_OK) {
+        T->together = 1;
         return (enum tr_status)hdr[0];
+    }
     if (T->dist.rank != 0) {
         s->num_features = (int)hdr[1];
         s->ntables = (int)hdr[2];
@@ -108,6 +111,125 @@ static enum tr_status open_source(struct train *T)
     return comm_bcast_host(&T->comm, (void *)s->rows, (int64_t)s->ntables * (int64_t)sizeof(int64_t), 0);
 }
 
+/* Options a rank may set on its own: they change how fast it runs, not what it
+ * computes. */
+static int rank_local_option(const char *name)
+{
+    return strcmp(name, "threads") == 0;
+}
+
+/* Appends "name=value\n" to the growing text (*text, *n used of *cap). */
+static enum tr_status append_line(char **text, size_t *n, size_t *cap, const char *name, const char *val)
+{
+    size_t need = strlen(name) + strlen(val) + 3;
+    if (*n + need > *cap) {
+        size_t ncap = 2 * (*n + need);
+        char *t = tr_realloc(*text, ncap);
+        if (!t)
+            return TR_ERR_NOMEM;
+        *text = t;
+        *cap = ncap;
+    }
+    *n += (size_t)snprintf(*text + *n, *cap - *n, "%s=%s\n", name, val);
+    return TR_OK;
+}
+
+/* Every rank runs the same options and the same build: compared as one text of
+ * "name=value" lines (comm_agree), before the data and the model exist, so a
+ * rank started with other flags cannot size a buffer differently. */
+static enum tr_status agree_config(struct train *T)
+{
+    if (T->dist.world == 1)
+        return TR_OK;
+    struct worker_cfg tmp = *T->c; /* a table bound to a copy: only read, never released */
+    struct tr_opt opts[WORKER_MAX_OPTS];
+    worker_opts_fill(&tmp, opts);
+    const size_t vcap = 1 << 16;
+    size_t cap = 1 << 14, n = 0;
+    char *val = tr_malloc(vcap), *text = tr_malloc(cap);
+    enum tr_status rc = TR_OK;
+    if (!val || !text) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    text[0] = 0;
+    for (struct tr_opt *o = opts; o->type != TR_OPT_END && rc == TR_OK; o++) {
+        if (rank_local_option(o->name))
+            continue;
+        tr_opt_format(o, val, vcap);
+        rc = append_line(&text, &n, &cap, o->name, val);
+    }
+    if (rc == TR_OK)
+        rc = append_line(&text, &n, &cap, "terarec_version", tr_version());
+    if (rc == TR_OK) {
+        rc = comm_agree(&T->comm, "the training config", text);
+        if (rc == TR_ERR_ARG)
+            T->together = 1; /* the verdict is every rank's */
+    }
+exit:
+    tr_free(val);
+    tr_free(text);
+    return rc;
+}
+
+/* What a rank tells rank 0 for the memory check. */
+struct room_rec {
+    struct plan_room r;
+    char host[64];
+};
+
+/* Every rank's plan against the memory left to it, decided on rank 0 (which
+ * knows every rank's plan and, from the records, which ranks share a node or a
+ * cgroup) before anything large is allocated; the verdict is shared. */
+static enum tr_status check_memory(struct train *T)
+{
+    const int W = T->dist.world, rank = T->dist.rank;
+    struct tr_sysmem sm;
+    tr_sysmem_read(&sm);
+    struct room_rec mine = {{T->dist.node, sm.node, sm.cgroup, (int64_t)(sm.cgroup_id >> 1), sm.rlimit,
+                             sm.rlimit_which},
+                            {0}};
+    snprintf(mine.host, sizeof mine.host, "%s", T->dist.host);
+    struct room_rec *all = rank == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
+    struct plan_room *rooms = rank == 0 ? tr_calloc((size_t)W, sizeof *rooms) : NULL;
+    const char **hosts = rank == 0 ? tr_calloc((size_t)W, sizeof *hosts) : NULL;
+    int64_t *cnt = tr_malloc((size_t)W * 2 * sizeof(int64_t));
+    int64_t verdict = TR_OK;
+    enum tr_status rc = TR_OK;
+    if (!cnt || (rank == 0 && (!all || !rooms || !hosts))) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    for (int q = 0; q < W; q++) {
+        cnt[q] = (int64_t)sizeof mine;
+        cnt[W + q] = (int64_t)sizeof mine * q;
+    }
+    if (W == 1)
+        memcpy(all, &mine, sizeof mine);
+    else
+        TR_CHECK_GOTO(comm_gatherv_host(&T->comm, &mine, sizeof mine, all, cnt, cnt + W, KERN_U8, 0), rc, exit);
+    if (rank == 0) {
+        for (int q = 0; q < W; q++) {
+            rooms[q] = all[q].r;
+            hosts[q] = all[q].host;
+        }
+        const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
+                                         T->src.nsamples[BATCH_TEST]};
+        verdict = plan_check_room(&T->c->job, &shape, &T->be, W, rooms, hosts);
+    }
+    if (W > 1)
+        TR_CHECK_GOTO(comm_bcast_host(&T->comm, &verdict, sizeof verdict, 0), rc, exit);
+    rc = (enum tr_status)verdict;
+    if (rc != TR_OK)
+        T->together = 1;
+exit:
+    tr_free(all);
+    tr_free(rooms);
+    tr_free(hosts);
+    tr_free(cnt);
+    return rc;
+}
+
 enum tr_status train_open(struct train *T, const struct worker_cfg *c)
 {
     memset(T, 0, sizeof *T);
@@ -115,26 +237,37 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     T->res.best_auc = T->res.last_auc = T->res.last_logloss = NAN;
     events_init(&T->ev);
     const struct job_cfg *job = &c->job;
-    TR_CHECK(job_check(job, JOB_ALL));
     TR_CHECK(dist_init(&T->dist));
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
+    T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
+    struct kern_backend_opts bo = {.threads = T->threads, .device = -1, .local_rank = T->dist.local_rank};
+    TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
+    TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
+    T->comm.timeout = job->collective_timeout;
+    /* from here every rank checks the same things in the same order: a refusal is
+     * a shared verdict, and the ranks stop together */
+    TR_CHECK(agree_config(T));
+    if (job_check(job, JOB_ALL) != TR_OK) {
+        T->together = 1;
+        return TR_ERR_ARG;
+    }
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
      * path an NCCL unique id takes on GPU backends, exercised by every run */
     if (rank == 0)
         snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
     TR_CHECK(dist_share_blob(&T->dist, "run_id", 0, T->run_id, (int)sizeof T->run_id));
-    T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
-    struct kern_backend_opts bo = {.threads = T->threads, .device = -1, .local_rank = T->dist.local_rank};
-    TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
     LOG_INFO(INIT, "run %s: rank %d of %d (local %d of %d) on node %d of %d, host %s, backend %s", T->run_id, rank,
              W, T->dist.local_rank, T->dist.local_world, T->dist.node, T->dist.nnodes, T->dist.host,
              T->be.i->name);
 
     TR_CHECK(open_source(T));
     const struct source *s = &T->src;
-    TR_CHECK(job_check_shape(job, s->num_features, s->ntables, s->desc));
+    if (job_check_shape(job, s->num_features, s->ntables, s->desc) != TR_OK) {
+        T->together = 1;
+        return TR_ERR_ARG;
+    }
+    TR_CHECK(check_memory(T));
     TR_CHECK(shard_plan_make(&T->plan, job->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, W, rank,
                              s->ntables, s->rows, job->embedding_dim, s->num_features > 0,
                              job->data_parallel_bottom_mlp));

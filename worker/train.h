@@ -51,6 +51,8 @@ struct train {
     int64_t total;              /* steps to run */
     int threads;
     int stop;                   /* an evaluation reached --auc_threshold */
+    int together;               /* the last error was reached by every rank alike (a shared
+                                   verdict): they stop together, without comm_abort */
     /* measurements of the training steps */
     double t_run0, t_timed, t_data, interval_loss;
     int64_t timed_steps, interval_n;
@@ -63,8 +65,11 @@ struct train_eval {
     int64_t samples;
 };
 
-/* Opens everything a run needs (see above). Errors are logged; call train_close
- * whatever it returns. */
+/* Opens everything a run needs (see above). Before anything large is allocated,
+ * every rank checks that all ranks run the same options and build (comm_agree)
+ * and that every rank's memory plan fits the memory left to it (MemAvailable,
+ * cgroup, ulimit). Errors are logged; call train_close whatever it returns (and,
+ * on a world of several ranks, comm_abort first unless T->together). */
 enum tr_status train_open(struct train *T, const struct worker_cfg *c) TR_WUR;
 
 /* Runs the next step; *hdr (host) gets the header of its batch, whose flags say

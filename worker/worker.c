@@ -44,6 +44,11 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     if (rc == TR_OK)
         rc = train_report(&T);
 exit:
+    /* a failure only this rank knows about would leave the others waiting in
+     * their next collective: end the whole job (the shared verdicts of
+     * train_open stop every rank on their own) */
+    if (rc != TR_OK && !T.together)
+        comm_abort(&T.comm, rc);
     if (res)
         *res = T.res;
     train_close(&T);
