@@ -139,6 +139,45 @@ if [ $up = 1 ]; then
     # ranks' bottom copies are unused, so only the top MLP, after the 16*16+16 + 16*8+8
     # bottom parameters, must be the same on every rank (as in t9001)
     srun_train tablewise "--mp-top0=408" -N 2 --ntasks-per-node=2 --
+
+    # a rank stopped by SIGSTOP on the second node: after --collective_timeout the
+    # others name it and end the step (MPI_Abort through PMIx: slurmstepd kills
+    # every task, the stopped one included)
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout -k 10 120 srun --mpi=pmix -N 2 -n 4 \
+        "$W" $F --max_steps 1000000 --print_freq 1000000 --collective_timeout 5 --log_path= \
+        </dev/null >"$TMP/stop.out" 2>&1 &
+    job=$! victim=""
+    for _ in $(seq 300); do
+        sleep 0.1
+        for p in $(pgrep -f "^$W .*--collective_timeout 5"); do
+            [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^PMIX_RANK=//p')" = 3 ] && victim=$p
+        done
+        [ -n "$victim" ] && grep -q '^model: ' "$TMP/stop.out" && break
+    done
+    if [ -z "$victim" ]; then
+        fail "srun: SIGSTOP on rank 3" "rank 3 not found: $(tail -n 5 "$TMP/stop.out" | detail)"
+        kill "$job" 2>/dev/null
+        wait "$job"
+    else
+        sleep 1
+        kill -STOP "$victim"
+        t0=$(date +%s)
+        wait "$job"
+        rc=$? secs=$(($(date +%s) - t0))
+        if [ $rc -ne 0 ] && [ $secs -le 30 ] &&
+            grep -qE 'no progress for [0-9]+ s \(--collective_timeout 5\); silent rank\(s\): 3 \(trnode' "$TMP/stop.out"; then
+            ok "srun: rank 3 stopped: the step ends ${secs} s later naming rank 3 on its node (exit $rc)"
+        else
+            fail "srun: rank 3 stopped: the step ends naming it" "exit $rc after $secs s: $(grep -E 'error|srun' "$TMP/stop.out" | detail 10)"
+        fi
+        for _ in $(seq 100); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$victim" 2>/dev/null; then
+            fail "srun: the stopped rank is killed with the step" "pid $victim is still there"
+            kill -KILL "$victim"
+        else
+            ok "srun: the stopped rank is killed with the step"
+        fi
+    fi
 fi
 
 # stop: every daemon it started is gone, and so are its namespaces and bridge
