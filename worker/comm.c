@@ -393,8 +393,9 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
                 LOG_ERROR("the ranks disagree on %s: --%.*s is '%.*s' on rank 0 but '%s' on rank %d%s", what,
                           (int)(eq0 - p), p, (int)(l - (size_t)(eq0 - p) - 1), eq0 + 1, eq1 + 1, first, others);
             else
-                LOG_ERROR("the ranks disagree on %s: rank 0 has '%.*s', rank %d has '%s'%s", what, p ? (int)l : 0,
-                          p ? p : "(nothing)", first, o[0] ? o : "(nothing)", others);
+                LOG_ERROR("the ranks disagree on %s: rank 0 has '%.*s', rank %d has '%s'%s", what,
+                          p ? (int)l : (int)strlen("(nothing)"), p ? p : "(nothing)", first, o[0] ? o : "(nothing)",
+                          others);
             LOG_HINT("start every rank with the same options and the same terarec build");
         }
     }

@@ -135,7 +135,7 @@ static enum tr_status diagnose(struct comm *c, const char *what, double waited, 
     int64_t *seq = tr_calloc((size_t)W, sizeof(int64_t));
     MPI_Request *req = tr_malloc((size_t)W * sizeof(MPI_Request));
     if (!alive || !seq || !req) {
-        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f)", what, waited, timeout);
+        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g)", what, waited, timeout);
         tr_free(alive);
         tr_free(seq);
         tr_free(req);
@@ -184,11 +184,11 @@ static enum tr_status diagnose(struct comm *c, const char *what, double waited, 
         }
     }
     if (nsilent)
-        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f); silent rank(s): %s; waiting "
+        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g); silent rank(s): %s; waiting "
                   "(rank@collectives started): %s",
                   what, waited, timeout, silent, waiting);
     else
-        LOG_ERROR("%s: no progress for %.0f s (--collective_timeout %.0f), yet every rank answered "
+        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g), yet every rank answered "
                   "(rank@collectives started: %s): the ranks are in different collectives",
                   what, waited, timeout, waiting);
     LOG_HINT(nsilent ? "a silent rank is stopped, hung, dead, or busy outside collectives for longer than the "
@@ -352,6 +352,7 @@ static void m_destroy(struct comm *c)
 }
 
 static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c);
+static void gather_hosts(struct comm *c, const char *host);
 
 static enum tr_status m_split(struct comm *c, int color, int key, struct comm *out)
 {
@@ -363,6 +364,8 @@ static enum tr_status m_split(struct comm *c, int color, int key, struct comm *o
     enum tr_status rc = wrap(sub, 0, out);
     if (rc != TR_OK)
         MPI_Comm_free(&sub);
+    else
+        gather_hosts(out, host_of(m, c->rank));
     return rc;
 }
 

@@ -165,7 +165,7 @@ if [ $up = 1 ]; then
         wait "$job"
         rc=$? secs=$(($(date +%s) - t0))
         if [ $rc -ne 0 ] && [ $secs -le 30 ] &&
-            grep -qE 'no progress for [0-9]+ s \(--collective_timeout 5\); silent rank\(s\): 3 \(trnode' "$TMP/stop.out"; then
+            grep -qE 'no progress for [0-9.]+ s \(--collective_timeout 5\); silent rank\(s\): 3 \(trnode' "$TMP/stop.out"; then
             ok "srun: rank 3 stopped: the step ends ${secs} s later naming rank 3 on its node (exit $rc)"
         else
             fail "srun: rank 3 stopped: the step ends naming it" "exit $rc after $secs s: $(grep -E 'error|srun' "$TMP/stop.out" | detail 10)"

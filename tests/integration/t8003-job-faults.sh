@@ -177,7 +177,7 @@ else
     awk "BEGIN{exit !($used < 0.6)}" && ok "the 2 ranks waiting on a stopped rank used $used s of CPU in 2 s" ||
         fail "waiting does not burn CPU" "the 2 waiting ranks used $used CPU seconds in 2 s"
     [ $rc -ne 0 ] && awk "BEGIN{exit !($secs <= $TO + 15)}" &&
-        echo "$out" | grep -qE "error: MPI_I[a-z]+: no progress for [0-9]+ s \(--collective_timeout $TO\); silent rank\(s\): 1 \(" &&
+        echo "$out" | grep -qE "error: MPI_I[a-z]+: no progress for [0-9.]+ s \(--collective_timeout $TO\); silent rank\(s\): 1 \(" &&
         ok "SIGSTOP on rank 1: the job ends $secs s later (timeout $TO s) naming rank 1 as silent (exit $rc)" ||
         fail "SIGSTOP on rank 1: the job ends naming it" "exit $rc after $secs s: $(grep -E 'error|hint' "$TMP/stop.out" | head -n 6)"
     for _ in $(seq 50); do # mpirun sends SIGTERM, then SIGKILL after a second

@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../../common/alloc.h"
 #include "../../../common/check.h"
+#include "../../../common/clock.h"
 #include "../../../common/harness.h"
 #include "../../../worker/comm.h"
 #include "../../../worker/dist.h"
@@ -170,6 +172,33 @@ static int mpi_child(void)
     CHILD_CHECK(comm_allreduce_sum(&node, &z, 1, KERN_F32) == TR_OK && z == (float)node.size);
     comm_close(&node);
     /* the world still works after the split communicator is gone */
+    CHILD_CHECK(comm_barrier(&c) == TR_OK);
+    /* agreement: the same text passes; a text that differs on one rank fails on
+     * every rank, and again passes afterwards (nothing left in flight) */
+    CHILD_CHECK(comm_agree(&c, "a test text", "a=1\nb=2\n") == TR_OK);
+    CHILD_CHECK(comm_agree(&c, "a test text", r == 2 ? "a=1\nb=3\n" : "a=1\nb=2\n") == TR_ERR_ARG);
+    CHILD_CHECK(comm_agree(&c, "a test text", r == 0 ? "a=1\n" : "a=1\nb=2\n") == TR_ERR_ARG);
+    CHILD_CHECK(comm_agree(&c, "a test text", "") == TR_OK);
+    /* a timeout, on a communicator of its own: rank 0 arrives at a barrier 1.5 s
+     * late; the others wait 0.3 s, name rank 0 as silent and return
+     * TR_ERR_TIMEOUT; rank 0 then finds the others there and passes. The broken
+     * communicator's close frees nothing (its barrier is still pending on the
+     * others); the world communicator is unaffected. */
+    struct comm sub;
+    CHILD_CHECK(comm_split_node(&c, &d, &sub) == TR_OK);
+    sub.timeout = 0.3;
+    if (r == 0) {
+        struct timespec late = {1, 500000000L};
+        nanosleep(&late, NULL);
+    }
+    double t0 = tr_clock_now();
+    enum tr_status st = comm_barrier(&sub);
+    double waited = tr_clock_now() - t0;
+    if (r == 0)
+        CHILD_CHECK(st == TR_OK);
+    else
+        CHILD_CHECK(st == TR_ERR_TIMEOUT && waited >= 0.3 && waited < 1.4);
+    comm_close(&sub);
     CHILD_CHECK(comm_barrier(&c) == TR_OK);
     comm_close(&c);
     kern_backend_close(&be);
