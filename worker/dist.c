@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dist.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -134,6 +135,24 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
     return st;
 #else
     return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+void dist_abort(struct dist_info *d, int code, const char *why)
+{
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    if (d->pmix && d->world > 1) {
+        LOG_ERROR("rank %d of %d failed (%s): ending the job on every rank (exit code %d)", d->rank, d->world, why,
+                  code);
+        fflush(stdout);
+        fflush(stderr);
+        PMIx_Abort(code, why, NULL, 0); /* NULL procs: every process of this namespace */
+        _exit(code);                    /* if the launcher did not end us */
+    }
+#else
+    (void)d;
+    (void)code;
+    (void)why;
 #endif
 }
 

@@ -34,6 +34,12 @@ enum tr_status dist_init(struct dist_info *d) TR_WUR;
 enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob,
                                int bytes) TR_WUR;
 
+/* For a failure before the communicator exists (the other ranks may already wait
+ * in its collective setup): on a PMIx launch of several ranks, logs and asks the
+ * launcher to end every process of the job with exit code `code` (PMIx_Abort);
+ * does not return then. Otherwise returns at once. */
+void dist_abort(struct dist_info *d, int code, const char *why);
+
 void dist_finalize(struct dist_info *d);
 
 #ifdef __cplusplus

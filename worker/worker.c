@@ -47,8 +47,12 @@ exit:
     /* a failure only this rank knows about would leave the others waiting in
      * their next collective: end the whole job (the shared verdicts of
      * train_open stop every rank on their own) */
-    if (rc != TR_OK && !T.together)
-        comm_abort(&T.comm, rc);
+    if (rc != TR_OK && !T.together) {
+        if (T.comm.i)
+            comm_abort(&T.comm, rc);
+        else
+            dist_abort(&T.dist, tr_status_exit_code(rc), tr_strerror(rc));
+    }
     if (res)
         *res = T.res;
     train_close(&T);

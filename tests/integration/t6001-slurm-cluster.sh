@@ -178,6 +178,21 @@ if [ $up = 1 ]; then
             ok "srun: the stopped rank is killed with the step"
         fi
     fi
+
+    # a rank that fails before the communicator exists (its backend does not open):
+    # PMIx_Abort ends the step instead of leaving the other ranks in MPI_Init
+    t0=$(date +%s)
+    # shellcheck disable=SC2016
+    out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout -k 10 60 srun --mpi=pmix -N 2 -n 4 \
+        sh -c 'if [ "$PMIX_RANK" = 3 ]; then exec "$@" --backend cuda; else exec "$@"; fi' sh "$W" $F --log_path= \
+        </dev/null 2>&1)
+    rc=$? secs=$(($(date +%s) - t0))
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -le 30 ] &&
+        echo "$out" | grep -qE 'error: rank 3 of 4 failed \(not supported\): ending the job on every rank \(exit code 1\)'; then
+        ok "srun: rank 3 fails before MPI is up: the step ends in ${secs} s with its message (exit $rc)"
+    else
+        fail "srun: rank 3 fails before MPI is up: the step ends" "exit $rc after $secs s: $(echo "$out" | grep -E 'error|srun' | detail 10)"
+    fi
 fi
 
 # stop: every daemon it started is gone, and so are its namespaces and bridge
