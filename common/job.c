@@ -13,6 +13,7 @@
 static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_raw", "raw", NULL};
 static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
 static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
+static const char *const nonfinite_choices[] = {"error", "zero", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 
 struct job_decl {
@@ -39,6 +40,9 @@ static const struct job_decl decls[] = {
         "test batches in one evaluation", 0, 1e15, NULL, NULL, 0}},
     {JOB_DATA, F(synthetic_ids), {"synthetic_ids", TR_OPT_ENUM, NULL, "powerlaw",
         "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0}},
+    {JOB_DATA, F(nonfinite_inputs), {"nonfinite_inputs", TR_OPT_ENUM, NULL, "error",
+        "NaN or inf in numerical.bin: stop naming the file and row, or replace with 0 and count them", 1, 0,
+        nonfinite_choices, NULL, 0}},
     {JOB_BATCH, F(batch_size), {"batch_size", TR_OPT_INT64, NULL, "65536", "global training batch", 1, 1e9, NULL,
         NULL, 0}},
     {JOB_BATCH, F(test_batch_size), {"valid_batch_size", TR_OPT_INT64, NULL, "0",

@@ -21,6 +21,7 @@ extern "C" {
 enum job_dataset { JOB_DATA_SYNTHETIC = 0, JOB_DATA_SPLIT_BINARY = 1 /* 2, 3: its aliases tf_raw, raw */ };
 enum job_optim { JOB_OPT_SGD = 0, JOB_OPT_ADAGRAD = 1 };
 enum job_ids { JOB_IDS_POWERLAW = 0, JOB_IDS_UNIFORM = 1 };
+enum job_nonfinite { JOB_NONFINITE_ERROR = 0, JOB_NONFINITE_ZERO = 1 };
 enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
 
 struct job_cfg {
@@ -33,6 +34,7 @@ struct job_cfg {
     int64_t train_batches;        /* --synthetic_dataset_train_batches */
     int64_t test_batches;         /* --synthetic_dataset_valid_batches */
     int synthetic_ids;            /* enum job_ids */
+    int nonfinite_inputs;         /* enum job_nonfinite: NaN/inf numerical inputs refused or zeroed */
     /* JOB_BATCH */
     int64_t batch_size;           /* global training batch */
     int64_t test_batch_size;      /* --valid_batch_size; 0: batch_size */

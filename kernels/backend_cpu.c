@@ -33,6 +33,7 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_DENSE_UPDATE] = "dense_update",
     [KERN_OP_FILL] = "fill",
     [KERN_OP_COPY_ROWS] = "copy_rows",
+    [KERN_OP_SUMSQ] = "sumsq",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -145,6 +146,7 @@ CPU_WRAP(fill, kern_fill_args)
 CPU_WRAP_N(emb_fwd, kern_emb_fwd_args)
 CPU_WRAP_N(emb_update, kern_emb_update_args)
 CPU_WRAP_N(copy_rows, kern_copy_rows_args)
+CPU_WRAP_N(sumsq, kern_sumsq_args)
 
 static void *cpu_queue(void *ctx)
 {
@@ -181,6 +183,7 @@ static const struct kern_backend_i cpu_iface = {
     .dense_update = cpu_dense_update,
     .fill = cpu_fill,
     .copy_rows = cpu_copy_rows,
+    .sumsq = cpu_sumsq,
     .queue = cpu_queue,
     .synchronize = cpu_synchronize,
     .destroy = cpu_destroy,

@@ -39,6 +39,7 @@ enum kern_op {
     KERN_OP_DENSE_UPDATE,
     KERN_OP_FILL,
     KERN_OP_COPY_ROWS,
+    KERN_OP_SUMSQ,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -228,6 +229,17 @@ struct kern_copy_rows_args {
     int64_t rows, cols;
 };
 
+/* Sum of squares of a block x (rows, cols; row stride ld >= cols), accumulated in
+ * double (km_sumsq_add) in a fixed order that does not depend on the thread count:
+ * *out (host memory) is finite exactly when every element is, which is what the
+ * numeric guards ask (a NaN or inf anywhere gives NaN or inf). TR_ERR_ARG for
+ * negative sizes or ld < cols (no output written then). */
+struct kern_sumsq_args {
+    const float *x; /* (rows, ld) */
+    int64_t rows, cols, ld;
+    double *out;    /* host */
+};
+
 struct kern_backend_i {
     const char *name;
     /* True if the op is implemented for floating tensors of type dt. */
@@ -256,6 +268,8 @@ struct kern_backend_i {
     enum tr_status (*dense_update)(void *ctx, const struct kern_dense_update_args *a);
     enum tr_status (*fill)(void *ctx, const struct kern_fill_args *a);
     enum tr_status (*copy_rows)(void *ctx, const struct kern_copy_rows_args *a, int n);
+    /* n blocks, each with its own *out; returns when every *out is written. */
+    enum tr_status (*sumsq)(void *ctx, const struct kern_sumsq_args *a, int n);
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);

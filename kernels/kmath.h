@@ -103,19 +103,25 @@ KM_FN int64_t km_powerlaw_id(uint64_t r, int64_t card)
     return id;
 }
 
-/* ---- activations ---------------------------------------------------------- */
+/* ---- activations -----------------------------------------------------------
+ * NaN in, NaN out, as in PyTorch: a NaN must reach the loss and the guards of the
+ * training loop, never be turned into a plausible 0 by a comparison (a comparison
+ * with NaN is false, so `x > 0 ? x : 0` maps NaN to 0). */
 
+/* max(x, 0) keeping NaN; -0 gives +0. */
 KM_FN float km_relu(float x)
 {
-    return x > 0.0f ? x : 0.0f;
+    return x > 0.0f ? x : (isnan(x) ? x : 0.0f);
 }
 
-/* Gradient through ReLU given its output y and the upstream gradient dy. */
+/* Gradient through ReLU given its output y and the upstream gradient dy: 0 where
+ * y <= 0, else dy (PyTorch's threshold_backward: a NaN output passes dy). */
 KM_FN float km_relu_grad(float y, float dy)
 {
-    return y > 0.0f ? dy : 0.0f;
+    return y <= 0.0f ? 0.0f : dy;
 }
 
+/* Logistic function without overflow; NaN takes the second branch and stays NaN. */
 KM_FN float km_sigmoid(float x)
 {
     if (x >= 0.0f)
@@ -127,10 +133,11 @@ KM_FN float km_sigmoid(float x)
 /* ---- loss ------------------------------------------------------------------ */
 
 /* Binary cross-entropy on a logit x with label y in {0,1} (numerically stable):
- * max(x,0) - x*y + log(1 + exp(-|x|)). */
+ * max(x,0) - x*y + log(1 + exp(-|x|)). The max keeps NaN (km_relu, not fmaxf,
+ * which returns the other operand); a non-finite logit gives a non-finite loss. */
 KM_FN float km_bce_logit(float x, float y)
 {
-    return fmaxf(x, 0.0f) - x * y + log1pf(expf(-fabsf(x)));
+    return km_relu(x) - x * y + log1pf(expf(-fabsf(x)));
 }
 
 /* d bce / d x. */
@@ -158,6 +165,17 @@ KM_FN void km_adagrad_step(float *KM_RESTRICT p, float *KM_RESTRICT acc, float g
     float a = *acc + g * g;
     *acc = a;
     *p -= h->lr * g / (sqrtf(a) + h->eps);
+}
+
+/* ---- reductions -------------------------------------------------------------
+ * The numeric guards' sum of squares: each term in double, so a sum over finite
+ * floats stays finite (FLT_MAX^2 < DBL_MAX / 2^900) and the sum is finite exactly
+ * when every element is. The order of the terms belongs to the backends. */
+
+KM_FN double km_sumsq_add(double acc, float x)
+{
+    double d = (double)x;
+    return acc + d * d;
 }
 
 /* ---- interaction ------------------------------------------------------------ */
@@ -192,6 +210,12 @@ KM_FN float km_bag_scale(int64_t len, int mean)
 }
 
 /* ---- half precision (dataset numerical features are IEEE binary16) ---------- */
+
+/* True when binary16 h is finite (its exponent is not all ones: not inf, not NaN). */
+KM_FN int km_half_is_finite(uint16_t h)
+{
+    return (h & 0x7c00u) != 0x7c00u;
+}
 
 KM_FN float km_half_to_float(uint16_t h)
 {

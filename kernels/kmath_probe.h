@@ -7,7 +7,7 @@
 
 #include "kmath.h"
 
-/* o[16]: the kmath functions at x (sample i, random seed `seed`); slot 15 is 0. */
+/* o[16]: the kmath functions at x (sample i, random seed `seed`). */
 KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
 {
     struct km_optim h = {0.1f, 1e-7f};
@@ -30,7 +30,7 @@ KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
     o[12] = km_half_to_float(km_float_to_half(x));
     o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
     o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
-    o[15] = 0.0f;
+    o[15] = (float)km_sumsq_add(0.5, x) + (float)km_half_is_finite(km_float_to_half(x));
 }
 
 #endif

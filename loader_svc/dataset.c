@@ -57,14 +57,20 @@ enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, con
     return TR_OK;
 }
 
-enum tr_status dataset_fill(const struct dataset *d, enum batch_split s, int64_t first, int64_t n, struct batch *b)
+void dataset_set_nonfinite(struct dataset *d, enum sb_nonfinite policy)
+{
+    d->sb[BATCH_TRAIN].nonfinite = policy;
+    d->sb[BATCH_TEST].nonfinite = policy;
+}
+
+enum tr_status dataset_fill(struct dataset *d, enum batch_split s, int64_t first, int64_t n, struct batch *b)
 {
     if (first < 0 || n < 0 || first + n > d->nsamples[s])
         return TR_ERR_ARG;
     b->split = (int32_t)s;
     if (d->kind == DATASET_SYNTHETIC)
         return synth_fill(&d->synth, s, first, n, b);
-    return sb_fill(&d->sb[s], first, n, b);
+    return sb_fill(&d->sb[s], first, n, b, &d->nonfinite_replaced[s]);
 }
 
 void dataset_close(struct dataset *d)

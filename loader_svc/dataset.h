@@ -28,6 +28,7 @@ struct dataset {
     struct synth_cfg synth;
     struct feature_spec fs;
     struct sb_split sb[2];
+    int64_t nonfinite_replaced[2]; /* per split: non-finite numerical values replaced by 0 so far */
 };
 
 /* The synthetic dataset with ntrain / ntest samples. cfg->rows is copied. */
@@ -38,8 +39,14 @@ enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg 
  * Errors (logged naming the file): TR_ERR_IO, TR_ERR_FORMAT, TR_ERR_NOMEM. */
 enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, const char *spec_name) TR_WUR;
 
-/* Fills b with samples [first, first + n) of split s (n <= b->cap). */
-enum tr_status dataset_fill(const struct dataset *d, enum batch_split s, int64_t first, int64_t n,
+/* What a split-binary dataset does with NaN or inf numerical values (sb_fill):
+ * refuse them (the default) or replace them with 0, counted in nonfinite_replaced.
+ * The synthetic dataset has none. */
+void dataset_set_nonfinite(struct dataset *d, enum sb_nonfinite policy);
+
+/* Fills b with samples [first, first + n) of split s (n <= b->cap). Errors of
+ * sb_fill (TR_ERR_FORMAT for a bad label or a refused non-finite value, logged). */
+enum tr_status dataset_fill(struct dataset *d, enum batch_split s, int64_t first, int64_t n,
                             struct batch *b) TR_WUR;
 
 /* Releases everything; safe on a zeroed or partly opened dataset. */

@@ -83,6 +83,8 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
                                         job->test_batches * r->batch[BATCH_TEST]));
     } else {
         TR_CHECK(dataset_open_split_binary(&r->ds, job->dataset_path, job->feature_spec));
+        dataset_set_nonfinite(&r->ds, job->nonfinite_inputs == JOB_NONFINITE_ZERO ? SB_NONFINITE_ZERO
+                                                                                  : SB_NONFINITE_ERROR);
     }
     const struct dataset *d = &r->ds;
     /* the seed drops the last partial training batch; a dataset smaller than one
@@ -99,6 +101,7 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
     s->ntables = d->ntables;
     s->rows = d->rows;
     s->desc = d->source;
+    s->nonfinite_replaced = d->nonfinite_replaced;
     for (int k = 0; k < 2; k++) {
         s->nsamples[k] = d->nsamples[k];
         s->batch[k] = r->batch[k];

@@ -51,10 +51,14 @@ struct source {
     int64_t batch[2];         /* samples per batch: batch_size, test batch size */
     int64_t nbatches[2];      /* batches per pass */
     const char *desc;         /* "synthetic" or the FeatureSpec path, for messages */
+    const int64_t *nonfinite_replaced; /* (2) per split: NaN/inf numerical values replaced by 0 so far
+                                          (--nonfinite_inputs zero); valid while open */
 };
 
 /* The in-process reader of the job's dataset (synthetic, or split binary with its
- * FeatureSpec), with the job's batch sizes. Errors (logged, naming the file and
+ * FeatureSpec), with the job's batch sizes and --nonfinite_inputs policy (next
+ * then returns TR_ERR_FORMAT, logged with the file and row, for a refused value
+ * or a label other than 0/1). Errors (logged, naming the file and
  * the flag): TR_ERR_IO, TR_ERR_FORMAT, TR_ERR_ARG (a dataset smaller than one
  * training batch), TR_ERR_NOMEM. Close with source_close whatever the result. */
 enum tr_status source_open_reader(struct source *s, const struct job_cfg *job) TR_WUR;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -106,7 +107,33 @@ void sb_close(struct sb_split *s)
     memset(s, 0, sizeof *s);
 }
 
-enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b)
+/* Logs what is wrong with row `row` of the split (a label other than 0/1, or a
+ * non-finite numerical value when they are refused). */
+static void report_bad_row(const struct sb_split *s, int64_t row)
+{
+    const struct feature_spec_split *L = &s->layout;
+    const uint8_t lab = ((const uint8_t *)s->label.data)[row];
+    if (lab > 1) {
+        LOG_ERROR("dataset file '%s': row %lld (sample %lld) holds label %u; labels must be 0 or 1", L->label_path,
+                  (long long)row, (long long)row, (unsigned)lab);
+        LOG_HINT("label.bin holds one byte per sample, 0 or 1; regenerate the dataset");
+        return;
+    }
+    const uint16_t *num = (const uint16_t *)s->numerical.data + row * L->nnumerical;
+    for (int j = 0; j < L->nnumerical; j++) {
+        if (km_half_is_finite(num[j]))
+            continue;
+        const float v = km_half_to_float(num[j]);
+        LOG_ERROR("dataset file '%s': row %lld (sample %lld), numerical feature %d of %d is %s (float16 0x%04x)",
+                  L->numerical_path, (long long)row, (long long)row, j, L->nnumerical,
+                  isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (unsigned)num[j]);
+        LOG_HINT("fix the dataset, or pass --nonfinite_inputs zero to train with such values replaced by 0 "
+                 "(they are counted and reported)");
+        return;
+    }
+}
+
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b, int64_t *replaced)
 {
     const struct feature_spec_split *L = &s->layout;
     if (first < 0 || n < 0 || first + n > s->nsamples || n > b->cap || b->num_features != L->nnumerical ||
@@ -118,15 +145,35 @@ enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struc
     const uint8_t *lab = (const uint8_t *)s->label.data + first;
     const int F = L->nnumerical;
     const uint16_t *num = s->numerical.data ? (const uint16_t *)s->numerical.data + first * F : NULL;
-#pragma omp parallel for schedule(static)
+    const int zero = s->nonfinite == SB_NONFINITE_ZERO;
+    int64_t bad = INT64_MAX, nrep = 0; /* first refused sample of the batch; values replaced */
+#pragma omp parallel for schedule(static) reduction(min : bad) reduction(+ : nrep)
     for (int64_t k = 0; k < n; k++) {
+        if (lab[k] > 1)
+            bad = TR_MIN(bad, k);
         labels[k] = lab[k] ? 1.0f : 0.0f;
         float *row = numerical + k * b->num_ld;
-        for (int j = 0; j < F; j++)
-            row[j] = km_half_to_float(num[k * F + j]);
+        for (int j = 0; j < F; j++) {
+            uint16_t h = num[k * F + j];
+            if (!km_half_is_finite(h)) {
+                if (zero) {
+                    h = 0;
+                    nrep++;
+                } else {
+                    bad = TR_MIN(bad, k);
+                }
+            }
+            row[j] = km_half_to_float(h);
+        }
         for (int j = F; j < b->num_ld; j++)
             row[j] = 0.0f;
     }
+    if (bad != INT64_MAX) {
+        report_bad_row(s, first + bad);
+        return TR_ERR_FORMAT;
+    }
+    if (replaced)
+        *replaced += nrep;
     for (int t = 0; t < L->ntables; t++) {
         int32_t *dst = cat + (int64_t)t * b->cap;
         switch (L->cat_dtype[t]) {

@@ -22,8 +22,15 @@ struct sb_file {
     size_t bytes;
 };
 
+/* What sb_fill does with a numerical value that is NaN or inf. */
+enum sb_nonfinite {
+    SB_NONFINITE_ERROR = 0, /* refuse the batch, naming the file and the row (the default) */
+    SB_NONFINITE_ZERO = 1,  /* replace the value with 0 and count it */
+};
+
 struct sb_split {
     struct feature_spec_split layout;
+    enum sb_nonfinite nonfinite; /* SB_NONFINITE_ERROR after sb_open; the caller may change it */
     int64_t nsamples;
     struct sb_file label, numerical;
     struct sb_file *cat; /* (layout.ntables) */
@@ -39,8 +46,15 @@ void sb_close(struct sb_split *s);
 
 /* Converts samples [first, first + n) into b: labels to float, numerical float16
  * to float (padding columns zero), categorical ids to int32. TR_ERR_ARG if the
- * range is outside the split or b's shape differs from the split's. */
-enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b) TR_WUR;
+ * range is outside the split or b's shape differs from the split's.
+ * Checked on every call (one bit test per value): a label byte other than 0 or 1,
+ * and, under SB_NONFINITE_ERROR, a NaN or inf numerical value, give TR_ERR_FORMAT
+ * with an error naming the file, the row (= sample index in the split) and the
+ * feature; b's contents are then undefined. Under SB_NONFINITE_ZERO such values
+ * become 0 and their number is added to *replaced (if non-NULL). Thread-safe on
+ * distinct batches. */
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b,
+                       int64_t *replaced) TR_WUR;
 
 #ifdef __cplusplus
 }

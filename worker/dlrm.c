@@ -685,3 +685,14 @@ enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, 
         return TR_ERR_ARG;
     return n ? m->be.i->copy(m->be.ctx, p, host, (size_t)n * sizeof(float), KERN_H2D) : TR_OK;
 }
+
+enum tr_status dlrm_tensor_sumsq(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                 double *out)
+{
+    *out = 0.0;
+    const float *p = tensor_range(m, k, index, off, n);
+    if (!p)
+        return TR_ERR_ARG;
+    struct kern_sumsq_args a = {.x = p, .rows = 1, .cols = n, .ld = n, .out = out};
+    return n ? m->be.i->sumsq(m->be.ctx, &a, 1) : TR_OK;
+}

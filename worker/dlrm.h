@@ -165,6 +165,13 @@ enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int in
 enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                  const float *host) TR_WUR;
 
+/* *out (host) = sum of squares, in double, of elements [off, off + n) of tensor k
+ * through the backend's sumsq op: finite exactly when every element is (the
+ * numeric guards). TR_ERR_ARG (logged) when the range is outside the tensor or
+ * it is absent; errors of the backend. */
+enum tr_status dlrm_tensor_sumsq(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
+                                 double *out) TR_WUR;
+
 /* Seconds spent per phase since the last reset (the backend synchronised before
  * each reading of the clock). */
 double dlrm_phase_seconds(const struct dlrm *m, enum dlrm_phase p);

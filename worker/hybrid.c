@@ -15,6 +15,7 @@
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "hybrid.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "../common/alloc.h"
@@ -34,6 +35,7 @@ struct hybrid {
     float *bot;                 /* (max_global, D): model-parallel bottom output (rank 0), or NULL */
     float *glogits;             /* (max_global): the batch's logits gathered on rank 0 */
     double *dloss;              /* (1): the loss sum being all-reduced */
+    struct hybrid_guard guard;  /* host: numeric guards of the last backward */
     size_t sbuf_bytes, rbuf_bytes, bot_bytes, glogits_bytes;
     int64_t *cnt;               /* host: (6 * world) counts and displacements: */
     int64_t *scnt, *sdsp, *rcnt, *rdsp, *gcnt, *gdsp;
@@ -448,6 +450,16 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
     TR_CHECK(dlrm_loss_dense(m, blk_labels(h) + g.lo, g.nl, g.n ? 1.0f / (float)g.n : 0.0f, &lsum));
     TR_CHECK(dlrm_backward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl));
 
+    /* numeric guard: this rank's gradients of X (one pass over the slice); a NaN
+     * or inf there travels to every rank as a NaN loss */
+    double xsq = 0.0;
+    struct kern_sumsq_args xa = {.x = m->dx, .rows = g.nl, .cols = g.ldx, .ld = g.ldx, .out = &xsq};
+    TR_CHECK(be->i->sumsq(be->ctx, &xa, 1));
+    h->guard.local_loss_sum = lsum;
+    h->guard.emb_grad_nonfinite = !isfinite(xsq);
+    if (h->guard.emb_grad_nonfinite)
+        lsum = NAN;
+
     /* data-parallel gradients (top MLP, and the bottom MLP when data-parallel) and
      * the loss sum: one group, so a backend that can fuses them into one launch */
     TR_CHECK(be->i->copy(be->ctx, h->dloss, &lsum, sizeof lsum, KERN_H2D));
@@ -488,6 +500,42 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
         TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g.n, grad, ld));
     }
     return TR_OK;
+}
+
+void hybrid_get_guard(const struct hybrid *h, struct hybrid_guard *g)
+{
+    *g = h->guard;
+}
+
+enum tr_status hybrid_find_nonfinite_grad(struct hybrid *h, int *table)
+{
+    struct dlrm *m = h->m;
+    const struct kern_backend *be = &m->be;
+    struct geom g;
+    geom_of(h, &g);
+    const int64_t D = h->p->dim;
+    *table = -2;
+    for (int pos = 0; pos < m->n; pos++) { /* the vectors of X in row order */
+        double sq = 0.0;
+        struct kern_sumsq_args a = {.x = m->dx + pos * D, .rows = g.nl, .cols = D, .ld = g.ldx, .out = &sq};
+        TR_CHECK(be->i->sumsq(be->ctx, &a, 1));
+        if (isfinite(sq))
+            continue;
+        *table = -1; /* row 0 is the bottom output when there is one */
+        for (int t = 0; t < m->cfg.ntables; t++)
+            if (m->tables[t].pos == pos)
+                *table = t;
+        return TR_OK;
+    }
+    return TR_OK;
+}
+
+enum tr_status hybrid_sum_ranks(struct hybrid *h, double *v)
+{
+    const struct kern_backend *be = &h->m->be;
+    TR_CHECK(be->i->copy(be->ctx, h->dloss, v, sizeof *v, KERN_H2D));
+    TR_CHECK(comm_allreduce_sum(h->c, h->dloss, 1, KERN_F64));
+    return be->i->copy(be->ctx, v, h->dloss, sizeof *v, KERN_D2H);
 }
 
 enum tr_status hybrid_update(struct hybrid *h, float lr)

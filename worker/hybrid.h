@@ -56,6 +56,28 @@ enum tr_status hybrid_forward(struct hybrid *h) TR_WUR;
  * embedding gradients are back with their owners. No parameter changes. */
 enum tr_status hybrid_backward(struct hybrid *h, double *loss) TR_WUR;
 
+/* Numeric guards of the last backward, on this rank: its own loss sum before the
+ * all-reduce, and whether its gradients of the interaction input (dX: every
+ * embedding vector and the bottom output of its slice, what the embedding
+ * gradients are made of) hold NaN or inf. A rank whose dX is not finite adds NaN
+ * to the loss all-reduce, so the loss of hybrid_backward is NaN on every rank and
+ * every rank stops at the same step (no extra collective). */
+struct hybrid_guard {
+    double local_loss_sum;
+    int emb_grad_nonfinite;
+};
+void hybrid_get_guard(const struct hybrid *h, struct hybrid_guard *g);
+
+/* After a backward whose guard says emb_grad_nonfinite: *table = the first table
+ * (config order) whose gradient on this rank holds NaN or inf, -1 for the bottom
+ * MLP output, -2 when none does. Errors of the backend. */
+enum tr_status hybrid_find_nonfinite_grad(struct hybrid *h, int *table) TR_WUR;
+
+/* Collective: *v (host) = the sum of every rank's *v, through the step's
+ * one-double buffer (the communicator counts it like any all-reduce). For rare
+ * control decisions, e.g. the periodic weight check. Collective errors. */
+enum tr_status hybrid_sum_ranks(struct hybrid *h, double *v) TR_WUR;
+
 /* The optimizer step of the last backward with learning rate lr: the sparse
  * embedding update by each table's owner and the dense update. */
 enum tr_status hybrid_update(struct hybrid *h, float lr) TR_WUR;

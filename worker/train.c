@@ -342,6 +342,130 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
     return events_emit(&T->ev, EVENTS_STEP, s + 1, d);
 }
 
+/* ---- numeric guards (issue 8): a run never hides a NaN -------------------------
+ * Every step: the loss (the same on every rank), this rank's embedding-vector
+ * gradients (carried to every rank as a NaN loss by the step's all-reduce) and
+ * the all-reduced dense gradients (the same on every rank), before the update
+ * touches a weight. Every --print_freq steps and at the last step: the sum of
+ * squares of the dense weights and of this rank's tables, with one all-reduce so
+ * that every rank stops together. Failures name the step (counted from 1, as the
+ * progress lines do) and the tensor; TR_ERR_RANGE. */
+
+/* The first layer part (kernel or bias) of tensor k (DLRM_PARAMS or DLRM_GRADS)
+ * inside [p0, p1) holding NaN or inf, as "top_mlp_layer_0 kernel (16 x 1)"; ""
+ * when none does. */
+static enum tr_status find_nonfinite_layer(const struct train *T, enum dlrm_tensor k, int64_t p0, int64_t p1,
+                                           char *name, size_t len)
+{
+    struct dlrm_info mi;
+    dlrm_get_info(T->m, &mi);
+    name[0] = '\0';
+    for (int top = 0; top < 2; top++) {
+        for (int l = 0; l < (top ? mi.ntop : mi.nbottom); l++) {
+            struct dlrm_layer_info li;
+            dlrm_get_layer(T->m, top, l, &li);
+            for (int part = 0; part < 2; part++) {
+                const int64_t off = part ? li.b_off : li.w_off, n = part ? li.out : (int64_t)li.in * li.out;
+                if (off < p0 || off + n > p1)
+                    continue;
+                double sq = 0.0;
+                TR_CHECK(dlrm_tensor_sumsq(T->m, k, 0, off, n, &sq));
+                if (isfinite(sq))
+                    continue;
+                if (part)
+                    snprintf(name, len, "%s bias (%d)", li.name, li.out);
+                else
+                    snprintf(name, len, "%s kernel (%d x %d)", li.name, li.in, li.out);
+                return TR_OK;
+            }
+        }
+    }
+    return TR_OK;
+}
+
+/* After the backward of step s (0-based), before the update. */
+static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
+{
+    const long long step = (long long)s + 1;
+    if (!isfinite(loss)) {
+        struct hybrid_guard g;
+        hybrid_get_guard(T->h, &g);
+        if (g.emb_grad_nonfinite) {
+            int t = -2;
+            TR_CHECK(hybrid_find_nonfinite_grad(T->h, &t));
+            if (t >= 0)
+                LOG_ERROR("step %lld: the gradient of embedding table %d holds NaN or inf; training diverged", step,
+                          t);
+            else
+                LOG_ERROR("step %lld: the gradient of the bottom MLP output (interaction input) holds NaN or inf; "
+                          "training diverged",
+                          step);
+        } else if (!isfinite(g.local_loss_sum) || T->dist.world == 1) {
+            LOG_ERROR("step %lld: loss is %g; training diverged", step, loss);
+        } else {
+            LOG_ERROR("step %lld: another rank found a NaN or inf loss or embedding gradient (its log names it); "
+                      "stopping with it",
+                      step);
+        }
+        LOG_HINT("lower --learning_rate or lengthen --warmup_steps; check the inputs (--nonfinite_inputs)");
+        return TR_ERR_RANGE;
+    }
+    /* the all-reduced dense gradients: the whole buffer, but a model-parallel
+     * bottom MLP's part (rank 0 alone, after the all-reduce: the weight check
+     * catches it with every rank) */
+    struct dlrm_info mi;
+    dlrm_get_info(T->m, &mi);
+    const int64_t p0 = mi.has_bottom && !mi.dp_bottom ? mi.top_param0 : 0;
+    double sq = 0.0;
+    TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_GRADS, 0, p0, mi.nparams - p0, &sq));
+    if (isfinite(sq))
+        return TR_OK;
+    char name[96];
+    TR_CHECK(find_nonfinite_layer(T, DLRM_GRADS, p0, mi.nparams, name, sizeof name));
+    LOG_ERROR("step %lld: the gradient of %s holds NaN or inf (loss %g); training diverged", step,
+              name[0] ? name : "the dense parameters", loss);
+    LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    return TR_ERR_RANGE;
+}
+
+/* The weight norm after the update of step s (0-based). Collective. */
+static enum tr_status check_weights(struct train *T, int64_t s)
+{
+    const long long step = (long long)s + 1;
+    struct dlrm_info mi;
+    dlrm_get_info(T->m, &mi);
+    double dense = 0.0, emb = 0.0;
+    TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_PARAMS, 0, 0, mi.nparams, &dense));
+    int bad_table = -1;
+    for (int t = 0; t < mi.ntables; t++) {
+        double sq = 0.0;
+        int64_t n = dlrm_tensor_numel(T->m, DLRM_TABLE, t);
+        if (n > 0)
+            TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_TABLE, t, 0, n, &sq));
+        if (!isfinite(sq) && bad_table < 0)
+            bad_table = t;
+        emb += sq;
+    }
+    double bad = isfinite(dense) && isfinite(emb) ? 0.0 : 1.0;
+    TR_CHECK(hybrid_sum_ranks(T->h, &bad));
+    LOG_DEBUG(TRAIN, "step %lld: weight norms: dense %.6g, embeddings %.6g (this rank)", step, sqrt(dense),
+              sqrt(emb));
+    if (bad == 0.0)
+        return TR_OK;
+    if (!isfinite(dense)) {
+        char name[96];
+        TR_CHECK(find_nonfinite_layer(T, DLRM_PARAMS, 0, mi.nparams, name, sizeof name));
+        LOG_ERROR("step %lld: the weights of %s hold NaN or inf; training diverged", step,
+                  name[0] ? name : "the dense layers");
+    } else if (bad_table >= 0) {
+        LOG_ERROR("step %lld: the weights of embedding table %d hold NaN or inf; training diverged", step, bad_table);
+    } else {
+        LOG_ERROR("step %lld: another rank found NaN or inf weights (its log names them); stopping with it", step);
+    }
+    LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    return TR_ERR_RANGE;
+}
+
 enum tr_status train_step(struct train *T, struct batch *hdr)
 {
     const struct job_cfg *job = &T->c->job;
@@ -364,18 +488,18 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     float lr = (float)lr_sched_at(&T->sched, s);
     double loss = 0.0;
     struct comm_stat a0 = T->comm.stat[COMM_ALLTOALL], r0 = T->comm.stat[COMM_ALLREDUCE];
-    TR_CHECK(hybrid_train_step(T->h, lr, &loss));
+    TR_CHECK(hybrid_forward(T->h));
+    TR_CHECK(hybrid_backward(T->h, &loss));
+    TR_CHECK(check_gradients(T, s, loss));
+    TR_CHECK(hybrid_update(T->h, lr));
     TR_CHECK(T->be.i->synchronize(T->be.ctx)); /* the step's queued work is part of its time */
     T->a2a_bytes += (double)(T->comm.stat[COMM_ALLTOALL].bytes - a0.bytes);
     T->ar_bytes += (double)(T->comm.stat[COMM_ALLREDUCE].bytes - r0.bytes);
     T->a2a_sec += T->comm.stat[COMM_ALLTOALL].seconds - a0.seconds;
     T->ar_sec += T->comm.stat[COMM_ALLREDUCE].seconds - r0.seconds;
     double ts2 = tr_clock_now();
-    if (!isfinite(loss)) {
-        LOG_ERROR("step %lld: loss is %f; training diverged", (long long)s, loss);
-        LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
-        return TR_ERR_INTERNAL;
-    }
+    if ((s + 1) % T->c->print_freq == 0 || s + 1 == T->total)
+        TR_CHECK(check_weights(T, s));
     T->t_data += ts1 - ts0;
     if (s >= T->c->benchmark_warmup_steps || T->total <= T->c->benchmark_warmup_steps) {
         T->t_timed += ts2 - ts0;
@@ -385,6 +509,21 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     if (hdr)
         *hdr = T->hdr;
     return progress(T, s, loss, lr, ts2 - ts0);
+}
+
+/* Number of NaN or inf among x[0, n); *first = the index of the first (-1: none). */
+static int64_t count_nonfinite(const float *x, int64_t n, int64_t *first)
+{
+    int64_t cnt = 0, lo = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(+ : cnt) reduction(min : lo)
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            cnt++;
+            lo = i < lo ? i : lo;
+        }
+    }
+    *first = cnt ? lo : -1;
+    return cnt;
 }
 
 enum tr_status train_evaluate(struct train *T, struct train_eval *out)
@@ -416,13 +555,32 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
             memcpy(T->labels + first, batch_labels(T->blk), (size_t)T->hdr.n * sizeof(float));
         first += T->hdr.n;
     }
-    double res[2] = {NAN, NAN};
+    /* auc, logloss, and the number of non-finite scores: rank 0 decides, every
+     * rank learns it from the one broadcast and stops with it */
+    double res[3] = {NAN, NAN, 0.0};
     if (rank == 0) {
         TR_CHECK(source_seek(&T->src, &train_pos));
-        TR_CHECK(kern_auc_exact(T->scores, T->labels, first, &res[0]));
-        res[1] = kern_logloss(T->scores, T->labels, first);
+        int64_t bad_first = -1;
+        res[2] = (double)count_nonfinite(T->scores, first, &bad_first);
+        if (res[2] == 0.0) {
+            TR_CHECK(kern_auc_exact(T->scores, T->labels, first, &res[0]));
+            res[1] = kern_logloss(T->scores, T->labels, first);
+        } else {
+            struct dlrm_info mi;
+            struct dlrm_layer_info li;
+            dlrm_get_info(T->m, &mi);
+            dlrm_get_layer(T->m, 1, mi.ntop - 1, &li);
+            LOG_ERROR("evaluation after step %lld: %.0f of %lld test scores (the logits, output of %s) are NaN or "
+                      "inf (first: sample %lld, %g); refusing to report an AUC",
+                      (long long)T->step, res[2], (long long)first, li.name, (long long)bad_first,
+                      (double)T->scores[bad_first]);
+            LOG_HINT("the model diverged (lower --learning_rate or lengthen --warmup_steps) or the test inputs hold "
+                     "NaN or inf");
+        }
     }
     TR_CHECK(comm_bcast_host(&T->comm, res, sizeof res, 0));
+    if (res[2] != 0.0)
+        return TR_ERR_RANGE;
     out->auc = res[0];
     out->logloss = res[1];
     out->samples = n;
@@ -558,7 +716,18 @@ enum tr_status train_report(struct train *T)
     LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
               "ms/step: data=%.2f %s",
               (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc, per * T->t_data, phases);
+    /* numerical inputs replaced by 0 under --nonfinite_inputs zero (rank 0 reads) */
+    const int64_t *rep = T->src.nonfinite_replaced;
+    const int64_t rep_train = rep ? rep[BATCH_TRAIN] : 0, rep_test = rep ? rep[BATCH_TEST] : 0;
+    if (T->c->job.nonfinite_inputs == JOB_NONFINITE_ZERO)
+        LOG_RANK0("nonfinite inputs: %lld NaN/inf numerical values replaced by 0 (--nonfinite_inputs zero): %lld in "
+                  "training batches, %lld in test batches",
+                  (long long)(rep_train + rep_test), (long long)rep_train, (long long)rep_test);
     json_t *d = json_object();
+    json_t *nf = json_object();
+    json_object_set_new(nf, "train", json_integer(rep_train));
+    json_object_set_new(nf, "test", json_integer(rep_test));
+    json_object_set_new(d, "nonfinite_inputs_replaced", nf);
     json_object_set_new(d, "throughput", events_num(res->throughput));
     json_object_set_new(d, "mean_step_time_ms", events_num(res->mean_step_ms));
     json_object_set_new(d, "auc", events_num(res->best_auc));

@@ -21,6 +21,7 @@ enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
 enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
 enum tr_status kern_cpu_fill(const struct kern_fill_args *a);
 enum tr_status kern_cpu_copy_rows(const struct kern_copy_rows_args *a, int n);
+enum tr_status kern_cpu_sumsq(const struct kern_sumsq_args *a, int n);
 void kern_cpu_blas_set_threads(int threads);
 
 const char *kern_cpu_blas_name(void);

@@ -30,6 +30,7 @@ static const char *const covered_by[KERN_OP_COUNT_] = {
     [KERN_OP_DENSE_UPDATE] = "tests/kernels/test_optim.c",
     [KERN_OP_FILL] = "tests/kernels/test_fill.c",
     [KERN_OP_COPY_ROWS] = "tests/kernels/test_fill.c",
+    [KERN_OP_SUMSQ] = "tests/kernels/test_sumsq.c",
 };
 
 /* True if the backend sets the vtable member of `op`; false for an op this switch
@@ -48,6 +49,7 @@ static int has_member(const struct kern_backend_i *i, enum kern_op op)
     case KERN_OP_DENSE_UPDATE: return i->dense_update != NULL;
     case KERN_OP_FILL: return i->fill != NULL;
     case KERN_OP_COPY_ROWS: return i->copy_rows != NULL;
+    case KERN_OP_SUMSQ: return i->sumsq != NULL;
     case KERN_OP_COUNT_: break;
     }
     return 0;

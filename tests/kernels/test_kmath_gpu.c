@@ -50,8 +50,33 @@ static void device_matches_host(void)
 #endif
 }
 
+/* NaN, +-inf and -0 give the same class of result (NaN, inf of a sign, or a value
+ * within tolerance) in every slot on the device as on the host. */
+static void device_nonfinite_matches_host(void)
+{
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    if (kern_cuda_device_count() == 0)
+        TH_SKIP_NO_GPU("no CUDA device");
+    const float in[4] = {NAN, INFINITY, -INFINITY, -0.0f};
+    float dev[4 * 16], host[4 * 16];
+    TH_EQ_REQ(kern_cuda_kmath_eval(in, 4, 1234, dev), 0);
+    host_eval(in, 4, 1234, host);
+    int bad = 0;
+    for (int i = 0; i < 4 * 16; i++) {
+        float d = dev[i], h = host[i];
+        int same = isnan(h) ? isnan(d) : isinf(h) ? d == h : isfinite(d) && fabsf(d - h) <= 1e-6f + 4e-6f * fabsf(h);
+        if (!same && bad++ < 5)
+            printf("# input %g slot %d: device %.9g host %.9g\n", (double)in[i / 16], i % 16, d, h);
+    }
+    TH_CHECKF(bad == 0, "%d kmath values differ in class between device and host", bad);
+#else
+    TH_SKIP("built without CUDA");
+#endif
+}
+
 static const struct th_case cases[] = {
     {"device_matches_host", device_matches_host},
+    {"device_nonfinite_matches_host", device_nonfinite_matches_host},
 };
 
 int main(int argc, char **argv)

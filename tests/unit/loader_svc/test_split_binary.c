@@ -1,8 +1,11 @@
 /* test_split_binary.c: FeatureSpec reading (the seed's yaml.dump shape, with
  * anchors and aliases), the DLRM checks, the writer round trip, and the
  * split-binary reader on files written byte by byte here: values, dtypes,
- * partial ranges, and refusal of files whose sizes disagree. */
+ * partial ranges, refusal of files whose sizes disagree, and the numeric guard:
+ * NaN/inf numerical values and labels other than 0/1 refused with the file and
+ * row named, or (--nonfinite_inputs zero) NaN/inf replaced by 0 and counted. */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +310,163 @@ static void bad_specs_refused(void)
     remove_dataset();
 }
 
+/* ---- numeric guard ------------------------------------------------------------- */
+
+/* What the code under test writes to stderr (the log) between begin and end:
+ * returned by end as a malloc'd string (test code). */
+static int saved_stderr = -1;
+static char capture_path[300];
+
+static void capture_begin(void)
+{
+    snprintf(capture_path, sizeof capture_path, "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    saved_stderr = dup(2);
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    TR_ASSERT(fd >= 0 && saved_stderr >= 0);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static char *capture_end(void)
+{
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    FILE *fp = fopen(capture_path, "rb");
+    TR_ASSERT(fp);
+    char *buf = calloc(1, 65536);
+    TR_ASSERT(buf);
+    size_t got = fread(buf, 1, 65535, fp);
+    buf[got] = '\0';
+    fclose(fp);
+    fputs(buf, stderr); /* still visible in the test log */
+    return buf;
+}
+
+/* train/numerical.bin of make_dataset with `bad` written at sample `row`, feature `col`. */
+static void poke_numerical(int row, int col, uint16_t bad)
+{
+    uint16_t num[6] = {0x3c00, 0xc000, 0x3800, 0x0000, 0x7bff, 0x0001};
+    num[row * 2 + col] = bad;
+    write_file("train/numerical.bin", num, sizeof num);
+}
+
+/* NaN, +inf and -inf at each row are refused with the file, the row and the
+ * feature named, also when the batch starts after row 0. */
+static void nonfinite_refused(void)
+{
+    const uint16_t bad[3] = {0x7e00 /* NaN */, 0x7c00 /* +inf */, 0xfc00 /* -inf */};
+    const char *const name[3] = {"NaN", "+inf", "-inf"};
+    make_dataset();
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    for (int row = 0; row < 3; row++) {
+        for (int k = 0; k < 3; k++) {
+            poke_numerical(row, row & 1, bad[k]);
+            struct dataset ds;
+            TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+            capture_begin();
+            enum tr_status rc = dataset_fill(&ds, BATCH_TRAIN, 0, 3, b);
+            char *log = capture_end();
+            TH_EQ_ST(rc, TR_ERR_FORMAT);
+            char want[128];
+            snprintf(want, sizeof want, "train/numerical.bin': row %d (sample %d), numerical feature %d of 2 is %s",
+                     row, row, row & 1, name[k]);
+            TH_CHECKF(strstr(log, want) != NULL, "row %d %s: the log lacks \"%s\": %s", row, name[k], want, log);
+            TH_CHECKF(strstr(log, "--nonfinite_inputs zero") != NULL, "no hint naming the option: %s", log);
+            free(log);
+            if (row > 0) { /* the row is the sample index in the file, not in the batch */
+                capture_begin();
+                rc = dataset_fill(&ds, BATCH_TRAIN, row, 1, b);
+                log = capture_end();
+                TH_EQ_ST(rc, TR_ERR_FORMAT);
+                TH_CHECKF(strstr(log, want) != NULL, "fill from row %d: the log lacks \"%s\": %s", row, want, log);
+                free(log);
+                TH_EQ_ST(dataset_fill(&ds, BATCH_TRAIN, 0, row, b), TR_OK); /* rows before it are fine */
+            }
+            TH_EQ(ds.nonfinite_replaced[BATCH_TRAIN], 0);
+            dataset_close(&ds);
+        }
+    }
+    batch_free(&b);
+    remove_dataset();
+}
+
+/* With SB_NONFINITE_ZERO the values become 0, everything else is as read, and the
+ * count grows with every batch that holds one. */
+static void nonfinite_zeroed_and_counted(void)
+{
+    make_dataset();
+    uint16_t num[6] = {0x3c00, 0x7e00, 0x3800, 0x0000, 0xfc00, 0x7c00};
+    write_file("train/numerical.bin", num, sizeof num);
+    struct dataset ds;
+    TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+    dataset_set_nonfinite(&ds, SB_NONFINITE_ZERO);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
+    const float *x = batch_num(b);
+    TH_CHECKF(x[0] == 1.0f && x[1] == 0.0f && x[8] == 0.5f && x[9] == 0.0f && x[16] == 0.0f && x[17] == 0.0f,
+              "zeroed batch: %g %g | %g %g | %g %g", (double)x[0], (double)x[1], (double)x[8], (double)x[9],
+              (double)x[16], (double)x[17]);
+    TH_CHECK(!signbit(x[16])); /* -inf became +0 */
+    TH_EQ(ds.nonfinite_replaced[BATCH_TRAIN], 3);
+    TH_EQ(ds.nonfinite_replaced[BATCH_TEST], 0);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 2, 1, b), TR_OK);
+    TH_EQ(ds.nonfinite_replaced[BATCH_TRAIN], 5);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TEST, 0, 2, b), TR_OK); /* the test split is clean */
+    TH_EQ(ds.nonfinite_replaced[BATCH_TEST], 0);
+    dataset_close(&ds);
+
+    /* the same through the source and --nonfinite_inputs zero (JOB_NONFINITE_ZERO) */
+    struct job_cfg j;
+    memset(&j, 0, sizeof j);
+    j.dataset_type = JOB_DATA_SPLIT_BINARY;
+    j.dataset_path = tmpdir;
+    j.feature_spec = "feature_spec.yaml";
+    j.batch_size = 3;
+    j.nonfinite_inputs = JOB_NONFINITE_ZERO;
+    struct source s;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_REQUIRE(s.nonfinite_replaced != NULL);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    TH_EQ(s.nonfinite_replaced[BATCH_TRAIN], 3);
+    source_close(&s);
+    j.nonfinite_inputs = JOB_NONFINITE_ERROR;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ_ST(source_next(&s, b), TR_ERR_FORMAT);
+    source_close(&s);
+    batch_free(&b);
+    remove_dataset();
+}
+
+/* A label byte other than 0 or 1 is refused whatever the non-finite policy. */
+static void bad_label_refused(void)
+{
+    make_dataset();
+    const uint8_t lab[3] = {1, 0, 2};
+    write_file("train/label.bin", lab, 3);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    for (int policy = 0; policy < 2; policy++) {
+        struct dataset ds;
+        TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+        dataset_set_nonfinite(&ds, policy ? SB_NONFINITE_ZERO : SB_NONFINITE_ERROR);
+        capture_begin();
+        enum tr_status rc = dataset_fill(&ds, BATCH_TRAIN, 0, 3, b);
+        char *log = capture_end();
+        TH_EQ_ST(rc, TR_ERR_FORMAT);
+        TH_CHECKF(strstr(log, "train/label.bin': row 2 (sample 2) holds label 2") != NULL, "policy %d: %s", policy,
+                  log);
+        free(log);
+        TH_EQ_ST(dataset_fill(&ds, BATCH_TRAIN, 0, 2, b), TR_OK);
+        dataset_close(&ds);
+    }
+    batch_free(&b);
+    remove_dataset();
+}
+
 static void dtype_rule(void)
 {
     TH_EQ(feature_spec_cat_dtype(1), KERN_I8);
@@ -324,6 +484,9 @@ static const struct th_case cases[] = {
     {"size_mismatch_refused", size_mismatch_refused},
     {"bad_specs_refused", bad_specs_refused},
     {"dtype_rule", dtype_rule},
+    {"nonfinite_refused", nonfinite_refused},
+    {"nonfinite_zeroed_and_counted", nonfinite_zeroed_and_counted},
+    {"bad_label_refused", bad_label_refused},
 };
 
 int main(int argc, char **argv)
