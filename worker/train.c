@@ -408,6 +408,7 @@ static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
                       step);
         }
         LOG_HINT("lower --learning_rate or lengthen --warmup_steps; check the inputs (--nonfinite_inputs)");
+        T->together = 1; /* the all-reduced loss: every rank stops here */
         return TR_ERR_RANGE;
     }
     /* the all-reduced dense gradients: the whole buffer, but a model-parallel
@@ -425,6 +426,7 @@ static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
     LOG_ERROR("step %lld: the gradient of %s holds NaN or inf (loss %g); training diverged", step,
               name[0] ? name : "the dense parameters", loss);
     LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    T->together = 1; /* all-reduced gradients: every rank stops here */
     return TR_ERR_RANGE;
 }
 
@@ -463,6 +465,7 @@ static enum tr_status check_weights(struct train *T, int64_t s)
         LOG_ERROR("step %lld: another rank found NaN or inf weights (its log names them); stopping with it", step);
     }
     LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    T->together = 1; /* an all-reduced verdict */
     return TR_ERR_RANGE;
 }
 
@@ -579,8 +582,10 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
         }
     }
     TR_CHECK(comm_bcast_host(&T->comm, res, sizeof res, 0));
-    if (res[2] != 0.0)
+    if (res[2] != 0.0) {
+        T->together = 1; /* rank 0's verdict, shared */
         return TR_ERR_RANGE;
+    }
     out->auc = res[0];
     out->logloss = res[1];
     out->samples = n;
