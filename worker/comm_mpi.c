@@ -326,7 +326,7 @@ static void m_destroy(struct comm *c)
     struct mpi_ctx *m = c->ctx;
     if (!m)
         return;
-    int fin = m->finalize, done = 0;
+    int fin = m->finalize, broken = m->broken, done = 0;
     MPI_Finalized(&done);
     if (!done && !m->broken) {
         for (int q = 0; m->answer_req && q < m->size; q++)
@@ -345,9 +345,9 @@ static void m_destroy(struct comm *c)
     tr_free(m->hosts);
     tr_free(m);
     c->ctx = NULL;
-    /* MPI_Finalize waits for every rank: after a failure it would hang the rank
-     * (the job is ended by comm_abort instead) */
-    if (fin && !done && !c->failed)
+    /* MPI_Finalize waits for every rank: after a failure, or with a collective
+     * still pending, it would hang the rank (comm_abort ends the job instead) */
+    if (fin && !done && !c->failed && !broken)
         MPI_Finalize();
 }
 

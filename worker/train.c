@@ -159,6 +159,8 @@ static enum tr_status agree_config(struct train *T)
         tr_opt_format(o, val, vcap);
         rc = append_line(&text, &n, &cap, o->name, val);
     }
+    if (rc == TR_OK) /* "auto" may open another backend on another node */
+        rc = append_line(&text, &n, &cap, "effective_backend", T->be.i->name);
     if (rc == TR_OK)
         rc = append_line(&text, &n, &cap, "terarec_version", tr_version());
     if (rc == TR_OK) {
