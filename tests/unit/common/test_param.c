@@ -273,11 +273,11 @@ static void test_lists(void)
         TH_EQ(l.v[1], INT64_MAX);
     }
     tr_free(l.v);
-    TH_EQ_ST(tr_opt_parse_i64_list("9223372036854775808", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("9223372036854775808", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
-    TH_EQ_ST(tr_opt_parse_i64_list("2x9223372036854775808", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("2x9223372036854775808", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
-    TH_EQ_ST(tr_opt_parse_i64_list("1000001x1", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("1000001x1", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
     /* growth past the initial capacity: 100 items */
     char buf[512] = "";
