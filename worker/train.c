@@ -116,6 +116,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     events_init(&T->ev);
     const struct job_cfg *job = &c->job;
     TR_CHECK(job_check(job, JOB_ALL));
+    TR_CHECK(worker_check_outputs(c)); /* before the run costs anything */
     TR_CHECK(dist_init(&T->dist));
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
