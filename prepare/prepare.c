@@ -121,7 +121,7 @@ static const char usage[] =
 static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
 {
     const struct tr_opt tab[] = {
-        {"output", TR_OPT_STRING, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
+        {"output", TR_OPT_PATH, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
         {"frequency_threshold", TR_OPT_INT64, &o->frequency_threshold, "15",
          "threshold mode: keep values seen at least T times (T <= 1 keeps all)", 0, 1e18, NULL, NULL, 0},
         {"max_ind_range", TR_OPT_INT64, &o->max_ind_range, "0",
@@ -588,9 +588,8 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
     FILE *fp = NULL;
-    char *path = tr_file_join(dir, "feature_spec.yaml");
-    if (!path)
-        return TR_ERR_NOMEM;
+    char *path;
+    TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
     TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
     fp = fopen(path, "w");
     if (!fp) {
@@ -598,9 +597,11 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
         rc = TR_ERR_IO;
         goto exit;
     }
+    errno = 0;
     rc = feature_spec_write(&fs, fp);
+    int e = errno;
     if (fclose(fp) != 0 || rc != TR_OK) {
-        LOG_ERROR("cannot write '%s': %s", path, strerror(errno));
+        LOG_ERROR("cannot write '%s': %s", path, strerror(rc != TR_OK && e ? e : errno ? errno : EIO));
         rc = TR_ERR_IO;
     }
 exit:
@@ -679,14 +680,10 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     }
     TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
-    scratch = tr_file_join(tmp, ".scratch");
-    stage = scratch ? tr_file_join(scratch, "stage") : NULL;
-    train_dir = tr_file_join(tmp, "train");
-    test_dir = tr_file_join(tmp, "test");
-    if (!scratch || !stage || !train_dir || !test_dir) {
-        rc = TR_ERR_NOMEM;
-        goto fail;
-    }
+    TR_CHECK_GOTO(tr_file_join_to(tmp, ".scratch", &scratch), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(scratch, "stage", &stage), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(tmp, "train", &train_dir), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(tmp, "test", &test_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(train_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(test_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
