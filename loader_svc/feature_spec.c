@@ -151,8 +151,9 @@ static enum tr_status check_chunk_dups(const struct ctx *c, const char *split, c
         for (int a = 0; a < ck->nfiles; a++) {
             for (int b = 0; b < (j == k ? a : cj->nfiles); b++) {
                 if (!strcmp(plain_name(ck->files[a]), plain_name(cj->files[b]))) {
-                    LOG_ERROR("feature spec '%s': source_spec.%s lists file '%s' twice (chunks %d and %d; line %d)",
-                              c->path, split, ck->files[a], j, k, line_of(node));
+                    LOG_ERROR("feature spec '%s': file '%s' is listed twice, in source_spec.%s[%d].files and "
+                              "source_spec.%s[%d].files (line %d)",
+                              c->path, ck->files[a], split, j, split, k, line_of(node));
                     LOG_HINT("each file holds the columns of one chunk; give every chunk its own file");
                     return TR_ERR_FORMAT;
                 }
@@ -161,8 +162,9 @@ static enum tr_status check_chunk_dups(const struct ctx *c, const char *split, c
         for (int a = 0; a < ck->nfeatures; a++) {
             for (int b = 0; b < (j == k ? a : cj->nfeatures); b++) {
                 if (!strcmp(ck->features[a], cj->features[b])) {
-                    LOG_ERROR("feature spec '%s': source_spec.%s lists feature '%s' twice (chunks %d and %d; line %d)",
-                              c->path, split, ck->features[a], j, k, line_of(node));
+                    LOG_ERROR("feature spec '%s': feature '%s' is listed twice, in source_spec.%s[%d].features and "
+                              "source_spec.%s[%d].features (line %d)",
+                              c->path, ck->features[a], split, j, split, k, line_of(node));
                     return TR_ERR_FORMAT;
                 }
             }
