@@ -490,6 +490,73 @@ static int dir_state(const char *dir)
     return any;
 }
 
+/* The host name a staging folder's owner wrote into DIR.tmp-PID/.scratch/owner;
+ * "" when there is none (an older run, or one past its scratch stage). */
+static void staging_owner(const char *stage_dir, char *host, size_t n)
+{
+    host[0] = '\0';
+    char *scratch = tr_file_join(stage_dir, ".scratch"), *p = scratch ? tr_file_join(scratch, "owner") : NULL;
+    FILE *fp = p ? fopen(p, "r") : NULL;
+    if (fp) {
+        if (!fgets(host, (int)n, fp))
+            host[0] = '\0';
+        host[strcspn(host, "\n")] = '\0';
+        fclose(fp);
+    }
+    tr_free(p);
+    tr_free(scratch);
+}
+
+/* Removes the staging folders OUT.tmp-PID (and OUT.tmp-PID.old) that runs killed
+ * before they could clean up left next to `out`: those whose process no longer
+ * exists on this host. Folders of live processes, of this process and of other
+ * hosts are left alone. Prints one line for each folder removed. Failing to
+ * remove one is a warning, not an error: the run does not need it gone. */
+static void remove_stale_staging(const char *out)
+{
+    const char *slash = strrchr(out, '/');
+    char *parent = tr_strdup(slash ? out : ".");
+    const char *base = slash ? slash + 1 : out;
+    if (!parent)
+        return;
+    if (slash)
+        parent[slash == out ? 1 : slash - out] = '\0';
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        host[0] = '\0';
+    const size_t nb = strlen(base);
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, nb) != 0 || strncmp(name + nb, ".tmp-", 5) != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(name + nb + 5, &end, 10);
+        if (errno || end == name + nb + 5 || pid <= 0 || (*end && strcmp(end, ".old") != 0))
+            continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* ours (removed by the caller), alive, or not ours to judge */
+        char *path = tr_file_join(parent, name), owner[256];
+        if (!path)
+            break;
+        staging_owner(path, owner, sizeof owner);
+        if (owner[0] && strcmp(owner, host) != 0) {
+            LOG_WARN("leaving staging folder '%s' alone: it belongs to process %ld on host '%s'", path, pid, owner);
+        } else if (tr_file_rm_rf(path) == TR_OK) {
+            printf("removed stale staging folder '%s' of process %ld, which no longer runs\n", path, pid);
+            fflush(stdout);
+        } else {
+            LOG_WARN("cannot remove stale staging folder '%s' of process %ld", path, pid);
+        }
+        tr_free(path);
+    }
+    if (d)
+        closedir(d);
+    tr_free(parent);
+}
+
 static enum tr_status list_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static enum tr_status list_add(char ***v, int *n, const char *fmt, ...)
 {
@@ -678,6 +745,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         memcpy(tmp, out, n);
         strcpy(tmp + n, suffix);
     }
+    remove_stale_staging(out);
     TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
     TR_CHECK_GOTO(tr_file_join_to(tmp, ".scratch", &scratch), rc, fail);
@@ -687,6 +755,16 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     TR_CHECK_GOTO(tr_file_mkdir_p(train_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(test_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
+    { /* who owns this staging folder, for a later run that finds it left behind */
+        char host[256] = "", *owner;
+        if (gethostname(host, sizeof host - 2) != 0)
+            host[0] = '\0';
+        strcat(host, "\n");
+        TR_CHECK_GOTO(tr_file_join_to(scratch, "owner", &owner), rc, fail);
+        rc = tr_file_write_atomic(owner, host, strlen(host));
+        tr_free(owner);
+        TR_CHECK_GOTO(rc, rc, fail);
+    }
 
     /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
     if (x.hash) {
