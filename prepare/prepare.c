@@ -492,11 +492,15 @@ static int dir_state(const char *dir)
 
 /* The host name a staging folder's owner wrote into DIR.tmp-PID/.scratch/owner;
  * "" when there is none (an older run, or one past its scratch stage). */
-static void staging_owner(const char *stage_dir, char *host, size_t n)
+static enum tr_status staging_owner(const char *stage_dir, char *host, size_t n)
 {
     host[0] = '\0';
     char *scratch = tr_file_join(stage_dir, ".scratch"), *p = scratch ? tr_file_join(scratch, "owner") : NULL;
-    FILE *fp = p ? fopen(p, "r") : NULL;
+    if (!p) {
+        tr_free(scratch);
+        return TR_ERR_NOMEM;
+    }
+    FILE *fp = fopen(p, "r");
     if (fp) {
         if (!fgets(host, (int)n, fp))
             host[0] = '\0';
@@ -505,20 +509,23 @@ static void staging_owner(const char *stage_dir, char *host, size_t n)
     }
     tr_free(p);
     tr_free(scratch);
+    return TR_OK;
 }
 
 /* Removes the staging folders OUT.tmp-PID (and OUT.tmp-PID.old) that runs killed
  * before they could clean up left next to `out`: those whose process no longer
  * exists on this host. Folders of live processes, of this process and of other
  * hosts are left alone. Prints one line for each folder removed. Failing to
- * remove one is a warning, not an error: the run does not need it gone. */
-static void remove_stale_staging(const char *out)
+ * remove one is a warning, not an error: the run does not need it gone.
+ * TR_ERR_NOMEM. */
+static enum tr_status remove_stale_staging(const char *out)
 {
+    enum tr_status rc = TR_OK;
     const char *slash = strrchr(out, '/');
     char *parent = tr_strdup(slash ? out : ".");
     const char *base = slash ? slash + 1 : out;
     if (!parent)
-        return;
+        return TR_ERR_NOMEM;
     if (slash)
         parent[slash == out ? 1 : slash - out] = '\0';
     char host[256] = "";
@@ -539,9 +546,11 @@ static void remove_stale_staging(const char *out)
         if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue; /* ours (removed by the caller), alive, or not ours to judge */
         char *path = tr_file_join(parent, name), owner[256];
-        if (!path)
+        if (!path || (rc = staging_owner(path, owner, sizeof owner)) != TR_OK) {
+            tr_free(path);
+            rc = TR_ERR_NOMEM;
             break;
-        staging_owner(path, owner, sizeof owner);
+        }
         if (owner[0] && strcmp(owner, host) != 0) {
             LOG_WARN("leaving staging folder '%s' alone: it belongs to process %ld on host '%s'", path, pid, owner);
         } else if (tr_file_rm_rf(path) == TR_OK) {
@@ -555,6 +564,7 @@ static void remove_stale_staging(const char *out)
     if (d)
         closedir(d);
     tr_free(parent);
+    return rc;
 }
 
 static enum tr_status list_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -745,7 +755,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         memcpy(tmp, out, n);
         strcpy(tmp + n, suffix);
     }
-    remove_stale_staging(out);
+    TR_CHECK_GOTO(remove_stale_staging(out), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
     TR_CHECK_GOTO(tr_file_join_to(tmp, ".scratch", &scratch), rc, fail);
