@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,16 +55,77 @@ enum tr_status tr_file_pwrite_all(int fd, const void *buf, size_t n, int64_t off
     return off < 0 ? TR_ERR_ARG : transfer(fd, (char *)buf, n, off, 1, what);
 }
 
-char *tr_file_join(const char *a, const char *b)
+enum tr_status tr_file_join_to(const char *a, const char *b, char **out)
 {
+    *out = NULL;
     size_t la = strlen(a), lb = strlen(b);
+    if (la + 1 + lb > PATH_MAX - 1) {
+        LOG_ERROR("path too long: '%.64s%s' (%zu bytes) joined with '%.64s%s' (%zu bytes) makes %zu bytes; at most "
+                  "%d",
+                  a, la > 64 ? "..." : "", la, b, lb > 64 ? "..." : "", lb, la + 1 + lb, PATH_MAX - 1);
+        return TR_ERR_ARG;
+    }
     char *p = tr_malloc(la + lb + 2);
     if (!p)
-        return NULL;
+        return TR_ERR_NOMEM;
     memcpy(p, a, la);
     p[la] = '/';
     memcpy(p + la + 1, b, lb + 1);
-    return p;
+    *out = p;
+    return TR_OK;
+}
+
+char *tr_file_join(const char *a, const char *b)
+{
+    char *p;
+    return tr_file_join_to(a, b, &p) == TR_OK ? p : NULL;
+}
+
+enum tr_status tr_file_probe_write(const char *path, const char *what)
+{
+    enum tr_status rc = TR_OK;
+    size_t n = strlen(path);
+    if (n > PATH_MAX - 1) {
+        LOG_ERROR("%s: too long (%zu bytes; at most %d)", what, n, PATH_MAX - 1);
+        return TR_ERR_ARG;
+    }
+    char *dir = tr_strdup(path);
+    if (!dir)
+        return TR_ERR_NOMEM;
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = tr_file_mkdir_p(dir);
+            if (rc != TR_OK) {
+                LOG_HINT("%s names a file in a directory that cannot be created", what);
+                goto exit;
+            }
+        }
+    }
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    int created = 0;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
+        created = fd >= 0;
+    }
+    if (fd < 0) {
+        int e = errno;
+        LOG_ERROR("%s: cannot write '%s': %s", what, path, strerror(e));
+        if (e == EACCES || e == EROFS || e == EISDIR)
+            LOG_HINT("%s must name a writable file in a writable directory", what);
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    close(fd);
+    if (created && unlink(path) != 0) {
+        LOG_ERROR("%s: cannot remove the probe file '%s': %s", what, path, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+exit:
+    tr_free(dir);
+    return rc;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -81,9 +143,14 @@ enum tr_status tr_file_rm_rf(const char *path)
     struct stat st;
     if (lstat(path, &st) != 0)
         return TR_OK;
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    errno = 0;
+    int r = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    int e = errno;
+    if (r != 0 || lstat(path, &st) == 0) {
+        LOG_ERROR("cannot remove '%s': %s", path, r != 0 && e ? strerror(e) : "entries remain (see above)");
         return TR_ERR_IO;
-    return lstat(path, &st) == 0 ? TR_ERR_IO : TR_OK;
+    }
+    return TR_OK;
 }
 
 enum tr_status tr_file_mkdir_p(const char *dir)

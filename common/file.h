@@ -25,15 +25,30 @@ enum tr_status tr_file_pread_all(int fd, void *buf, size_t n, int64_t off, const
 /* Writes exactly n bytes at offset off. TR_ERR_IO (logged). */
 enum tr_status tr_file_pwrite_all(int fd, const void *buf, size_t n, int64_t off, const char *what) TR_WUR;
 
-/* "a/b" in a new tr_malloc'd string (free with tr_free); NULL when out of memory. */
+/* "a/b" in a new tr_malloc'd string (free with tr_free) into *out. Refuses a
+ * result longer than PATH_MAX - 1 bytes rather than let a later call truncate it
+ * or fail far from here: TR_ERR_ARG (logged with both parts' lengths and the start
+ * of a), TR_ERR_NOMEM. *out is NULL on error. */
+enum tr_status tr_file_join_to(const char *a, const char *b, char **out) TR_WUR;
+
+/* tr_file_join_to returning the string; NULL when out of memory or too long (the
+ * latter logged). */
 char *tr_file_join(const char *a, const char *b);
+
+/* Checks at start-up that `path` can be written later: creates its directory (and
+ * missing parents), then opens an existing file for writing without changing it,
+ * or creates and removes it. `what` names the path's role in messages ("--log_path").
+ * TR_ERR_IO (logged with the path and the errno text, and a hint), TR_ERR_ARG (too
+ * long), TR_ERR_NOMEM. Leaves no file behind that was not there. */
+enum tr_status tr_file_probe_write(const char *path, const char *what) TR_WUR;
 
 /* Creates dir and its missing parents (mode 0777 before umask). TR_ERR_IO (logged
  * naming the directory that could not be made), TR_ERR_NOMEM. */
 enum tr_status tr_file_mkdir_p(const char *dir) TR_WUR;
 
 /* Removes path and everything below it, without following links; a missing path
- * is not an error. TR_ERR_IO if something stays. */
+ * is not an error. TR_ERR_IO if something stays (each entry that could not be
+ * removed is logged as a warning naming it, the path as an error). */
 enum tr_status tr_file_rm_rf(const char *path) TR_WUR;
 
 /* fsyncs the directory that holds `path` (what makes a rename durable). TR_ERR_IO. */

@@ -5,6 +5,7 @@
 #include "job.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -26,9 +27,9 @@ struct job_decl {
 static const struct job_decl decls[] = {
     {JOB_DATA, F(dataset_type), {"dataset_type", TR_OPT_ENUM, NULL, "synthetic",
         "where samples come from (split_binary needs --dataset_path)", 1, 0, dataset_choices, NULL, 0}},
-    {JOB_DATA, F(dataset_path), {"dataset_path", TR_OPT_STRING, NULL, NULL,
+    {JOB_DATA, F(dataset_path), {"dataset_path", TR_OPT_PATH, NULL, NULL,
         "directory of a split-binary dataset (train/, test/ and the feature spec)", 1, 0, NULL, NULL, 0}},
-    {JOB_DATA, F(feature_spec), {"feature_spec", TR_OPT_STRING, NULL, "feature_spec.yaml",
+    {JOB_DATA, F(feature_spec), {"feature_spec", TR_OPT_PATH, NULL, "feature_spec.yaml",
         "FeatureSpec file name inside --dataset_path", 1, 0, NULL, NULL, 0}},
     {JOB_DATA, F(rows), {"synthetic_dataset_cardinalities", TR_OPT_INT_LIST, NULL, "26x1000",
         "rows of each embedding table (one per categorical feature)", 1, 2147483647.0, NULL, "cardinalities", 0}},
@@ -103,6 +104,7 @@ int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o)
         o[k].dst = (char *)c + decls[i].off;
         k++;
     }
+    c->table = o;
     return k;
 }
 
@@ -116,8 +118,84 @@ const char *job_backend_name(int backend)
     return backend >= 0 && backend < (int)TR_ARRAY_SIZE(backend_choices) - 1 ? backend_choices[backend] : "?";
 }
 
+/* The synthetic dataset's own flags, meaningless with a split-binary one. */
+static const char *const synthetic_flags[] = {"synthetic_dataset_cardinalities",
+                                              "synthetic_dataset_num_numerical_features",
+                                              "synthetic_dataset_train_batches", "synthetic_dataset_valid_batches",
+                                              "synthetic_ids"};
+
+/* "--name" or "TR_NAME", as the user gave option `name`. */
+static void flag_text(const struct job_cfg *c, const char *name, char *buf, size_t n)
+{
+    snprintf(buf, n, "--%s", name);
+    for (const struct tr_opt *o = c->table; o && o->type != TR_OPT_END; o++)
+        if (!strcmp(o->name, name))
+            tr_opt_source(o, buf, n);
+}
+
+static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
+{
+    const struct tr_opt *t = c->table;
+    char a[160], b[160];
+    if (!t)
+        return TR_OK;
+    if (groups & JOB_DATA) {
+        const int split = c->dataset_type != JOB_DATA_SYNTHETIC;
+        for (size_t i = 0; i < TR_ARRAY_SIZE(synthetic_flags); i++) {
+            const char *f = synthetic_flags[i];
+            if (!tr_opt_given(t, f))
+                continue;
+            flag_text(c, f, a, sizeof a);
+            if (tr_opt_given(t, "dataset_path")) {
+                flag_text(c, "dataset_path", b, sizeof b);
+                LOG_ERROR("%s and %s cannot be used together", a, b);
+            } else if (split) {
+                flag_text(c, "dataset_type", b, sizeof b);
+                LOG_ERROR("%s and %s %s cannot be used together", a, b, dataset_choices[c->dataset_type]);
+            } else {
+                continue;
+            }
+            LOG_HINT("a split-binary dataset's feature spec gives the tables and features; drop %s, or train on "
+                     "synthetic data without --dataset_path",
+                     a);
+            return TR_ERR_ARG;
+        }
+        const char *const file_flags[] = {"dataset_path", "feature_spec"};
+        for (size_t i = 0; !split && i < TR_ARRAY_SIZE(file_flags); i++) {
+            if (!tr_opt_given(t, file_flags[i]))
+                continue;
+            flag_text(c, file_flags[i], a, sizeof a);
+            flag_text(c, "dataset_type", b, sizeof b);
+            if (tr_opt_given(t, "dataset_type"))
+                LOG_ERROR("%s and %s synthetic cannot be used together", a, b);
+            else
+                LOG_ERROR("%s is given but the dataset type is synthetic (the default of --dataset_type)", a);
+            LOG_HINT("add --dataset_type split_binary to train on the files at --dataset_path");
+            return TR_ERR_ARG;
+        }
+    }
+    if ((groups & JOB_MODEL) && c->optimizer == JOB_OPT_SGD) {
+        const char *const adagrad_flags[] = {"adagrad_initial_accumulator_value", "adagrad_epsilon"};
+        for (size_t i = 0; i < TR_ARRAY_SIZE(adagrad_flags); i++) {
+            if (!tr_opt_given(t, adagrad_flags[i]))
+                continue;
+            flag_text(c, adagrad_flags[i], a, sizeof a);
+            flag_text(c, "optimizer", b, sizeof b);
+            LOG_ERROR("%s and %s sgd cannot be used together", a, b);
+            LOG_HINT("the Adagrad settings apply only with --optimizer adagrad");
+            return TR_ERR_ARG;
+        }
+    }
+    if ((groups & JOB_TRAIN) && tr_opt_given(t, "max_steps") && tr_opt_given(t, "epochs") && c->max_steps >= 0)
+        return tr_opt_exclusive(t, "max_steps", "epochs",
+                                "--max_steps sets the length of the run by itself; drop --epochs (or pass "
+                                "--max_steps -1 to train --epochs epochs)");
+    return TR_OK;
+}
+
 enum tr_status job_check(const struct job_cfg *c, unsigned groups)
 {
+    TR_CHECK(check_conflicts(c, groups));
     if ((groups & JOB_DATA) && c->dataset_type != JOB_DATA_SYNTHETIC && (!c->dataset_path || !*c->dataset_path)) {
         LOG_ERROR("--dataset_type split_binary needs --dataset_path");
         LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");

@@ -56,6 +56,9 @@ struct job_cfg {
     int threads;                  /* per worker; 0: the node's CPUs divided among its workers */
     int backend;                  /* enum job_backend */
     double collective_timeout;    /* seconds a collective waits for the other ranks (0: forever) */
+    /* the option table job_opts filled (borrowed, valid while the caller keeps
+     * it): which flags were given, for job_check's conflicts; NULL: none known */
+    const struct tr_opt *table;
 };
 
 enum job_group {
@@ -70,7 +73,7 @@ enum job_group {
 /* Writes the options of `groups`, bound to *c, into o[0 .. k) and returns k (at
  * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
  * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
- * and lists). */
+ * and lists). Sets c->table = o: o must start the table and outlive job_check. */
 #define JOB_MAX_OPTS 40
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
@@ -82,8 +85,11 @@ const char *job_backend_name(int backend);
 
 /* Relations between the flags of `groups` that single flags cannot check: a
  * split-binary dataset needs --dataset_path; the top MLP ends in 1; with the
- * synthetic dataset the bottom MLP ends in --embedding_dim. Logs one error naming
- * the flag and a hint; TR_ERR_ARG. */
+ * synthetic dataset the bottom MLP ends in --embedding_dim. Flags given (c->table)
+ * that the others make meaningless are conflicts: a --synthetic_dataset_* flag
+ * with a split-binary dataset, --dataset_path or --feature_spec with the synthetic
+ * one, an --adagrad_* flag with --optimizer sgd, --max_steps with --epochs. Logs
+ * one error naming both flags (or the flag) and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
 
 /* The model flags against a dataset's shape (num_features numerical inputs,

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,8 @@ static void log_open_file(const char *pattern)
 {
     char path[1024];
     size_t o = 0;
-    for (const char *p = pattern; *p && o + 32 < sizeof path; p++) {
+    const char *p = pattern;
+    for (; *p && o + 80 < sizeof path; p++) { /* room for a host name (< 64), a pid, a rank */
         if (p[0] == '%' && p[1]) {
             p++;
             if (*p == 'h')
@@ -60,9 +62,13 @@ static void log_open_file(const char *pattern)
         }
     }
     path[o] = '\0';
+    if (*p) { /* the pattern did not fit: refuse rather than open a truncated name */
+        fprintf(stderr, "warn: TR_LOG_FILE is too long (at most %zu bytes), logging to stderr\n", sizeof path - 81);
+        return;
+    }
     FILE *fp = fopen(path, "a");
     if (!fp) {
-        fprintf(stderr, "warn: cannot open TR_LOG_FILE '%s', logging to stderr\n", path);
+        fprintf(stderr, "warn: cannot open TR_LOG_FILE '%s': %s; logging to stderr\n", path, strerror(errno));
         return;
     }
     setvbuf(fp, NULL, _IOLBF, 0);
@@ -104,21 +110,54 @@ void tr_log_set_rank(int rank)
     tr_log_rank_ = rank;
 }
 
+/* Fits a message of len bytes (msg) into dst[0 .. cap) (cap > 64): whole when it
+ * fits, else its start and its end with the middle cut and marked, so that the
+ * reason at the end of a long message (after a long path) survives. */
+static size_t fit_message(char *dst, size_t cap, const char *msg, size_t len)
+{
+    if (len < cap) {
+        memcpy(dst, msg, len);
+        return len;
+    }
+    char mark[64];
+    int mk = snprintf(mark, sizeof mark, " [... %zu bytes cut ...] ", len);
+    size_t keep = cap - 1 - (size_t)mk, head = keep / 2, tail = keep - head;
+    memcpy(dst, msg, head);
+    memcpy(dst + head, mark, (size_t)mk);
+    memcpy(dst + head + (size_t)mk, msg + len - tail, tail);
+    return head + (size_t)mk + tail;
+}
+
 static void log_emit(const char *tag, const char *fmt, va_list ap)
 {
     char line[4096];
     if (!log_host[0])
         tr_log_init();
     int n = snprintf(line, sizeof line, "%s:%ld:%d%s", log_host, (long)getpid(), tr_log_rank_, tag);
-    if (n < 0)
+    if (n < 0 || (size_t)n >= sizeof line / 2)
         return;
-    if ((size_t)n < sizeof line) {
-        int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-        if (m > 0)
-            n += m;
+    const size_t room = sizeof line - (size_t)n - 1; /* the newline */
+    va_list ap2;
+    va_copy(ap2, ap);
+    char *body = line + n;
+    int m = vsnprintf(body, room, fmt, ap);
+    if (m >= 0 && (size_t)m >= room) {
+        /* too long: format it whole on the heap (plain malloc: logging must not
+         * consume the allocation hook's failures) and cut the middle */
+        char *big = malloc((size_t)m + 1);
+        if (big && vsnprintf(big, (size_t)m + 1, fmt, ap2) == m) {
+            m = (int)fit_message(body, room, big, (size_t)m);
+        } else {
+            const char cut[] = " [... cut]";
+            m = (int)(room - sizeof cut);
+            memcpy(body + m, cut, sizeof cut - 1);
+            m += (int)sizeof cut - 1;
+        }
+        free(big);
     }
-    if ((size_t)n >= sizeof line - 1)
-        n = (int)sizeof line - 2;
+    va_end(ap2);
+    if (m > 0)
+        n += m;
     if (n > 0 && line[n - 1] == '\n')
         n--;
     line[n] = '\n';

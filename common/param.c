@@ -34,7 +34,7 @@ enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out)
         long long a = strtoll(p, &end, 10);
         if (end == p || errno) {
             tr_free(v);
-            return TR_ERR_ARG;
+            return end != p && errno == ERANGE ? TR_ERR_RANGE : TR_ERR_ARG;
         }
         long long times = 1;
         p = end;
@@ -44,7 +44,7 @@ enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out)
             a = strtoll(p, &end, 10);
             if (end == p || errno || times < 1 || times > 1000000) {
                 tr_free(v);
-                return TR_ERR_ARG;
+                return end != p && (errno == ERANGE || times > 1000000) ? TR_ERR_RANGE : TR_ERR_ARG;
             }
             p = end;
         }
@@ -66,7 +66,7 @@ enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out)
             break;
         if (*p != ',' || n > 1000000) {
             tr_free(v);
-            return TR_ERR_ARG;
+            return *p == ',' ? TR_ERR_RANGE : TR_ERR_ARG;
         }
         p++;
     }
@@ -80,7 +80,10 @@ int tr_opt_parse_bytes(const char *s, int64_t *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
+    if (end == s || v < 0)
+        return -1;
+    const int huge = errno == ERANGE && fabs(v) > 1.0; /* an underflow is just 0 */
+    if (!huge && errno)
         return -1;
     double mul = 1;
     if (*end) {
@@ -97,9 +100,11 @@ int tr_opt_parse_bytes(const char *s, int64_t *out)
         if (*end)
             return -1;
     }
+    if (huge || !isfinite(v))
+        return -2;
     v *= mul;
     if (v >= 9.2e18)
-        return -1;
+        return -2;
     *out = (int64_t)v;
     return 0;
 }
@@ -127,6 +132,18 @@ static void bounds_error(const struct tr_opt *o, const char *src, const char *te
     LOG_ERROR("%s%s: '%s' is outside [%g, %g]", src, o->name, text, o->min, o->max);
 }
 
+/* A number too large for its type: names the range the option accepts (its
+ * bounds where it has them, else the type's). */
+static void range_error(const struct tr_opt *o, const char *src, const char *text, double tmin, double tmax)
+{
+    double lo = tmin, hi = tmax;
+    if (o->min <= o->max) {
+        lo = TR_MAX(lo, o->min);
+        hi = TR_MIN(hi, o->max);
+    }
+    LOG_ERROR("%s%s: '%s' is out of range (%.17g..%.17g)", src, o->name, text, lo, hi);
+}
+
 /* Sets one option from text. `src` is "--" for the command line, "TR_" style
  * otherwise (used only in messages). */
 static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *src)
@@ -147,12 +164,18 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     case TR_OPT_INT64: {
         errno = 0;
         long long v = strtoll(text, &end, 10);
+        const double tmin = o->type == TR_OPT_INT ? (double)INT32_MIN : (double)INT64_MIN;
+        const double tmax = o->type == TR_OPT_INT ? (double)INT32_MAX : 9223372036854775807.0;
+        if (end != text && !*end && errno == ERANGE) {
+            range_error(o, src, text, tmin, tmax);
+            return TR_ERR_ARG;
+        }
         if (end == text || *end || errno) {
             LOG_ERROR("%s%s: '%s' is not an integer", src, o->name, text);
             return TR_ERR_ARG;
         }
         if (o->type == TR_OPT_INT && (v > INT32_MAX || v < INT32_MIN)) {
-            LOG_ERROR("%s%s: '%s' does not fit in 32 bits", src, o->name, text);
+            range_error(o, src, text, tmin, tmax);
             return TR_ERR_ARG;
         }
         if (out_of_bounds(o, (double)v)) {
@@ -167,7 +190,13 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     }
     case TR_OPT_BYTES: {
         int64_t v;
-        if (tr_opt_parse_bytes(text, &v) != 0) {
+        int bad = tr_opt_parse_bytes(text, &v);
+        if (bad == -2) {
+            LOG_ERROR("%s%s: '%s' is too large (at most %lldT)", src, o->name, text,
+                      (long long)((o->min <= o->max ? TR_MIN(o->max, 9.2e18) : 9.2e18) / 1099511627776.0));
+            return TR_ERR_ARG;
+        }
+        if (bad != 0) {
             LOG_ERROR("%s%s: '%s' is not a size", src, o->name, text);
             LOG_HINT("sizes look like 73G, 512M, 64K or 1048576 (bytes; K, M, G, T are powers of 1024)");
             return TR_ERR_ARG;
@@ -182,6 +211,15 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     case TR_OPT_DOUBLE: {
         errno = 0;
         double v = strtod(text, &end);
+        if (end != text && !*end && errno == ERANGE && fabs(v) > 1.0) {
+            if (o->min <= o->max)
+                range_error(o, src, text, o->min, o->max);
+            else
+                LOG_ERROR("%s%s: '%s' is out of range (too large for a double)", src, o->name, text);
+            return TR_ERR_ARG;
+        }
+        if (end != text && !*end && errno == ERANGE) /* underflow: the nearest double is fine */
+            errno = 0;
         if (end == text || *end || errno || !isfinite(v)) {
             LOG_ERROR("%s%s: '%s' is not a finite number", src, o->name, text);
             return TR_ERR_ARG;
@@ -193,6 +231,13 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
         *(double *)o->dst = v;
         return TR_OK;
     }
+    case TR_OPT_PATH:
+        if (strlen(text) > TR_OPT_PATH_MAX) {
+            LOG_ERROR("%s%s: too long (%zu bytes; at most %d)", src, o->name, strlen(text), TR_OPT_PATH_MAX);
+            LOG_HINT("use a shorter path, e.g. relative to the working directory or through a symbolic link");
+            return TR_ERR_ARG;
+        }
+        /* fall through */
     case TR_OPT_STRING: {
         char *d = tr_strdup(text);
         if (!d)
@@ -221,6 +266,11 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     case TR_OPT_INT_LIST: {
         struct tr_i64_list l;
         enum tr_status rc = tr_opt_parse_i64_list(text, &l);
+        if (rc == TR_ERR_RANGE) {
+            LOG_ERROR("%s%s: '%.64s%s' is out of range (numbers fit in 64 bits, at most a million entries)", src,
+                      o->name, text, strlen(text) > 64 ? "..." : "");
+            return TR_ERR_ARG;
+        }
         if (rc == TR_ERR_ARG) {
             LOG_ERROR("%s%s: '%s' is not a comma-separated list of integers", src, o->name, text);
             LOG_HINT("example: --%s 512,256,128 (or 26x1000 for 26 copies of 1000)", o->name);
@@ -255,6 +305,48 @@ struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name)
     return NULL;
 }
 
+int tr_opt_given(const struct tr_opt *opts, const char *name)
+{
+    for (const struct tr_opt *o = opts; o && o->type != TR_OPT_END; o++)
+        if (!strcmp(o->name, name))
+            return o->set_by;
+    return 0;
+}
+
+void tr_opt_source(const struct tr_opt *o, char *buf, size_t n)
+{
+    if (o->set_by != 1) {
+        snprintf(buf, n, "--%s", o->name);
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, n, "TR_");
+    for (const char *p = o->name; *p && k + 1 < n; p++)
+        buf[k++] = (char)toupper((unsigned char)*p);
+    if (k < n)
+        buf[k] = '\0';
+}
+
+enum tr_status tr_opt_exclusive(const struct tr_opt *opts, const char *a, const char *b, const char *hint)
+{
+    const struct tr_opt *oa = NULL, *ob = NULL;
+    for (const struct tr_opt *o = opts; o && o->type != TR_OPT_END; o++) {
+        if (!strcmp(o->name, a))
+            oa = o;
+        if (!strcmp(o->name, b))
+            ob = o;
+    }
+    TR_ASSERT(oa && ob); /* a table without them: a programming error */
+    if (!oa->set_by || !ob->set_by)
+        return TR_OK;
+    char na[160], nb[160];
+    tr_opt_source(oa, na, sizeof na);
+    tr_opt_source(ob, nb, sizeof nb);
+    LOG_ERROR("%s and %s cannot be used together", na, nb);
+    if (hint)
+        LOG_HINT("%s", hint);
+    return TR_ERR_ARG;
+}
+
 /* Canonicalises "--batch-size" to "batch_size" into buf; returns buf. */
 static char *canon(const char *arg, size_t len, char *buf, size_t n)
 {
@@ -271,7 +363,7 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
     *want = 0;
     for (struct tr_opt *o = opts; o->type != TR_OPT_END; o++) {
         o->set_by = 0;
-        if (o->type == TR_OPT_STRING)
+        if (o->type == TR_OPT_STRING || o->type == TR_OPT_PATH)
             *(char **)o->dst = NULL;
         if (o->type == TR_OPT_INT_LIST)
             *(struct tr_i64_list *)o->dst = (struct tr_i64_list){0};
@@ -373,7 +465,7 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
 void tr_opt_release(struct tr_opt *opts)
 {
     for (struct tr_opt *o = opts; o->type != TR_OPT_END; o++) {
-        if (o->type == TR_OPT_STRING) {
+        if (o->type == TR_OPT_STRING || o->type == TR_OPT_PATH) {
             tr_free(*(char **)o->dst);
             *(char **)o->dst = NULL;
         } else if (o->type == TR_OPT_INT_LIST) {
@@ -396,7 +488,8 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n)
     case TR_OPT_INT64:
     case TR_OPT_BYTES: snprintf(buf, n, "%lld", (long long)*(int64_t *)o->dst); break;
     case TR_OPT_DOUBLE: snprintf(buf, n, "%.17g", *(double *)o->dst); break;
-    case TR_OPT_STRING: {
+    case TR_OPT_STRING:
+    case TR_OPT_PATH: {
         const char *s = *(char **)o->dst;
         snprintf(buf, n, "%s", s ? s : "");
         break;
@@ -425,6 +518,7 @@ void tr_opt_print_help(const struct tr_opt *opts, const char *usage, FILE *fp)
         case TR_OPT_BYTES: arg = " SIZE"; break;
         case TR_OPT_DOUBLE: arg = " X"; break;
         case TR_OPT_STRING: arg = " TEXT"; break;
+        case TR_OPT_PATH: arg = " PATH"; break;
         case TR_OPT_ENUM: arg = " CHOICE"; break;
         case TR_OPT_INT_LIST: arg = " N,N,..."; break;
         case TR_OPT_END: break;

@@ -27,7 +27,13 @@ enum tr_opt_type {
     TR_OPT_ENUM,      /* dst: int index into choices */
     TR_OPT_INT_LIST,  /* dst: struct tr_i64_list */
     TR_OPT_BYTES,     /* dst: int64_t; text like 73G, 512M, 64K, 1.5T, 1048576 (binary units) */
+    TR_OPT_PATH,      /* dst: char *, as TR_OPT_STRING; at most TR_OPT_PATH_MAX bytes */
 };
+
+/* The longest path a TR_OPT_PATH option accepts: PATH_MAX less room for the file
+ * names and suffixes programs append to it ("/rank12.bin.tmp-4242"), so that every
+ * path made from an accepted option fits. */
+#define TR_OPT_PATH_MAX 4000
 
 struct tr_i64_list {
     int64_t *v; /* (n), owned; freed by tr_opt_release */
@@ -60,6 +66,20 @@ enum { TR_OPT_WANT_HELP = 1, TR_OPT_WANT_VERSION = 2, TR_OPT_WANT_PARSABLE = 4 }
 enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *rest,
                             int *want) TR_WUR;
 
+/* How option `name` of the table was set by the last tr_opt_parse: 0 by default
+ * (or no such option), 1 by the environment, 2 on the command line. */
+int tr_opt_given(const struct tr_opt *opts, const char *name);
+
+/* Options that exclude each other: when both `a` and `b` were given (environment
+ * or command line), logs "--a and --b cannot be used together" (naming a
+ * TR_<NAME> variable instead where that set it), then `hint` if non-NULL, and
+ * returns TR_ERR_ARG; TR_OK otherwise. */
+enum tr_status tr_opt_exclusive(const struct tr_opt *opts, const char *a, const char *b, const char *hint) TR_WUR;
+
+/* Writes how option o is named to the user into buf: "--name", or "TR_NAME" when
+ * the environment set it. */
+void tr_opt_source(const struct tr_opt *o, char *buf, size_t n);
+
 /* Frees strings and lists owned by the table. Safe to call twice. Call it before
  * parsing the same table again: tr_opt_parse does not free earlier values. */
 void tr_opt_release(struct tr_opt *opts);
@@ -74,11 +94,14 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n);
 struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name);
 
 /* Parses a size: a number with an optional K, M, G or T suffix (powers of 1024;
- * "GB" and "GiB" are accepted too). Returns 0, or -1 on bad text or overflow. */
+ * "GB" and "GiB" are accepted too). Returns 0, -1 on bad text, or -2 when the
+ * size does not fit in int64_t. */
 int tr_opt_parse_bytes(const char *text, int64_t *out);
 
 /* Parses a comma-separated list of int64 ("1,2,3"; "4x100" repeats 100 four times).
- * On success *out holds a tr_malloc'd array. Returns TR_ERR_ARG on bad text. */
+ * On success *out holds a tr_malloc'd array. Returns TR_ERR_ARG on bad text,
+ * TR_ERR_RANGE when a number does not fit in int64_t or the list is longer than a
+ * million entries. */
 enum tr_status tr_opt_parse_i64_list(const char *text, struct tr_i64_list *out) TR_WUR;
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 #include "../common/param.h"
 #include "../loader_svc/feature_spec.h"
 #include "../worker/plan.h"
@@ -124,6 +125,29 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
                                     struct feature_spec_split *split, struct plan_shape *sh)
 {
     const struct job_cfg *job = &c->job;
+    /* the three sources of tables exclude each other, and a dataset's spec gives
+     * its numerical features too */
+    TR_CHECK(tr_opt_exclusive(opts, "preset", "synthetic_dataset_cardinalities",
+                              "--preset gives the tables; drop one of them"));
+    TR_CHECK(tr_opt_exclusive(opts, "preset", "dataset_path", "--preset and a dataset each give the tables; drop one"));
+    TR_CHECK(tr_opt_exclusive(opts, "dataset_path", "synthetic_dataset_cardinalities",
+                              "the dataset's feature spec gives the tables; drop one of them"));
+    TR_CHECK(tr_opt_exclusive(opts, "dataset_path", "synthetic_dataset_num_numerical_features",
+                              "the dataset's feature spec gives the numerical features; drop one of them"));
+    TR_CHECK(tr_opt_exclusive(opts, "preset", "feature_spec", "--feature_spec names a file in --dataset_path"));
+    if (tr_opt_given(opts, "feature_spec") && !job->dataset_path) {
+        LOG_ERROR("--feature_spec needs --dataset_path");
+        LOG_HINT("--feature_spec names the FeatureSpec file inside --dataset_path");
+        return TR_ERR_ARG;
+    }
+    if (job->dataset_type != JOB_DATA_SYNTHETIC && !job->dataset_path) {
+        LOG_ERROR("--dataset_type %s needs --dataset_path", tr_opt_find(opts, "dataset_type")->choices[job->dataset_type]);
+        LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");
+        return TR_ERR_ARG;
+    }
+    if (job->dataset_path && tr_opt_given(opts, "dataset_type") && job->dataset_type == JOB_DATA_SYNTHETIC)
+        return tr_opt_exclusive(opts, "dataset_path", "dataset_type",
+                                "--dataset_path plans for that dataset; drop --dataset_type synthetic");
     sh->num_features = job->num_numerical;
     sh->test_samples = c->test_samples;
     if (c->preset == 1) {
@@ -132,9 +156,11 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
         return TR_OK;
     }
     if (job->dataset_path) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", job->dataset_path, job->feature_spec);
-        TR_CHECK(feature_spec_read(path, fs));
+        char *path;
+        TR_CHECK(tr_file_join_to(job->dataset_path, job->feature_spec, &path));
+        enum tr_status rc = feature_spec_read(path, fs);
+        tr_free(path);
+        TR_CHECK(rc);
         TR_CHECK(feature_spec_dlrm_split(fs, "train", split));
         sh->rows = split->rows;
         sh->ntables = split->ntables;

@@ -7,6 +7,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 
 enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
                                       int64_t ntest)
@@ -31,13 +32,8 @@ enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, con
 {
     memset(d, 0, sizeof *d);
     d->kind = DATASET_SPLIT_BINARY;
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, spec_name) >= (int)sizeof path) {
-        LOG_ERROR("--dataset_path: '%s' is too long", dir);
-        return TR_ERR_ARG;
-    }
-    if (!(d->source = tr_strdup(path)))
-        return TR_ERR_NOMEM;
+    TR_CHECK(tr_file_join_to(dir, spec_name, &d->source));
+    const char *path = d->source;
     enum tr_status rc = feature_spec_read(path, &d->fs);
     if (rc == TR_ERR_IO)
         LOG_HINT("--dataset_path must be a directory holding %s (write one with 'terarec data prepare')",

@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <yaml.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 
 struct ctx {
     yaml_document_t *doc;
@@ -94,6 +96,14 @@ static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struc
         f->cardinality = -1;
         if (!name)
             return bad(c, v, "feature_spec", "has a key that is not a name");
+        for (int j = 0; j < i; j++) {
+            if (!strcmp(fs->features[j].name, name)) {
+                LOG_ERROR("feature spec '%s': feature_spec lists feature '%s' twice (lines %d and %d)", c->path,
+                          name, line_of(yaml_document_get_node(c->doc, fsn->data.mapping.pairs.start[j].key)),
+                          line_of(yaml_document_get_node(c->doc, p->key)));
+                return TR_ERR_FORMAT;
+            }
+        }
         if (!(f->name = tr_strdup(name)))
             return TR_ERR_NOMEM;
         fs->nfeatures = i + 1;
@@ -121,6 +131,76 @@ static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struc
     return TR_OK;
 }
 
+/* "a.bin" and "./a.bin" name one file. */
+static const char *plain_name(const char *f)
+{
+    while (f[0] == '.' && f[1] == '/')
+        f += 2;
+    return f;
+}
+
+/* Chunk k of split `split` against itself and chunks 0 .. k-1: a file read twice
+ * (once for another feature, which would then be silently lost) or a feature in
+ * two places. */
+static enum tr_status check_chunk_dups(const struct ctx *c, const char *split, const struct feature_spec_mapping *m,
+                                       int k, const yaml_node_t *node)
+{
+    const struct feature_spec_chunk *ck = &m->chunks[k];
+    for (int j = 0; j <= k; j++) {
+        const struct feature_spec_chunk *cj = &m->chunks[j];
+        for (int a = 0; a < ck->nfiles; a++) {
+            for (int b = 0; b < (j == k ? a : cj->nfiles); b++) {
+                if (!strcmp(plain_name(ck->files[a]), plain_name(cj->files[b]))) {
+                    LOG_ERROR("feature spec '%s': file '%s' is listed twice, in source_spec.%s[%d].files and "
+                              "source_spec.%s[%d].files (line %d)",
+                              c->path, ck->files[a], split, j, split, k, line_of(node));
+                    LOG_HINT("each file holds the columns of one chunk; give every chunk its own file");
+                    return TR_ERR_FORMAT;
+                }
+            }
+        }
+        for (int a = 0; a < ck->nfeatures; a++) {
+            for (int b = 0; b < (j == k ? a : cj->nfeatures); b++) {
+                if (!strcmp(ck->features[a], cj->features[b])) {
+                    LOG_ERROR("feature spec '%s': feature '%s' is listed twice, in source_spec.%s[%d].features and "
+                              "source_spec.%s[%d].features (line %d)",
+                              c->path, ck->features[a], split, j, split, k, line_of(node));
+                    return TR_ERR_FORMAT;
+                }
+            }
+        }
+    }
+    return TR_OK;
+}
+
+/* A feature in two channels, or twice in one: the DLRM view would read it as two
+ * inputs, or drop one. */
+static enum tr_status check_channel_dups(const struct ctx *c, const struct feature_spec *fs, yaml_node_t *const nodes[3])
+{
+    char **const lists[3] = {fs->categorical, fs->numerical, fs->label};
+    const int counts[3] = {fs->ncategorical, fs->nnumerical, fs->nlabel};
+    static const char *const names[3] = {"categorical", "numerical", "label"};
+    for (int x = 0; x < 3; x++) {
+        for (int i = 0; i < counts[x]; i++) {
+            for (int y = 0; y <= x; y++) {
+                for (int j = 0; j < (y == x ? i : counts[y]); j++) {
+                    if (strcmp(lists[x][i], lists[y][j]) != 0)
+                        continue;
+                    if (x == y)
+                        LOG_ERROR("feature spec '%s': channel_spec.%s lists feature '%s' twice (line %d)", c->path,
+                                  names[x], lists[x][i], line_of(nodes[x]));
+                    else
+                        LOG_ERROR("feature spec '%s': feature '%s' is in two channels, channel_spec.%s and "
+                                  "channel_spec.%s (lines %d and %d)",
+                                  c->path, lists[x][i], names[y], names[x], line_of(nodes[y]), line_of(nodes[x]));
+                    return TR_ERR_FORMAT;
+                }
+            }
+        }
+    }
+    return TR_OK;
+}
+
 static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct feature_spec *fs)
 {
     if (!ss || ss->type != YAML_MAPPING_NODE)
@@ -136,6 +216,13 @@ static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct 
         struct feature_spec_mapping *m = &fs->mappings[i];
         if (!name)
             return bad(c, seq, "source_spec", "has a key that is not a name");
+        for (int j = 0; j < i; j++) {
+            if (!strcmp(fs->mappings[j].name, name)) {
+                LOG_ERROR("feature spec '%s': source_spec lists split '%s' twice (line %d)", c->path, name,
+                          line_of(yaml_document_get_node(c->doc, p->key)));
+                return TR_ERR_FORMAT;
+            }
+        }
         if (!(m->name = tr_strdup(name)))
             return TR_ERR_NOMEM;
         fs->nmappings = i + 1;
@@ -158,6 +245,7 @@ static enum tr_status read_sources(const struct ctx *c, yaml_node_t *ss, struct 
                 return TR_ERR_NOMEM;
             TR_CHECK(str_list(c, map_get(c, ch, "features"), "features", &chunk->features, &chunk->nfeatures));
             TR_CHECK(str_list(c, map_get(c, ch, "files"), "files", &chunk->files, &chunk->nfiles));
+            TR_CHECK(check_chunk_dups(c, name, m, k, ch));
         }
     }
     return TR_OK;
@@ -174,6 +262,17 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
     if (!fp) {
         LOG_ERROR("cannot open feature spec '%s': %s", path, strerror(errno));
         return TR_ERR_IO;
+    }
+    struct stat st = {0};
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = S_ISREG(st.st_mode) || !st.st_mode ? errno : 0;
+        if (S_ISDIR(st.st_mode))
+            LOG_ERROR("feature spec '%s' is a directory, not a file", path);
+        else
+            LOG_ERROR("feature spec '%s' is not a regular file%s%s", path, e ? ": " : "", e ? strerror(e) : "");
+        LOG_HINT("--feature_spec names the FeatureSpec yaml file inside --dataset_path (default feature_spec.yaml)");
+        fclose(fp);
+        return TR_ERR_ARG;
     }
     if (!yaml_parser_initialize(&parser)) {
         fclose(fp);
@@ -194,7 +293,13 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
         memcpy(fs->dir, slash ? path : ".", dl);
         fs->dir[dl] = '\0';
     }
+    errno = 0;
     if (!yaml_parser_load(&parser, &doc)) {
+        if (parser.error == YAML_READER_ERROR && ferror(fp)) {
+            LOG_ERROR("cannot read feature spec '%s': %s", path, strerror(errno ? errno : EIO));
+            rc = TR_ERR_IO;
+            goto exit;
+        }
         LOG_ERROR("feature spec '%s': %s at line %d", path, parser.problem ? parser.problem : "syntax error",
                   (int)parser.problem_mark.line + 1);
         rc = TR_ERR_FORMAT;
@@ -222,6 +327,10 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
         TR_CHECK_GOTO(str_list(&c, num, "channel_spec.numerical", &fs->numerical, &fs->nnumerical), rc, exit);
     if (lab)
         TR_CHECK_GOTO(str_list(&c, lab, "channel_spec.label", &fs->label, &fs->nlabel), rc, exit);
+    {
+        yaml_node_t *const nodes[3] = {cat, num, lab};
+        TR_CHECK_GOTO(check_channel_dups(&c, fs, nodes), rc, exit);
+    }
 exit:
     if (have_doc)
         yaml_document_delete(&doc);
@@ -374,15 +483,12 @@ static const struct feature_spec_chunk *find_chunk(const struct feature_spec_map
     return NULL;
 }
 
-static char *join_path(const char *dir, const char *file)
+static enum tr_status join_path(const char *dir, const char *file, char **out)
 {
-    if (file[0] == '/')
-        return tr_strdup(file);
-    size_t n = strlen(dir) + strlen(file) + 2;
-    char *p = tr_malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, file);
-    return p;
+    if (file[0] != '/')
+        return tr_file_join_to(dir, file, out);
+    *out = tr_strdup(file);
+    return *out ? TR_OK : TR_ERR_NOMEM;
 }
 
 /* Checks that `ch` is one split_binary file and returns its joined path. */
@@ -403,8 +509,7 @@ static enum tr_status chunk_file(const struct feature_spec *fs, const char *spli
                   fs->path, split, feature, ch->nfiles);
         return TR_ERR_FORMAT;
     }
-    *out = join_path(fs->dir, ch->files[0]);
-    return *out ? TR_OK : TR_ERR_NOMEM;
+    return join_path(fs->dir, ch->files[0], out);
 }
 
 enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split, struct feature_spec_split *out)

@@ -27,10 +27,15 @@ static enum tr_status map_file(const char *path, struct sb_file *f)
         return TR_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        LOG_ERROR("dataset file '%s' is not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        LOG_ERROR("cannot stat dataset file '%s': %s", path, strerror(errno));
         close(fd);
         return TR_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        LOG_ERROR("dataset file '%s' is %s, not a regular file", path, S_ISDIR(st.st_mode) ? "a directory" : "special");
+        close(fd);
+        return TR_ERR_FORMAT;
     }
     f->bytes = (size_t)st.st_size;
     if (f->bytes > 0) {
@@ -56,43 +61,87 @@ static void unmap_file(struct sb_file *f)
     f->bytes = 0;
 }
 
-static enum tr_status check_size(const char *path, const struct sb_file *f, int64_t n, size_t per_sample,
-                                 const char *label_path)
+/* The sample count of a split: every file must hold the same number of samples.
+ * The count most files agree on is taken as right and each file that disagrees is
+ * named with the size it has and the size it should have; when no count has a
+ * majority, all files are listed. */
+static enum tr_status check_sizes(const char *split, int nfiles, const char *const *paths,
+                                  const struct sb_file *const *files, const size_t *per, int64_t *nsamples)
 {
-    if ((uint64_t)f->bytes != (uint64_t)n * per_sample) {
-        LOG_ERROR("dataset file '%s' has %zu bytes; '%s' holds %lld samples, so it must have %llu (%zu per "
-                  "sample)",
-                  path, f->bytes, label_path, (long long)n, (unsigned long long)((uint64_t)n * per_sample),
-                  per_sample);
-        LOG_HINT("the files of a split must come from the same preprocessing run; regenerate the dataset");
-        return TR_ERR_FORMAT;
+    int best = -1, best_votes = 0, tie = 0;
+    for (int i = 0; i < nfiles; i++) {
+        if (files[i]->bytes % per[i])
+            continue;
+        int votes = 0;
+        for (int j = 0; j < nfiles; j++)
+            votes += files[j]->bytes % per[j] == 0 && files[j]->bytes / per[j] == files[i]->bytes / per[i];
+        if (votes > best_votes) {
+            best = i;
+            best_votes = votes;
+            tie = 0;
+        } else if (votes == best_votes && files[best]->bytes / per[best] != files[i]->bytes / per[i]) {
+            tie = 1;
+        }
     }
-    return TR_OK;
+    const int64_t n = best >= 0 ? (int64_t)(files[best]->bytes / per[best]) : -1;
+    if (best >= 0 && best_votes == nfiles) {
+        *nsamples = n;
+        return TR_OK;
+    }
+    if (best < 0 || tie || 2 * best_votes <= nfiles) {
+        LOG_ERROR("the files of split '%s' hold different numbers of samples:", split);
+        for (int i = 0; i < nfiles; i++)
+            LOG_ERROR("  '%s': %zu bytes, %zu per sample (%.2f samples)", paths[i], files[i]->bytes, per[i],
+                      (double)files[i]->bytes / (double)per[i]);
+    } else {
+        for (int i = 0; i < nfiles; i++) {
+            if ((uint64_t)files[i]->bytes == (uint64_t)n * per[i])
+                continue;
+            LOG_ERROR("dataset file '%s' has %zu bytes; the other files of split '%s' hold %lld samples, so it must "
+                      "have %llu (%zu per sample)",
+                      paths[i], files[i]->bytes, split, (long long)n, (unsigned long long)((uint64_t)n * per[i]),
+                      per[i]);
+            break; /* the first is enough; the hint covers the rest */
+        }
+    }
+    LOG_HINT("the files of a split must come from the same preprocessing run; regenerate the dataset");
+    return TR_ERR_FORMAT;
 }
 
 enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct sb_split *s)
 {
+    enum tr_status rc = TR_OK;
     memset(s, 0, sizeof *s);
     TR_CHECK(feature_spec_dlrm_split(fs, split, &s->layout));
     const struct feature_spec_split *L = &s->layout;
+    const int nfiles = 2 + L->ntables;
     s->cat = tr_calloc((size_t)(L->ntables ? L->ntables : 1), sizeof *s->cat);
-    if (!s->cat)
-        return TR_ERR_NOMEM;
-    TR_CHECK(map_file(L->label_path, &s->label));
-    s->nsamples = (int64_t)s->label.bytes;
+    const char **paths = tr_calloc((size_t)nfiles, sizeof *paths);
+    const struct sb_file **files = tr_calloc((size_t)nfiles, sizeof *files);
+    size_t *per = tr_calloc((size_t)nfiles, sizeof *per);
+    int k = 0;
+    if (!s->cat || !paths || !files || !per) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    TR_CHECK_GOTO(map_file(L->label_path, &s->label), rc, exit);
+    paths[k] = L->label_path, files[k] = &s->label, per[k++] = 1;
     if (L->nnumerical > 0) {
-        TR_CHECK(map_file(L->numerical_path, &s->numerical));
-        TR_CHECK(check_size(L->numerical_path, &s->numerical, s->nsamples, (size_t)L->nnumerical * 2,
-                            L->label_path));
+        TR_CHECK_GOTO(map_file(L->numerical_path, &s->numerical), rc, exit);
+        paths[k] = L->numerical_path, files[k] = &s->numerical, per[k++] = (size_t)L->nnumerical * 2;
     }
     for (int i = 0; i < L->ntables; i++) {
-        TR_CHECK(map_file(L->cat_paths[i], &s->cat[i]));
-        TR_CHECK(check_size(L->cat_paths[i], &s->cat[i], s->nsamples, kern_dtype_size(L->cat_dtype[i]),
-                            L->label_path));
+        TR_CHECK_GOTO(map_file(L->cat_paths[i], &s->cat[i]), rc, exit);
+        paths[k] = L->cat_paths[i], files[k] = &s->cat[i], per[k++] = kern_dtype_size(L->cat_dtype[i]);
     }
+    TR_CHECK_GOTO(check_sizes(split, k, paths, files, per, &s->nsamples), rc, exit);
     LOG_INFO(DATA, "split '%s' of '%s': %lld samples, %d numerical, %d categorical", split, fs->path,
              (long long)s->nsamples, L->nnumerical, L->ntables);
-    return TR_OK;
+exit:
+    tr_free(paths);
+    tr_free(files);
+    tr_free(per);
+    return rc;
 }
 
 void sb_close(struct sb_split *s)

@@ -121,7 +121,7 @@ static const char usage[] =
 static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
 {
     const struct tr_opt tab[] = {
-        {"output", TR_OPT_STRING, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
+        {"output", TR_OPT_PATH, &o->output, NULL, "output directory (required)", 1, 0, NULL, NULL, 0},
         {"frequency_threshold", TR_OPT_INT64, &o->frequency_threshold, "15",
          "threshold mode: keep values seen at least T times (T <= 1 keeps all)", 0, 1e18, NULL, NULL, 0},
         {"max_ind_range", TR_OPT_INT64, &o->max_ind_range, "0",
@@ -490,6 +490,83 @@ static int dir_state(const char *dir)
     return any;
 }
 
+/* The host name a staging folder's owner wrote into DIR.tmp-PID/.scratch/owner;
+ * "" when there is none (an older run, or one past its scratch stage). */
+static enum tr_status staging_owner(const char *stage_dir, char *host, size_t n)
+{
+    host[0] = '\0';
+    char *scratch = tr_file_join(stage_dir, ".scratch"), *p = scratch ? tr_file_join(scratch, "owner") : NULL;
+    if (!p) {
+        tr_free(scratch);
+        return TR_ERR_NOMEM;
+    }
+    FILE *fp = fopen(p, "r");
+    if (fp) {
+        if (!fgets(host, (int)n, fp))
+            host[0] = '\0';
+        host[strcspn(host, "\n")] = '\0';
+        fclose(fp);
+    }
+    tr_free(p);
+    tr_free(scratch);
+    return TR_OK;
+}
+
+/* Removes the staging folders OUT.tmp-PID (and OUT.tmp-PID.old) that runs killed
+ * before they could clean up left next to `out`: those whose process no longer
+ * exists on this host. Folders of live processes, of this process and of other
+ * hosts are left alone. Prints one line for each folder removed. Failing to
+ * remove one is a warning, not an error: the run does not need it gone.
+ * TR_ERR_NOMEM. */
+static enum tr_status remove_stale_staging(const char *out)
+{
+    enum tr_status rc = TR_OK;
+    const char *slash = strrchr(out, '/');
+    char *parent = tr_strdup(slash ? out : ".");
+    const char *base = slash ? slash + 1 : out;
+    if (!parent)
+        return TR_ERR_NOMEM;
+    if (slash)
+        parent[slash == out ? 1 : slash - out] = '\0';
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        host[0] = '\0';
+    const size_t nb = strlen(base);
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, nb) != 0 || strncmp(name + nb, ".tmp-", 5) != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(name + nb + 5, &end, 10);
+        if (errno || end == name + nb + 5 || pid <= 0 || (*end && strcmp(end, ".old") != 0))
+            continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* ours (removed by the caller), alive, or not ours to judge */
+        char *path = tr_file_join(parent, name), owner[256];
+        if (!path || (rc = staging_owner(path, owner, sizeof owner)) != TR_OK) {
+            tr_free(path);
+            rc = TR_ERR_NOMEM;
+            break;
+        }
+        if (owner[0] && strcmp(owner, host) != 0) {
+            LOG_WARN("leaving staging folder '%s' alone: it belongs to process %ld on host '%s'", path, pid, owner);
+        } else if (tr_file_rm_rf(path) == TR_OK) {
+            printf("removed stale staging folder '%s' of process %ld, which no longer runs\n", path, pid);
+            fflush(stdout);
+        } else {
+            LOG_WARN("cannot remove stale staging folder '%s' of process %ld", path, pid);
+        }
+        tr_free(path);
+    }
+    if (d)
+        closedir(d);
+    tr_free(parent);
+    return rc;
+}
+
 static enum tr_status list_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static enum tr_status list_add(char ***v, int *n, const char *fmt, ...)
 {
@@ -588,9 +665,8 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
     FILE *fp = NULL;
-    char *path = tr_file_join(dir, "feature_spec.yaml");
-    if (!path)
-        return TR_ERR_NOMEM;
+    char *path;
+    TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
     TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
     fp = fopen(path, "w");
     if (!fp) {
@@ -598,9 +674,11 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
         rc = TR_ERR_IO;
         goto exit;
     }
+    errno = 0;
     rc = feature_spec_write(&fs, fp);
+    int e = errno;
     if (fclose(fp) != 0 || rc != TR_OK) {
-        LOG_ERROR("cannot write '%s': %s", path, strerror(errno));
+        LOG_ERROR("cannot write '%s': %s", path, strerror(rc != TR_OK && e ? e : errno ? errno : EIO));
         rc = TR_ERR_IO;
     }
 exit:
@@ -677,19 +755,26 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         memcpy(tmp, out, n);
         strcpy(tmp + n, suffix);
     }
+    TR_CHECK_GOTO(remove_stale_staging(out), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
-    scratch = tr_file_join(tmp, ".scratch");
-    stage = scratch ? tr_file_join(scratch, "stage") : NULL;
-    train_dir = tr_file_join(tmp, "train");
-    test_dir = tr_file_join(tmp, "test");
-    if (!scratch || !stage || !train_dir || !test_dir) {
-        rc = TR_ERR_NOMEM;
-        goto fail;
-    }
+    TR_CHECK_GOTO(tr_file_join_to(tmp, ".scratch", &scratch), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(scratch, "stage", &stage), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(tmp, "train", &train_dir), rc, fail);
+    TR_CHECK_GOTO(tr_file_join_to(tmp, "test", &test_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(train_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(test_dir), rc, fail);
     TR_CHECK_GOTO(tr_file_mkdir_p(o->shuffle ? stage : scratch), rc, fail);
+    { /* who owns this staging folder, for a later run that finds it left behind */
+        char host[256] = "", *owner;
+        if (gethostname(host, sizeof host - 2) != 0)
+            host[0] = '\0';
+        strcat(host, "\n");
+        TR_CHECK_GOTO(tr_file_join_to(scratch, "owner", &owner), rc, fail);
+        rc = tr_file_write_atomic(owner, host, strlen(host));
+        tr_free(owner);
+        TR_CHECK_GOTO(rc, rc, fail);
+    }
 
     /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
     if (x.hash) {

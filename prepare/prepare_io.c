@@ -24,9 +24,7 @@ enum tr_status prepare_sink_open(struct prepare_sink *s, const char *dir, const 
     for (int c = 0; c < PREPARE_NCOL; c++)
         s->fd[c] = -1;
     for (int c = 0; c < PREPARE_NCOL; c++) {
-        s->path[c] = tr_file_join(dir, names[c]);
-        if (!s->path[c])
-            return TR_ERR_NOMEM;
+        TR_CHECK(tr_file_join_to(dir, names[c], &s->path[c]));
         s->fd[c] = open(s->path[c], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (s->fd[c] < 0) {
             LOG_ERROR("cannot create '%s': %s", s->path[c], strerror(errno));

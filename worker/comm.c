@@ -287,6 +287,46 @@ void comm_abort(struct comm *c, enum tr_status st)
     c->i->abort(c, code);
 }
 
+enum tr_status comm_vote(struct comm *c, enum tr_status mine, const char *what, int *together)
+{
+    int64_t verdict = mine;
+    if (c->size > 1) {
+        const int W = c->size;
+        int64_t *all = tr_calloc((size_t)W * 3, sizeof(int64_t));
+        if (!all)
+            return TR_ERR_NOMEM;
+        int64_t *cnt = all + W, *dsp = all + 2 * W;
+        for (int q = 0; q < W; q++) {
+            cnt[q] = 1;
+            dsp[q] = q;
+        }
+        enum tr_status rc = comm_gatherv_host(c, &verdict, 1, all, cnt, dsp, KERN_I64, 0);
+        if (rc == TR_OK && c->rank == 0) {
+            char who[256];
+            size_t o = 0;
+            who[0] = 0;
+            for (int q = 0; q < W; q++) {
+                if (all[q] == TR_OK)
+                    continue;
+                if (verdict == TR_OK)
+                    verdict = all[q];
+                if (o < sizeof who - 16)
+                    o += (size_t)snprintf(who + o, sizeof who - o, "%s%d", o ? ", " : "", q);
+            }
+            if (mine == TR_OK && verdict != TR_OK)
+                LOG_ERROR("rank(s) %s %s (their logs say why): stopping every rank", who, what);
+        }
+        tr_free(all);
+        if (rc == TR_OK)
+            rc = comm_bcast_host(c, &verdict, sizeof verdict, 0);
+        if (rc != TR_OK)
+            return rc;
+    }
+    if (verdict != TR_OK)
+        *together = 1;
+    return (enum tr_status)verdict;
+}
+
 /* The length of line k of text (lines end at '\n'), and where it starts. */
 static const char *line_at(const char *text, int64_t k, size_t *len)
 {

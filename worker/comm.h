@@ -121,6 +121,14 @@ void comm_reset_stats(struct comm *c);
  * the whole job stops together. TR_ERR_MPI and others on a failed collective. */
 enum tr_status comm_agree(struct comm *c, const char *what, const char *text) TR_WUR;
 
+/* A shared verdict on a check every rank made on its own (mine: this rank's
+ * result, already logged when not TR_OK): returns the first failing rank's status
+ * on every rank (TR_OK when all passed), and sets *together when it is not TR_OK,
+ * so the ranks stop together. Rank 0 logs which ranks failed ("rank 2 <what>")
+ * when it did not fail itself. A failed collective returns its own error (with
+ * *together untouched). */
+enum tr_status comm_vote(struct comm *c, enum tr_status mine, const char *what, int *together) TR_WUR;
+
 /* Every rank's fatal error ends the whole job: on a world of more than one rank,
  * logs that this rank failed and ends every process with the exit code of `st`
  * (tr_status_exit_code; the launcher reports which rank called it). Used for

@@ -29,7 +29,8 @@ void events_init(struct events *ev)
 
 struct dllog {
     FILE *fp;
-    double t0; /* wall clock at open, for elapsedtime */
+    double t0;  /* wall clock at open, for elapsedtime */
+    char *path; /* for messages */
 };
 
 static enum tr_status dllog_write(void *ctx, enum events_kind kind, int64_t step, const json_t *data)
@@ -58,10 +59,12 @@ static enum tr_status dllog_write(void *ctx, enum events_kind kind, int64_t step
     json_decref(rec);
     if (!s)
         return TR_ERR_NOMEM;
+    errno = 0;
     int bad = fprintf(l->fp, "DLLL %s\n", s) < 0 || fflush(l->fp) != 0;
+    int e = errno ? errno : EIO;
     free(s);
     if (bad) {
-        LOG_ERROR("cannot write the log file: %s", strerror(errno));
+        LOG_ERROR("cannot write the log file '%s': %s", l->path, strerror(e));
         return TR_ERR_IO;
     }
     return TR_OK;
@@ -70,8 +73,9 @@ static enum tr_status dllog_write(void *ctx, enum events_kind kind, int64_t step
 static void dllog_close(void *ctx)
 {
     struct dllog *l = ctx;
-    if (l->fp)
-        fclose(l->fp);
+    if (l->fp && fclose(l->fp) != 0)
+        LOG_WARN("cannot close the log file '%s': %s", l->path, strerror(errno));
+    tr_free(l->path);
     tr_free(l);
 }
 
@@ -87,10 +91,15 @@ enum tr_status events_add_dllog(struct events *ev, const char *path)
     if (!l)
         return TR_ERR_NOMEM;
     l->t0 = tr_clock_wall();
+    if (!(l->path = tr_strdup(path))) {
+        tr_free(l);
+        return TR_ERR_NOMEM;
+    }
     l->fp = fopen(path, "w");
     if (!l->fp) {
         LOG_ERROR("cannot create log file '%s': %s", path, strerror(errno));
         LOG_HINT("check --log_path, or pass --log_path '' to disable the JSON log");
+        tr_free(l->path);
         tr_free(l);
         return TR_ERR_IO;
     }

@@ -4,9 +4,14 @@
 #include "worker.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 #include "train.h"
 
 void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
@@ -17,14 +22,33 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          1e15, NULL, NULL, 0},
         {"benchmark_warmup_steps", TR_OPT_INT64, &c->benchmark_warmup_steps, "100",
          "steps left out of the throughput figure", 0, 1e15, NULL, NULL, 0},
-        {"dump_weights", TR_OPT_STRING, &c->dump_weights, NULL,
+        {"dump_weights", TR_OPT_PATH, &c->dump_weights, NULL,
          "after training, write each worker's weights to DIR/rank<r>.bin (for tests)", 1, 0, NULL, NULL, 0},
-        {"log_path", TR_OPT_STRING, &c->log_path, "dlrm_tf_log.json", "DLLogger JSON-lines log ('' disables it)", 1,
+        {"log_path", TR_OPT_PATH, &c->log_path, "dlrm_tf_log.json", "DLLogger JSON-lines log ('' disables it)", 1,
          0, NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= WORKER_MAX_OPTS);
     memcpy(o + k, own, sizeof own);
+}
+
+enum tr_status worker_check_outputs(const struct worker_cfg *c)
+{
+    enum tr_status rc = TR_OK;
+    if (c->log_path && *c->log_path)
+        rc = tr_file_probe_write(c->log_path, "--log_path");
+    if (rc == TR_OK && c->dump_weights && *c->dump_weights) {
+        /* the longest name a rank's dump takes: rank<r>.bin.tmp-<pid> (file.h) */
+        char name[64], *path;
+        snprintf(name, sizeof name, "rank%d.bin.tmp-%ld", INT32_MAX, (long)getpid());
+        rc = tr_file_join_to(c->dump_weights, name, &path);
+        if (rc == TR_OK) {
+            rc = tr_file_probe_write(path, "--dump_weights");
+            tr_free(path);
+        }
+    }
+    /* a flag that names a place this process cannot write is bad input (exit 2) */
+    return rc == TR_ERR_IO ? TR_ERR_ARG : rc;
 }
 
 enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)

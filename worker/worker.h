@@ -28,6 +28,16 @@ struct worker_cfg {
  * release it with tr_opt_release). */
 void worker_opts_fill(struct worker_cfg *cfg, struct tr_opt o[WORKER_MAX_OPTS]);
 
+/* Checks at start-up, before anything large is allocated, that the outputs can
+ * be written: the directory of --dump_weights is created if missing and a probe
+ * of this process's dump file (its temporary name) is created and removed; the
+ * --log_path file (rank 0's) is opened for writing, created and removed if it did
+ * not exist, its directory created. Every rank checks both (the same paths on a
+ * shared file system; all ranks then stop alike, before any collective).
+ * TR_ERR_ARG (a path that cannot be written or is too long: logged naming the
+ * file and the errno text), TR_ERR_NOMEM. */
+enum tr_status worker_check_outputs(const struct worker_cfg *cfg) TR_WUR;
+
 /* Summary of a finished run. */
 struct worker_result {
     int64_t steps;

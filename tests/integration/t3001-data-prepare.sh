@@ -194,6 +194,24 @@ for sig in INT TERM; do
         && [ ! -e o_int ] && ! ls -d o_int.tmp-* >/dev/null 2>&1 \
         && ok "SIG$sig: exit 130, one error line, nothing written" || fail "SIG$sig: exit 130, nothing written" "rc=$rc $out"
 done
+# SIGKILL cannot be caught: the run leaves o_kill.tmp-PID behind. The next run removes it (its
+# process is gone) and says so in one line naming it; the folders of a live process (this
+# shell) and of a PID above pid_max (which cannot exist) are treated as live and dead.
+$T data prepare --output o_kill --test_files 1 --threads 1 --chunk_size 64K big.tsv d1.tsv >kill.log 2>&1 &
+pid=$!
+end=$((SECONDS + 10))
+until compgen -G 'o_kill.tmp-*' >/dev/null || [ $SECONDS -ge $end ]; do :; done
+kill -KILL $pid
+{ wait $pid; } 2>/dev/null
+dead=$(( $(cat /proc/sys/kernel/pid_max) + 1 ))
+mkdir -p "o_kill.tmp-$$/train" "o_kill.tmp-$dead.old/x"
+if [ -d "o_kill.tmp-$pid" ]; then
+    out=$($T data prepare --output o_kill --max_ind_range 50 --test_files 1 d0.tsv d1.tsv 2>&1); rc=$?
+    [ $rc -eq 0 ] && [ -e o_kill/feature_spec.yaml ] && [ ! -e "o_kill.tmp-$pid" ] && [ ! -e "o_kill.tmp-$dead.old" ]         && [ -d "o_kill.tmp-$$/train" ]         && [ "$(echo "$out" | grep -c "removed stale staging folder '\./o_kill\.tmp-$pid' of process $pid")" -eq 1 ]         && echo "$out" | grep -q "removed stale staging folder '\./o_kill\.tmp-$dead\.old'"         && ! echo "$out" | grep -q "o_kill.tmp-$$"         && ok "SIGKILL: the next run removes the dead run's staging folder, names it, keeps a live one's"         || fail "SIGKILL: the next run removes the stale staging folder" "rc=$rc $out; left: $(ls -d o_kill.tmp-* 2>&1)"
+else
+    fail "SIGKILL leaves o_kill.tmp-$pid behind" "$(ls -d o_kill* 2>&1) $(cat kill.log)"
+fi
+rm -rf o_kill o_kill.tmp-*
 rm -f big.tsv
 
 # ---- the worker trains on it -------------------------------------------------------------

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,10 +154,55 @@ static void exit_codes(void)
     }
 }
 
+/* A join longer than PATH_MAX - 1 is refused, not truncated; one byte shorter works. */
+static void join_refuses_long_paths(void)
+{
+    static char a[PATH_MAX + 16];
+    memset(a, 'a', sizeof a - 1);
+    a[sizeof a - 1] = '\0';
+    char *p = (char *)1;
+    a[PATH_MAX - 3] = '\0'; /* "a...a" + "/" + "b" = PATH_MAX - 1 bytes */
+    TH_EQ_ST(tr_file_join_to(a, "b", &p), TR_OK);
+    TH_CHECK(p && strlen(p) == PATH_MAX - 1 && p[PATH_MAX - 3] == '/');
+    tr_free(p);
+    a[PATH_MAX - 3] = 'a'; /* one byte more */
+    a[PATH_MAX - 2] = '\0';
+    TH_EQ_ST(tr_file_join_to(a, "b", &p), TR_ERR_ARG);
+    TH_CHECK(p == NULL);
+    TH_CHECK(tr_file_join(a, "b") == NULL);
+}
+
+/* The start-up probe: creates missing directories, leaves no file it made, does not
+ * touch an existing file, and fails on a path under a regular file. */
+static void probe_write(void)
+{
+    make_dir();
+    char p[256], q[320];
+    snprintf(p, sizeof p, "%s/x/y/out.json", dir);
+    TH_EQ_ST(tr_file_probe_write(p, "--out"), TR_OK);
+    struct stat st;
+    TH_CHECK(stat(p, &st) != 0); /* the probe file is gone */
+    snprintf(q, sizeof q, "%s/x/y", dir);
+    TH_CHECK(stat(q, &st) == 0 && S_ISDIR(st.st_mode)); /* the directory stays */
+    int fd = open(p, O_WRONLY | O_CREAT, 0644);
+    TH_REQUIRE(fd >= 0);
+    TH_CHECK(write(fd, "keep", 4) == 4);
+    close(fd);
+    TH_EQ_ST(tr_file_probe_write(p, "--out"), TR_OK);
+    TH_CHECK(stat(p, &st) == 0 && st.st_size == 4); /* an existing file is untouched */
+    snprintf(q, sizeof q, "%s/out.json/z", p);
+    TH_EQ_ST(tr_file_probe_write(q, "--out"), TR_ERR_IO); /* under a regular file */
+    snprintf(q, sizeof q, "%s/x", dir);
+    TH_EQ_ST(tr_file_probe_write(q, "--out"), TR_ERR_IO); /* a directory */
+    TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
+}
+
 static const struct th_case cases[] = {
     {"reads_and_writes", reads_and_writes},
     {"atomic_replace", atomic_replace},
     {"exit_codes", exit_codes},
+    {"join_refuses_long_paths", join_refuses_long_paths},
+    {"probe_write", probe_write},
 };
 
 int main(int argc, char **argv)

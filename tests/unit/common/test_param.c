@@ -273,11 +273,11 @@ static void test_lists(void)
         TH_EQ(l.v[1], INT64_MAX);
     }
     tr_free(l.v);
-    TH_EQ_ST(tr_opt_parse_i64_list("9223372036854775808", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("9223372036854775808", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
-    TH_EQ_ST(tr_opt_parse_i64_list("2x9223372036854775808", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("2x9223372036854775808", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
-    TH_EQ_ST(tr_opt_parse_i64_list("1000001x1", &l), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_parse_i64_list("1000001x1", &l), TR_ERR_RANGE);
     TH_CHECK(l.v == NULL);
     /* growth past the initial capacity: 100 items */
     char buf[512] = "";
@@ -465,6 +465,70 @@ static void test_nomem(void)
     TH_CHECK(fired >= 4);
 }
 
+/* A path option refuses text over TR_OPT_PATH_MAX bytes (and keeps no value);
+ * exactly TR_OPT_PATH_MAX is accepted. */
+static void test_path_limit(void)
+{
+    char *path = NULL;
+    struct tr_opt opts[] = {
+        {.name = "out", .type = TR_OPT_PATH, .dst = &path, .def = NULL},
+        {.type = TR_OPT_END},
+    };
+    static char arg[TR_OPT_PATH_MAX + 8];
+    memcpy(arg, "--out=", 6);
+    memset(arg + 6, 'a', TR_OPT_PATH_MAX + 1);
+    arg[6 + TR_OPT_PATH_MAX + 1] = '\0';
+    char *argv[] = {"prog", arg};
+    int want;
+    TH_EQ_ST(tr_opt_parse(opts, 2, argv, NULL, &want), TR_ERR_ARG);
+    TH_CHECK(path == NULL);
+    tr_opt_release(opts);
+    arg[6 + TR_OPT_PATH_MAX] = '\0';
+    TH_EQ_ST(tr_opt_parse(opts, 2, argv, NULL, &want), TR_OK);
+    TH_CHECK(path && strlen(path) == TR_OPT_PATH_MAX);
+    tr_opt_release(opts);
+}
+
+/* tr_opt_given tells default, environment and command line apart; tr_opt_exclusive
+ * refuses two options given together and only then. */
+static void test_given_exclusive(void)
+{
+    struct table t;
+    table_init(&t);
+    TH_EQ_ST(parse(&t, NULL, "--seed=3", NULL), TR_OK);
+    TH_EQ(tr_opt_given(t.opts, "seed"), 2);
+    TH_EQ(tr_opt_given(t.opts, "rows"), 0);
+    TH_EQ(tr_opt_given(t.opts, "no_such_option"), 0);
+    TH_EQ_ST(tr_opt_exclusive(t.opts, "seed", "rows", NULL), TR_OK);
+    TH_EQ_ST(parse(&t, NULL, "--seed=3", "--rows=9", NULL), TR_OK);
+    TH_EQ_ST(tr_opt_exclusive(t.opts, "seed", "rows", "a hint"), TR_ERR_ARG);
+    TH_EQ_ST(tr_opt_exclusive(t.opts, "rows", "lr", NULL), TR_OK); /* lr by default only */
+    setenv("TR_LR", "0.5", 1);
+    TH_EQ_ST(parse(&t, NULL, "--rows=9", NULL), TR_OK);
+    unsetenv("TR_LR");
+    TH_EQ(tr_opt_given(t.opts, "lr"), 1);
+    TH_EQ_ST(tr_opt_exclusive(t.opts, "rows", "lr", NULL), TR_ERR_ARG);
+    char buf[32];
+    tr_opt_source(tr_opt_find(t.opts, "lr"), buf, sizeof buf);
+    TH_EQ_STR(buf, "TR_LR");
+    tr_opt_source(tr_opt_find(t.opts, "rows"), buf, sizeof buf);
+    TH_EQ_STR(buf, "--rows");
+    tr_opt_release(t.opts);
+}
+
+/* Sizes: -1 for bad text, -2 for a size that does not fit (it was -1, and the
+ * message said "not a size"). */
+static void test_bytes_overflow(void)
+{
+    int64_t v = 0;
+    TH_EQ(tr_opt_parse_bytes("73G", &v), 0);
+    TH_EQ(v, 73LL << 30);
+    TH_EQ(tr_opt_parse_bytes("99999999999999999999G", &v), -2);
+    TH_EQ(tr_opt_parse_bytes("1e999", &v), -2);
+    TH_EQ(tr_opt_parse_bytes("8E", &v), -1);
+    TH_EQ(tr_opt_parse_bytes("x", &v), -1);
+}
+
 static const struct th_case cases[] = {
     {"defaults", test_defaults},
     {"spellings", test_spellings},
@@ -476,6 +540,9 @@ static const struct th_case cases[] = {
     {"help_version", test_help_version},
     {"format_round_trip", test_format_round_trip},
     {"nomem", test_nomem},
+    {"path_limit", test_path_limit},
+    {"given_exclusive", test_given_exclusive},
+    {"bytes_overflow", test_bytes_overflow},
 };
 
 int main(int argc, char **argv)

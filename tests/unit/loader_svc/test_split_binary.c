@@ -467,6 +467,47 @@ static void bad_label_refused(void)
     remove_dataset();
 }
 
+/* A spec naming one file, feature or split twice loses an input silently unless
+ * it is refused. Each edit below is checked to be the only change: the spec as
+ * written reads (read_seed_spec). */
+static void duplicates_refused(void)
+{
+    make_dataset();
+    TH_EQ_ST(read_edited("", ""), TR_OK); /* the unedited spec loads */
+    /* cat_1's chunk reads cat_0's file */
+    TH_EQ_ST(read_edited("files: [train/cat_1.bin]", "files: [train/cat_0.bin]"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("files: [train/cat_1.bin]", "files: [./train/cat_0.bin]"), TR_ERR_FORMAT);
+    /* one feature name twice in feature_spec */
+    TH_EQ_ST(read_edited("  num_1: {dtype: float16}\n", "  num_1: {dtype: float16}\n  num_0: {dtype: float16}\n"),
+             TR_ERR_FORMAT);
+    /* a feature in two channels, and twice in one */
+    TH_EQ_ST(read_edited("label: [label]", "label: [cat_0.bin]"), TR_ERR_FORMAT);
+    TH_EQ_ST(read_edited("categorical: [cat_0.bin, cat_1.bin, cat_2.bin]",
+                         "categorical: [cat_0.bin, cat_1.bin, cat_2.bin, cat_1.bin]"),
+             TR_ERR_FORMAT);
+    /* a feature in two chunks of one split */
+    TH_EQ_ST(read_edited("{features: [cat_1.bin], files: [train/cat_1.bin]",
+                         "{features: [cat_0.bin], files: [train/cat_1.bin]"),
+             TR_ERR_FORMAT);
+    /* a split twice */
+    TH_EQ_ST(read_edited("  train:\n", "  test:\n"), TR_ERR_FORMAT);
+    remove_dataset();
+}
+
+/* A short label.bin is refused (which file the message blames is checked by
+ * tests/integration/t8001-bad-input.sh). */
+static void truncated_label_refused(void)
+{
+    make_dataset();
+    char p[600];
+    snprintf(p, sizeof p, "%s/train/label.bin", tmpdir);
+    TH_REQUIRE(truncate(p, 2) == 0); /* 3 samples -> 2 */
+    struct dataset ds;
+    TH_EQ_ST(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_ERR_FORMAT);
+    dataset_close(&ds);
+    remove_dataset();
+}
+
 static void dtype_rule(void)
 {
     TH_EQ(feature_spec_cat_dtype(1), KERN_I8);
@@ -487,6 +528,8 @@ static const struct th_case cases[] = {
     {"nonfinite_refused", nonfinite_refused},
     {"nonfinite_zeroed_and_counted", nonfinite_zeroed_and_counted},
     {"bad_label_refused", bad_label_refused},
+    {"duplicates_refused", duplicates_refused},
+    {"truncated_label_refused", truncated_label_refused},
 };
 
 int main(int argc, char **argv)
