@@ -256,7 +256,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     }
     /* the output paths can be written (before the run costs anything): each rank
      * checks its own view of the file system, and they stop together */
-    TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c), "could not write its output paths", &T->together));
+    TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c, rank), "could not write its output paths", &T->together));
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
      * path an NCCL unique id takes on GPU backends, exercised by every run */
     if (rank == 0)

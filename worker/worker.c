@@ -32,10 +32,10 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
     memcpy(o + k, own, sizeof own);
 }
 
-enum tr_status worker_check_outputs(const struct worker_cfg *c)
+enum tr_status worker_check_outputs(const struct worker_cfg *c, int rank)
 {
     enum tr_status rc = TR_OK;
-    if (c->log_path && *c->log_path)
+    if (rank == 0 && c->log_path && *c->log_path)
         rc = tr_file_probe_write(c->log_path, "--log_path");
     if (rc == TR_OK && c->dump_weights && *c->dump_weights) {
         /* the longest name a rank's dump takes: rank<r>.bin.tmp-<pid> (file.h) */

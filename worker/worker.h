@@ -32,11 +32,12 @@ void worker_opts_fill(struct worker_cfg *cfg, struct tr_opt o[WORKER_MAX_OPTS]);
  * be written: the directory of --dump_weights is created if missing and a probe
  * of this process's dump file (its temporary name) is created and removed; the
  * --log_path file (rank 0's) is opened for writing, created and removed if it did
- * not exist, its directory created. Every rank checks both (the same paths on a
- * shared file system; all ranks then stop alike, before any collective).
+ * not exist, its directory created: on rank 0 only, its one writer (ranks
+ * probing one file at once would race). Each rank's result is then voted on
+ * (comm_vote), so all ranks stop alike.
  * TR_ERR_ARG (a path that cannot be written or is too long: logged naming the
  * file and the errno text), TR_ERR_NOMEM. */
-enum tr_status worker_check_outputs(const struct worker_cfg *cfg) TR_WUR;
+enum tr_status worker_check_outputs(const struct worker_cfg *cfg, int rank) TR_WUR;
 
 /* Summary of a finished run. */
 struct worker_result {

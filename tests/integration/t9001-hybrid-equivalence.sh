@@ -83,6 +83,7 @@ else
 fi
 
 # determinism: the same N twice is bitwise identical
+out=""
 if run "col8-n3-again" 3 8 --columnwise_split --data_parallel_bottom_mlp &&
     out=$(python3 "$TR_ROOT/tests/integration/compare_runs.py" "$TMP/col8-n3" "$TMP/col8-n3-again" --bitwise 2>&1); then
     ok "same N=3 twice: bitwise-identical losses and weights"
