@@ -33,9 +33,9 @@
 #include "../common/clock.h"
 
 /* Waiting: spin this long, then sleep between tests, from SLEEP0 doubling to SLEEP1. */
-#define WAIT_SPIN 2e-3
+#define WAIT_SPIN 5e-3
 #define WAIT_SLEEP0 20e-6
-#define WAIT_SLEEP1 2e-3
+#define WAIT_SLEEP1 500e-6
 #define HOST_LEN 64
 
 enum { TAG_PROBE = 1, TAG_ALIVE = 2 };
