@@ -276,6 +276,21 @@ exit:
     return rc;
 }
 
+enum tr_status comm_gather_host(struct comm *c, const void *mine, int64_t bytes, void *all, int root)
+{
+    const int W = c->size;
+    int64_t *cnt = tr_malloc((size_t)W * 2 * sizeof(int64_t));
+    if (!cnt)
+        return TR_ERR_NOMEM;
+    for (int q = 0; q < W; q++) {
+        cnt[q] = bytes;
+        cnt[W + q] = bytes * q;
+    }
+    enum tr_status rc = comm_gatherv_host(c, mine, bytes, all, cnt, cnt + W, KERN_U8, root);
+    tr_free(cnt);
+    return rc;
+}
+
 void comm_abort(struct comm *c, enum tr_status st)
 {
     c->failed = 1;
@@ -292,15 +307,10 @@ enum tr_status comm_vote(struct comm *c, enum tr_status mine, const char *what, 
     int64_t verdict = mine;
     if (c->size > 1) {
         const int W = c->size;
-        int64_t *all = tr_calloc((size_t)W * 3, sizeof(int64_t));
-        if (!all)
+        int64_t *all = c->rank == 0 ? tr_calloc((size_t)W, sizeof(int64_t)) : NULL;
+        if (c->rank == 0 && !all)
             return TR_ERR_NOMEM;
-        int64_t *cnt = all + W, *dsp = all + 2 * W;
-        for (int q = 0; q < W; q++) {
-            cnt[q] = 1;
-            dsp[q] = q;
-        }
-        enum tr_status rc = comm_gatherv_host(c, &verdict, 1, all, cnt, dsp, KERN_I64, 0);
+        enum tr_status rc = comm_gather_host(c, &verdict, sizeof verdict, all, 0);
         if (rc == TR_OK && c->rank == 0) {
             char who[256];
             size_t o = 0;
@@ -372,15 +382,10 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
     TR_CHECK(comm_bcast_host(c, &root, sizeof root, 0));
     /* every rank learns whether any differs: rank 0 gathers the verdicts */
     int64_t differs = root != mine, any = 0;
-    int64_t *flags = tr_calloc((size_t)W * 3, sizeof(int64_t));
-    if (!flags)
+    int64_t *flags = me == 0 ? tr_calloc((size_t)W, sizeof(int64_t)) : NULL;
+    if (me == 0 && !flags)
         return TR_ERR_NOMEM;
-    int64_t *cnt = flags + W, *dsp = flags + 2 * W;
-    for (int q = 0; q < W; q++) {
-        cnt[q] = 1;
-        dsp[q] = q;
-    }
-    enum tr_status rc = comm_gatherv_host(c, &differs, 1, flags, cnt, dsp, KERN_I64, 0);
+    enum tr_status rc = comm_gather_host(c, &differs, sizeof differs, flags, 0);
     for (int q = 0; rc == TR_OK && me == 0 && q < W; q++)
         any += flags[q];
     if (rc == TR_OK)
@@ -394,8 +399,7 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
     TR_CHECK(comm_bcast_host(c, &len, sizeof len, 0));
     char *ref = tr_malloc((size_t)len + 1);
     struct agree_rec rec = {.line = -1}, *all = me == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
-    int64_t *rcnt = tr_malloc((size_t)W * 2 * sizeof(int64_t));
-    if (!ref || !rcnt || (me == 0 && !all)) {
+    if (!ref || (me == 0 && !all)) {
         rc = TR_ERR_NOMEM;
         goto exit;
     }
@@ -409,11 +413,7 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
         const char *p = line_at(text, rec.line, &l);
         snprintf(rec.text, sizeof rec.text, "%.*s", p ? (int)TR_MIN(l, sizeof rec.text - 1) : 0, p ? p : "");
     }
-    for (int q = 0; q < W; q++) {
-        rcnt[q] = (int64_t)sizeof rec;
-        rcnt[W + q] = (int64_t)sizeof rec * q;
-    }
-    TR_CHECK_GOTO(comm_gatherv_host(c, &rec, sizeof rec, all, rcnt, rcnt + W, KERN_U8, 0), rc, exit);
+    TR_CHECK_GOTO(comm_gather_host(c, &rec, sizeof rec, all, 0), rc, exit);
     if (me == 0) {
         int first = -1, n = 0;
         for (int q = 1; q < W; q++)
@@ -443,6 +443,5 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
 exit:
     tr_free(ref);
     tr_free(all);
-    tr_free(rcnt);
     return rc;
 }

@@ -112,6 +112,11 @@ enum tr_status comm_bcast_host(struct comm *c, void *buf, int64_t bytes, int roo
 enum tr_status comm_gatherv_host(struct comm *c, const void *send, int64_t scount, void *recv,
                                  const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t, int root) TR_WUR;
 
+/* The same-size record (bytes) of every rank, in rank order, into all
+ * (size x bytes) on root; all is read on root only. Host memory, staged like
+ * comm_gatherv_host. */
+enum tr_status comm_gather_host(struct comm *c, const void *mine, int64_t bytes, void *all, int root) TR_WUR;
+
 void comm_reset_stats(struct comm *c);
 
 /* Checks that every rank holds the same `text` (lines "name=value", e.g. the

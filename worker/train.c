@@ -195,21 +195,13 @@ static enum tr_status check_memory(struct train *T)
     struct room_rec *all = rank == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
     struct plan_room *rooms = rank == 0 ? tr_calloc((size_t)W, sizeof *rooms) : NULL;
     const char **hosts = rank == 0 ? tr_calloc((size_t)W, sizeof *hosts) : NULL;
-    int64_t *cnt = tr_malloc((size_t)W * 2 * sizeof(int64_t));
     int64_t verdict = TR_OK;
     enum tr_status rc = TR_OK;
-    if (!cnt || (rank == 0 && (!all || !rooms || !hosts))) {
+    if (rank == 0 && (!all || !rooms || !hosts)) {
         rc = TR_ERR_NOMEM;
         goto exit;
     }
-    for (int q = 0; q < W; q++) {
-        cnt[q] = (int64_t)sizeof mine;
-        cnt[W + q] = (int64_t)sizeof mine * q;
-    }
-    if (W == 1)
-        memcpy(all, &mine, sizeof mine);
-    else
-        TR_CHECK_GOTO(comm_gatherv_host(&T->comm, &mine, sizeof mine, all, cnt, cnt + W, KERN_U8, 0), rc, exit);
+    TR_CHECK_GOTO(comm_gather_host(&T->comm, &mine, sizeof mine, all, 0), rc, exit);
     if (rank == 0) {
         for (int q = 0; q < W; q++) {
             rooms[q] = all[q].r;
@@ -228,7 +220,6 @@ exit:
     tr_free(all);
     tr_free(rooms);
     tr_free(hosts);
-    tr_free(cnt);
     return rc;
 }
 
@@ -676,15 +667,10 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     const int W = T->dist.world;
     struct tr_alloc_stats st;
     tr_alloc_get_stats(&st);
-    int64_t *peaks = tr_calloc((size_t)W * 3, sizeof(int64_t));
+    int64_t *peaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!peaks)
         return TR_ERR_NOMEM;
-    int64_t *cnt = peaks + W, *dsp = peaks + 2 * W;
-    for (int q = 0; q < W; q++) {
-        cnt[q] = 1;
-        dsp[q] = q;
-    }
-    enum tr_status rc = comm_gatherv_host(&T->comm, &st.peak_bytes, 1, peaks, cnt, dsp, KERN_I64, 0);
+    enum tr_status rc = comm_gather_host(&T->comm, &st.peak_bytes, sizeof st.peak_bytes, peaks, 0);
     if (rc == TR_OK && T->dist.rank == 0) {
         const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
                                          T->src.nsamples[BATCH_TEST]};

@@ -111,6 +111,15 @@ done
 timed out $M -np 1 $S : -np 1 $S --threads 2
 expect "--threads may differ between ranks" 0 60 '^summary: steps=3'
 
+# a check each rank makes on its own (rank 0 probes --log_path, its one writer): the
+# verdict is shared, and every rank exits 2 without an abort
+touch "$TMP/afile"
+timed out $M -np 3 $S --log_path "$TMP/afile/log.json"
+expect "--log_path under a file, seen by rank 0 only: every rank exits 2 naming the file" 2 30 \
+    "error: --log_path: .*afile"
+echo "$out" | grep -q 'MPI_ABORT' && fail "a shared verdict needs no MPI_Abort" "$out" ||
+    ok "a shared verdict needs no MPI_Abort"
+
 # ---- one rank's fatal error ends the job -----------------------------------------------------------
 python3 - "$TMP" <<'PYEOF'
 import random, sys
