@@ -2,7 +2,8 @@
 # t8003: a job never hangs and never corrupts memory. Real processes under mpirun:
 # - ranks started with different options (MPMD: `-np 1 A : -np 2 B`) stop before
 #   allocating, every one with exit 2, rank 0 naming the first differing option;
-#   --threads may differ;
+#   --threads may differ; a check each rank makes alone (rank 0's --log_path) is
+#   voted on, and every rank exits 2 without an abort;
 # - a fatal error on one rank (a categorical id out of range, in the train split
 #   and in the test split) ends the whole job within seconds with that rank's
 #   message and exit code;
