@@ -260,8 +260,10 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
     int have_doc = 0;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        LOG_ERROR("cannot open feature spec '%s': %s", path, strerror(errno));
-        return TR_ERR_IO;
+        int e = errno;
+        LOG_ERROR("cannot open feature spec '%s': %s", path, strerror(e));
+        /* a path that names nothing is bad input (exit 2), not a failing disk */
+        return e == ENOENT || e == ENOTDIR ? TR_ERR_ARG : TR_ERR_IO;
     }
     struct stat st = {0};
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {

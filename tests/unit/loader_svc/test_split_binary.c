@@ -270,7 +270,7 @@ static void size_mismatch_refused(void)
     unlink(p);
     TH_EQ_ST(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_ERR_IO);
     dataset_close(&ds);
-    TH_EQ_ST(dataset_open_split_binary(&ds, "/nonexistent-dir", "feature_spec.yaml"), TR_ERR_IO);
+    TH_EQ_ST(dataset_open_split_binary(&ds, "/nonexistent-dir", "feature_spec.yaml"), TR_ERR_ARG); /* exit 2 */
     dataset_close(&ds);
     remove_dataset();
 }
