@@ -201,6 +201,12 @@ enum tr_status job_check(const struct job_cfg *c, unsigned groups)
         LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");
         return TR_ERR_ARG;
     }
+    if ((groups & JOB_MODEL) && c->optimizer == JOB_OPT_ADAGRAD && c->adagrad_eps == 0.0 && c->adagrad_init == 0.0) {
+        LOG_ERROR("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value 0 divides 0 by 0 for every weight "
+                  "whose gradient is 0 at the first step (NaN)");
+        LOG_HINT("give either a positive value (the defaults are 1e-7 and 0.1)");
+        return TR_ERR_ARG;
+    }
     if ((groups & JOB_MODEL) && (c->top.n < 1 || c->top.n > JOB_MAX_LAYERS || c->top.v[c->top.n - 1] != 1)) {
         LOG_ERROR("--top_mlp_dims: needs 1 to %d layers and the last width must be 1 (the logit)", JOB_MAX_LAYERS);
         LOG_HINT("for example --top_mlp_dims 1024,1024,512,256,1");

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,6 +278,11 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     if (rank == 0) {
         TR_CHECK(events_add_dllog(&T->ev, c->log_path));
         TR_CHECK(events_emit(&T->ev, EVENTS_PARAMS, 0, params_json(T)));
+        if (c->log_path && *c->log_path) { /* the default lands in the working directory: say so */
+            char *abs = realpath(c->log_path, NULL);
+            LOG_RANK0("log: DLLogger records go to %s", abs ? abs : c->log_path);
+            free(abs);
+        }
     }
     double t_init = tr_clock_now();
     TR_CHECK(dlrm_new(&mc, &T->be, &T->m));
@@ -347,6 +353,20 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
  * that every rank stops together. Failures name the step (counted from 1, as the
  * progress lines do) and the tensor; TR_ERR_RANGE. */
 
+/* The hint after a divergence: an Adagrad that divides by a near-zero
+ * accumulator before the learning rate, which is otherwise the usual cause. */
+static void diverged_hint(const struct train *T, int inputs)
+{
+    const struct job_cfg *j = &T->c->job;
+    if (j->optimizer == JOB_OPT_ADAGRAD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
+        LOG_HINT("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value %g divides by an accumulator that "
+                 "is tiny for rarely updated weights: keep the defaults (1e-7 and 0.1)",
+                 j->adagrad_init);
+    else
+        LOG_HINT("lower --learning_rate (now %g) or lengthen --warmup_steps (now %lld)%s", j->learning_rate,
+                 (long long)j->warmup_steps, inputs ? "; check the inputs (--nonfinite_inputs)" : "");
+}
+
 /* The first layer part (kernel or bias) of tensor k (DLRM_PARAMS or DLRM_GRADS)
  * inside [p0, p1) holding NaN or inf, as "top_mlp_layer_0 kernel (16 x 1)"; ""
  * when none does. */
@@ -403,7 +423,7 @@ static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
                       "stopping with it",
                       step);
         }
-        LOG_HINT("lower --learning_rate or lengthen --warmup_steps; check the inputs (--nonfinite_inputs)");
+        diverged_hint(T, 1);
         T->together = 1; /* the all-reduced loss: every rank stops here */
         return TR_ERR_RANGE;
     }
@@ -421,7 +441,7 @@ static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
     TR_CHECK(find_nonfinite_layer(T, DLRM_GRADS, p0, mi.nparams, name, sizeof name));
     LOG_ERROR("step %lld: the gradient of %s holds NaN or inf (loss %g); training diverged", step,
               name[0] ? name : "the dense parameters", loss);
-    LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    diverged_hint(T, 0);
     T->together = 1; /* all-reduced gradients: every rank stops here */
     return TR_ERR_RANGE;
 }
@@ -460,8 +480,31 @@ static enum tr_status check_weights(struct train *T, int64_t s)
     } else {
         LOG_ERROR("step %lld: another rank found NaN or inf weights (its log names them); stopping with it", step);
     }
-    LOG_HINT("lower --learning_rate or lengthen --warmup_steps");
+    diverged_hint(T, 0);
     T->together = 1; /* an all-reduced verdict */
+    return TR_ERR_RANGE;
+}
+
+/* A loss that stays finite but runs away: BCE starts near ln 2 (0.69); a mean
+ * loss over DIVERGE_MIN nats a sample and DIVERGE_FACTOR times the first step's
+ * means the logits saturate on the wrong side, and the run will end at AUC 0.5. */
+#define DIVERGE_FACTOR 100.0
+#define DIVERGE_MIN 10.0
+
+static enum tr_status check_divergence(struct train *T, int64_t s, double loss)
+{
+    const double first = s == 0 ? loss : T->res.first_loss;
+    if (!(loss > DIVERGE_MIN && loss > DIVERGE_FACTOR * first))
+        return TR_OK;
+    struct dlrm_info mi;
+    struct dlrm_layer_info li;
+    dlrm_get_info(T->m, &mi);
+    dlrm_get_layer(T->m, 1, mi.ntop - 1, &li);
+    LOG_ERROR("step %lld: diverged at step %lld: the loss is %.4g, over %.0f times the first step's %.4g (the "
+              "logits of %s saturate)",
+              (long long)s + 1, (long long)s + 1, loss, DIVERGE_FACTOR, first, li.name);
+    diverged_hint(T, 0);
+    T->together = 1; /* the all-reduced loss: every rank stops here */
     return TR_ERR_RANGE;
 }
 
@@ -490,6 +533,7 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     TR_CHECK(hybrid_forward(T->h));
     TR_CHECK(hybrid_backward(T->h, &loss));
     TR_CHECK(check_gradients(T, s, loss));
+    TR_CHECK(check_divergence(T, s, loss));
     TR_CHECK(hybrid_update(T->h, lr));
     TR_CHECK(T->be.i->synchronize(T->be.ctx)); /* the step's queued work is part of its time */
     T->a2a_bytes += (double)(T->comm.stat[COMM_ALLTOALL].bytes - a0.bytes);
