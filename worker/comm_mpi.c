@@ -99,10 +99,10 @@ static const char *host_of(const struct mpi_ctx *m, int rank)
 }
 
 /* Answers the liveness probes that arrived ("alive, with `seq` collectives
- * started"); marks the probers alive in `alive` (when given): a prober is alive
- * too. One answer per peer is in flight at a time: a peer with one pending needs
+ * started"); marks the probers alive in `alive` with their position in `seq`
+ * (when given): a prober is alive too. One answer per peer is in flight at a time: a peer with one pending needs
  * no second. */
-static void answer_probes(struct mpi_ctx *m, char *alive)
+static void answer_probes(struct mpi_ctx *m, char *alive, int64_t *seq)
 {
     for (;;) {
         int flag = 0;
@@ -112,8 +112,10 @@ static void answer_probes(struct mpi_ctx *m, char *alive)
         const int q = st.MPI_SOURCE;
         int64_t their = 0;
         MPI_Recv(&their, 1, MPI_INT64_T, q, TAG_PROBE, m->ctl, MPI_STATUS_IGNORE);
-        if (alive)
+        if (alive) {
             alive[q] = 1;
+            seq[q] = their; /* a prober waits in its collective number `their` */
+        }
         int done = 1;
         if (m->answer_req[q] != MPI_REQUEST_NULL)
             MPI_Test(&m->answer_req[q], &done, MPI_STATUS_IGNORE);
@@ -153,7 +155,7 @@ static enum tr_status diagnose(struct comm *c, const char *what, double waited, 
     const double t_end = tr_clock_now() + grace;
     int answered = 1;
     while (answered < W && tr_clock_now() < t_end) {
-        answer_probes(m, alive);
+        answer_probes(m, alive, seq);
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ALIVE, m->ctl, &flag, &st) == MPI_SUCCESS && flag) {
@@ -183,17 +185,28 @@ static enum tr_status diagnose(struct comm *c, const char *what, double waited, 
                                    (long long)seq[q]);
         }
     }
-    if (nsilent)
+    int ahead = 0;
+    for (int q = 0; q < W; q++)
+        ahead += alive[q] && seq[q] > mine;
+    if (nsilent) {
         LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g); silent rank(s): %s; waiting "
                   "(rank@collectives started): %s",
                   what, waited, timeout, silent, waiting);
-    else
-        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g), yet every rank answered "
-                  "(rank@collectives started: %s): the ranks are in different collectives",
+        LOG_HINT("a silent rank is stopped, hung, dead, or busy outside collectives for longer than the timeout: "
+                 "check its host, or raise --collective_timeout");
+    } else if (ahead) {
+        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g); every rank answered, %d of them from a "
+                  "later collective (rank@collectives started: %s): this rank fell behind",
+                  what, waited, timeout, ahead, waiting);
+        LOG_HINT("this rank was stopped or starved for longer than the timeout, or a peer has already ended: see the "
+                 "other ranks' logs");
+    } else {
+        LOG_ERROR("%s: no progress for %.3g s (--collective_timeout %.3g), yet every rank answered from this "
+                  "collective (rank@collectives started: %s): the data is not arriving",
                   what, waited, timeout, waiting);
-    LOG_HINT(nsilent ? "a silent rank is stopped, hung, dead, or busy outside collectives for longer than the "
-                       "timeout: check its host, or raise --collective_timeout"
-                     : "this is a bug in terarec: please report it with the log of every rank");
+        LOG_HINT("check the network between the ranks' hosts (OMPI_MCA_btl_tcp_if_include), or report it with "
+                 "every rank's log");
+    }
     for (int q = 0; q < W; q++)
         if (req[q] != MPI_REQUEST_NULL) {
             MPI_Cancel(&req[q]);
@@ -222,7 +235,7 @@ static enum tr_status m_wait(struct comm *c, MPI_Request *req, const char *what)
         double now = tr_clock_now();
         if (now < next_poll)
             continue; /* spinning */
-        answer_probes(m, NULL);
+        answer_probes(m, NULL, NULL);
         if (c->timeout > 0 && now - t0 > c->timeout)
             return diagnose(c, what, now - t0, c->timeout);
         nap_s = nap_s == 0.0 ? WAIT_SLEEP0 : TR_MIN(WAIT_SLEEP1, 2 * nap_s);
