@@ -56,7 +56,13 @@ struct prepare_opts {
     int64_t memory_limit;
     int64_t chunk_size;
     int strict, force, progress;
+    int numerical_transform;   /* enum prepare_num_transform */
+    int hash_missing;          /* HASH_MISSING_* */
 };
+
+enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
+static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
+static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
 
 enum { PASS_COUNT, PASS_WRITE };
 
@@ -67,7 +73,8 @@ struct prepare_ctx {
     int ninputs;
     int hash;                  /* hash mode */
     int pass;
-    uint64_t M;                /* hash mode modulus */
+    int reserved;              /* hash mode: id 0 only for missing, 1 + h % (R - 1) for the rest */
+    uint64_t M;                /* hash mode modulus (R, or R - 1 when reserved) */
     uint64_t M_inv;            /* fastmod constant for 32-bit values */
     struct prepare_counter *counter;
     struct prepare_dict dict;
@@ -97,7 +104,9 @@ static const char usage[] =
     "numerical.bin (float16 [N, 13]) and cat_0.bin..cat_25.bin (int8/int16/int32 by cardinality),\n"
     "and DIR/feature_spec.yaml. The output is written to DIR.tmp-PID and renamed to DIR on success.\n"
     "\n"
-    "  numerical    float16(ln(x + 3)); missing and x <= -3 give 0 (the seed's Spark rule)\n"
+    "  numerical    --numerical_transform nvidia (default): float16(ln(x + 3)); missing and x <= -3\n"
+    "               give 0 (the seed's Spark rule); log1p: float16(ln(1 + max(x, 0))), missing gives 0\n"
+    "               (facebookresearch/dlrm, TorchRec, MLPerf)\n"
     "  categorical  1 to 16 hex digits of either case, compared as integers (the data always has 8);\n"
     "               missing gives id 0. Two modes:\n"
     "    threshold  (default) exact counts over ALL inputs, train and test, as the seed; values seen\n"
@@ -106,7 +115,8 @@ static const char usage[] =
     "               Counting tables that outgrow --memory_limit SPILL to sorted runs on disk that are\n"
     "               merged at the end: counts stay exact (no sketch). The kept values must fit in memory.\n"
     "    hash       (--max_ind_range M) id = int(hex, 16) % M, missing gives 0 (facebookresearch/dlrm's\n"
-    "               rule); every cardinality is M; one pass over the text.\n"
+    "               rule); every cardinality is M; one pass over the text. --hash_missing reserved\n"
+    "               keeps id 0 for missing values only: id = 1 + int(hex, 16) % (M - 1), M >= 2.\n"
     "  split        --test_files K: the last K input files are the test split (the seed's day_23), or\n"
     "               --test_fraction F: the last round(F * N) of the N valid rows, by position\n"
     "  shuffle      training row g (0-based, input order) goes to the rank of its key\n"
@@ -146,6 +156,13 @@ static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
          NULL, 0},
         {"progress", TR_OPT_BOOL, &o->progress, "true", "progress bar on stderr when it is a terminal", 1, 0,
          NULL, NULL, 0},
+        {"numerical_transform", TR_OPT_ENUM, &o->numerical_transform, "nvidia",
+         "nvidia: ln(x + 3), x <= -3 gives 0 (the seed); log1p: ln(1 + max(x, 0)) (dlrm, TorchRec, MLPerf)", 1, 0,
+         transform_choices, NULL, 0},
+        {"hash_missing", TR_OPT_ENUM, &o->hash_missing, "shared",
+         "hash mode: shared: missing gives 0, which values hashing to 0 share; reserved: missing gives 0, "
+         "others 1 + h % (M - 1)",
+         1, 0, hash_missing_choices, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(TR_ARRAY_SIZE(tab) <= MAX_OPTS);
@@ -326,6 +343,8 @@ static enum tr_status write_row(void *arg, const struct prepare_row *row)
         for (int i = 0; i < PREPARE_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
             uint64_t v = row->cat[i];
             uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
+            if (x->reserved)
+                id = (row->cat_present >> i) & 1u ? id + 1 : 0;
             store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
         }
     } else {
@@ -445,6 +464,15 @@ static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *op
     if (o->max_ind_range > 0 && tr_opt_find(opts, "frequency_threshold")->set_by == 2) {
         LOG_ERROR("--frequency_threshold and --max_ind_range are alternatives; give one");
         LOG_HINT("--max_ind_range selects the hash mode, --frequency_threshold the (default) threshold mode");
+        return TR_ERR_ARG;
+    }
+    if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range == 0) {
+        LOG_ERROR("--hash_missing reserved needs the hash mode (--max_ind_range M)");
+        return TR_ERR_ARG;
+    }
+    if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range < 2) {
+        LOG_ERROR("--max_ind_range: %lld leaves no id for present values with --hash_missing reserved; "
+                  "give M >= 2", (long long)o->max_ind_range);
         return TR_ERR_ARG;
     }
     return TR_OK;
@@ -778,7 +806,8 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
 
     /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
     if (x.hash) {
-        x.M = (uint64_t)o->max_ind_range;
+        x.reserved = o->hash_missing == HASH_MISSING_RESERVED;
+        x.M = (uint64_t)o->max_ind_range - (uint64_t)x.reserved;
         x.M_inv = UINT64_MAX / x.M + 1;
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = o->max_ind_range;
@@ -959,6 +988,7 @@ int prepare_main(int argc, char **argv)
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec data prepare", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
     } else if (rc == TR_OK) {
+        prepare_parse_init_transform((enum prepare_num_transform)o.numerical_transform);
         struct sigaction sa, old_int, old_term;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;

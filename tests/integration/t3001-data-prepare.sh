@@ -60,12 +60,15 @@ out=$($T data prepare --help 2>&1) && echo "$out" | grep -q -- '--max_ind_range 
 for spec in "threshold 3 files 1 --frequency_threshold=3 --test_files=1" \
             "threshold 1 fraction 0.3 --frequency_threshold=1 --test_fraction=0.3" \
             "hash 5000 fraction 0.25 --max_ind_range=5000 --test_fraction=0.25" \
-            "hash 70000 files 1 --max_ind_range=70000 --test_files=1"; do
+            "hash 70000 files 1 --max_ind_range=70000 --test_files=1" \
+            "threshold 3 files 1 --frequency_threshold=3 --test_files=1 --numerical_transform=log1p" \
+            "hash 5000 fraction 0.25 --max_ind_range=5000 --test_fraction=0.25 --hash_missing=reserved" \
+            "hash 70000 files 1 --max_ind_range=70000 --test_files=1 --hash_missing=reserved --numerical_transform=log1p"; do
     set -- $spec
-    name="$1 $2, split by $3 $4"
+    name="$1 $2, split by $3 $4${7:+, ${*:7}}"
     rm -rf ref out
-    want=$($REF write "$1" "$2" "$3" "$4" ref d0.tsv d1.tsv)
-    if log=$($T data prepare --output out --no_shuffle "$5" "$6" d0.tsv d1.tsv 2>&1); then
+    want=$($REF write "${@:7}" "$1" "$2" "$3" "$4" ref d0.tsv d1.tsv)
+    if log=$($T data prepare --output out --no_shuffle "$5" "$6" "${@:7}" d0.tsv d1.tsv 2>&1); then
         diff=$(same_dataset ref out)
         [ -z "$diff" ] && [ "$(cards out)" = "$want" ] && echo "$log" | grep -q "cardinalities $want;" \
             && ok "$name: bytes and cardinalities equal the reference" \
@@ -171,6 +174,14 @@ bad_usage "fraction out of range" "error: --test_fraction: '1.5' is outside" --o
 bad_usage "both modes" "error: --frequency_threshold and --max_ind_range are alternatives" --output o_bad \
     --max_ind_range 10 --frequency_threshold 2 --test_files 1 d0.tsv d1.tsv
 bad_usage "no inputs" "error: no input files" --output o_bad --test_fraction 0.1
+bad_usage "unknown --numerical_transform" "error: .*--numerical_transform.*'log2'.*nvidia\|log1p" --output o_bad \
+    --numerical_transform log2 --test_files 1 d0.tsv d1.tsv
+bad_usage "unknown --hash_missing" "error: .*--hash_missing.*'own'.*shared\|reserved" --output o_bad \
+    --max_ind_range 10 --hash_missing own --test_files 1 d0.tsv d1.tsv
+bad_usage "--hash_missing reserved without hash mode" "error: --hash_missing reserved needs the hash mode" \
+    --output o_bad --hash_missing reserved --test_files 1 d0.tsv d1.tsv
+bad_usage "--hash_missing reserved with M = 1" "error: --max_ind_range: 1 leaves no id for present values" \
+    --output o_bad --max_ind_range 1 --hash_missing reserved --test_files 1 d0.tsv d1.tsv
 out=$($T data prepare --output keep --force --max_ind_range 50 --test_files 1 d0.tsv d1.tsv 2>&1)
 [ $? -eq 0 ] && [ ! -e keep/file ] && [ -e keep/feature_spec.yaml ] && ok "--force replaces the output" \
     || fail "--force replaces the output" "$out"

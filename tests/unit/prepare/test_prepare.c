@@ -411,6 +411,15 @@ static void parse_line_rules(void)
     TH_EQ(prepare_num_half(123456789012LL), 0x4e63);
     TH_EQ(prepare_num_half(INT64_MIN), 0);
     TH_EQ(prepare_num_half(INT64_MAX), 0x5175); /* ln(2^63) = 43.668 = 2^5 (1 + 373.38/1024) */
+    prepare_parse_init_transform(PREPARE_NUM_LOG1P); /* ln(1 + max(x, 0)) */
+    TH_EQ(prepare_num_half(0), 0);
+    TH_EQ(prepare_num_half(-5), 0);
+    TH_EQ(prepare_num_half(INT64_MIN), 0);
+    TH_EQ(prepare_num_half(1), 0x398c);     /* ln 2 = 0.6931 */
+    TH_EQ(prepare_num_half(7), 0x4029);     /* ln 8 = 2.0794 */
+    TH_EQ(prepare_num_half(1000000), 0x4ae8); /* ln(1e6 + 1) rounds as ln(1e6 + 3) */
+    prepare_parse_init();
+    TH_EQ(prepare_num_half(1), 0x3d8c);
 
     char line[1024];
     struct prepare_row row;
