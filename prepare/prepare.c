@@ -1,9 +1,11 @@
 /* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
  * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
  * of the output directory, the passes (threshold mode: count, then write; hash
- * mode: write only), the train/test split, the shuffle, the yaml, and the atomic
+ * mode: write only; threshold mode with --test_fraction: rows, count, write), the
+ * train/test split, the shuffle, the yaml, and the atomic
  * rename of OUT.tmp-PID into place. Parsing, threading, counting and shuffling
- * live in the sibling prepare_*.c files. It writes no validation split (the seed
+ * live in the sibling prepare_*.c files. The threshold vocabulary is counted on the
+ * training rows only (the seed counts the test rows too, a leak). It writes no validation split (the seed
  * writes one but never reads it).
  *
  * Memory: the counting tables take --memory_limit / 2 (and as much again while a
@@ -64,7 +66,7 @@ enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
 static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
 static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
 
-enum { PASS_COUNT, PASS_WRITE };
+enum { PASS_ROWS, PASS_COUNT, PASS_WRITE };
 
 /* State shared by the work threads (read-only during a pass) and the consumer. */
 struct prepare_ctx {
@@ -86,6 +88,8 @@ struct prepare_ctx {
     int64_t line_base, rows, nbad, nempty;
     int report, shown;
     int64_t n_train;           /* rows before the test split by position; -1 unknown */
+    int64_t *chunk_row0;       /* (nchunks) rows before chunk seq, from the PASS_ROWS pass; NULL without one */
+    int64_t nchunks, chunks_cap;
     struct prepare_sink train, test;
 };
 
@@ -109,9 +113,11 @@ static const char usage[] =
     "               (facebookresearch/dlrm, TorchRec, MLPerf)\n"
     "  categorical  1 to 16 hex digits of either case, compared as integers (the data always has 8);\n"
     "               missing gives id 0. Two modes:\n"
-    "    threshold  (default) exact counts over ALL inputs, train and test, as the seed; values seen\n"
-    "               >= --frequency_threshold times get ids 1..K by descending count, ties by ascending\n"
-    "               value; rare and missing values give 0; cardinality K + 1. Two passes over the text.\n"
+    "    threshold  (default) exact counts over the TRAINING rows only (the seed also counts the test\n"
+    "               rows, a leak); values seen >= --frequency_threshold times get ids 1..K by descending\n"
+    "               count, ties by ascending value; rare, missing and test-only values give 0;\n"
+    "               cardinality K + 1; feature_spec.yaml records metadata: {vocabulary_rows: train}.\n"
+    "               Two passes over the text (three with --test_fraction: the rows are counted first).\n"
     "               Counting tables that outgrow --memory_limit SPILL to sorted runs on disk that are\n"
     "               merged at the end: counts stay exact (no sketch). The kept values must fit in memory.\n"
     "    hash       (--max_ind_range M) id = int(hex, 16) % M, missing gives 0 (facebookresearch/dlrm's\n"
@@ -284,11 +290,35 @@ struct row_arg {
     int thread;
 };
 
+static enum tr_status rows_row(void *arg, const struct prepare_row *row)
+{
+    (void)row;
+    ((struct row_arg *)arg)->c->nrows++;
+    return TR_OK;
+}
+
+static enum tr_status rows_work(void *vctx, int thread, struct prepare_chunk *c)
+{
+    struct row_arg a = {vctx, c, thread};
+    return each_row(c, rows_row, &a);
+}
+
+/* 1 if the row about to be numbered c->nrows in chunk c belongs to the test split */
+static int in_test(const struct prepare_ctx *x, const struct prepare_chunk *c)
+{
+    if (x->o->test_files > 0)
+        return c->file >= x->ninputs - x->o->test_files;
+    if (c->seq >= x->nchunks) /* the inputs grew since the rows pass; the consumer stops the run */
+        return 1;
+    return x->chunk_row0[c->seq] + c->nrows >= x->n_train;
+}
+
 static enum tr_status count_row(void *arg, const struct prepare_row *row)
 {
     struct row_arg *a = arg;
+    int test = in_test(a->x, a->c);
     a->c->nrows++;
-    return prepare_counter_add(a->x->counter, a->thread, row);
+    return test ? TR_OK : prepare_counter_add(a->x->counter, a->thread, row); /* the vocabulary: train rows only */
 }
 
 static enum tr_status count_work(void *vctx, int thread, struct prepare_chunk *c)
@@ -391,6 +421,25 @@ static enum tr_status consume(void *vctx, struct prepare_chunk *c)
     x->line_base += c->nlines;
     x->nbad += c->nbad;
     x->nempty += c->nempty;
+    if (x->pass == PASS_ROWS) {
+        if (x->nchunks == x->chunks_cap) {
+            int64_t cap = x->chunks_cap ? 2 * x->chunks_cap : 256;
+            int64_t *np = tr_realloc(x->chunk_row0, (size_t)cap * sizeof *np);
+            if (!np)
+                return TR_ERR_NOMEM;
+            x->chunk_row0 = np;
+            x->chunks_cap = cap;
+        }
+        TR_ASSERT(c->seq == x->nchunks);
+        x->chunk_row0[x->nchunks++] = x->rows;
+    } else if (x->pass == PASS_COUNT && x->chunk_row0 &&
+               (c->seq >= x->nchunks || x->chunk_row0[c->seq] != x->rows)) {
+        prepare_progress_clear();
+        LOG_ERROR("the inputs changed while they were prepared (chunk %lld starts at row %lld, then %lld)",
+                  (long long)c->seq, (long long)(c->seq < x->nchunks ? x->chunk_row0[c->seq] : -1),
+                  (long long)x->rows);
+        return TR_ERR_ARG;
+    }
     if (x->pass == PASS_WRITE) {
         int64_t r0 = x->rows, n = c->nrows;
         if (x->o->test_files > 0) {
@@ -419,10 +468,10 @@ static enum tr_status run_pass(struct prepare_ctx *x, int pass, int report, int6
         .ninputs = x->ninputs,
         .threads = x->nthreads,
         .chunk_size = (size_t)x->o->chunk_size,
-        .work = pass == PASS_COUNT ? count_work : write_work,
+        .work = pass == PASS_ROWS ? rows_work : pass == PASS_COUNT ? count_work : write_work,
         .consume = consume,
         .ctx = x,
-        .label = pass == PASS_COUNT ? "count" : "write",
+        .label = pass == PASS_ROWS ? "rows" : pass == PASS_COUNT ? "count" : "write",
         .progress = x->o->progress && isatty(2),
     };
     return prepare_pipe_run(&pc, tsv_bytes);
@@ -688,7 +737,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
     return TR_OK;
 }
 
-static enum tr_status write_spec(const char *dir, const int64_t *card)
+static enum tr_status write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows)
 {
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
@@ -696,6 +745,10 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
     char *path;
     TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
     TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
+    if (vocabulary_rows && !(fs.vocabulary_rows = tr_strdup(vocabulary_rows))) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
     fp = fopen(path, "w");
     if (!fp) {
         LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
@@ -812,16 +865,20 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = o->max_ind_range;
     } else {
+        /* the vocabulary comes from the training rows; by fraction their number is known only
+           after a first pass, which also records where each chunk's rows start */
+        if (o->test_fraction > 0) {
+            TR_CHECK_GOTO(run_pass(&x, PASS_ROWS, 1, &tsv_bytes), rc, fail);
+            x.n_train = x.rows - llround(o->test_fraction * (double)x.rows);
+        }
         TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
-        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, 1, &tsv_bytes), rc, fail);
+        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, o->test_fraction == 0, &tsv_bytes), rc, fail);
         pass1_rows = x.rows;
         spills = prepare_counter_spills(x.counter);
         TR_CHECK_GOTO(prepare_counter_finish(x.counter, o->frequency_threshold, &x.dict), rc, fail);
         prepare_counter_free(&x.counter);
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = x.dict.nkept[i] + 1;
-        if (o->test_fraction > 0)
-            x.n_train = pass1_rows - llround(o->test_fraction * (double)pass1_rows);
     }
     x.width[PREPARE_COL_LABEL] = 1;
     x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
@@ -880,7 +937,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         };
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
-    TR_CHECK_GOTO(write_spec(tmp, x.card), rc, fail);
+    TR_CHECK_GOTO(write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;
@@ -947,6 +1004,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
 exit:
     prepare_counter_free(&x.counter);
     prepare_dict_release(&x.dict);
+    tr_free(x.chunk_row0);
     TR_CHECK_IGNORE(prepare_sink_close(&x.train), rc);
     TR_CHECK_IGNORE(prepare_sink_close(&x.test), rc);
     if (made_tmp && tr_file_rm_rf(tmp) != TR_OK)

@@ -10,6 +10,9 @@ integration tests.
       prints the 26 cardinalities, comma-separated. Numerical: nvidia ln(x + 3)
       (x <= -3 and missing give 0), log1p ln(1 + max(x, 0)) (missing gives 0).
       Hash: shared id = h % M (missing 0), reserved id = 1 + h % (M - 1) (missing 0).
+      Threshold: values counted on the training rows only; kept values (count >= T)
+      get 1..K by descending count, ties by ascending value; the rest (missing,
+      rare, seen only in test) give 0.
   prepare_ref.py perm DIR_UNSHUFFLED DIR_SHUFFLED SEED
       exits 0 when DIR_SHUFFLED/train is DIR_UNSHUFFLED/train in the documented
       order: row g by ascending mix(g + mix(seed + 0x9e3779b97f4a7c15)).
@@ -73,6 +76,14 @@ def read_rows(paths):
 def write(mode, arg, split, splitarg, out, paths, numerical="nvidia", missing="shared"):
     rows = read_rows(paths)
     num = {"nvidia": half_of_ln, "log1p": half_of_log1p}[numerical]
+    if split == "files":
+        k = int(splitarg)
+        first_test = len(paths) - k
+        train = [r for r in rows if r[0] < first_test]
+        test = [r for r in rows if r[0] >= first_test]
+    else:
+        ntest = int(math.floor(float(splitarg) * len(rows) + 0.5))
+        train, test = rows[: len(rows) - ntest], rows[len(rows) - ntest:]
     if mode == "hash":
         m = int(arg)
         card = [m] * 26
@@ -83,7 +94,7 @@ def write(mode, arg, split, splitarg, out, paths, numerical="nvidia", missing="s
     else:
         t = max(1, int(arg))
         counts = [collections.Counter() for _ in range(26)]
-        for r in rows:
+        for r in train:
             for i, v in enumerate(r[3]):
                 if v is not None:
                     counts[i][v] += 1
@@ -93,14 +104,6 @@ def write(mode, arg, split, splitarg, out, paths, numerical="nvidia", missing="s
             dicts.append({v: k + 1 for k, (_, v) in enumerate(kept)})
         card = [len(d) + 1 for d in dicts]
         ident = lambda i, v: 0 if v is None else dicts[i].get(v, 0)
-    if split == "files":
-        k = int(splitarg)
-        first_test = len(paths) - k
-        train = [r for r in rows if r[0] < first_test]
-        test = [r for r in rows if r[0] >= first_test]
-    else:
-        ntest = int(math.floor(float(splitarg) * len(rows) + 0.5))
-        train, test = rows[: len(rows) - ntest], rows[len(rows) - ntest:]
     fmt = ["<b" if c < 127 else "<h" if c < 32767 else "<i" for c in card]
     for name, part in (("train", train), ("test", test)):
         d = os.path.join(out, name)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t3001: `terarec data prepare` end to end on generated Criteo-like TSV: output
 # bytes equal an independent Python reference (threshold and hash modes, split by
-# files and by fraction), .gz equals plain, the shuffle is the documented seeded
+# files and by fraction, both numerical transforms, both hash rules for missing
+# values), the threshold vocabulary comes from the training rows only, .gz equals plain, the shuffle is the documented seeded
 # permutation and does not depend on --threads or on the memory limit, malformed
 # lines are reported as file:line and --strict is fatal, bad usage writes nothing,
 # counting that spills gives the same bytes, SIGINT/SIGTERM exit 130 and write
@@ -82,6 +83,26 @@ out=$($T data prepare --output o_cnt --max_ind_range 100 --test_fraction 0.25 --
 [ "$($REF rows o_cnt)" = "3375 1125" ] && [ "$rows" = 4500 ] && echo "$out" | grep -q '^train: 3375 rows, ' \
     && echo "$out" | grep -q '^test: 1125 rows, ' && ok "fraction split: round(0.25 x 4500) test rows, summary lines" \
     || fail "fraction split" "$($REF rows o_cnt) $out"
+
+# ---- the threshold vocabulary comes from the training rows only ------------------------
+# C1 is 0xaaaa in the 3 training rows and 0xbbbb in the 3 test rows: counting the test
+# rows too (the seed) would give 0xbbbb an id; here it is rare/missing (0), in both splits.
+leak_row() { printf '%s\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t%s' "$1" "$2"; printf '\t%x' $(seq 1 25); echo; }
+for v in 0 1 0; do leak_row $v aaaa; done >leak_tr.tsv
+for v in 1 0 1; do leak_row $v bbbb; done >leak_te.tsv
+cat leak_tr.tsv leak_te.tsv >leak_all.tsv
+for split in "--test_files 1 leak_tr.tsv leak_te.tsv" "--test_fraction 0.5 leak_all.tsv"; do
+    rm -rf o_leak
+    out=$($T data prepare --output o_leak --no_shuffle --frequency_threshold 2 $split 2>&1)
+    [ $? -eq 0 ] && [ "$(od -An -tx1 o_leak/train/cat_0.bin | tr -d ' ')" = 010101 ] \
+        && [ "$(od -An -tx1 o_leak/test/cat_0.bin | tr -d ' ')" = 000000 ] && [ "$(cards o_leak | cut -d, -f1)" = 2 ] \
+        && grep -q '^metadata: {vocabulary_rows: train}$' o_leak/feature_spec.yaml \
+        && ok "vocabulary from train only (${split%% *}): a value only in test gets id 0, metadata says train" \
+        || fail "vocabulary from train only (${split%% *})" "$out $(od -An -tx1 o_leak/test/cat_0.bin)"
+done
+$T data prepare --output o_leak_h --no_shuffle --max_ind_range 100 --test_files 1 leak_tr.tsv leak_te.tsv >/dev/null 2>&1
+grep -q '^metadata: {}$' o_leak_h/feature_spec.yaml && ok "hash mode: no vocabulary, metadata stays {}" \
+    || fail "hash mode: metadata stays {}" "$(grep metadata o_leak_h/feature_spec.yaml)"
 
 # ---- gzip ----------------------------------------------------------------------------
 gzip -c d1.tsv >d1.tsv.gz
