@@ -333,6 +333,14 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
         yaml_node_t *const nodes[3] = {cat, num, lab};
         TR_CHECK_GOTO(check_channel_dups(&c, fs, nodes), rc, exit);
     }
+    { /* metadata is optional and free-form; only vocabulary_rows is read, when it is a scalar */
+        yaml_node_t *md = map_get(&c, root, "metadata");
+        const char *vr = md && md->type == YAML_MAPPING_NODE ? scalar(map_get(&c, md, "vocabulary_rows")) : NULL;
+        if (vr && !(fs->vocabulary_rows = tr_strdup(vr))) {
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+    }
 exit:
     if (have_doc)
         yaml_document_delete(&doc);
@@ -362,6 +370,7 @@ void feature_spec_release(struct feature_spec *fs)
     free_list(fs->categorical, fs->ncategorical);
     free_list(fs->numerical, fs->nnumerical);
     free_list(fs->label, fs->nlabel);
+    tr_free(fs->vocabulary_rows);
     tr_free(fs->path);
     tr_free(fs->dir);
     memset(fs, 0, sizeof *fs);
@@ -421,7 +430,13 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
         put_name(fp, f->dtype ? f->dtype : "float32");
         fputs("}\n", fp);
     }
-    fputs("metadata: {}\nsource_spec:\n", fp);
+    if (fs->vocabulary_rows) {
+        fputs("metadata: {vocabulary_rows: ", fp);
+        put_name(fp, fs->vocabulary_rows);
+        fputs("}\nsource_spec:\n", fp);
+    } else {
+        fputs("metadata: {}\nsource_spec:\n", fp);
+    }
     for (int i = 0; i < fs->nmappings; i++) {
         const struct feature_spec_mapping *m = &fs->mappings[i];
         fputs("  ", fp);

@@ -46,6 +46,8 @@ struct feature_spec {
     int nmappings;
     char **categorical, **numerical, **label; /* channel_spec lists */
     int ncategorical, nnumerical, nlabel;
+    char *vocabulary_rows; /* metadata.vocabulary_rows (e.g. "train": the rows the categorical
+                              ids were counted on), owned; NULL when absent */
 };
 
 /* Reads `path`. On a syntax error or a missing/ill-typed key logs one error
@@ -56,7 +58,8 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs) TR_W
 void feature_spec_release(struct feature_spec *fs);
 
 /* Writes fs as YAML to fp (keys in the seed's order: channel_spec, feature_spec,
- * metadata, source_spec). TR_ERR_IO on a write error. */
+ * metadata, source_spec; metadata is {} or {vocabulary_rows: X} when
+ * fs->vocabulary_rows is set). TR_ERR_IO on a write error. */
 enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp) TR_WUR;
 
 /* The DLRM layout of one mapping (split) of a spec, resolved to paths. */

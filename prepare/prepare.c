@@ -1,9 +1,11 @@
 /* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
  * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
  * of the output directory, the passes (threshold mode: count, then write; hash
- * mode: write only), the train/test split, the shuffle, the yaml, and the atomic
+ * mode: write only; threshold mode with --test_fraction: rows, count, write), the
+ * train/test split, the shuffle, the yaml, and the atomic
  * rename of OUT.tmp-PID into place. Parsing, threading, counting and shuffling
- * live in the sibling prepare_*.c files. It writes no validation split (the seed
+ * live in the sibling prepare_*.c files. The threshold vocabulary is counted on the
+ * training rows only (the seed counts the test rows too, a leak). It writes no validation split (the seed
  * writes one but never reads it).
  *
  * Memory: the counting tables take --memory_limit / 2 (and as much again while a
@@ -56,9 +58,15 @@ struct prepare_opts {
     int64_t memory_limit;
     int64_t chunk_size;
     int strict, force, progress;
+    int numerical_transform;   /* enum prepare_num_transform */
+    int hash_missing;          /* HASH_MISSING_* */
 };
 
-enum { PASS_COUNT, PASS_WRITE };
+enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
+static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
+static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
+
+enum { PASS_ROWS, PASS_COUNT, PASS_WRITE };
 
 /* State shared by the work threads (read-only during a pass) and the consumer. */
 struct prepare_ctx {
@@ -67,7 +75,8 @@ struct prepare_ctx {
     int ninputs;
     int hash;                  /* hash mode */
     int pass;
-    uint64_t M;                /* hash mode modulus */
+    int reserved;              /* hash mode: id 0 only for missing, 1 + h % (R - 1) for the rest */
+    uint64_t M;                /* hash mode modulus (R, or R - 1 when reserved) */
     uint64_t M_inv;            /* fastmod constant for 32-bit values */
     struct prepare_counter *counter;
     struct prepare_dict dict;
@@ -79,6 +88,8 @@ struct prepare_ctx {
     int64_t line_base, rows, nbad, nempty;
     int report, shown;
     int64_t n_train;           /* rows before the test split by position; -1 unknown */
+    int64_t *chunk_row0;       /* (nchunks) rows before chunk seq, from the PASS_ROWS pass; NULL without one */
+    int64_t nchunks, chunks_cap;
     struct prepare_sink train, test;
 };
 
@@ -97,16 +108,21 @@ static const char usage[] =
     "numerical.bin (float16 [N, 13]) and cat_0.bin..cat_25.bin (int8/int16/int32 by cardinality),\n"
     "and DIR/feature_spec.yaml. The output is written to DIR.tmp-PID and renamed to DIR on success.\n"
     "\n"
-    "  numerical    float16(ln(x + 3)); missing and x <= -3 give 0 (the seed's Spark rule)\n"
+    "  numerical    --numerical_transform nvidia (default): float16(ln(x + 3)); missing and x <= -3\n"
+    "               give 0 (the seed's Spark rule); log1p: float16(ln(1 + max(x, 0))), missing gives 0\n"
+    "               (facebookresearch/dlrm, TorchRec, MLPerf)\n"
     "  categorical  1 to 16 hex digits of either case, compared as integers (the data always has 8);\n"
     "               missing gives id 0. Two modes:\n"
-    "    threshold  (default) exact counts over ALL inputs, train and test, as the seed; values seen\n"
-    "               >= --frequency_threshold times get ids 1..K by descending count, ties by ascending\n"
-    "               value; rare and missing values give 0; cardinality K + 1. Two passes over the text.\n"
+    "    threshold  (default) exact counts over the TRAINING rows only (the seed also counts the test\n"
+    "               rows, a leak); values seen >= --frequency_threshold times get ids 1..K by descending\n"
+    "               count, ties by ascending value; rare, missing and test-only values give 0;\n"
+    "               cardinality K + 1; feature_spec.yaml records metadata: {vocabulary_rows: train}.\n"
+    "               Two passes over the text (three with --test_fraction: the rows are counted first).\n"
     "               Counting tables that outgrow --memory_limit SPILL to sorted runs on disk that are\n"
     "               merged at the end: counts stay exact (no sketch). The kept values must fit in memory.\n"
     "    hash       (--max_ind_range M) id = int(hex, 16) % M, missing gives 0 (facebookresearch/dlrm's\n"
-    "               rule); every cardinality is M; one pass over the text.\n"
+    "               rule); every cardinality is M; one pass over the text. --hash_missing reserved\n"
+    "               keeps id 0 for missing values only: id = 1 + int(hex, 16) % (M - 1), M >= 2.\n"
     "  split        --test_files K: the last K input files are the test split (the seed's day_23), or\n"
     "               --test_fraction F: the last round(F * N) of the N valid rows, by position\n"
     "  shuffle      training row g (0-based, input order) goes to the rank of its key\n"
@@ -146,6 +162,13 @@ static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
          NULL, 0},
         {"progress", TR_OPT_BOOL, &o->progress, "true", "progress bar on stderr when it is a terminal", 1, 0,
          NULL, NULL, 0},
+        {"numerical_transform", TR_OPT_ENUM, &o->numerical_transform, "nvidia",
+         "nvidia: ln(x + 3), x <= -3 gives 0 (the seed); log1p: ln(1 + max(x, 0)) (dlrm, TorchRec, MLPerf)", 1, 0,
+         transform_choices, NULL, 0},
+        {"hash_missing", TR_OPT_ENUM, &o->hash_missing, "shared",
+         "hash mode: shared: missing gives 0, which values hashing to 0 share; reserved: missing gives 0, "
+         "others 1 + h % (M - 1)",
+         1, 0, hash_missing_choices, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(TR_ARRAY_SIZE(tab) <= MAX_OPTS);
@@ -267,11 +290,35 @@ struct row_arg {
     int thread;
 };
 
+static enum tr_status rows_row(void *arg, const struct prepare_row *row)
+{
+    (void)row;
+    ((struct row_arg *)arg)->c->nrows++;
+    return TR_OK;
+}
+
+static enum tr_status rows_work(void *vctx, int thread, struct prepare_chunk *c)
+{
+    struct row_arg a = {vctx, c, thread};
+    return each_row(c, rows_row, &a);
+}
+
+/* 1 if the row about to be numbered c->nrows in chunk c belongs to the test split */
+static int in_test(const struct prepare_ctx *x, const struct prepare_chunk *c)
+{
+    if (x->o->test_files > 0)
+        return c->file >= x->ninputs - x->o->test_files;
+    if (c->seq >= x->nchunks) /* the inputs grew since the rows pass; the consumer stops the run */
+        return 1;
+    return x->chunk_row0[c->seq] + c->nrows >= x->n_train;
+}
+
 static enum tr_status count_row(void *arg, const struct prepare_row *row)
 {
     struct row_arg *a = arg;
+    int test = in_test(a->x, a->c);
     a->c->nrows++;
-    return prepare_counter_add(a->x->counter, a->thread, row);
+    return test ? TR_OK : prepare_counter_add(a->x->counter, a->thread, row); /* the vocabulary: train rows only */
 }
 
 static enum tr_status count_work(void *vctx, int thread, struct prepare_chunk *c)
@@ -326,6 +373,8 @@ static enum tr_status write_row(void *arg, const struct prepare_row *row)
         for (int i = 0; i < PREPARE_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
             uint64_t v = row->cat[i];
             uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
+            if (x->reserved)
+                id = (row->cat_present >> i) & 1u ? id + 1 : 0;
             store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
         }
     } else {
@@ -372,6 +421,25 @@ static enum tr_status consume(void *vctx, struct prepare_chunk *c)
     x->line_base += c->nlines;
     x->nbad += c->nbad;
     x->nempty += c->nempty;
+    if (x->pass == PASS_ROWS) {
+        if (x->nchunks == x->chunks_cap) {
+            int64_t cap = x->chunks_cap ? 2 * x->chunks_cap : 256;
+            int64_t *np = tr_realloc(x->chunk_row0, (size_t)cap * sizeof *np);
+            if (!np)
+                return TR_ERR_NOMEM;
+            x->chunk_row0 = np;
+            x->chunks_cap = cap;
+        }
+        TR_ASSERT(c->seq == x->nchunks);
+        x->chunk_row0[x->nchunks++] = x->rows;
+    } else if (x->pass == PASS_COUNT && x->chunk_row0 &&
+               (c->seq >= x->nchunks || x->chunk_row0[c->seq] != x->rows)) {
+        prepare_progress_clear();
+        LOG_ERROR("the inputs changed while they were prepared (chunk %lld starts at row %lld, then %lld)",
+                  (long long)c->seq, (long long)(c->seq < x->nchunks ? x->chunk_row0[c->seq] : -1),
+                  (long long)x->rows);
+        return TR_ERR_ARG;
+    }
     if (x->pass == PASS_WRITE) {
         int64_t r0 = x->rows, n = c->nrows;
         if (x->o->test_files > 0) {
@@ -400,10 +468,10 @@ static enum tr_status run_pass(struct prepare_ctx *x, int pass, int report, int6
         .ninputs = x->ninputs,
         .threads = x->nthreads,
         .chunk_size = (size_t)x->o->chunk_size,
-        .work = pass == PASS_COUNT ? count_work : write_work,
+        .work = pass == PASS_ROWS ? rows_work : pass == PASS_COUNT ? count_work : write_work,
         .consume = consume,
         .ctx = x,
-        .label = pass == PASS_COUNT ? "count" : "write",
+        .label = pass == PASS_ROWS ? "rows" : pass == PASS_COUNT ? "count" : "write",
         .progress = x->o->progress && isatty(2),
     };
     return prepare_pipe_run(&pc, tsv_bytes);
@@ -445,6 +513,15 @@ static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *op
     if (o->max_ind_range > 0 && tr_opt_find(opts, "frequency_threshold")->set_by == 2) {
         LOG_ERROR("--frequency_threshold and --max_ind_range are alternatives; give one");
         LOG_HINT("--max_ind_range selects the hash mode, --frequency_threshold the (default) threshold mode");
+        return TR_ERR_ARG;
+    }
+    if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range == 0) {
+        LOG_ERROR("--hash_missing reserved needs the hash mode (--max_ind_range M)");
+        return TR_ERR_ARG;
+    }
+    if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range < 2) {
+        LOG_ERROR("--max_ind_range: %lld leaves no id for present values with --hash_missing reserved; "
+                  "give M >= 2", (long long)o->max_ind_range);
         return TR_ERR_ARG;
     }
     return TR_OK;
@@ -660,7 +737,7 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
     return TR_OK;
 }
 
-static enum tr_status write_spec(const char *dir, const int64_t *card)
+static enum tr_status write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows)
 {
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
@@ -668,6 +745,10 @@ static enum tr_status write_spec(const char *dir, const int64_t *card)
     char *path;
     TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
     TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
+    if (vocabulary_rows && !(fs.vocabulary_rows = tr_strdup(vocabulary_rows))) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
     fp = fopen(path, "w");
     if (!fp) {
         LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
@@ -778,21 +859,26 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
 
     /* threshold mode: pass 1 counts, then the dictionaries give the cardinalities */
     if (x.hash) {
-        x.M = (uint64_t)o->max_ind_range;
+        x.reserved = o->hash_missing == HASH_MISSING_RESERVED;
+        x.M = (uint64_t)o->max_ind_range - (uint64_t)x.reserved;
         x.M_inv = UINT64_MAX / x.M + 1;
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = o->max_ind_range;
     } else {
+        /* the vocabulary comes from the training rows; by fraction their number is known only
+           after a first pass, which also records where each chunk's rows start */
+        if (o->test_fraction > 0) {
+            TR_CHECK_GOTO(run_pass(&x, PASS_ROWS, 1, &tsv_bytes), rc, fail);
+            x.n_train = x.rows - llround(o->test_fraction * (double)x.rows);
+        }
         TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
-        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, 1, &tsv_bytes), rc, fail);
+        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, o->test_fraction == 0, &tsv_bytes), rc, fail);
         pass1_rows = x.rows;
         spills = prepare_counter_spills(x.counter);
         TR_CHECK_GOTO(prepare_counter_finish(x.counter, o->frequency_threshold, &x.dict), rc, fail);
         prepare_counter_free(&x.counter);
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = x.dict.nkept[i] + 1;
-        if (o->test_fraction > 0)
-            x.n_train = pass1_rows - llround(o->test_fraction * (double)pass1_rows);
     }
     x.width[PREPARE_COL_LABEL] = 1;
     x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
@@ -851,7 +937,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         };
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
-    TR_CHECK_GOTO(write_spec(tmp, x.card), rc, fail);
+    TR_CHECK_GOTO(write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;
@@ -918,6 +1004,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
 exit:
     prepare_counter_free(&x.counter);
     prepare_dict_release(&x.dict);
+    tr_free(x.chunk_row0);
     TR_CHECK_IGNORE(prepare_sink_close(&x.train), rc);
     TR_CHECK_IGNORE(prepare_sink_close(&x.test), rc);
     if (made_tmp && tr_file_rm_rf(tmp) != TR_OK)
@@ -959,6 +1046,7 @@ int prepare_main(int argc, char **argv)
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec data prepare", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
     } else if (rc == TR_OK) {
+        prepare_parse_init_transform((enum prepare_num_transform)o.numerical_transform);
         struct sigaction sa, old_int, old_term;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;

@@ -33,7 +33,7 @@ extern "C" {
 struct prepare_row {
     uint64_t cat[PREPARE_CAT];
     uint32_t cat_present;
-    uint16_t num[PREPARE_NUM]; /* float16 bits of ln(x + 3), 0 for missing or x <= -3 */
+    uint16_t num[PREPARE_NUM]; /* float16 bits of the numerical transform (0 for missing) */
     uint8_t label;          /* 0 or 1 */
 };
 
@@ -46,13 +46,21 @@ enum prepare_bad {
     PREPARE_BAD_HEX,    /* C_i not 1 to 16 hex digits */
 };
 
-/* Builds the table of ln(x + 3) halves for small x. Call once before any
- * thread parses (idempotent, not thread-safe). */
+/* The numerical transform of integer x (missing values give 0 under both):
+ * NVIDIA  the seed's: float16 bits of (float)ln(x + 3) when x + 3 > 0, else 0
+ * LOG1P   facebookresearch/dlrm, TorchRec, MLPerf: (float)ln(1 + max(x, 0))
+ * each computed in double, rounded to float, then to half (round-to-nearest-even). */
+enum prepare_num_transform { PREPARE_NUM_NVIDIA = 0, PREPARE_NUM_LOG1P = 1 };
+
+/* Selects the transform for every later parse and builds its table of halves
+ * for small x. Call before any thread parses (not thread-safe); a second call
+ * with the same transform does nothing. */
+void prepare_parse_init_transform(enum prepare_num_transform t);
+/* prepare_parse_init_transform(PREPARE_NUM_NVIDIA). */
 void prepare_parse_init(void);
 
-/* The seed's numerical transform of integer x: float16 bits of (float)ln(x + 3)
- * (computed in double, rounded to float, then to half with round-to-nearest-even)
- * when x + 3 > 0, else 0. Thread-safe after prepare_parse_init. */
+/* The selected transform of integer x, as float16 bits. Thread-safe after
+ * prepare_parse_init*. */
 uint16_t prepare_num_half(int64_t x);
 
 /* Parses one line s[0, n) (no '\n'; a trailing '\r' must already be removed).

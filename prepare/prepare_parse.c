@@ -1,7 +1,8 @@
 /* prepare_parse.c: the Criteo TSV line parser of `terarec data prepare`:
  * label \t I1..I13 \t C1..C26, hand-written integer and hex scanning (no
- * strtol/sscanf), and the seed's numerical transform float16(ln(x + 3)) with a
- * table for the small integers that make up nearly all of the data. It does
+ * strtol/sscanf), and the numerical transforms (the seed's float16(ln(x + 3)) or
+ * float16(ln(1 + max(x, 0)))) with a table for the small integers that make up
+ * nearly all of the data. It does
  * not map categorical values to ids (prepare.c does, by mode).
  * Categorical values are taken as integers of 1 to 16 hex digits of either case,
  * so "abc" and "00000abc" are one value; the seed's Spark compares strings, which
@@ -26,21 +27,30 @@ static const uint8_t hexv[256] = {
 #define NUM_TAB_MAX 65535
 static uint16_t num_tab[NUM_TAB_MAX - NUM_TAB_MIN + 1];
 static int num_tab_ready;
+static enum prepare_num_transform num_rule = PREPARE_NUM_NVIDIA;
 
 static uint16_t num_half_direct(int64_t x)
 {
+    if (num_rule == PREPARE_NUM_LOG1P) /* ln(1 + max(x, 0)): negatives count as 0 */
+        return x <= 0 ? 0 : km_float_to_half((float)log1p((double)x));
     if (x <= -3) /* ln of a non-positive number is null in Spark; nulls -> 0 */
         return 0;
     return km_float_to_half((float)log((double)x + 3.0));
 }
 
-void prepare_parse_init(void)
+void prepare_parse_init_transform(enum prepare_num_transform t)
 {
-    if (num_tab_ready)
+    if (num_tab_ready && num_rule == t)
         return;
+    num_rule = t;
     for (int64_t x = NUM_TAB_MIN; x <= NUM_TAB_MAX; x++)
         num_tab[x - NUM_TAB_MIN] = num_half_direct(x);
     num_tab_ready = 1;
+}
+
+void prepare_parse_init(void)
+{
+    prepare_parse_init_transform(PREPARE_NUM_NVIDIA);
 }
 
 static inline uint16_t num_half(int64_t x)

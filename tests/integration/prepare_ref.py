@@ -3,10 +3,16 @@
 written from the format rules alone (no code shared with the C version), for the
 integration tests.
 
-  prepare_ref.py write MODE ARG SPLIT SPLITARG OUT INPUT...
+  prepare_ref.py write [--numerical_transform=nvidia|log1p] [--hash_missing=shared|reserved]
+                       MODE ARG SPLIT SPLITARG OUT INPUT...
       MODE hash (ARG = M) or threshold (ARG = T); SPLIT files (SPLITARG = K) or
       fraction (SPLITARG = F). Writes OUT/{train,test}/*.bin without shuffling and
-      prints the 26 cardinalities, comma-separated.
+      prints the 26 cardinalities, comma-separated. Numerical: nvidia ln(x + 3)
+      (x <= -3 and missing give 0), log1p ln(1 + max(x, 0)) (missing gives 0).
+      Hash: shared id = h % M (missing 0), reserved id = 1 + h % (M - 1) (missing 0).
+      Threshold: values counted on the training rows only; kept values (count >= T)
+      get 1..K by descending count, ties by ascending value; the rest (missing,
+      rare, seen only in test) give 0.
   prepare_ref.py perm DIR_UNSHUFFLED DIR_SHUFFLED SEED
       exits 0 when DIR_SHUFFLED/train is DIR_UNSHUFFLED/train in the documented
       order: row g by ascending mix(g + mix(seed + 0x9e3779b97f4a7c15)).
@@ -27,12 +33,22 @@ INT = re.compile(rb"\A([+-]?[0-9]+)?\Z")      # empty = missing
 HEX = re.compile(rb"\A[0-9a-fA-F]{0,16}\Z")
 
 
+def half_bits(d):
+    """float16 bits of double d, rounded to float32 first, then to float16."""
+    f = struct.unpack("<f", struct.pack("<f", d))[0]
+    return struct.unpack("<H", struct.pack("<e", f))[0]
+
+
 def half_of_ln(x):
-    """float16 bits of ln(x + 3): double, rounded to float32, then to float16."""
+    """the seed's rule: ln(x + 3); missing and x <= -3 give 0."""
     if x is None or x + 3 <= 0:
         return 0
-    f = struct.unpack("<f", struct.pack("<f", math.log(x + 3)))[0]
-    return struct.unpack("<H", struct.pack("<e", f))[0]
+    return half_bits(math.log(x + 3))
+
+
+def half_of_log1p(x):
+    """facebookresearch/dlrm's rule: ln(1 + max(x, 0)); missing gives 0."""
+    return half_bits(math.log1p(max(x or 0, 0)))
 
 
 def read_rows(paths):
@@ -57,16 +73,28 @@ def read_rows(paths):
     return rows
 
 
-def write(mode, arg, split, splitarg, out, paths):
+def write(mode, arg, split, splitarg, out, paths, numerical="nvidia", missing="shared"):
     rows = read_rows(paths)
+    num = {"nvidia": half_of_ln, "log1p": half_of_log1p}[numerical]
+    if split == "files":
+        k = int(splitarg)
+        first_test = len(paths) - k
+        train = [r for r in rows if r[0] < first_test]
+        test = [r for r in rows if r[0] >= first_test]
+    else:
+        ntest = int(math.floor(float(splitarg) * len(rows) + 0.5))
+        train, test = rows[: len(rows) - ntest], rows[len(rows) - ntest:]
     if mode == "hash":
         m = int(arg)
         card = [m] * 26
-        ident = lambda i, v: 0 if v is None else v % m
+        if missing == "reserved":
+            ident = lambda i, v: 0 if v is None else 1 + v % (m - 1)
+        else:
+            ident = lambda i, v: 0 if v is None else v % m
     else:
         t = max(1, int(arg))
         counts = [collections.Counter() for _ in range(26)]
-        for r in rows:
+        for r in train:
             for i, v in enumerate(r[3]):
                 if v is not None:
                     counts[i][v] += 1
@@ -76,14 +104,6 @@ def write(mode, arg, split, splitarg, out, paths):
             dicts.append({v: k + 1 for k, (_, v) in enumerate(kept)})
         card = [len(d) + 1 for d in dicts]
         ident = lambda i, v: 0 if v is None else dicts[i].get(v, 0)
-    if split == "files":
-        k = int(splitarg)
-        first_test = len(paths) - k
-        train = [r for r in rows if r[0] < first_test]
-        test = [r for r in rows if r[0] >= first_test]
-    else:
-        ntest = int(math.floor(float(splitarg) * len(rows) + 0.5))
-        train, test = rows[: len(rows) - ntest], rows[len(rows) - ntest:]
     fmt = ["<b" if c < 127 else "<h" if c < 32767 else "<i" for c in card]
     for name, part in (("train", train), ("test", test)):
         d = os.path.join(out, name)
@@ -91,7 +111,7 @@ def write(mode, arg, split, splitarg, out, paths):
         with open(os.path.join(d, "label.bin"), "wb") as fh:
             fh.write(bytes(r[1] for r in part))
         with open(os.path.join(d, "numerical.bin"), "wb") as fh:
-            fh.write(b"".join(struct.pack("<13H", *[half_of_ln(x) for x in r[2]]) for r in part))
+            fh.write(b"".join(struct.pack("<13H", *[num(x) for x in r[2]]) for r in part))
         for i in range(26):
             with open(os.path.join(d, "cat_%d.bin" % i), "wb") as fh:
                 fh.write(b"".join(struct.pack(fmt[i], ident(i, r[3][i])) for r in part))
@@ -121,7 +141,11 @@ def perm(plain, shuffled, seed):
 def main():
     cmd = sys.argv[1]
     if cmd == "write":
-        write(*sys.argv[2:7], sys.argv[7:])
+        args, kw = sys.argv[2:], {}
+        while args and args[0].startswith("--"):
+            k, v = args.pop(0)[2:].split("=", 1)
+            kw[{"numerical_transform": "numerical", "hash_missing": "missing"}[k]] = v
+        write(*args[:5], args[5:], **kw)
         return 0
     if cmd == "perm":
         return perm(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t3001: `terarec data prepare` end to end on generated Criteo-like TSV: output
 # bytes equal an independent Python reference (threshold and hash modes, split by
-# files and by fraction), .gz equals plain, the shuffle is the documented seeded
+# files and by fraction, both numerical transforms, both hash rules for missing
+# values), the threshold vocabulary comes from the training rows only, .gz equals plain, the shuffle is the documented seeded
 # permutation and does not depend on --threads or on the memory limit, malformed
 # lines are reported as file:line and --strict is fatal, bad usage writes nothing,
 # counting that spills gives the same bytes, SIGINT/SIGTERM exit 130 and write
@@ -60,12 +61,15 @@ out=$($T data prepare --help 2>&1) && echo "$out" | grep -q -- '--max_ind_range 
 for spec in "threshold 3 files 1 --frequency_threshold=3 --test_files=1" \
             "threshold 1 fraction 0.3 --frequency_threshold=1 --test_fraction=0.3" \
             "hash 5000 fraction 0.25 --max_ind_range=5000 --test_fraction=0.25" \
-            "hash 70000 files 1 --max_ind_range=70000 --test_files=1"; do
+            "hash 70000 files 1 --max_ind_range=70000 --test_files=1" \
+            "threshold 3 files 1 --frequency_threshold=3 --test_files=1 --numerical_transform=log1p" \
+            "hash 5000 fraction 0.25 --max_ind_range=5000 --test_fraction=0.25 --hash_missing=reserved" \
+            "hash 70000 files 1 --max_ind_range=70000 --test_files=1 --hash_missing=reserved --numerical_transform=log1p"; do
     set -- $spec
-    name="$1 $2, split by $3 $4"
+    name="$1 $2, split by $3 $4${7:+, ${*:7}}"
     rm -rf ref out
-    want=$($REF write "$1" "$2" "$3" "$4" ref d0.tsv d1.tsv)
-    if log=$($T data prepare --output out --no_shuffle "$5" "$6" d0.tsv d1.tsv 2>&1); then
+    want=$($REF write "${@:7}" "$1" "$2" "$3" "$4" ref d0.tsv d1.tsv)
+    if log=$($T data prepare --output out --no_shuffle "$5" "$6" "${@:7}" d0.tsv d1.tsv 2>&1); then
         diff=$(same_dataset ref out)
         [ -z "$diff" ] && [ "$(cards out)" = "$want" ] && echo "$log" | grep -q "cardinalities $want;" \
             && ok "$name: bytes and cardinalities equal the reference" \
@@ -79,6 +83,26 @@ out=$($T data prepare --output o_cnt --max_ind_range 100 --test_fraction 0.25 --
 [ "$($REF rows o_cnt)" = "3375 1125" ] && [ "$rows" = 4500 ] && echo "$out" | grep -q '^train: 3375 rows, ' \
     && echo "$out" | grep -q '^test: 1125 rows, ' && ok "fraction split: round(0.25 x 4500) test rows, summary lines" \
     || fail "fraction split" "$($REF rows o_cnt) $out"
+
+# ---- the threshold vocabulary comes from the training rows only ------------------------
+# C1 is 0xaaaa in the 3 training rows and 0xbbbb in the 3 test rows: counting the test
+# rows too (the seed) would give 0xbbbb an id; here it is rare/missing (0), in both splits.
+leak_row() { printf '%s\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t%s' "$1" "$2"; printf '\t%x' $(seq 1 25); echo; }
+for v in 0 1 0; do leak_row $v aaaa; done >leak_tr.tsv
+for v in 1 0 1; do leak_row $v bbbb; done >leak_te.tsv
+cat leak_tr.tsv leak_te.tsv >leak_all.tsv
+for split in "--test_files 1 leak_tr.tsv leak_te.tsv" "--test_fraction 0.5 leak_all.tsv"; do
+    rm -rf o_leak
+    out=$($T data prepare --output o_leak --no_shuffle --frequency_threshold 2 $split 2>&1)
+    [ $? -eq 0 ] && [ "$(od -An -tx1 o_leak/train/cat_0.bin | tr -d ' ')" = 010101 ] \
+        && [ "$(od -An -tx1 o_leak/test/cat_0.bin | tr -d ' ')" = 000000 ] && [ "$(cards o_leak | cut -d, -f1)" = 2 ] \
+        && grep -q '^metadata: {vocabulary_rows: train}$' o_leak/feature_spec.yaml \
+        && ok "vocabulary from train only (${split%% *}): a value only in test gets id 0, metadata says train" \
+        || fail "vocabulary from train only (${split%% *})" "$out $(od -An -tx1 o_leak/test/cat_0.bin)"
+done
+$T data prepare --output o_leak_h --no_shuffle --max_ind_range 100 --test_files 1 leak_tr.tsv leak_te.tsv >/dev/null 2>&1
+grep -q '^metadata: {}$' o_leak_h/feature_spec.yaml && ok "hash mode: no vocabulary, metadata stays {}" \
+    || fail "hash mode: metadata stays {}" "$(grep metadata o_leak_h/feature_spec.yaml)"
 
 # ---- gzip ----------------------------------------------------------------------------
 gzip -c d1.tsv >d1.tsv.gz
@@ -171,6 +195,14 @@ bad_usage "fraction out of range" "error: --test_fraction: '1.5' is outside" --o
 bad_usage "both modes" "error: --frequency_threshold and --max_ind_range are alternatives" --output o_bad \
     --max_ind_range 10 --frequency_threshold 2 --test_files 1 d0.tsv d1.tsv
 bad_usage "no inputs" "error: no input files" --output o_bad --test_fraction 0.1
+bad_usage "unknown --numerical_transform" "error: .*--numerical_transform.*'log2'.*nvidia\|log1p" --output o_bad \
+    --numerical_transform log2 --test_files 1 d0.tsv d1.tsv
+bad_usage "unknown --hash_missing" "error: .*--hash_missing.*'own'.*shared\|reserved" --output o_bad \
+    --max_ind_range 10 --hash_missing own --test_files 1 d0.tsv d1.tsv
+bad_usage "--hash_missing reserved without hash mode" "error: --hash_missing reserved needs the hash mode" \
+    --output o_bad --hash_missing reserved --test_files 1 d0.tsv d1.tsv
+bad_usage "--hash_missing reserved with M = 1" "error: --max_ind_range: 1 leaves no id for present values" \
+    --output o_bad --max_ind_range 1 --hash_missing reserved --test_files 1 d0.tsv d1.tsv
 out=$($T data prepare --output keep --force --max_ind_range 50 --test_files 1 d0.tsv d1.tsv 2>&1)
 [ $? -eq 0 ] && [ ! -e keep/file ] && [ -e keep/feature_spec.yaml ] && ok "--force replaces the output" \
     || fail "--force replaces the output" "$out"

@@ -320,13 +320,15 @@ static void check_spec(int64_t card_c123, int64_t card_rest, const char *dtype, 
     dataset_close(&ds);
 }
 
-/* Threshold T = 2 over all six rows (test rows count too, as the seed's dictionary):
- *   C1: 0xa x3 -> 1, 0xb x2 -> 2, 0xc x1 -> 0 (rare)                 card 3, int8
- *   C2: 0xffff x2 and 0xdeadbeef x2 (either case) tie: ascending value -> 0xffff 1,
- *       0xdeadbeef 2; 0x12345678 x1 -> 0; missing -> 0                 card 3, int8
- *   C3: 0x1 x3 -> 1, 0x2 x2 -> 2, missing -> 0                       card 3, int8
- *   C26: 0xffffffff x1 -> 0;  C4..C25 all missing                      card 1, int8
- * --test_fraction 0.5: round(0.5 * 6) = 3 test rows: rows 1-3 train, 4-6 test. */
+/* Threshold T = 2 counted on the training rows only (the seed also counts the test
+ * rows). --test_fraction 0.5: round(0.5 * 6) = 3 test rows: rows 1-3 train, 4-6 test.
+ *   C1: train 0xa x2 -> 1, 0xb x1 -> 0 (rare; twice over all rows); test 0xc -> 0  card 2
+ *   C2: train 0xdeadbeef x2 (either case) -> 1, 0xffff x1 -> 0; test 0x12345678
+ *       (only in test) -> 0; missing -> 0                                        card 2
+ *   C3: train 0x1 x2 -> 1, missing -> 0; test 0x2 x2 (only in test, >= T there:
+ *       the leak this rule removes) -> 0                                         card 2
+ *   C26: 0xffffffff only in test -> 0;  C4..C25 all missing                       card 1
+ * The feature spec records metadata: {vocabulary_rows: train}. */
 static void hand_threshold(void)
 {
     make_tmpdir();
@@ -336,15 +338,23 @@ static void hand_threshold(void)
     same_split_bytes("label.bin", lab_tr, 3, lab_te, 3);
     check_numerical("out/train/numerical.bin", 0, 3);
     check_numerical("out/test/numerical.bin", 3, 3);
-    static const uint8_t c0_tr[] = {0x01, 0x01, 0x02}, c0_te[] = {0x02, 0x01, 0x00};
-    static const uint8_t c1_tr[] = {0x02, 0x01, 0x02}, c1_te[] = {0x00, 0x00, 0x01};
-    static const uint8_t c2_tr[] = {0x00, 0x01, 0x01}, c2_te[] = {0x02, 0x02, 0x01};
+    static const uint8_t c0_tr[] = {0x01, 0x01, 0x00}, c0_te[] = {0x00, 0x01, 0x00};
+    static const uint8_t c1_tr[] = {0x01, 0x00, 0x01}, c1_te[] = {0x00, 0x00, 0x00};
+    static const uint8_t c2_tr[] = {0x00, 0x01, 0x01}, c2_te[] = {0x00, 0x00, 0x01};
     same_split_bytes("cat_0.bin", c0_tr, 3, c0_te, 3);
     same_split_bytes("cat_1.bin", c1_tr, 3, c1_te, 3);
     same_split_bytes("cat_2.bin", c2_tr, 3, c2_te, 3);
     check_zero_columns("train", 3, 1, 0);
     check_zero_columns("test", 3, 1, 0);
-    check_spec(3, 1, "int8", 3, 3);
+    check_spec(2, 1, "int8", 3, 3);
+    {
+        char path[512];
+        struct feature_spec fs;
+        snprintf(path, sizeof path, "%s/out/feature_spec.yaml", tmpdir);
+        TH_EQ_ST_REQ(feature_spec_read(path, &fs), TR_OK);
+        TH_EQ_STR(fs.vocabulary_rows ? fs.vocabulary_rows : "(none)", "train");
+        feature_spec_release(&fs);
+    }
     TH_CHECK(!exists("out/.scratch") && no_leftovers());
     remove_tmpdir();
 }
@@ -411,6 +421,15 @@ static void parse_line_rules(void)
     TH_EQ(prepare_num_half(123456789012LL), 0x4e63);
     TH_EQ(prepare_num_half(INT64_MIN), 0);
     TH_EQ(prepare_num_half(INT64_MAX), 0x5175); /* ln(2^63) = 43.668 = 2^5 (1 + 373.38/1024) */
+    prepare_parse_init_transform(PREPARE_NUM_LOG1P); /* ln(1 + max(x, 0)) */
+    TH_EQ(prepare_num_half(0), 0);
+    TH_EQ(prepare_num_half(-5), 0);
+    TH_EQ(prepare_num_half(INT64_MIN), 0);
+    TH_EQ(prepare_num_half(1), 0x398c);     /* ln 2 = 0.6931 */
+    TH_EQ(prepare_num_half(7), 0x4029);     /* ln 8 = 2.0794 */
+    TH_EQ(prepare_num_half(1000000), 0x4ae8); /* ln(1e6 + 1) rounds as ln(1e6 + 3) */
+    prepare_parse_init();
+    TH_EQ(prepare_num_half(1), 0x3d8c);
 
     char line[1024];
     struct prepare_row row;
