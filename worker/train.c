@@ -353,6 +353,15 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
  * that every rank stops together. Failures name the step (counted from 1, as the
  * progress lines do) and the tensor; TR_ERR_RANGE. */
 
+/* The name of the layer that writes the logits (the last top layer). */
+static const char *logit_layer(const struct train *T, struct dlrm_layer_info *li)
+{
+    struct dlrm_info mi;
+    dlrm_get_info(T->m, &mi);
+    dlrm_get_layer(T->m, 1, mi.ntop - 1, li);
+    return li->name;
+}
+
 /* The hint after a divergence: an Adagrad that divides by a near-zero
  * accumulator before the learning rate, which is otherwise the usual cause. */
 static void diverged_hint(const struct train *T, int inputs)
@@ -496,13 +505,10 @@ static enum tr_status check_divergence(struct train *T, int64_t s, double loss)
     const double first = s == 0 ? loss : T->res.first_loss;
     if (!(loss > DIVERGE_MIN && loss > DIVERGE_FACTOR * first))
         return TR_OK;
-    struct dlrm_info mi;
     struct dlrm_layer_info li;
-    dlrm_get_info(T->m, &mi);
-    dlrm_get_layer(T->m, 1, mi.ntop - 1, &li);
     LOG_ERROR("step %lld: diverged at step %lld: the loss is %.4g, over %.0f times the first step's %.4g (the "
               "logits of %s saturate)",
-              (long long)s + 1, (long long)s + 1, loss, DIVERGE_FACTOR, first, li.name);
+              (long long)s + 1, (long long)s + 1, loss, DIVERGE_FACTOR, first, logit_layer(T, &li));
     diverged_hint(T, 0);
     T->together = 1; /* the all-reduced loss: every rank stops here */
     return TR_ERR_RANGE;
@@ -609,13 +615,10 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
             TR_CHECK(kern_auc_exact(T->scores, T->labels, first, &res[0]));
             res[1] = kern_logloss(T->scores, T->labels, first);
         } else {
-            struct dlrm_info mi;
             struct dlrm_layer_info li;
-            dlrm_get_info(T->m, &mi);
-            dlrm_get_layer(T->m, 1, mi.ntop - 1, &li);
             LOG_ERROR("evaluation after step %lld: %.0f of %lld test scores (the logits, output of %s) are NaN or "
                       "inf (first: sample %lld, %g); refusing to report an AUC",
-                      (long long)T->step, res[2], (long long)first, li.name, (long long)bad_first,
+                      (long long)T->step, res[2], (long long)first, logit_layer(T, &li), (long long)bad_first,
                       (double)T->scores[bad_first]);
             LOG_HINT("the model diverged (lower --learning_rate or lengthen --warmup_steps) or the test inputs hold "
                      "NaN or inf");
