@@ -323,7 +323,7 @@ enum tr_status comm_vote(struct comm *c, enum tr_status mine, const char *what, 
                 if (o < sizeof who - 16)
                     o += (size_t)snprintf(who + o, sizeof who - o, "%s%d", o ? ", " : "", q);
             }
-            if (mine == TR_OK && verdict != TR_OK)
+            if (what && mine == TR_OK && verdict != TR_OK)
                 LOG_ERROR("rank(s) %s %s (their logs say why): stopping every rank", who, what);
         }
         tr_free(all);
@@ -380,19 +380,11 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text)
     const int W = c->size, me = c->rank;
     uint64_t mine = XXH3_64bits(text, strlen(text)), root = mine;
     TR_CHECK(comm_bcast_host(c, &root, sizeof root, 0));
-    /* every rank learns whether any differs: rank 0 gathers the verdicts */
-    int64_t differs = root != mine, any = 0;
-    int64_t *flags = me == 0 ? tr_calloc((size_t)W, sizeof(int64_t)) : NULL;
-    if (me == 0 && !flags)
-        return TR_ERR_NOMEM;
-    enum tr_status rc = comm_gather_host(c, &differs, sizeof differs, flags, 0);
-    for (int q = 0; rc == TR_OK && me == 0 && q < W; q++)
-        any += flags[q];
-    if (rc == TR_OK)
-        rc = comm_bcast_host(c, &any, sizeof any, 0);
-    tr_free(flags);
-    if (rc != TR_OK || any == 0)
-        return rc;
+    /* every rank learns whether any differs */
+    int differ = 0;
+    enum tr_status rc = comm_vote(c, root != mine ? TR_ERR_ARG : TR_OK, NULL, &differ);
+    if (!differ)
+        return rc; /* TR_OK, or a failed collective */
 
     /* a mismatch: rank 0's text to all, each rank's first differing line back */
     int64_t len = (int64_t)strlen(text);

@@ -120,8 +120,9 @@ enum tr_status comm_gather_host(struct comm *c, const void *mine, int64_t bytes,
 void comm_reset_stats(struct comm *c);
 
 /* Checks that every rank holds the same `text` (lines "name=value", e.g. the
- * effective options): a 64-bit digest is compared first (two small collectives);
- * on a mismatch rank 0 logs the first differing line of each differing rank
+ * effective options): a 64-bit digest is compared first (a broadcast and a
+ * comm_vote);
+ * on a mismatch rank 0 logs the first differing line of the first differing rank
  * ("what" names the text in the message), and every rank returns TR_ERR_ARG, so
  * the whole job stops together. TR_ERR_MPI and others on a failed collective. */
 enum tr_status comm_agree(struct comm *c, const char *what, const char *text) TR_WUR;
@@ -130,7 +131,7 @@ enum tr_status comm_agree(struct comm *c, const char *what, const char *text) TR
  * result, already logged when not TR_OK): returns the first failing rank's status
  * on every rank (TR_OK when all passed), and sets *together when it is not TR_OK,
  * so the ranks stop together. Rank 0 logs which ranks failed ("rank 2 <what>")
- * when it did not fail itself. A failed collective returns its own error (with
+ * when it did not fail itself (nothing when what is NULL). A failed collective returns its own error (with
  * *together untouched). */
 enum tr_status comm_vote(struct comm *c, enum tr_status mine, const char *what, int *together) TR_WUR;
 
