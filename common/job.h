@@ -35,6 +35,8 @@ struct job_cfg {
     int64_t test_batches;         /* --synthetic_dataset_valid_batches */
     int synthetic_ids;            /* enum job_ids */
     int nonfinite_inputs;         /* enum job_nonfinite: NaN/inf numerical inputs refused or zeroed */
+    int shuffle_samples;          /* a seeded permutation of the training samples each epoch */
+    int drop_last;                /* drop the last partial training batch (the seed's rule) */
     /* JOB_BATCH */
     int64_t batch_size;           /* global training batch */
     int64_t test_batch_size;      /* --valid_batch_size; 0: batch_size */

@@ -69,6 +69,18 @@ enum tr_status dataset_fill(struct dataset *d, enum batch_split s, int64_t first
     return sb_fill(&d->sb[s], first, n, b, &d->nonfinite_replaced[s]);
 }
 
+enum tr_status dataset_gather(struct dataset *d, enum batch_split s, const int64_t *rows, int64_t n,
+                              struct batch *b)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (rows[k] < 0 || rows[k] >= d->nsamples[s])
+            return TR_ERR_ARG;
+    b->split = (int32_t)s;
+    if (d->kind == DATASET_SYNTHETIC)
+        return synth_gather(&d->synth, s, rows, n, b);
+    return sb_gather(&d->sb[s], rows, n, b, &d->nonfinite_replaced[s]);
+}
+
 void dataset_close(struct dataset *d)
 {
     sb_close(&d->sb[BATCH_TRAIN]);

@@ -49,6 +49,11 @@ void dataset_set_nonfinite(struct dataset *d, enum sb_nonfinite policy);
 enum tr_status dataset_fill(struct dataset *d, enum batch_split s, int64_t first, int64_t n,
                             struct batch *b) TR_WUR;
 
+/* Fills b with samples rows[0 .. n) of split s, in that order; TR_ERR_ARG when
+ * one is outside the split. Errors as dataset_fill. */
+enum tr_status dataset_gather(struct dataset *d, enum batch_split s, const int64_t *rows, int64_t n,
+                              struct batch *b) TR_WUR;
+
 /* Releases everything; safe on a zeroed or partly opened dataset. */
 void dataset_close(struct dataset *d);
 

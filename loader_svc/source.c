@@ -1,6 +1,7 @@
 /* source.c: the source interface's in-process reader: batches cut from a dataset
- * (dataset.h) in order, at a position that can be saved and restored. It reads
- * in the caller's thread; prefetching belongs to the loader service. */
+ * (dataset.h) in order, or in the order of a per-epoch permutation of the
+ * training samples (permute.h), at a position that can be saved and restored. It
+ * reads in the caller's thread; prefetching belongs to the loader service. */
 #define TR_SUBSYS TR_SUB_DATA
 #include "source.h"
 
@@ -9,12 +10,30 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "dataset.h"
+#include "permute.h"
 
 struct reader {
     struct dataset ds;
     struct source_pos pos;
     int64_t batch[2], nbatches[2];
+    int shuffle;        /* --shuffle_samples */
+    uint64_t seed;
+    struct perm perm;   /* of the training epoch perm_epoch */
+    int64_t perm_epoch; /* -1: none yet */
+    int64_t *rows;      /* (batch[BATCH_TRAIN]) sample indices of a shuffled batch */
 };
+
+/* Samples [first, first + n) of the pass, through the epoch's permutation. */
+static enum tr_status fill_shuffled(struct reader *r, int64_t first, int64_t n, struct batch *b)
+{
+    if (r->perm_epoch != r->pos.epoch) {
+        perm_init(&r->perm, (uint64_t)r->ds.nsamples[BATCH_TRAIN], r->seed, (uint64_t)r->pos.epoch);
+        r->perm_epoch = r->pos.epoch;
+    }
+    for (int64_t k = 0; k < n; k++)
+        r->rows[k] = (int64_t)perm_at(&r->perm, (uint64_t)(first + k));
+    return dataset_gather(&r->ds, BATCH_TRAIN, r->rows, n, b);
+}
 
 static enum tr_status r_next(void *ctx, struct batch *b)
 {
@@ -26,7 +45,10 @@ static enum tr_status r_next(void *ctx, struct batch *b)
     const int64_t n = TR_MIN(r->batch[s], r->ds.nsamples[s] - first);
     if (n > b->cap)
         return TR_ERR_ARG;
-    TR_CHECK(dataset_fill(&r->ds, (enum batch_split)s, first, n, b));
+    if (r->shuffle && s == BATCH_TRAIN)
+        TR_CHECK(fill_shuffled(r, first, n, b));
+    else
+        TR_CHECK(dataset_fill(&r->ds, (enum batch_split)s, first, n, b));
     b->index = r->pos.index;
     if (++r->pos.index == r->nbatches[s]) {
         r->pos.index = 0;
@@ -55,6 +77,7 @@ static void r_close(void *ctx)
 {
     struct reader *r = ctx;
     dataset_close(&r->ds);
+    tr_free(r->rows);
     tr_free(r);
 }
 
@@ -87,15 +110,23 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
                                                                                   : SB_NONFINITE_ERROR);
     }
     const struct dataset *d = &r->ds;
-    /* the seed drops the last partial training batch; a dataset smaller than one
-     * batch would train zero steps (seed issue #1316): refuse it */
-    r->nbatches[BATCH_TRAIN] = d->nsamples[BATCH_TRAIN] / r->batch[BATCH_TRAIN];
+    /* the last partial training batch is trained unless --drop_last (the seed's
+     * rule, under which a dataset smaller than one batch would train zero steps,
+     * seed issue #1316: refused) */
+    r->nbatches[BATCH_TRAIN] = job->drop_last ? d->nsamples[BATCH_TRAIN] / r->batch[BATCH_TRAIN]
+                                              : TR_CEIL_DIV(d->nsamples[BATCH_TRAIN], r->batch[BATCH_TRAIN]);
     if (r->nbatches[BATCH_TRAIN] < 1) {
-        LOG_ERROR("%s: %lld training samples, fewer than one batch of --batch_size %lld", d->source,
-                  (long long)d->nsamples[BATCH_TRAIN], (long long)r->batch[BATCH_TRAIN]);
-        LOG_HINT("lower --batch_size or use a larger dataset");
+        LOG_ERROR("%s: %lld training samples, %s", d->source, (long long)d->nsamples[BATCH_TRAIN],
+                  d->nsamples[BATCH_TRAIN] ? "fewer than one batch under --drop_last" : "nothing to train on");
+        LOG_HINT(d->nsamples[BATCH_TRAIN] ? "lower --batch_size, drop --drop_last or use a larger dataset"
+                                          : "prepare the dataset with training rows (terarec data prepare)");
         return TR_ERR_ARG;
     }
+    r->shuffle = job->shuffle_samples;
+    r->seed = (uint64_t)job->seed;
+    r->perm_epoch = -1;
+    if (r->shuffle && !(r->rows = tr_malloc((size_t)r->batch[BATCH_TRAIN] * sizeof(int64_t))))
+        return TR_ERR_NOMEM;
     r->nbatches[BATCH_TEST] = TR_CEIL_DIV(d->nsamples[BATCH_TEST], r->batch[BATCH_TEST]);
     s->num_features = d->num_features;
     s->ntables = d->ntables;

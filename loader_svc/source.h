@@ -2,8 +2,10 @@
  * with the in-process reader as its first implementation (the loader service's
  * shared-memory ring will be the second). A source serves two splits as ordered
  * sequences of batch blocks:
- *   train: batches of batch_size samples, in order; the last partial batch is
- *          dropped (the seed's rule); after the last batch the next epoch begins;
+ *   train: batches of batch_size samples, in order (with --shuffle_samples, in
+ *          the order of a permutation of the samples drawn from --seed and the
+ *          epoch); the last batch of an epoch may be partial, unless --drop_last
+ *          drops it (the seed's rule); after the last batch the next epoch begins;
  *   test:  batches of test_batch_size samples covering the split, the last one
  *          partial; after the last batch the pass starts again.
  * A position names the next batch to be served, so a saved position resumes the

@@ -182,28 +182,38 @@ static void report_bad_row(const struct sb_split *s, int64_t row)
     }
 }
 
-enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b, int64_t *replaced)
+/* Sample k of the batch is sample rows[k] of the split, or first + k when rows is
+ * NULL (sb_fill and sb_gather). */
+static enum tr_status fill_samples(const struct sb_split *s, int64_t first, const int64_t *rows, int64_t n,
+                                   struct batch *b, int64_t *replaced)
 {
     const struct feature_spec_split *L = &s->layout;
-    if (first < 0 || n < 0 || first + n > s->nsamples || n > b->cap || b->num_features != L->nnumerical ||
-        b->ntables != L->ntables)
+    if (n < 0 || n > b->cap || b->num_features != L->nnumerical || b->ntables != L->ntables)
         return TR_ERR_ARG;
+    if (rows) {
+        for (int64_t k = 0; k < n; k++)
+            if (rows[k] < 0 || rows[k] >= s->nsamples)
+                return TR_ERR_ARG;
+    } else if (first < 0 || first + n > s->nsamples) {
+        return TR_ERR_ARG;
+    }
     b->n = n;
     float *labels = batch_labels(b), *numerical = batch_num(b);
     int32_t *cat = batch_cat(b);
-    const uint8_t *lab = (const uint8_t *)s->label.data + first;
+    const uint8_t *lab = s->label.data;
     const int F = L->nnumerical;
-    const uint16_t *num = s->numerical.data ? (const uint16_t *)s->numerical.data + first * F : NULL;
+    const uint16_t *num = s->numerical.data;
     const int zero = s->nonfinite == SB_NONFINITE_ZERO;
     int64_t bad = INT64_MAX, nrep = 0; /* first refused sample of the batch; values replaced */
 #pragma omp parallel for schedule(static) reduction(min : bad) reduction(+ : nrep)
     for (int64_t k = 0; k < n; k++) {
-        if (lab[k] > 1)
+        const int64_t i = rows ? rows[k] : first + k;
+        if (lab[i] > 1)
             bad = TR_MIN(bad, k);
-        labels[k] = lab[k] ? 1.0f : 0.0f;
+        labels[k] = lab[i] ? 1.0f : 0.0f;
         float *row = numerical + k * b->num_ld;
         for (int j = 0; j < F; j++) {
-            uint16_t h = num[k * F + j];
+            uint16_t h = num[i * F + j];
             if (!km_half_is_finite(h)) {
                 if (zero) {
                     h = 0;
@@ -218,32 +228,43 @@ enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struc
             row[j] = 0.0f;
     }
     if (bad != INT64_MAX) {
-        report_bad_row(s, first + bad);
+        report_bad_row(s, rows ? rows[bad] : first + bad);
         return TR_ERR_FORMAT;
     }
     if (replaced)
         *replaced += nrep;
     for (int t = 0; t < L->ntables; t++) {
         int32_t *dst = cat + (int64_t)t * b->cap;
+        const void *src = s->cat[t].data;
         switch (L->cat_dtype[t]) {
-        case KERN_I8: {
-            const int8_t *src = (const int8_t *)s->cat[t].data + first;
+        case KERN_I8:
             for (int64_t k = 0; k < n; k++)
-                dst[k] = src[k];
+                dst[k] = ((const int8_t *)src)[rows ? rows[k] : first + k];
             break;
-        }
-        case KERN_I16: {
-            const int16_t *src = (const int16_t *)s->cat[t].data + first;
+        case KERN_I16:
             for (int64_t k = 0; k < n; k++)
-                dst[k] = src[k];
+                dst[k] = ((const int16_t *)src)[rows ? rows[k] : first + k];
             break;
-        }
-        default: {
-            const int32_t *src = (const int32_t *)s->cat[t].data + first;
-            memcpy(dst, src, (size_t)n * sizeof(int32_t));
+        default:
+            if (!rows) {
+                memcpy(dst, (const int32_t *)src + first, (size_t)n * sizeof(int32_t));
+                break;
+            }
+            for (int64_t k = 0; k < n; k++)
+                dst[k] = ((const int32_t *)src)[rows[k]];
             break;
-        }
         }
     }
     return TR_OK;
+}
+
+enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b, int64_t *replaced)
+{
+    return fill_samples(s, first, NULL, n, b, replaced);
+}
+
+enum tr_status sb_gather(const struct sb_split *s, const int64_t *rows, int64_t n, struct batch *b,
+                         int64_t *replaced)
+{
+    return fill_samples(s, 0, rows, n, b, replaced);
 }

@@ -56,6 +56,11 @@ void sb_close(struct sb_split *s);
 enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b,
                        int64_t *replaced) TR_WUR;
 
+/* As sb_fill, for samples rows[0 .. n) of the split in that order (a shuffled
+ * batch): TR_ERR_ARG when one is outside the split; errors name the sample index. */
+enum tr_status sb_gather(const struct sb_split *s, const int64_t *rows, int64_t n, struct batch *b,
+                         int64_t *replaced) TR_WUR;
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,8 +85,9 @@ double synth_teacher_logit(const struct synth_cfg *c, enum batch_split split, in
     return teacher(&cc, a, num, ids);
 }
 
-enum tr_status synth_fill(const struct synth_cfg *c, enum batch_split split, int64_t first, int64_t n,
-                          struct batch *b)
+/* Sample k of the batch is sample rows[k], or first + k when rows is NULL. */
+static enum tr_status fill_samples(const struct synth_cfg *c, enum batch_split split, int64_t first,
+                                   const int64_t *rows, int64_t n, struct batch *b)
 {
     if (n < 0 || n > b->cap || b->num_features != c->num_features || b->ntables != c->ntables ||
         c->num_features > 256 || c->ntables > 1024)
@@ -103,7 +104,7 @@ enum tr_status synth_fill(const struct synth_cfg *c, enum batch_split split, int
         a[j] = num_weight(c, j);
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; k++) {
-        int64_t i = first + k;
+        const int64_t i = rows ? rows[k] : first + k;
         float *num = batch_num(b) + k * b->num_ld;
         int64_t ids[1024];
         for (int j = 0; j < c->num_features; j++)
@@ -120,4 +121,19 @@ enum tr_status synth_fill(const struct synth_cfg *c, enum batch_split split, int
         labels[k] = u < p ? 1.0f : 0.0f;
     }
     return TR_OK;
+}
+
+enum tr_status synth_fill(const struct synth_cfg *c, enum batch_split split, int64_t first, int64_t n,
+                          struct batch *b)
+{
+    return fill_samples(c, split, first, NULL, n, b);
+}
+
+enum tr_status synth_gather(const struct synth_cfg *c, enum batch_split split, const int64_t *rows, int64_t n,
+                            struct batch *b)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (rows[k] < 0)
+            return TR_ERR_ARG;
+    return fill_samples(c, split, 0, rows, n, b);
 }

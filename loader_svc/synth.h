@@ -36,6 +36,11 @@ struct synth_cfg {
 enum tr_status synth_fill(const struct synth_cfg *cfg, enum batch_split split, int64_t first, int64_t n,
                           struct batch *b) TR_WUR;
 
+/* As synth_fill, for samples rows[0 .. n) in that order (a shuffled batch);
+ * TR_ERR_ARG for a negative index. */
+enum tr_status synth_gather(const struct synth_cfg *cfg, enum batch_split split, const int64_t *rows, int64_t n,
+                            struct batch *b) TR_WUR;
+
 /* The teacher's logit for sample `i` of `split` (what the labels are drawn from). */
 double synth_teacher_logit(const struct synth_cfg *cfg, enum batch_split split, int64_t i);
 

@@ -295,9 +295,15 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
         int64_t rows = 0;
         for (int t = 0; t < s->ntables; t++)
             rows += s->rows[t];
-        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld), %lld test samples", s->desc,
+        const int64_t rem = s->nsamples[BATCH_TRAIN] % job->batch_size;
+        char part[96] = "";
+        if (rem)
+            snprintf(part, sizeof part, job->drop_last ? "; the last %lld dropped (--drop_last)" : ", the last of %lld",
+                     (long long)rem);
+        LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld%s%s), %lld test samples", s->desc,
                   (long long)s->nsamples[BATCH_TRAIN], (long long)s->nbatches[BATCH_TRAIN],
-                  (long long)job->batch_size, (long long)s->nsamples[BATCH_TEST]);
+                  (long long)job->batch_size, part, job->shuffle_samples ? ", shuffled every epoch" : "",
+                  (long long)s->nsamples[BATCH_TEST]);
         LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; rank 0 memory: embeddings "
                   "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s; %d worker(s) %s, %d thread(s) each, "
                   "backend %s, blas %s",

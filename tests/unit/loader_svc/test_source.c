@@ -1,6 +1,8 @@
 /* test_source.c: the in-process reader behind the source interface: the training
- * split in batches of batch_size in order, dropping the last partial batch and
- * wrapping into the next epoch; the test split in batches of its own size (a
+ * split in batches of batch_size in order, wrapping into the next epoch (the
+ * partial last batch and --drop_last are tested on files in test_split_binary);
+ * with --shuffle_samples every epoch a different order of the same samples, the
+ * same for the same seed, resumable at any position; the test split in batches of its own size (a
  * partial last batch is tested on files in test_split_binary); positions that
  * resume the same sequence (tell, seek); the
  * data equal to the dataset's own samples; a dataset smaller than one batch
@@ -112,7 +114,83 @@ static void too_small(void)
     source_close(&s);
 }
 
+/* Sample number of each row of b: the training sample whose numerical values it
+ * holds (the synthetic values are continuous, so they identify a sample). */
+static void sample_ids(const struct batch *b, const struct batch *all, int64_t *ids)
+{
+    for (int64_t k = 0; k < b->n; k++) {
+        ids[k] = -1;
+        for (int64_t i = 0; i < all->n; i++)
+            if (!memcmp(batch_num(b) + k * b->num_ld, batch_num(all) + i * all->num_ld, 5 * sizeof(float)))
+                ids[k] = i;
+    }
+}
+
+/* order[e][j]: the sample served at position j of epoch e (3 epochs of 40). */
+static void read_epochs(int64_t seed, int64_t order[3][40])
+{
+    struct job_cfg j;
+    job(&j, 10, 7);
+    j.seed = seed;
+    j.shuffle_samples = 1;
+    struct source s;
+    struct batch *b = NULL, *all = NULL;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(40, 5, 3, &all), TR_OK);
+    struct synth_cfg sc = {(uint64_t)seed, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, 0, 40, all), TR_OK);
+    for (int k = 0; k < 12; k++) {
+        TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
+        TH_EQ(b->n, 10);
+        sample_ids(b, all, &order[k / 4][(k % 4) * 10]);
+    }
+    /* a position taken mid-way resumes the same batches */
+    struct source_pos p = {BATCH_TRAIN, 1, 2};
+    int64_t again[10];
+    TH_EQ_ST_REQ(source_seek(&s, &p), TR_OK);
+    TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
+    sample_ids(b, all, again);
+    TH_CHECK(memcmp(again, &order[1][20], sizeof again) == 0);
+    /* the test split keeps its order */
+    struct source_pos t = {BATCH_TEST, 0, 1};
+    TH_EQ_ST_REQ(source_seek(&s, &t), TR_OK);
+    TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
+    struct batch *ref = NULL;
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
+    TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TEST, 7, 7, ref), TR_OK);
+    TH_CHECK(memcmp(batch_num(b), batch_num(ref), 7 * (size_t)b->num_ld * sizeof(float)) == 0);
+    batch_free(&ref);
+    batch_free(&b);
+    batch_free(&all);
+    source_close(&s);
+}
+
+static void shuffled_epochs(void)
+{
+    int64_t a[3][40], b[3][40];
+    read_epochs(9, a);
+    for (int e = 0; e < 3; e++) {
+        int seen[40] = {0}, moved = 0;
+        for (int i = 0; i < 40; i++) {
+            TH_CHECKF(a[e][i] >= 0 && a[e][i] < 40, "epoch %d position %d: not a training sample", e, i);
+            if (a[e][i] >= 0 && a[e][i] < 40)
+                seen[a[e][i]]++;
+            moved += a[e][i] != i;
+        }
+        for (int i = 0; i < 40; i++)
+            TH_CHECKF(seen[i] == 1, "epoch %d serves sample %d %d times", e, i, seen[i]);
+        TH_CHECKF(moved > 20, "epoch %d: only %d of 40 samples moved", e, moved);
+    }
+    TH_CHECK(memcmp(a[0], a[1], sizeof a[0]) != 0 && memcmp(a[1], a[2], sizeof a[0]) != 0);
+    read_epochs(9, b);
+    TH_CHECK(memcmp(a, b, sizeof a) == 0); /* the same seed, the same order */
+    read_epochs(10, b);
+    TH_CHECK(memcmp(a[0], b[0], sizeof a[0]) != 0); /* another seed, another order */
+}
+
 static const struct th_case cases[] = {
+    {"shuffled_epochs", shuffled_epochs},
     {"sequence_and_positions", sequence_and_positions},
     {"test_batch_size", test_batch_size},
     {"too_small", too_small},

@@ -220,7 +220,7 @@ static void source_over_files(void)
     j.test_batch_size = 3;
     struct source s;
     TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
-    TH_EQ(s.nbatches[BATCH_TRAIN], 1);
+    TH_EQ(s.nbatches[BATCH_TRAIN], 2); /* 3 samples: a batch of 2 and the last one of 1 */
     TH_EQ(s.nbatches[BATCH_TEST], 1);
     TH_EQ(s.rows[1], 200);
     struct batch *b = NULL;
@@ -228,6 +228,11 @@ static void source_over_files(void)
     TH_EQ_ST(source_next(&s, b), TR_OK);
     TH_EQ(b->n, 2);
     TH_EQ(batch_cat(b)[2 * 3 + 1], 12345);
+    TH_EQ_ST(source_next(&s, b), TR_OK); /* the partial batch is trained */
+    TH_EQ(b->n, 1);
+    TH_EQ(b->index, 1);
+    TH_EQ(batch_cat(b)[2 * 3 + 0], 1);
+    TH_EQ(batch_cat(b)[1 * 3 + 0], 0);
     struct source_pos pos;
     source_tell(&s, &pos);
     TH_EQ(pos.epoch, 1);
@@ -241,11 +246,50 @@ static void source_over_files(void)
     TH_EQ(b->split, BATCH_TEST);
     TH_CHECK(batch_labels(b)[1] == 0.0f);
     TH_EQ(batch_cat(b)[3 + 1], 7);
-    batch_free(&b);
     source_close(&s);
-    j.batch_size = 4; /* more than the 3 training samples */
+    j.drop_last = 1; /* the seed's rule: one batch of 2, the third sample never trained */
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.nbatches[BATCH_TRAIN], 1);
+    TH_EQ_ST(source_next(&s, b), TR_OK);
+    source_tell(&s, &pos);
+    TH_EQ(pos.epoch, 1);
+    source_close(&s);
+    j.batch_size = 4; /* more than the 3 training samples: one partial batch, or none under --drop_last */
     TH_EQ_ST(source_open_reader(&s, &j), TR_ERR_ARG);
     source_close(&s);
+    j.drop_last = 0;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ(s.nbatches[BATCH_TRAIN], 1);
+    source_close(&s);
+    batch_free(&b);
+    remove_dataset();
+}
+
+/* sb_gather: samples in the order asked, every dtype; an index outside refused. */
+static void gather_rows(void)
+{
+    make_dataset();
+    struct dataset ds;
+    TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    const int64_t rows[4] = {2, 0, 2, 1};
+    TH_EQ_ST_REQ(dataset_gather(&ds, BATCH_TRAIN, rows, 4, b), TR_OK);
+    TH_EQ(b->n, 4);
+    const int32_t want[3][4] = {{3, 4, 3, 0}, {0, 199, 0, 7}, {1, 69999, 1, 12345}};
+    for (int t = 0; t < 3; t++)
+        for (int k = 0; k < 4; k++)
+            TH_EQ(batch_cat(b)[t * 4 + k], want[t][k]);
+    TH_CHECK(batch_labels(b)[0] == 1.0f && batch_labels(b)[1] == 1.0f && batch_labels(b)[3] == 0.0f);
+    TH_CHECK(batch_num(b)[0] == 65504.0f && batch_num(b)[1] == 0x1p-24f);     /* sample 2 */
+    TH_CHECK(batch_num(b)[8] == 1.0f && batch_num(b)[9] == -2.0f);            /* sample 0 */
+    TH_CHECK(batch_num(b)[3 * 8] == 0.5f && batch_num(b)[3 * 8 + 1] == 0.0f); /* sample 1 */
+    const int64_t bad[2] = {0, 3};
+    TH_EQ_ST(dataset_gather(&ds, BATCH_TRAIN, bad, 2, b), TR_ERR_ARG);
+    const int64_t neg[1] = {-1};
+    TH_EQ_ST(dataset_gather(&ds, BATCH_TEST, neg, 1, b), TR_ERR_ARG);
+    batch_free(&b);
+    dataset_close(&ds);
     remove_dataset();
 }
 
@@ -522,6 +566,7 @@ static const struct th_case cases[] = {
     {"read_seed_spec", read_seed_spec},
     {"read_values", read_values},
     {"source_over_files", source_over_files},
+    {"gather_rows", gather_rows},
     {"size_mismatch_refused", size_mismatch_refused},
     {"bad_specs_refused", bad_specs_refused},
     {"dtype_rule", dtype_rule},
