@@ -367,7 +367,7 @@ static const char *logit_layer(const struct train *T, struct dlrm_layer_info *li
 static void diverged_hint(const struct train *T, int inputs)
 {
     const struct job_cfg *j = &T->c->job;
-    if (j->optimizer == JOB_OPT_ADAGRAD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
+    if (j->optimizer != JOB_OPT_SGD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
         LOG_HINT("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value %g divides by an accumulator that "
                  "is tiny for rarely updated weights: keep the defaults (1e-7 and 0.1)",
                  j->adagrad_init);
