@@ -286,6 +286,13 @@ static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, cons
                            : 0;
 }
 
+/* Bytes of the activation block: the floats, then (8-byte aligned) the row-wise
+ * sums, then the embedding workspace of ws bytes. */
+static size_t act_bytes_of(const struct sizes *z, size_t ws)
+{
+    return z->act_floats * sizeof(float) + (z->sumsq_n ? 8 + (size_t)z->sumsq_n * sizeof(double) : 0) + ws + 64;
+}
+
 void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
 {
     struct sizes z;
@@ -295,7 +302,7 @@ void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, 
     b->embeddings = z.emb_rows_bytes;
     b->emb_state = z.emb_state_bytes;
     b->workspace = (int64_t)ws_bytes_for(cfg, &z, be) + z.sumsq_n * (int64_t)sizeof(double);
-    b->activations = (int64_t)(z.act_floats * sizeof(float)) + b->workspace + 64;
+    b->activations = (int64_t)act_bytes_of(&z, ws_bytes_for(cfg, &z, be));
 }
 
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
@@ -386,7 +393,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->emb_ws_bytes = ws_bytes_for(cfg, &z, be);
         m->emb_sumsq_n = z.sumsq_n;
         /* the sums first (8-byte aligned after the floats' block), then the workspace */
-        m->act_bytes = z.act_floats * sizeof(float) + 8 + (size_t)z.sumsq_n * sizeof(double) + m->emb_ws_bytes + 64;
+        m->act_bytes = act_bytes_of(&z, m->emb_ws_bytes);
         char *act = NULL;
         TR_CHECK_GOTO(kern_alloc(be, m->act_bytes, (void **)&act, "the activations"), rc, fail);
         float *p = (float *)act;
