@@ -12,7 +12,7 @@
 
 /* "tf_raw" (seed v2) and "raw" (seed v1) name the same split-binary format */
 static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_raw", "raw", NULL};
-static const char *const optim_choices[] = {"sgd", "adagrad", NULL};
+static const char *const optim_choices[] = {"sgd", "adagrad", "rowwise_adagrad", NULL};
 static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
 static const char *const nonfinite_choices[] = {"error", "zero", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
@@ -61,7 +61,8 @@ static const struct job_decl decls[] = {
     {JOB_MODEL, F(top), {"top_mlp_dims", TR_OPT_INT_LIST, NULL, "1024,1024,512,256,1",
         "top MLP widths; the last must be 1", 1, 1e6, NULL, NULL, 0}},
     {JOB_MODEL, F(optimizer), {"optimizer", TR_OPT_ENUM, NULL, "sgd",
-        "optimizer of embeddings and MLPs (adagrad doubles the state)", 1, 0, optim_choices, NULL, 0}},
+        "optimizer of embeddings and MLPs (adagrad doubles the state; rowwise_adagrad keeps one accumulator per "
+        "embedding row and element-wise Adagrad for the MLPs)", 1, 0, optim_choices, NULL, 0}},
     {JOB_MODEL, F(adagrad_init), {"adagrad_initial_accumulator_value", TR_OPT_DOUBLE, NULL, "0.1",
         "Adagrad accumulator start value (Keras default)", 0, 1e6, NULL, NULL, 0}},
     {JOB_MODEL, F(adagrad_eps), {"adagrad_epsilon", TR_OPT_DOUBLE, NULL, "1e-7", "Adagrad epsilon (Keras default)",
@@ -117,6 +118,11 @@ int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o)
 int64_t job_test_batch(const struct job_cfg *c)
 {
     return c->test_batch_size ? c->test_batch_size : c->batch_size;
+}
+
+const char *job_optim_name(int optimizer)
+{
+    return optimizer >= 0 && optimizer < (int)TR_ARRAY_SIZE(optim_choices) - 1 ? optim_choices[optimizer] : "unknown";
 }
 
 const char *job_backend_name(int backend)
@@ -188,7 +194,7 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
             flag_text(c, adagrad_flags[i], a, sizeof a);
             flag_text(c, "optimizer", b, sizeof b);
             LOG_ERROR("%s and %s sgd cannot be used together", a, b);
-            LOG_HINT("the Adagrad settings apply only with --optimizer adagrad");
+            LOG_HINT("the Adagrad settings apply only with --optimizer adagrad or rowwise_adagrad");
             return TR_ERR_ARG;
         }
     }
@@ -207,7 +213,7 @@ enum tr_status job_check(const struct job_cfg *c, unsigned groups)
         LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");
         return TR_ERR_ARG;
     }
-    if ((groups & JOB_MODEL) && c->optimizer == JOB_OPT_ADAGRAD && c->adagrad_eps == 0.0 && c->adagrad_init == 0.0) {
+    if ((groups & JOB_MODEL) && c->optimizer != JOB_OPT_SGD && c->adagrad_eps == 0.0 && c->adagrad_init == 0.0) {
         LOG_ERROR("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value 0 divides 0 by 0 for every weight "
                   "whose gradient is 0 at the first step (NaN)");
         LOG_HINT("give either a positive value (the defaults are 1e-7 and 0.1)");

@@ -19,7 +19,10 @@ extern "C" {
 #define JOB_MAX_LAYERS 16
 
 enum job_dataset { JOB_DATA_SYNTHETIC = 0, JOB_DATA_SPLIT_BINARY = 1 /* 2, 3: its aliases tf_raw, raw */ };
-enum job_optim { JOB_OPT_SGD = 0, JOB_OPT_ADAGRAD = 1 };
+/* ROWWISE_ADAGRAD: one Adagrad accumulator per embedding row (FBGEMM's
+ * EXACT_ROWWISE_ADAGRAD); the MLPs keep element-wise Adagrad. It takes the same
+ * --adagrad_* flags as ADAGRAD. */
+enum job_optim { JOB_OPT_SGD = 0, JOB_OPT_ADAGRAD = 1, JOB_OPT_ROWWISE_ADAGRAD = 2 };
 enum job_ids { JOB_IDS_POWERLAW = 0, JOB_IDS_UNIFORM = 1 };
 enum job_nonfinite { JOB_NONFINITE_ERROR = 0, JOB_NONFINITE_ZERO = 1 };
 enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
@@ -81,6 +84,9 @@ int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
 /* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
 int64_t job_test_batch(const struct job_cfg *c);
+
+/* Name of an optimizer choice ("sgd", "adagrad", "rowwise_adagrad"). */
+const char *job_optim_name(int optimizer);
 
 /* Name of a backend choice ("auto", "cpu", "cuda"). */
 const char *job_backend_name(int backend);

@@ -34,6 +34,7 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_FILL] = "fill",
     [KERN_OP_COPY_ROWS] = "copy_rows",
     [KERN_OP_SUMSQ] = "sumsq",
+    [KERN_OP_EMB_ROWSQ] = "emb_rowsq",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -145,6 +146,7 @@ CPU_WRAP(dense_update, kern_dense_update_args)
 CPU_WRAP(fill, kern_fill_args)
 CPU_WRAP_N(emb_fwd, kern_emb_fwd_args)
 CPU_WRAP_N(emb_update, kern_emb_update_args)
+CPU_WRAP_N(emb_rowsq, kern_emb_update_args)
 CPU_WRAP_N(copy_rows, kern_copy_rows_args)
 CPU_WRAP_N(sumsq, kern_sumsq_args)
 
@@ -177,6 +179,7 @@ static const struct kern_backend_i cpu_iface = {
     .bias_act_bwd = cpu_bias_act_bwd,
     .emb_fwd = cpu_emb_fwd,
     .emb_update = cpu_emb_update,
+    .emb_rowsq = cpu_emb_rowsq,
     .interact_fwd = cpu_interact_fwd,
     .interact_bwd = cpu_interact_bwd,
     .bce = cpu_bce,

@@ -40,6 +40,7 @@ enum kern_op {
     KERN_OP_FILL,
     KERN_OP_COPY_ROWS,
     KERN_OP_SUMSQ,
+    KERN_OP_EMB_ROWSQ,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -54,7 +55,10 @@ enum kern_dtype {
 enum kern_copy_dir { KERN_H2D = 0, KERN_D2H = 1, KERN_D2D = 2 };
 enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
 enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
-enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1 };
+/* ROWWISE_ADAGRAD: Adagrad with one accumulator per embedding row (FBGEMM's
+ * EXACT_ROWWISE_ADAGRAD, see emb_update); dense parameters take element-wise
+ * Adagrad under it (dense_update treats it as ADAGRAD). */
+enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1, KERN_OPT_ROWWISE_ADAGRAD = 2 };
 
 /* Size in bytes of one element of `t`. */
 size_t kern_dtype_size(enum kern_dtype t);
@@ -119,7 +123,7 @@ struct kern_emb_fwd_args {
 struct kern_optim_hp {
     enum kern_optim kind;
     float lr;
-    float eps; /* Adagrad */
+    float eps; /* Adagrad (both kinds) */
 };
 
 /* Backward of emb_fwd fused with a sparse optimizer step on the touched rows
@@ -130,11 +134,34 @@ struct kern_optim_hp {
  * independent of the thread count. The workspace of a call is a[0].ws, holding
  * emb_update_ws_bytes(ctx, max nidx, max width, n) bytes (the ws fields of the
  * other tables are ignored). Errors: TR_ERR_RANGE as in emb_fwd (checked for
- * every table first: on error no table is updated), TR_ERR_ARG if ws is too small. */
+ * every table first: on error no table is updated), TR_ERR_ARG if ws is too small
+ * or a field below does not fit the optimizer.
+ *
+ * Row-wise Adagrad (hp.kind KERN_OPT_ROWWISE_ADAGRAD): accum is (rows), one float
+ * per row of the whole table (accum_ld is ignored), and for each distinct row r
+ *   accum[r] += S_r / dim,   S_r = sum over all dim columns of g^2 (in double),
+ *   w[r][c] -= lr * g[c] / (sqrt(accum[r]) + eps)  for c in [c0, c1).
+ * When the columns [c0, c1) are the whole row (dim == c1 - c0), row_sumsq is NULL
+ * and the update computes S_r itself. When they are a slice of it (column-wise
+ * sharding: each worker holds a slice of every row and sees every id), S_r needs
+ * the other slices too, and the step has two phases around a sum over workers:
+ *   1. emb_rowsq with the update's args writes this slice's part of S_r into
+ *      row_sumsq[k] for the k-th distinct row in ascending row order (k <
+ *      ndistinct), and 0 into row_sumsq[ndistinct .. nidx);
+ *   2. the caller sums row_sumsq element-wise over the workers (an all-reduce:
+ *      every worker sees the same ids, so entry k names the same row everywhere);
+ *   3. emb_update with the same args reads the summed row_sumsq (and dim: the
+ *      full width) and applies the step; every worker applies the same accumulator
+ *      update to its replica of accum.
+ * A slice of width 0 (a worker holding no columns) is allowed in phase 1 and
+ * writes zeros, so such a worker can take part in the sum. Phase 1 computes the
+ * same per-row sums, in the same column order, as the update does alone, so the
+ * split form differs from the whole-row form only by the rounding of the added
+ * partial sums. */
 struct kern_emb_update_args {
     float *table; /* (rows, ld) */
     int64_t rows, ld, c0, c1;
-    float *accum; /* (rows, accum_ld) or NULL for SGD */
+    float *accum; /* (rows, accum_ld) for Adagrad, (rows) for row-wise Adagrad, NULL for SGD */
     int64_t accum_ld;
     const void *idx;
     enum kern_dtype idx_dtype;
@@ -148,6 +175,10 @@ struct kern_emb_update_args {
     void *ws;
     size_t ws_bytes;
     int64_t *bad_pos; /* host memory, or NULL */
+    /* row-wise Adagrad only (ignored otherwise): */
+    int64_t dim;        /* full row width the accumulator averages over; 0: c1 - c0 */
+    double *row_sumsq;  /* (nidx) written by emb_rowsq, read by emb_update; NULL in
+                           emb_update: computed from [c0, c1), which must be the whole row */
 };
 
 /* Dot interaction of n vectors of width d per sample (the seed's layout):
@@ -189,12 +220,13 @@ struct kern_bce_args {
     float grad_scale;
 };
 
-/* Dense optimizer step over n parameters: p -= step(grad_scale * g). */
+/* Dense optimizer step over n parameters: p -= step(grad_scale * g). Row-wise
+ * Adagrad steps element-wise here (as TorchRec does for dense parameters). */
 struct kern_dense_update_args {
     int64_t n;
     float *param;
     const float *grad;
-    float *accum; /* Adagrad state (n) or NULL */
+    float *accum; /* Adagrad state (n) (both Adagrad kinds) or NULL */
     float grad_scale;
     struct kern_optim_hp hp;
 };
@@ -262,6 +294,11 @@ struct kern_backend_i {
      * parallelises inside large ones. Results do not depend on that choice. */
     enum tr_status (*emb_fwd)(void *ctx, const struct kern_emb_fwd_args *a, int n);
     enum tr_status (*emb_update)(void *ctx, const struct kern_emb_update_args *a, int n);
+    /* Phase 1 of a row-wise Adagrad step on column slices (see emb_update): writes
+     * a[t].row_sumsq for every table; reads the ids, offsets, grad, grad_scale, c0,
+     * c1 and ws (table and accum are not touched, and may be NULL when c0 == c1).
+     * Errors as for emb_update (no output written on TR_ERR_RANGE). */
+    enum tr_status (*emb_rowsq)(void *ctx, const struct kern_emb_update_args *a, int n);
     enum tr_status (*interact_fwd)(void *ctx, const struct kern_interact_fwd_args *a);
     enum tr_status (*interact_bwd)(void *ctx, const struct kern_interact_bwd_args *a);
     enum tr_status (*bce)(void *ctx, const struct kern_bce_args *a);

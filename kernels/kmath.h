@@ -147,7 +147,7 @@ KM_FN float km_bce_logit_grad(float x, float y)
 }
 
 /* ---- optimizers ------------------------------------------------------------
- * Both update one element; callers loop. Duplicated embedding ids must be summed
+ * SGD and Adagrad update one element; callers loop. Duplicated embedding ids must be summed
  * into one gradient before these are called (Adagrad is not additive). */
 
 struct km_optim {
@@ -165,6 +165,25 @@ KM_FN void km_adagrad_step(float *KM_RESTRICT p, float *KM_RESTRICT acc, float g
     float a = *acc + g * g;
     *acc = a;
     *p -= h->lr * g / (sqrtf(a) + h->eps);
+}
+
+/* Row-wise Adagrad (FBGEMM/TorchRec EXACT_ROWWISE_ADAGRAD): one accumulator per
+ * embedding row. km_rowwise_adagrad_row adds the mean square of the row's whole
+ * gradient (sumsq: sum of g^2 over all dim columns, km_sumsq_add terms, possibly
+ * summed over column slices held by several workers) to *acc and returns the
+ * denominator sqrt(acc) + eps; km_rowwise_adagrad_step then updates each column
+ * with it. Both compute what km_adagrad_step computes per element, with the
+ * accumulator shared by the row. */
+KM_FN float km_rowwise_adagrad_row(float *KM_RESTRICT acc, double sumsq, int64_t dim, const struct km_optim *h)
+{
+    float a = *acc + (float)(sumsq / (double)dim);
+    *acc = a;
+    return sqrtf(a) + h->eps;
+}
+
+KM_FN void km_rowwise_adagrad_step(float *KM_RESTRICT p, float g, float denom, const struct km_optim *h)
+{
+    *p -= h->lr * g / denom;
 }
 
 /* ---- reductions -------------------------------------------------------------

@@ -30,7 +30,10 @@ KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
     o[12] = km_half_to_float(km_float_to_half(x));
     o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
     o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
-    o[15] = (float)km_sumsq_add(0.5, x) + (float)km_half_is_finite(km_float_to_half(x));
+    float racc = 0.1f, den = km_rowwise_adagrad_row(&racc, km_sumsq_add(km_sumsq_add(0.0, x), 0.5f), 3, &h);
+    p = x;
+    km_rowwise_adagrad_step(&p, x, den, &h);
+    o[15] = (float)km_sumsq_add(0.5, x) + (float)km_half_is_finite(km_float_to_half(x)) + p + racc;
 }
 
 #endif

@@ -101,7 +101,7 @@ static void print_table(const struct plan_cmd_cfg *c, int world, int threads, co
     const struct job_cfg *job = &c->job;
     printf("plan: %d tables, %lld embedding rows, dim %d, %s; %d node(s) x %d worker(s), %s, global batch %lld; "
            "backend %s, %d thread(s) per worker\n",
-           sh->ntables, (long long)rows, job->embedding_dim, job->optimizer ? "adagrad" : "sgd", c->nodes,
+           sh->ntables, (long long)rows, job->embedding_dim, job_optim_name(job->optimizer), c->nodes,
            c->per_node, world == 1 ? "one worker" : job->columnwise_split ? "column-wise" : "table-wise",
            (long long)job->batch_size, backend, threads);
     printf("largest table: %d (%lld rows, %.2f GiB at dim %d)\n", largest_table, (long long)sh->rows[largest_table],
@@ -234,7 +234,8 @@ int plan_cmd_main(int argc, char **argv)
                   worst, gib(w[worst].total), gib(c.memory), gib(w[worst].total - c.memory), gib(w[worst].embeddings),
                   gib(w[worst].opt_state));
         LOG_HINT("%s", job->columnwise_split
-                           ? "add workers, or use sgd (adagrad doubles the embedding memory)"
+                           ? "add workers, or use rowwise_adagrad (one accumulator per row) or sgd (adagrad doubles "
+                             "the embedding memory)"
                            : "try --columnwise_split: table-wise cannot split a table larger than a worker");
         rc = TR_ERR_NOMEM; /* the plan predicts that an allocation would fail */
         goto exit;

@@ -48,7 +48,9 @@ void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables,
     out->ntop = TR_MIN(job->top.n, DLRM_MAX_LAYERS);
     for (int l = 0; l < out->ntop; l++)
         out->top[l] = (int)job->top.v[l];
-    out->optim = job->optimizer == JOB_OPT_ADAGRAD ? KERN_OPT_ADAGRAD : KERN_OPT_SGD;
+    out->optim = job->optimizer == JOB_OPT_ADAGRAD           ? KERN_OPT_ADAGRAD
+                 : job->optimizer == JOB_OPT_ROWWISE_ADAGRAD ? KERN_OPT_ROWWISE_ADAGRAD
+                                                             : KERN_OPT_SGD;
     out->adagrad_init = (float)job->adagrad_init;
     out->adagrad_eps = (float)job->adagrad_eps;
     out->seed = (uint64_t)job->seed;
@@ -104,7 +106,7 @@ static enum tr_status check_cfg(const struct dlrm_cfg *c)
             LOG_ERROR("model: top MLP width %d of layer %d must be >= 1", c->top[l], l);
             return TR_ERR_ARG;
         }
-    if (c->optim != KERN_OPT_SGD && c->optim != KERN_OPT_ADAGRAD) {
+    if (c->optim != KERN_OPT_SGD && c->optim != KERN_OPT_ADAGRAD && c->optim != KERN_OPT_ROWWISE_ADAGRAD) {
         LOG_ERROR("model: unknown optimizer %d", (int)c->optim);
         return TR_ERR_ARG;
     }
@@ -146,6 +148,8 @@ enum tr_status dlrm_init_params(struct dlrm *m)
             a.kind = KERN_FILL_CONST;
             a.dst = tb->accum;
             a.value = m->cfg.adagrad_init;
+            if (m->cfg.optim == KERN_OPT_ROWWISE_ADAGRAD)
+                a.cols = a.ld = 1; /* (rows): one per row */
             TR_CHECK(fill(m, &a));
         }
     }
@@ -186,6 +190,8 @@ struct sizes {
     int has_bottom, n, num_ld, dp_bottom, mp_bottom, rank;
     int64_t top_in_w, nparams, top_param0, maxw, bottom_rows, hidden_bottom, hidden_top;
     int64_t emb_rows_bytes; /* embedding tables (+ Adagrad state) held here */
+    int64_t emb_state_bytes; /* the Adagrad state among them */
+    int64_t sumsq_n;        /* row-wise Adagrad on column slices: doubles of emb_sumsq */
     int ntables_held;
     int64_t width_held;     /* widest column slice held */
     size_t dense_bytes, act_floats;
@@ -204,6 +210,19 @@ static void table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *
     } else if (p->owner[t] != p->rank) {
         *width = 0;
     }
+}
+
+/* Floats of optimizer state of a table part (rows, width) held here. */
+static int64_t table_state_numel(const struct dlrm_cfg *c, int64_t rows, int64_t width)
+{
+    if (width == 0)
+        return 0;
+    switch (c->optim) {
+    case KERN_OPT_ADAGRAD: return rows * width;
+    case KERN_OPT_ROWWISE_ADAGRAD: return rows;
+    case KERN_OPT_SGD: break;
+    }
+    return 0;
 }
 
 static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
@@ -237,7 +256,7 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
     }
     z->nparams = np;
     z->maxw = maxw;
-    z->dense_bytes = (size_t)np * sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 3u : 2u);
+    z->dense_bytes = (size_t)np * sizeof(float) * (c->optim != KERN_OPT_SGD ? 3u : 2u);
     for (int t = 0; t < c->ntables; t++) {
         int64_t col0, width;
         table_part(c, t, &col0, &width);
@@ -245,8 +264,14 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
             continue;
         z->ntables_held++;
         z->width_held = TR_MAX(z->width_held, width);
-        z->emb_rows_bytes += c->rows[t] * width * (int64_t)sizeof(float) * (c->optim == KERN_OPT_ADAGRAD ? 2 : 1);
+        const int64_t state = table_state_numel(c, c->rows[t], width) * (int64_t)sizeof(float);
+        z->emb_rows_bytes += c->rows[t] * width * (int64_t)sizeof(float) + state;
+        z->emb_state_bytes += state;
     }
+    /* every worker of a column-wise split takes part in the all-reduce of the
+     * row-wise sums, with or without columns: one double per id of every table */
+    if (c->optim == KERN_OPT_ROWWISE_ADAGRAD && p && p->world > 1 && p->mode == SHARD_COLUMNWISE)
+        z->sumsq_n = (int64_t)c->ntables * TR_MAX(G, B);
     /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
      * hidden bottom outputs (bottom_rows each); top outputs (B each) */
     z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top) +
@@ -261,16 +286,23 @@ static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, cons
                            : 0;
 }
 
+/* Bytes of the activation block: the floats, then (8-byte aligned) the row-wise
+ * sums, then the embedding workspace of ws bytes. */
+static size_t act_bytes_of(const struct sizes *z, size_t ws)
+{
+    return z->act_floats * sizeof(float) + (z->sumsq_n ? 8 + (size_t)z->sumsq_n * sizeof(double) : 0) + ws + 64;
+}
+
 void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
 {
     struct sizes z;
     compute_sizes(cfg, &z);
     b->dense = (int64_t)z.dense_bytes;
-    b->dense_state = cfg->optim == KERN_OPT_ADAGRAD ? z.nparams * (int64_t)sizeof(float) : 0;
+    b->dense_state = cfg->optim != KERN_OPT_SGD ? z.nparams * (int64_t)sizeof(float) : 0;
     b->embeddings = z.emb_rows_bytes;
-    b->emb_state = cfg->optim == KERN_OPT_ADAGRAD ? z.emb_rows_bytes / 2 : 0;
-    b->workspace = (int64_t)ws_bytes_for(cfg, &z, be);
-    b->activations = (int64_t)(z.act_floats * sizeof(float)) + b->workspace + 64;
+    b->emb_state = z.emb_state_bytes;
+    b->workspace = (int64_t)ws_bytes_for(cfg, &z, be) + z.sumsq_n * (int64_t)sizeof(double);
+    b->activations = (int64_t)act_bytes_of(&z, ws_bytes_for(cfg, &z, be));
 }
 
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
@@ -318,7 +350,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
                   fail);
     m->params = dense;
     m->grads = dense + z.nparams;
-    m->accum = cfg->optim == KERN_OPT_ADAGRAD ? dense + 2 * z.nparams : NULL;
+    m->accum = cfg->optim != KERN_OPT_SGD ? dense + 2 * z.nparams : NULL;
     {
         int64_t o = 0;
         for (int part = 0; part < 2; part++) {
@@ -343,14 +375,15 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         tb->rows = m->rows[t];
         table_part(cfg, t, &tb->col0, &tb->width);
         tb->bytes = (size_t)tb->rows * (size_t)tb->width * sizeof(float);
+        tb->accum_bytes = (size_t)table_state_numel(cfg, tb->rows, tb->width) * sizeof(float);
         if (tb->width == 0)
             continue;
         TR_CHECK_GOTO(kern_alloc(be, tb->bytes, (void **)&tb->w, "embedding table %d (%lld x %lld)", t,
                                  (long long)tb->rows, (long long)tb->width),
                       rc, fail);
-        if (cfg->optim == KERN_OPT_ADAGRAD)
-            TR_CHECK_GOTO(kern_alloc(be, tb->bytes, (void **)&tb->accum, "the Adagrad state of table %d", t), rc,
-                          fail);
+        if (tb->accum_bytes)
+            TR_CHECK_GOTO(kern_alloc(be, tb->accum_bytes, (void **)&tb->accum, "the Adagrad state of table %d", t),
+                          rc, fail);
     }
     assign_positions(m);
 
@@ -358,7 +391,9 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     {
         const int64_t R = z.bottom_rows, maxw = z.maxw;
         m->emb_ws_bytes = ws_bytes_for(cfg, &z, be);
-        m->act_bytes = z.act_floats * sizeof(float) + m->emb_ws_bytes + 64;
+        m->emb_sumsq_n = z.sumsq_n;
+        /* the sums first (8-byte aligned after the floats' block), then the workspace */
+        m->act_bytes = act_bytes_of(&z, m->emb_ws_bytes);
         char *act = NULL;
         TR_CHECK_GOTO(kern_alloc(be, m->act_bytes, (void **)&act, "the activations"), rc, fail);
         float *p = (float *)act;
@@ -385,7 +420,11 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
             p += (size_t)B * m->top[l].out;
         }
         TR_ASSERT((size_t)(p - (float *)act) == z.act_floats);
-        m->emb_ws = p;
+        char *q = (char *)(((uintptr_t)p + 7) & ~(uintptr_t)7);
+        m->emb_sumsq = z.sumsq_n ? (double *)q : NULL;
+        q += (size_t)z.sumsq_n * sizeof(double);
+        m->emb_ws = q;
+        p = (float *)q;
         TR_ASSERT((char *)p + m->emb_ws_bytes <= act + m->act_bytes);
     }
     TR_CHECK_GOTO(dlrm_init_params(m), rc, fail);
@@ -405,7 +444,7 @@ void dlrm_free(struct dlrm **pm)
     if (m->tables) {
         for (int t = 0; t < m->cfg.ntables; t++) {
             be->i->mem_release(be->ctx, m->tables[t].w, m->tables[t].bytes);
-            be->i->mem_release(be->ctx, m->tables[t].accum, m->tables[t].bytes);
+            be->i->mem_release(be->ctx, m->tables[t].accum, m->tables[t].accum_bytes);
         }
     }
     be->i->mem_release(be->ctx, m->params, m->dense_bytes);
@@ -566,11 +605,12 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
     b->dense = (int64_t)m->dense_bytes;
     b->dense_state = m->accum ? m->nparams * (int64_t)sizeof(float) : 0;
     for (int t = 0; t < m->cfg.ntables; t++) {
-        b->embeddings += (int64_t)m->tables[t].bytes * (m->tables[t].accum ? 2 : 1);
-        b->emb_state += m->tables[t].accum ? (int64_t)m->tables[t].bytes : 0;
+        const int64_t state = m->tables[t].accum ? (int64_t)m->tables[t].accum_bytes : 0;
+        b->embeddings += (int64_t)m->tables[t].bytes + state;
+        b->emb_state += state;
     }
     b->activations = (int64_t)m->act_bytes;
-    b->workspace = (int64_t)m->emb_ws_bytes;
+    b->workspace = (int64_t)m->emb_ws_bytes + m->emb_sumsq_n * (int64_t)sizeof(double);
 }
 
 void dlrm_reset_timers(struct dlrm *m)
@@ -638,7 +678,9 @@ static float *tensor(const struct dlrm *m, enum dlrm_tensor k, int index, int64_
     case DLRM_GRADS: *numel = m->nparams; return m->grads;
     case DLRM_PARAMS_STATE: *numel = m->accum ? m->nparams : 0; return m->accum;
     case DLRM_TABLE: *numel = tb && tb->w ? tb->rows * tb->width : 0; return tb ? tb->w : NULL;
-    case DLRM_TABLE_STATE: *numel = tb && tb->accum ? tb->rows * tb->width : 0; return tb ? tb->accum : NULL;
+    case DLRM_TABLE_STATE:
+        *numel = tb && tb->accum ? (int64_t)(tb->accum_bytes / sizeof(float)) : 0;
+        return tb ? tb->accum : NULL;
     case DLRM_X: *numel = nx; return m->x;
     case DLRM_DX: *numel = nx; return m->dx;
     case DLRM_TOP_IN: *numel = nt; return m->top_in;

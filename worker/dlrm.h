@@ -84,8 +84,9 @@ const char *dlrm_phase_name(enum dlrm_phase p);
  * parts listed after them. */
 struct dlrm_bytes {
     int64_t dense;       /* MLP parameters + gradients (+ Adagrad state) */
-    int64_t embeddings;  /* tables held (+ Adagrad state) */
-    int64_t activations; /* activations of the largest batch + embedding workspace */
+    int64_t embeddings;  /* tables held (+ Adagrad state: per element, or per row) */
+    int64_t activations; /* activations of the largest batch + embedding workspace
+                            (+ the row-wise sums of squares of column slices) */
     int64_t dense_state, emb_state, workspace;
 };
 
@@ -144,7 +145,8 @@ enum dlrm_tensor {
     DLRM_GRADS,        /* (nparams) their gradients from the last backward */
     DLRM_PARAMS_STATE, /* (nparams) Adagrad accumulators; absent with SGD */
     DLRM_TABLE,        /* table `index`: (rows, width) the columns held here */
-    DLRM_TABLE_STATE,  /* table `index`: its Adagrad accumulators */
+    DLRM_TABLE_STATE,  /* table `index`: its Adagrad accumulators, (rows, width); with
+                          row-wise Adagrad (rows), one per row of the whole table */
     DLRM_X,            /* (max_batch, n, D) interaction input of the last forward */
     DLRM_DX,           /* (max_batch, n, D) its gradient after a backward */
     DLRM_TOP_IN,       /* (max_batch, top_in_w) interaction output */

@@ -28,8 +28,10 @@ struct dlrm_table {
     int64_t col0;    /* first global column held */
     int64_t width;   /* columns held (0: held by another worker) */
     float *w;        /* (rows, width) */
-    float *accum;    /* (rows, width), Adagrad only */
-    size_t bytes;    /* of w (and of accum) */
+    float *accum;    /* (rows, width) with Adagrad, (rows) with row-wise Adagrad
+                        (a replica on every worker holding columns), else NULL */
+    size_t bytes;    /* of w */
+    size_t accum_bytes;
 };
 
 struct dlrm {
@@ -64,6 +66,10 @@ struct dlrm {
     float *dlogits; /* (max_batch) */
     void *emb_ws;
     size_t emb_ws_bytes;
+    double *emb_sumsq; /* (ntables, max_global) row-wise Adagrad on column slices: each
+                          table's per-distinct-row sums of squares, all-reduced over the
+                          workers (hybrid_update); NULL otherwise */
+    int64_t emb_sumsq_n;
     size_t act_bytes;
 
     double t[DLRM_T_COUNT_]; /* host: seconds spent per phase since the last reset */

@@ -7,7 +7,9 @@
  *   backward: dense backward on the slice (logit gradients scaled by 1/global
  *     batch), all-reduce (sum) of the data-parallel gradients, pack the gradients
  *     of X for the other ranks, reverse all-to-all.
- *   update: sparse update by each table's owner, dense update.
+ *   update: sparse update by each table's owner, dense update; with row-wise
+ *     Adagrad on column slices, first an all-reduce of every table's per-row
+ *     sums of squares (each rank holds only some columns of a row). 
  * A world of 1 runs the same code: its own slice is the whole batch, so nothing
  * is packed and the all-to-all moves nothing. Every byte of backend memory is
  * touched by backend ops or collectives; the host holds only the batch header.
@@ -45,6 +47,8 @@ struct hybrid {
     int64_t *fwd_first;         /* host: (3 * ntables) first sample of each gather */
     int64_t *bad_pos;           /* host: (3 * ntables) */
     struct kern_emb_update_args *upd; /* host: (ntables) */
+    int64_t *bad_upd;           /* host: (ntables) bad_pos of the updates (unused: the
+                                   forward checked the same ids) */
     struct kern_copy_rows_args *cp;   /* host: (cp_cap) row copies of one pass */
     int cp_cap;
     double t[HYBRID_T_COUNT_];
@@ -186,8 +190,9 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->fwd_first = tr_calloc(3 * nt, sizeof *h->fwd_first);
     h->bad_pos = tr_calloc(3 * nt, sizeof *h->bad_pos);
     h->upd = tr_calloc(nt, sizeof *h->upd);
+    h->bad_upd = tr_calloc(nt, sizeof *h->bad_upd);
     h->cp = tr_calloc((size_t)h->cp_cap, sizeof *h->cp);
-    if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->cp) {
+    if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->bad_upd || !h->cp) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
@@ -240,6 +245,7 @@ void hybrid_free(struct hybrid **ph)
     tr_free(h->fwd_first);
     tr_free(h->bad_pos);
     tr_free(h->upd);
+    tr_free(h->bad_upd);
     tr_free(h->cp);
     tr_free(h);
     *ph = NULL;
@@ -538,6 +544,35 @@ enum tr_status hybrid_sum_ranks(struct hybrid *h, double *v)
     return be->i->copy(be->ctx, v, h->dloss, sizeof *v, KERN_D2H);
 }
 
+/* Row-wise Adagrad on column slices: every worker (with columns or not) writes
+ * its slice's per-distinct-row sums of squares of every table, in table order,
+ * into m->emb_sumsq (table t at t * g.n: one-hot, so at most g.n distinct rows),
+ * the sums are added over the workers, and the update below reads them. Every
+ * worker sees the same ids, so entry k of a table names the same row on all. */
+static enum tr_status rowwise_sums(struct hybrid *h, const struct geom *g, float lr)
+{
+    struct dlrm *m = h->m;
+    const struct kern_backend *be = &m->be;
+    const int T = h->p->ntables;
+    const int nv = rank_vectors(h, g->r, h->vec); /* column-wise: table t is vector t, or none here */
+    TR_ASSERT(m->emb_sumsq && (int64_t)T * g->n <= m->emb_sumsq_n && (nv == 0 || nv == T));
+    for (int t = 0; t < T; t++) {
+        const struct dlrm_table *tb = &m->tables[t];
+        int64_t ld = 0;
+        const float *grad = nv ? vector_grad(h, g, &h->vec[t], &ld) : NULL;
+        h->upd[t] = (struct kern_emb_update_args){
+            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
+            .idx = blk_cat(h, t), .idx_dtype = KERN_I32, .nbags = g->n, .comb = KERN_COMB_SUM, .grad = grad,
+            .grad_ld = ld, .grad_scale = 1.0f, .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws,
+            .ws_bytes = m->emb_ws_bytes, .bad_pos = &h->bad_upd[t], .dim = h->p->dim,
+            .row_sumsq = m->emb_sumsq + (int64_t)t * g->n,
+        };
+    }
+    TR_CHECK(be->i->emb_rowsq(be->ctx, h->upd, T));
+    /* counted in the emb_update phase, whose part it is */
+    return comm_allreduce_sum(h->c, m->emb_sumsq, (int64_t)T * g->n, KERN_F64);
+}
+
 enum tr_status hybrid_update(struct hybrid *h, float lr)
 {
     struct dlrm *m = h->m;
@@ -545,8 +580,12 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
     struct geom g;
     geom_of(h, &g);
     double t0 = dlrm_clock(m);
-    const int nv = rank_vectors(h, g.r, h->vec);
+    const int nv = m->emb_sumsq ? 0 : rank_vectors(h, g.r, h->vec);
     int nu = 0;
+    if (m->emb_sumsq) { /* row-wise Adagrad on column slices: h->upd holds every table */
+        TR_CHECK(rowwise_sums(h, &g, lr));
+        nu = shard_width(h->p, g.r) > 0 ? h->p->ntables : 0;
+    }
     for (int j = 0; j < nv; j++) {
         const struct vec *v = &h->vec[j];
         if (v->table < 0)
@@ -559,6 +598,7 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
             .accum_ld = tb->width, .idx = blk_cat(h, v->table), .idx_dtype = KERN_I32, .nbags = g.n,
             .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = 1.0f,
             .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
+            .dim = tb->width, /* a whole row: row-wise Adagrad sums its squares itself */
         };
     }
     if (nu)

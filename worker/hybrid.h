@@ -79,7 +79,9 @@ enum tr_status hybrid_find_nonfinite_grad(struct hybrid *h, int *table) TR_WUR;
 enum tr_status hybrid_sum_ranks(struct hybrid *h, double *v) TR_WUR;
 
 /* The optimizer step of the last backward with learning rate lr: the sparse
- * embedding update by each table's owner and the dense update. */
+ * embedding update by each table's owner and the dense update. Collective with
+ * row-wise Adagrad on column slices (the per-row sums of squares are added over
+ * the ranks), local otherwise. */
 enum tr_status hybrid_update(struct hybrid *h, float lr) TR_WUR;
 
 /* forward + backward + update. */

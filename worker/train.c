@@ -373,7 +373,7 @@ static const char *logit_layer(const struct train *T, struct dlrm_layer_info *li
 static void diverged_hint(const struct train *T, int inputs)
 {
     const struct job_cfg *j = &T->c->job;
-    if (j->optimizer == JOB_OPT_ADAGRAD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
+    if (j->optimizer != JOB_OPT_SGD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
         LOG_HINT("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value %g divides by an accumulator that "
                  "is tiny for rarely updated weights: keep the defaults (1e-7 and 0.1)",
                  j->adagrad_init);
@@ -661,11 +661,14 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
     return TR_OK;
 }
 
-/* Writes this rank's weights to DIR/rank<r>.bin (a debugging and test aid, not a
- * checkpoint), replacing the file atomically: header {u32 magic 'TRWD', u32
- * version 1, u32 rank, u32 world, u32 ntables, u32 0, u64 nparams}, the dense
- * parameters, then per table held {i32 id, i32 0, i64 rows, i64 col0, i64 width}
- * and its rows. Tensors are copied from the backend in chunks. */
+/* Writes this rank's weights and optimizer state to DIR/rank<r>.bin (a debugging
+ * and test aid, not a checkpoint), replacing the file atomically: header {u32
+ * magic 'TRWD', u32 version 2, u32 rank, u32 world, u32 ntables, u32 has dense
+ * state, u64 nparams}, the dense parameters (nparams) and, when the header says so,
+ * their Adagrad state (nparams); then per table held {i32 id, i32 state kind,
+ * i64 rows, i64 col0, i64 width}, its rows (rows, width) and its state: kind 0
+ * none, 1 per element (rows, width), 2 per row (rows; the same on every rank
+ * holding a slice of the table). Tensors are copied from the backend in chunks. */
 static enum tr_status dump_weights(const struct train *T, const char *dir)
 {
     enum tr_status rc = TR_OK;
@@ -682,27 +685,34 @@ static enum tr_status dump_weights(const struct train *T, const char *dir)
         goto exit;
     }
     TR_CHECK_GOTO(tr_file_atomic_open(&f, path), rc, exit);
-    uint32_t h32[6] = {0x44575254u, 1, (uint32_t)T->dist.rank, (uint32_t)T->dist.world, (uint32_t)mi.ntables, 0};
+    const int dense_state = dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) > 0;
+    uint32_t h32[6] = {0x44575254u, 2, (uint32_t)T->dist.rank, (uint32_t)T->dist.world, (uint32_t)mi.ntables,
+                       (uint32_t)dense_state};
     uint64_t np = (uint64_t)mi.nparams;
     TR_CHECK_GOTO(tr_file_atomic_write(&f, h32, sizeof h32), rc, exit);
     TR_CHECK_GOTO(tr_file_atomic_write(&f, &np, sizeof np), rc, exit);
     for (int t = -1; t < mi.ntables; t++) {
-        enum dlrm_tensor k = t < 0 ? DLRM_PARAMS : DLRM_TABLE;
-        int64_t n = dlrm_tensor_numel(m, k, t);
+        const enum dlrm_tensor k = t < 0 ? DLRM_PARAMS : DLRM_TABLE, ks = t < 0 ? DLRM_PARAMS_STATE : DLRM_TABLE_STATE;
+        const int64_t n = dlrm_tensor_numel(m, k, t), ns = dlrm_tensor_numel(m, ks, t);
         if (t >= 0) {
             struct dlrm_table_info ti;
             dlrm_get_table(m, t, &ti);
             if (ti.width == 0)
                 continue;
-            int32_t id[2] = {t, 0};
+            /* row-wise state: one per row, whatever the width held */
+            int32_t id[2] = {t, ns == 0 ? 0 : mi.optim == KERN_OPT_ROWWISE_ADAGRAD ? 2 : 1};
+            TR_ASSERT(ns == 0 || ns == (id[1] == 2 ? ti.rows : n));
             int64_t dims[3] = {ti.rows, ti.col0, ti.width};
             TR_CHECK_GOTO(tr_file_atomic_write(&f, id, sizeof id), rc, exit);
             TR_CHECK_GOTO(tr_file_atomic_write(&f, dims, sizeof dims), rc, exit);
         }
-        for (int64_t off = 0; off < n; off += chunk) {
-            int64_t cnt = TR_MIN(chunk, n - off);
-            TR_CHECK_GOTO(dlrm_tensor_read(m, k, t, off, cnt, buf), rc, exit);
-            TR_CHECK_GOTO(tr_file_atomic_write(&f, buf, (size_t)cnt * sizeof(float)), rc, exit);
+        for (int pass = 0; pass < 2; pass++) { /* the tensor, then its state */
+            const int64_t cnt_all = pass ? ns : n;
+            for (int64_t off = 0; off < cnt_all; off += chunk) {
+                int64_t cnt = TR_MIN(chunk, cnt_all - off);
+                TR_CHECK_GOTO(dlrm_tensor_read(m, pass ? ks : k, t, off, cnt, buf), rc, exit);
+                TR_CHECK_GOTO(tr_file_atomic_write(&f, buf, (size_t)cnt * sizeof(float)), rc, exit);
+            }
         }
     }
     TR_CHECK_GOTO(tr_file_atomic_commit(&f), rc, exit);

@@ -14,6 +14,7 @@ enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a);
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a);
 enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n);
 enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n);
+enum tr_status kern_cpu_emb_rowsq(const struct kern_emb_update_args *a, int n);
 size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int ntables, int threads);
 enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a);
 enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a);

@@ -1,5 +1,7 @@
 /* embedding.c: CPU embedding gather (one-hot and multi-hot, sum/mean, any column
- * slice) and the fused sparse backward + optimizer step. The update sorts
+ * slice) and the fused sparse backward + optimizer step (SGD, Adagrad, row-wise
+ * Adagrad, whose per-row sums of squares over a column slice emb_rowsq writes
+ * for the caller to add up over workers). The update sorts
  * (row, position) pairs with an LSD radix sort so that duplicates are summed in
  * position order and each distinct row is owned by one thread: no atomics, no
  * dense gradient, and bitwise the same result for any thread count.
@@ -140,15 +142,21 @@ static size_t ws_one(int64_t nidx, int64_t width)
  *     sequentially; each thread owns a range of slots and reads only its positions;
  *  4. apply the optimizer once per distinct row (one thread per row).
  * Every sum has a fixed order, so the result does not depend on the thread count. */
-/* Updates one table; a->ws/ws_bytes is this table's workspace. Indices were
- * checked by the caller. */
-static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
+/* Updates one table, or with rowsq set, only writes its row-wise sums of squares
+ * (pass 4 then writes a->row_sumsq instead of stepping); a->ws/ws_bytes is this
+ * table's workspace. Indices were checked by the caller. */
+static enum tr_status emb_update_one(const struct kern_emb_update_args *a, int rowsq)
 {
     int64_t base = a->offsets && a->nbags ? a->offsets[0] : 0;
     int64_t nidx = a->offsets ? (a->nbags ? a->offsets[a->nbags] - base : 0) : a->nbags;
+    if (rowsq && a->c1 == a->c0) { /* no columns here: nothing to add to the sums */
+        if (nidx)
+            memset(a->row_sumsq, 0, (size_t)nidx * sizeof(double));
+        return TR_OK;
+    }
     if (nidx == 0 || a->c1 == a->c0)
         return TR_OK;
-    const int64_t w = a->c1 - a->c0;
+    const int64_t w = a->c1 - a->c0, dim = a->dim > 0 ? a->dim : w;
     const int posbits = bits_for((uint64_t)(nidx - 1));
     const int rowbits = bits_for((uint64_t)(a->rows - 1));
     if (posbits + rowbits > 64 || nidx > INT32_MAX)
@@ -219,13 +227,22 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
                 ac[c] += g[c] * sc;
         }
 #pragma omp barrier
-        /* 4. one optimizer step per distinct row */
+        /* 4. one optimizer step per distinct row, or (rowsq) its sum of squares */
+        if (rowsq) {
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < nruns; r++) {
+            for (int64_t r = 0; r < nidx; r++) {
+                double sq = 0.0;
+                for (int64_t c = 0; r < nruns && c < w; c++)
+                    sq = km_sumsq_add(sq, gs * acc[r * w + c]);
+                a->row_sumsq[r] = sq;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < (rowsq ? 0 : nruns); r++) {
             if (r + PREFETCH_AHEAD < nruns) {
                 int64_t nrow = (int64_t)(sorted[runs[r + PREFETCH_AHEAD]] >> posbits);
                 __builtin_prefetch(a->table + nrow * a->ld + a->c0, 1);
-                if (a->accum)
+                if (a->accum && a->hp.kind == KERN_OPT_ADAGRAD)
                     __builtin_prefetch(a->accum + nrow * a->accum_ld + a->c0, 1);
             }
             int64_t row = (int64_t)(sorted[runs[r]] >> posbits);
@@ -234,6 +251,16 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a)
             if (a->hp.kind == KERN_OPT_SGD) {
                 for (int64_t c = 0; c < w; c++)
                     km_sgd_step(&p[c], gs * ac[c], &h);
+            } else if (a->hp.kind == KERN_OPT_ROWWISE_ADAGRAD) {
+                double sq = 0.0; /* the same sum as the rowsq pass, in the same order */
+                if (a->row_sumsq)
+                    sq = a->row_sumsq[r];
+                else
+                    for (int64_t c = 0; c < w; c++)
+                        sq = km_sumsq_add(sq, gs * ac[c]);
+                const float den = km_rowwise_adagrad_row(&a->accum[row], sq, dim, &h);
+                for (int64_t c = 0; c < w; c++)
+                    km_rowwise_adagrad_step(&p[c], gs * ac[c], den, &h);
             } else {
                 float *restrict st = a->accum + row * a->accum_ld + a->c0;
                 for (int64_t c = 0; c < w; c++)
@@ -298,7 +325,25 @@ enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n)
     return bad_rc;
 }
 
-enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
+/* TR_ERR_ARG unless the fields the optimizer (or, rowsq, phase 1) reads fit it. */
+static enum tr_status check_optim(const struct kern_emb_update_args *a, int rowsq)
+{
+    const int64_t w = a->c1 - a->c0;
+    if (rowsq)
+        return a->row_sumsq && (a->dim == 0 || a->dim >= w) ? TR_OK : TR_ERR_ARG;
+    switch (a->hp.kind) {
+    case KERN_OPT_SGD: return TR_OK;
+    case KERN_OPT_ADAGRAD: return a->accum ? TR_OK : TR_ERR_ARG;
+    case KERN_OPT_ROWWISE_ADAGRAD:
+        if (!a->accum || a->dim < 0 || (a->dim > 0 && a->dim < w))
+            return TR_ERR_ARG;
+        /* without the other slices' sums, the columns must be the whole row */
+        return a->row_sumsq || a->dim == 0 || a->dim == w ? TR_OK : TR_ERR_ARG;
+    }
+    return TR_ERR_ARG;
+}
+
+static enum tr_status emb_update_n(const struct kern_emb_update_args *a, int n, int rowsq)
 {
     if (n < 1)
         return TR_OK;
@@ -307,14 +352,18 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
         int64_t base, nidx;
         if (a[t].c0 < 0 || a[t].c1 < a[t].c0 || a[t].c1 > a[t].ld)
             return TR_ERR_ARG;
-        if (a[t].hp.kind == KERN_OPT_ADAGRAD && !a[t].accum)
-            return TR_ERR_ARG;
+        TR_CHECK(check_optim(&a[t], rowsq));
         TR_CHECK(check_indices(a[t].idx, a[t].idx_dtype, a[t].offsets, a[t].nbags, a[t].rows, &base, &nidx,
                                a[t].bad_pos));
         if (nidx > INT32_MAX)
             return TR_ERR_UNSUPPORTED;
         max_nidx = TR_MAX(max_nidx, nidx);
         max_w = TR_MAX(max_w, a[t].c1 - a[t].c0);
+    }
+    if (rowsq && max_w == 0) { /* no columns here at all: zeros, no workspace needed */
+        for (int t = 0; t < n; t++)
+            TR_CHECK(emb_update_one(&a[t], 1));
+        return TR_OK;
     }
     const size_t slot = ws_one(max_nidx, max_w);
     if (!a[0].ws || a[0].ws_bytes < slot)
@@ -324,7 +373,7 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
             struct kern_emb_update_args one = a[t];
             one.ws = a[0].ws;
             one.ws_bytes = a[0].ws_bytes;
-            TR_CHECK(emb_update_one(&one));
+            TR_CHECK(emb_update_one(&one, rowsq));
         }
         return TR_OK;
     }
@@ -349,7 +398,7 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
             struct kern_emb_update_args one = a[t];
             one.ws = (char *)a[0].ws + (size_t)tid * slot;
             one.ws_bytes = slot;
-            enum tr_status rc = emb_update_one(&one);
+            enum tr_status rc = emb_update_one(&one, rowsq);
             if (rc != TR_OK) {
 #pragma omp critical(emb_update_err)
                 bad_rc = rc;
@@ -357,4 +406,14 @@ enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
         }
     }
     return bad_rc;
+}
+
+enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n)
+{
+    return emb_update_n(a, n, 0);
+}
+
+enum tr_status kern_cpu_emb_rowsq(const struct kern_emb_update_args *a, int n)
+{
+    return emb_update_n(a, n, 1);
 }

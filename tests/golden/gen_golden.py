@@ -44,6 +44,9 @@ Records:
   sgd/loss, adagrad/loss (3) f64: loss of each step's forward (before its update)
   sgd/after3/<p>, adagrad/after3/<p> for every dense p and table_{t}
   adagrad/after3/accum_<p> for every dense p and accum_table_{t}
+  cfg/lr_base_rowwise_adagrad (1) f64; rowwise_adagrad/lr, /loss (3) f64;
+  rowwise_adagrad/after3/<p>, /after3/accum_<p>: row-wise Adagrad (accum_table_{t}
+      is (rows): one accumulator per row), computed from its definition
 """
 import argparse
 import os
@@ -336,6 +339,56 @@ def export(model, fn):
     return out
 
 
+def rowwise_adagrad_records(w, init, batches, report):
+    """Row-wise Adagrad (FBGEMM/TorchRec EXACT_ROWWISE_ADAGRAD), written from its
+    definition: three steps with the Adagrad schedule; each touched embedding row r
+    (duplicates summed: the dense gradient of the lookup) gets acc[r] += mean over
+    its D columns of g^2 and w[r] -= lr * g / (sqrt(acc[r]) + eps); the MLPs take
+    element-wise Adagrad. Records rowwise_adagrad/{lr,loss} and after3/<p>,
+    after3/accum_<p> (tables: one value per row)."""
+    model = Dlrm(init)
+    acc = {}
+    for n, p, _ in model.named_tensors():
+        shape = (p.shape[0],) if n.startswith("table_") else tuple(p.shape)
+        acc[n] = np.full(shape, ADAGRAD_INIT)
+    lrs, losses = [], []
+    for s in range(NBATCH):
+        lr = lr_at(LR_ADAGRAD, s)
+        num, labels, cat = to_torch(batches[s])
+        for _, p, _ in model.named_tensors():
+            p.grad = None
+        logits, _, _, pre = model(num, cat)
+        check_margin(pre, f"rowwise_adagrad step {s}")
+        loss = loss_of(logits, labels)
+        loss.backward()
+        with torch.no_grad():
+            for n, p, _ in model.named_tensors():
+                g = dense_grad(p).numpy().astype(np.float64)
+                wt = p.detach().numpy()
+                if n.startswith("table_"):
+                    rows = np.unique(cat[int(n.split("_")[1])].numpy())
+                    gr = g[rows]
+                    acc[n][rows] += (gr ** 2).mean(axis=1)
+                    wt[rows] -= lr * gr / (np.sqrt(acc[n][rows])[:, None] + ADAGRAD_EPS)
+                else:
+                    acc[n] += g ** 2
+                    wt -= lr * g / (np.sqrt(acc[n]) + ADAGRAD_EPS)
+        lrs.append(lr)
+        losses.append(float(loss))
+    w.add("cfg/lr_base_rowwise_adagrad", [LR_ADAGRAD], DT_F64)
+    w.add("rowwise_adagrad/lr", lrs, DT_F64)
+    w.add("rowwise_adagrad/loss", losses, DT_F64)
+    for n, p, transpose in model.named_tensors():
+        a = p.detach().numpy()
+        a = a.T if transpose else a
+        w.f32(f"rowwise_adagrad/after3/{n}", a)
+        st = acc[n]
+        w.f32(f"rowwise_adagrad/after3/accum_{n}", st.T if transpose and st.ndim == 2 else st)
+        moved = np.linalg.norm(a - init[n]) / np.linalg.norm(init[n])
+        report.append(f"rowwise  {n:28s} moved {moved:.2e}")
+    report.append(f"rowwise  lr {lrs} loss {losses}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dlrm_small.gold"))
@@ -399,6 +452,8 @@ def main():
                 st = (st.to_dense() if st.is_sparse else st).numpy()
                 w.f32(f"adagrad/after3/accum_{n}", st.T if transpose else st)
         report.append(f"{kind:8s} lr {lrs} loss {losses} min |relu pre-activation| {margin:.3g}")
+
+    rowwise_adagrad_records(w, init, batches, report)
 
     data = w.bytes()
     tmp = args.out + ".tmp"

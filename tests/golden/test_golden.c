@@ -612,7 +612,8 @@ static void check_model(struct fx *f, const char *prefix, enum dlrm_tensor k, in
     dlrm_get_info(f->s.m, &mi);
     for (int t = 0; tables && t < mi.ntables; t++) {
         snprintf(name, sizeof name, "%s%stable_%d", prefix, accum ? "accum_" : "", t);
-        check_tensor(f, name, accum ? DLRM_TABLE_STATE : DLRM_TABLE, t, dlrm_tensor_numel(f->s.m, DLRM_TABLE, t), 1);
+        const enum dlrm_tensor kt = accum ? DLRM_TABLE_STATE : DLRM_TABLE; /* row-wise state: (rows) */
+        check_tensor(f, name, kt, t, dlrm_tensor_numel(f->s.m, kt, t), 1);
     }
 }
 
@@ -805,7 +806,7 @@ static void test_lr_schedule(void)
 /* Three training steps with `opt`, then every parameter (and Adagrad state). */
 static void run_steps(enum kern_optim opt)
 {
-    const char *kind = opt == KERN_OPT_SGD ? "sgd" : "adagrad";
+    const char *kind = opt == KERN_OPT_SGD ? "sgd" : opt == KERN_OPT_ADAGRAD ? "adagrad" : "rowwise_adagrad";
     struct fx f;
     worst_reset();
     if (fx_setup(&f, opt)) {
@@ -828,10 +829,12 @@ static void run_steps(enum kern_optim opt)
         if (ok) {
             snprintf(name, sizeof name, "%s/after3/", kind);
             check_model(&f, name, DLRM_PARAMS, 1);
-            if (opt == KERN_OPT_ADAGRAD)
+            if (opt != KERN_OPT_SGD)
                 check_model(&f, name, DLRM_PARAMS_STATE, 1);
         }
-        worst_print(opt == KERN_OPT_SGD ? "SGD after 3 steps" : "Adagrad after 3 steps");
+        worst_print(opt == KERN_OPT_SGD       ? "SGD after 3 steps"
+                    : opt == KERN_OPT_ADAGRAD ? "Adagrad after 3 steps"
+                                              : "row-wise Adagrad after 3 steps");
     }
     fx_release(&f);
 }
@@ -844,6 +847,13 @@ static void test_sgd_3_steps(void)
 static void test_adagrad_3_steps(void)
 {
     run_steps(KERN_OPT_ADAGRAD);
+}
+
+/* Row-wise Adagrad: weights and per-row accumulators against the definition
+ * written out in gen_golden.py (MLPs element-wise). */
+static void test_rowwise_adagrad_3_steps(void)
+{
+    run_steps(KERN_OPT_ROWWISE_ADAGRAD);
 }
 
 /* The comparison must be able to fail: one initial weight off by a relative 1e-3
@@ -903,6 +913,7 @@ static const struct th_case cases[] = {
     {"lr_schedule", test_lr_schedule},
     {"sgd_3_steps", test_sgd_3_steps},
     {"adagrad_3_steps", test_adagrad_3_steps},
+    {"rowwise_adagrad_3_steps", test_rowwise_adagrad_3_steps},
     {"negative_control", test_negative_control},
 };
 

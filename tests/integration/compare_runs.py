@@ -7,7 +7,10 @@ Compares a multi-worker training run with a reference run of the same model:
     table is reassembled from the column slices or whole tables of all ranks, the
     dense parameters are taken from rank 0 and checked identical on every rank
     (the data-parallel replicas; with --mp-bottom only the top MLP part, whose
-    offset is given by the reference's bottom size).
+    offset is given by the reference's bottom size);
+  * the optimizer state in the same way when the dumps hold it (version 2):
+    per-element Adagrad state like its table, row-wise Adagrad state (one value
+    per row) checked identical on every rank holding a slice of the table.
 Losses pass when each differs by at most rtol (relative, default 1e-5); each
 weight tensor when ||run - ref|| / ||ref|| <= wtol (default 1e-5); with --bitwise
 only equal bytes pass. Prints one line per check; exits 1 on any failure.
@@ -35,19 +38,29 @@ def read_rank(path):
     with open(path, "rb") as f:
         data = f.read()
     magic, version, rank, world, ntables, _, nparams = struct.unpack_from("<6IQ", data, 0)
-    if magic != 0x44575254 or version != 1:
+    if magic != 0x44575254 or version not in (1, 2):
         sys.exit("%s: not a terarec weight dump" % path)
+    has_dense_state = version >= 2 and _ == 1
     off = 32
     dense = struct.unpack_from("<%df" % nparams, data, off)
     off += 4 * nparams
+    dense_state = None
+    if has_dense_state:
+        dense_state = struct.unpack_from("<%df" % nparams, data, off)
+        off += 4 * nparams
     tables = {}
+    states = {}
     while off < len(data):
-        tid, _, rows, col0, width = struct.unpack_from("<2i3q", data, off)
+        tid, kind, rows, col0, width = struct.unpack_from("<2i3q", data, off)
         off += 32
         vals = struct.unpack_from("<%df" % (rows * width), data, off)
         off += 4 * rows * width
         tables[tid] = (rows, col0, width, vals)
-    return rank, world, ntables, dense, tables
+        if version >= 2 and kind:
+            n = rows * width if kind == 1 else rows
+            states[tid] = (kind, rows, col0, width, struct.unpack_from("<%df" % n, data, off))
+            off += 4 * n
+    return rank, world, ntables, dense, tables, dense_state, states
 
 
 def load(d):
@@ -59,19 +72,36 @@ def load(d):
     if len(ranks) != world:
         sys.exit("%s: %d files for a world of %d" % (d, len(ranks), world))
     ntables = ranks[0][2]
-    full = {}
-    for rank, _, _, _, tables in ranks:
-        for tid, (rows, col0, width, vals) in tables.items():
-            if tid not in full:
-                full[tid] = [None] * rows
-            t = full[tid]
-            for r in range(rows):
-                row = t[r] if t[r] is not None else {}
-                for c in range(width):
-                    row[col0 + c] = vals[r * width + c]
-                t[r] = row
+
+    def assemble(parts):  # {tid: (rows, col0, width, vals)} of every rank -> {tid: rows of {col: v}}
+        full = {}
+        for tables in parts:
+            for tid, (rows, col0, width, vals) in tables.items():
+                if tid not in full:
+                    full[tid] = [None] * rows
+                t = full[tid]
+                for r in range(rows):
+                    row = t[r] if t[r] is not None else {}
+                    for c in range(width):
+                        row[col0 + c] = vals[r * width + c]
+                    t[r] = row
+        return full
+    full = assemble([r[4] for r in ranks])
+    # optimizer state: per element like the tables; per row (kind 2) one replica
+    # per rank holding the table, which must all be equal
+    elem = assemble([{tid: st[1:] for tid, st in r[6].items() if st[0] == 1} for r in ranks])
+    state = {tid: ("element", [[v for _, v in sorted(row.items())] for row in t]) for tid, t in elem.items()}
+    problems = []
+    for rank, _, _, _, _, _, states in ranks:
+        for tid, (kind, rows, col0, width, vals) in states.items():
+            if kind != 2:
+                continue
+            if tid in state and state[tid][0] == "row" and tuple(state[tid][1]) != tuple(vals):
+                problems.append("rank %d's row-wise state of table %d differs from another rank's" % (rank, tid))
+            state.setdefault(tid, ("row", vals))
     dense = {r[0]: r[3] for r in ranks}
-    return world, ntables, dense, full
+    dense_state = {r[0]: r[5] for r in ranks}
+    return world, ntables, dense, full, dense_state, state, problems
 
 
 def rel(a, b):
@@ -112,8 +142,11 @@ def main():
               ("ok  " if ok else "FAIL", len(lr), e, " (bitwise equal)" if same else ""))
         failed += not ok
 
-    wr, nt, dr, tr = load(ref_dir)
-    wx, ntx, dx, tx = load(run_dir)
+    wr, nt, dr, tr, dsr, sr, _ = load(ref_dir)
+    wx, ntx, dx, tx, dsx, sx, problems = load(run_dir)
+    for p in problems:
+        print("FAIL " + p)
+        failed += 1
     ref_dense = dr[0]
     x0 = dx[0]
     # replicas: every rank holds the same data-parallel parameters
@@ -144,6 +177,41 @@ def main():
         ok = (fa == fb) if bitwise else e <= wtol
         worst = max(worst, e)
         print("%s table %d (%d values): relative difference %.3g" % ("ok  " if ok else "FAIL", tid, len(fa), e))
+        failed += not ok
+    # optimizer state, where the reference has it
+    lo = mp_top0 or 0
+    if dsr[0] is not None:
+        if dsx[0] is None:
+            print("FAIL dense optimizer state missing in %s" % run_dir)
+            failed += 1
+        else:
+            for r, d in dsx.items():
+                if d is None or tuple(d[lo:]) != tuple(dsx[0][lo:]):
+                    print("FAIL rank %d's dense optimizer state differs from rank 0's" % r)
+                    failed += 1
+            e = rel(dsx[0], dsr[0])
+            ok = (tuple(dsx[0]) == tuple(dsr[0])) if bitwise else e <= wtol
+            worst = max(worst, e)
+            print("%s dense optimizer state (%d): relative difference %.3g" % ("ok  " if ok else "FAIL", len(dsr[0]), e))
+            failed += not ok
+    for tid in sorted(sr):
+        kind, a = sr[tid]
+        if tid not in sx or sx[tid][0] != kind:
+            print("FAIL table %d: %s-wise optimizer state missing or of another kind in %s" % (tid, kind, run_dir))
+            failed += 1
+            continue
+        b = sx[tid][1]
+        fa = [v for row in a for v in row] if kind == "element" else list(a)
+        fb = [v for row in b for v in row] if kind == "element" else list(b)
+        if len(fa) != len(fb):
+            print("FAIL table %d state: %d values vs %d" % (tid, len(fb), len(fa)))
+            failed += 1
+            continue
+        e = rel(fb, fa)
+        ok = (fa == fb) if bitwise else e <= wtol
+        worst = max(worst, e)
+        print("%s table %d %s-wise optimizer state (%d values): relative difference %.3g" %
+              ("ok  " if ok else "FAIL", tid, kind, len(fa), e))
         failed += not ok
     print("worst relative difference %.3g (bounds: losses %g, weights %g)" % (worst, rtol, wtol))
     sys.exit(1 if failed else 0)

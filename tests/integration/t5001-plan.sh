@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # t5001: `terarec plan` gives the bytes the trainer really allocates (within 5% of
 # the allocator's peak on every rank, for single-process, column-wise and
-# table-wise jobs, SGD and Adagrad), shows that the seed's 1.68 TB model fits
-# column-wise on 4 x 8 workers of 73 GiB and not table-wise, and refuses bad input.
+# table-wise jobs, SGD, Adagrad and row-wise Adagrad), shows that the seed's 1.68 TB
+# model fits column-wise on 4 x 8 workers of 73 GiB and not table-wise, with SGD
+# and row-wise Adagrad but not element-wise Adagrad, and refuses bad input.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
@@ -73,6 +74,66 @@ out=$($T plan ${BIG/--nodes 4/--nodes 6} --columnwise_split --data_parallel_bott
 out=$($T plan ${BIG/--nodes 4/--nodes 7} --columnwise_split --data_parallel_bottom_mlp --optimizer adagrad 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "1.68 TB with adagrad fits 7 x 8 workers ($(echo "$out" | grep 'largest worker'))" \
     || fail "1.68 TB with adagrad fits 7 x 8 workers" "$out"
+
+# row-wise Adagrad keeps one accumulator per embedding row: the same 1.68 TB model
+# fits 4 x 8 workers column-wise, where element-wise Adagrad needs ~106 GiB a
+# worker. The expected bytes are computed here from the cardinalities (the
+# preset's 26 tables, 882 M rows in all): each of the 32 workers holds 512/32 = 16
+# columns of every row (4-byte floats), plus per row one float (row-wise) or 16
+# (element-wise) of state; the dense state is one float per MLP parameter, half
+# of the "mlp" figure (parameters + gradients).
+CRITEO_TB="210783335 36746 17245 7413 20243 3 7114 1441 62 134634691 7230317 345138 10 2209 11267 128 4 974 14
+           292000000 52045081 184391716 452104 12606 104 35"
+# plan_verdict NAME OPT STATE_FLOATS_PER_ROW WANT_FIT
+plan_verdict() {
+    local name=$1 opt=$2 per_row=$3 want_fit=$4 rc res
+    $T plan $BIG --columnwise_split --data_parallel_bottom_mlp --optimizer "$opt" --json >"$TMP/$name.plan" \
+        2>"$TMP/$name.err"; rc=$?
+    if res=$($PY - "$TMP/$name.plan" "$rc" "$per_row" "$want_fit" $CRITEO_TB <<'PYEOF'
+import json, sys
+text = open(sys.argv[1]).read()
+rc, per_row, want_fit = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = sum(int(x) for x in sys.argv[5:])
+j = json.loads(text)
+cols = 512 // 32
+emb = rows * cols * 4                    # this worker's slice of every table
+state = rows * per_row * 4               # embedding optimizer state
+limit = 73 * 2**30
+w = max(j["workers"], key=lambda w: w["total"])
+errs = []
+if rows != 882000000:
+    errs.append("cardinalities sum to %d, not 882 M" % rows)
+if w["embeddings"] != emb:
+    errs.append("embeddings %d, expected %d" % (w["embeddings"], emb))
+if w["optimizer_state"] != state + w["mlp"] // 2:
+    errs.append("optimizer state %d, expected %d + %d" % (w["optimizer_state"], state, w["mlp"] // 2))
+other = w["total"] - emb - state
+if not 0 < other < 2 * 2**30:            # MLPs, activations, buffers, rank 0's test logits
+    errs.append("the rest is %d bytes" % other)
+fits = emb + state + other <= limit
+if fits != bool(want_fit) or j["fits"] != fits or (rc == 0) != fits:
+    errs.append("fits %s (plan says %s, exit %d), expected %s" % (fits, j["fits"], rc, bool(want_fit)))
+print("largest worker %.2f GiB: embeddings %.2f + state %.2f + the rest %.2f GiB, limit 73 GiB%s" % (
+    w["total"] / 2**30, emb / 2**30, (state + w["mlp"] // 2) / 2**30, (other - w["mlp"] // 2) / 2**30,
+    "; " + "; ".join(errs) if errs else ""))
+sys.exit(1 if errs else 0)
+PYEOF
+    ); then
+        ok "$name ($res)"
+    else
+        fail "$name" "$res $(cat "$TMP/$name.err")"
+    fi
+}
+plan_verdict "1.68 TB with rowwise_adagrad fits 4 x 8 workers column-wise" rowwise_adagrad 1 1
+plan_verdict "1.68 TB with adagrad needs about 106 GiB a worker on 4 x 8: refused" adagrad 16 0
+out=$(cat "$TMP/1.68 TB with adagrad needs about 106 GiB a worker on 4 x 8: refused.err")
+echo "$out" | grep -q 'hint: add workers, or use rowwise_adagrad' && ok "the adagrad refusal suggests rowwise_adagrad" \
+    || fail "the adagrad refusal suggests rowwise_adagrad" "$out"
+if command -v mpirun >/dev/null 2>&1; then
+    compare colwise-3-rowwise 3 --columnwise_split --data_parallel_bottom_mlp --optimizer rowwise_adagrad -- \
+        --columnwise_split --data_parallel_bottom_mlp --optimizer rowwise_adagrad
+fi
+compare single-rowwise 1 --optimizer rowwise_adagrad -- --optimizer rowwise_adagrad
 
 # bad input
 out=$($T plan $BIG --memory_per_worker lots 2>&1); rc=$?

@@ -101,6 +101,13 @@ expect "worker: --max_steps with --epochs" 2 'error: --max_steps and --epochs ca
     $WL $SYN $TINY --epochs 2
 out=$($WL $SYN $TINY --optimizer adagrad --adagrad_epsilon 1e-5 2>&1) && ok "worker: adagrad flags with adagrad train" \
     || fail "worker: adagrad flags with adagrad train" "$out"
+out=$($WL $SYN $TINY --optimizer rowwise_adagrad --adagrad_epsilon 1e-5 --adagrad_initial_accumulator_value 0.2 2>&1) \
+    && ok "worker: adagrad flags with rowwise_adagrad train" || fail "worker: adagrad flags with rowwise_adagrad train" "$out"
+expect "worker: rowwise_adagrad with epsilon 0 and accumulator 0" 2 \
+    'error: --adagrad_epsilon 0 with --adagrad_initial_accumulator_value 0 divides 0 by 0' \
+    $WL $SYN $TINY --optimizer rowwise_adagrad --adagrad_epsilon 0 --adagrad_initial_accumulator_value 0
+expect "worker: an unknown optimizer names the choices" 2 \
+    "error: --optimizer: 'rowwise_adam' is not one of sgd\|adagrad\|rowwise_adagrad" $WL $SYN $TINY --optimizer rowwise_adam
 
 # ---- class 2: a FeatureSpec naming something twice --------------------------------------
 # edit_spec FROM TO: a copy of the dataset whose spec has the first FROM replaced by TO

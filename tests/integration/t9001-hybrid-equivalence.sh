@@ -7,6 +7,8 @@
 # columns) and table-wise mode (data-parallel and model-parallel bottom MLP,
 # including rank 0 holding only the bottom MLP for N > 4). The same N twice gives
 # bitwise-identical weights. 32 workers with dim 512 column-wise pass too.
+# --optimizer rowwise_adagrad (column-wise with uneven slices and ranks without
+# columns, table-wise) and adagrad compare their optimizer state as well.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 # Weights: measured differences are 2e-8 to 8e-8 relative, except when a ReLU
@@ -73,6 +75,29 @@ for n in $NSMP; do
     equiv "tab-mp-n$n" ref8 "$n" 8
 done
 CMP_EXTRA=""
+
+# row-wise Adagrad (one accumulator per embedding row, element-wise Adagrad on the
+# MLPs): column-wise, every rank holds a slice of each row, so the per-row sums
+# of squares are all-reduced; the dumps hold the optimizer state too, and every
+# rank's replica of a table's row-wise state must be identical. Dim 6 on 4 and 8
+# workers: uneven slices, and two ranks without columns that still take part.
+RW="--optimizer rowwise_adagrad --learning_rate 0.05"
+run rw6 1 6 $RW && ok "reference run, rowwise_adagrad dim 6" || fail "reference run, rowwise_adagrad dim 6"
+for n in 2 4 8; do
+    equiv "rw-col6-n$n" rw6 "$n" 6 $RW --columnwise_split --data_parallel_bottom_mlp
+done
+for n in 3 4; do
+    equiv "rw-tab-dp-n$n" rw6 "$n" 6 $RW --data_parallel_bottom_mlp
+done
+# the optimizer state is compared: element-wise Adagrad's per-element state too
+run ag6 1 6 --optimizer adagrad --learning_rate 0.05 && equiv "ag-col6-n4" ag6 4 6 --optimizer adagrad \
+    --learning_rate 0.05 --columnwise_split --data_parallel_bottom_mlp || fail "adagrad reference run, dim 6"
+# and a row-wise run is not an element-wise one: their states do not compare
+if python3 "$TR_ROOT/tests/integration/compare_runs.py" "$TMP/ag6" "$TMP/rw6" >/dev/null 2>&1; then
+    fail "rowwise_adagrad and adagrad runs are told apart"
+else
+    ok "rowwise_adagrad and adagrad runs are told apart"
+fi
 
 # negative control: a model trained with a learning rate 1e-4 higher is told apart
 if run "col8-n2-lr" 2 8 --columnwise_split --data_parallel_bottom_mlp --learning_rate 0.50005 &&

@@ -31,6 +31,7 @@ static const char *const covered_by[KERN_OP_COUNT_] = {
     [KERN_OP_FILL] = "tests/kernels/test_fill.c",
     [KERN_OP_COPY_ROWS] = "tests/kernels/test_fill.c",
     [KERN_OP_SUMSQ] = "tests/kernels/test_sumsq.c",
+    [KERN_OP_EMB_ROWSQ] = "tests/kernels/test_rowwise.c",
 };
 
 /* True if the backend sets the vtable member of `op`; false for an op this switch
@@ -50,6 +51,7 @@ static int has_member(const struct kern_backend_i *i, enum kern_op op)
     case KERN_OP_FILL: return i->fill != NULL;
     case KERN_OP_COPY_ROWS: return i->copy_rows != NULL;
     case KERN_OP_SUMSQ: return i->sumsq != NULL;
+    case KERN_OP_EMB_ROWSQ: return i->emb_rowsq != NULL;
     case KERN_OP_COUNT_: break;
     }
     return 0;
