@@ -15,6 +15,7 @@ static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_r
 static const char *const optim_choices[] = {"sgd", "adagrad", "rowwise_adagrad", NULL};
 static const char *const ids_choices[] = {"powerlaw", "uniform", NULL};
 static const char *const nonfinite_choices[] = {"error", "zero", NULL};
+static const char *const interaction_choices[] = {"dot", "dcnv2", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 
 struct job_decl {
@@ -67,6 +68,14 @@ static const struct job_decl decls[] = {
         "Adagrad accumulator start value (Keras default)", 0, 1e6, NULL, NULL, 0}},
     {JOB_MODEL, F(adagrad_eps), {"adagrad_epsilon", TR_OPT_DOUBLE, NULL, "1e-7", "Adagrad epsilon (Keras default)",
         0, 1, NULL, NULL, 0}},
+    {JOB_MODEL, F(interaction), {"interaction", TR_OPT_ENUM, NULL, "dot",
+        "feature interaction: dot (pairwise dot products, DLRM v1) or dcnv2 (low-rank cross layers, DLRM v2)", 1,
+        0, interaction_choices, NULL, 0}},
+    {JOB_MODEL, F(dcn_num_layers), {"dcn_num_layers", TR_OPT_INT, NULL, "3",
+        "cross layers of --interaction dcnv2", 1, JOB_MAX_LAYERS, NULL, NULL, 0}},
+    {JOB_MODEL, F(dcn_low_rank_dim), {"dcn_low_rank_dim", TR_OPT_INT, NULL, "512",
+        "rank of each cross layer's weight (V: n*D -> r, U: r -> n*D) with --interaction dcnv2", 1, 65536, NULL,
+        NULL, 0}},
     {JOB_TRAIN, F(learning_rate), {"learning_rate", TR_OPT_DOUBLE, NULL, "24", "base learning rate", 0, 1e6, NULL,
         NULL, 0}},
     {JOB_TRAIN, F(warmup_steps), {"warmup_steps", TR_OPT_INT64, NULL, "8000",
@@ -195,6 +204,21 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
             flag_text(c, "optimizer", b, sizeof b);
             LOG_ERROR("%s and %s sgd cannot be used together", a, b);
             LOG_HINT("the Adagrad settings apply only with --optimizer adagrad or rowwise_adagrad");
+            return TR_ERR_ARG;
+        }
+    }
+    if ((groups & JOB_MODEL) && c->interaction == JOB_INTERACT_DOT) {
+        const char *const dcn_flags[] = {"dcn_num_layers", "dcn_low_rank_dim"};
+        for (size_t i = 0; i < TR_ARRAY_SIZE(dcn_flags); i++) {
+            if (!tr_opt_given(t, dcn_flags[i]))
+                continue;
+            flag_text(c, dcn_flags[i], a, sizeof a);
+            flag_text(c, "interaction", b, sizeof b);
+            if (tr_opt_given(t, "interaction"))
+                LOG_ERROR("%s and %s dot cannot be used together", a, b);
+            else
+                LOG_ERROR("%s is given but the interaction is dot (the default of --interaction)", a);
+            LOG_HINT("the cross layers' settings apply only with --interaction dcnv2");
             return TR_ERR_ARG;
         }
     }

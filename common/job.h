@@ -25,6 +25,7 @@ enum job_dataset { JOB_DATA_SYNTHETIC = 0, JOB_DATA_SPLIT_BINARY = 1 /* 2, 3: it
 enum job_optim { JOB_OPT_SGD = 0, JOB_OPT_ADAGRAD = 1, JOB_OPT_ROWWISE_ADAGRAD = 2 };
 enum job_ids { JOB_IDS_POWERLAW = 0, JOB_IDS_UNIFORM = 1 };
 enum job_nonfinite { JOB_NONFINITE_ERROR = 0, JOB_NONFINITE_ZERO = 1 };
+enum job_interaction { JOB_INTERACT_DOT = 0, JOB_INTERACT_DCNV2 = 1 };
 enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
 
 struct job_cfg {
@@ -48,6 +49,9 @@ struct job_cfg {
     struct tr_i64_list bottom, top;
     int optimizer;                /* enum job_optim */
     double adagrad_init, adagrad_eps;
+    int interaction;              /* enum job_interaction */
+    int dcn_num_layers;           /* low-rank cross layers (dcnv2) */
+    int dcn_low_rank_dim;         /* their rank r (dcnv2) */
     /* JOB_TRAIN */
     double learning_rate;
     int64_t warmup_steps, decay_start_step, decay_steps;
@@ -96,7 +100,7 @@ const char *job_backend_name(int backend);
  * synthetic dataset the bottom MLP ends in --embedding_dim. Flags given (c->table)
  * that the others make meaningless are conflicts: a --synthetic_dataset_* flag
  * with a split-binary dataset, --dataset_path or --feature_spec with the synthetic
- * one, an --adagrad_* flag with --optimizer sgd, --max_steps with --epochs. Logs
+ * one, an --adagrad_* flag with --optimizer sgd, a --dcn_* flag with --interaction dot, --max_steps with --epochs. Logs
  * one error naming both flags (or the flag) and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
 

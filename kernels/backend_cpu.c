@@ -35,6 +35,8 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_COPY_ROWS] = "copy_rows",
     [KERN_OP_SUMSQ] = "sumsq",
     [KERN_OP_EMB_ROWSQ] = "emb_rowsq",
+    [KERN_OP_CROSS_FWD] = "cross_fwd",
+    [KERN_OP_CROSS_BWD] = "cross_bwd",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -144,6 +146,8 @@ CPU_WRAP(interact_bwd, kern_interact_bwd_args)
 CPU_WRAP(bce, kern_bce_args)
 CPU_WRAP(dense_update, kern_dense_update_args)
 CPU_WRAP(fill, kern_fill_args)
+CPU_WRAP(cross_fwd, kern_cross_fwd_args)
+CPU_WRAP(cross_bwd, kern_cross_bwd_args)
 CPU_WRAP_N(emb_fwd, kern_emb_fwd_args)
 CPU_WRAP_N(emb_update, kern_emb_update_args)
 CPU_WRAP_N(emb_rowsq, kern_emb_update_args)
@@ -187,6 +191,8 @@ static const struct kern_backend_i cpu_iface = {
     .fill = cpu_fill,
     .copy_rows = cpu_copy_rows,
     .sumsq = cpu_sumsq,
+    .cross_fwd = cpu_cross_fwd,
+    .cross_bwd = cpu_cross_bwd,
     .queue = cpu_queue,
     .synchronize = cpu_synchronize,
     .destroy = cpu_destroy,

@@ -41,6 +41,8 @@ enum kern_op {
     KERN_OP_COPY_ROWS,
     KERN_OP_SUMSQ,
     KERN_OP_EMB_ROWSQ,
+    KERN_OP_CROSS_FWD,
+    KERN_OP_CROSS_BWD,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -272,6 +274,49 @@ struct kern_sumsq_args {
     double *out;    /* host */
 };
 
+/* The element-wise "cross combine" of a low-rank cross layer (DCNv2, TorchRec's
+ * LowRankCrossNet): x_{l+1} = x0 * (U (V x_l) + b) + x_l. The model runs the two
+ * GEMMs and the bias with gemm and bias_act_fwd; this op finishes the layer:
+ * y (rows, cols) = km_cross_fwd(x0, h, xl) per element, with h = U (V x_l) + b.
+ * y may be the same memory as xl or h (same ld); otherwise blocks must not overlap.
+ * Element-wise, so bitwise independent of the thread count. TR_ERR_ARG for
+ * negative sizes or an ld below cols (nothing written then). */
+struct kern_cross_fwd_args {
+    int64_t rows, cols;
+    const float *x0; /* (rows, ldx0) the cross stack's input */
+    int64_t ldx0;
+    const float *h;  /* (rows, ldh) U (V x_l) + b */
+    int64_t ldh;
+    const float *xl; /* (rows, ldxl) this layer's input */
+    int64_t ldxl;
+    float *y;        /* (rows, ldy) x_{l+1} */
+    int64_t ldy;
+};
+
+/* Backward of cross_fwd, given dy = dLoss/dx_{l+1} (rows, cols), per element:
+ *   dh  = km_cross_grad_h(dy, x0)                      (overwritten)
+ *   dx0 = km_cross_grad_x0(accumulate ? dx0 : 0, dy, h, residual)
+ * residual is set for the first layer, where x_l is x0 and the identity path's dy
+ * belongs to dx0 too; the gradient through x_l of other layers (dy + dh V^T ...)
+ * is the model's GEMMs' business. dh may be the same memory as dy (same ld); dx0
+ * must not overlap the others. Bitwise independent of the thread count.
+ * TR_ERR_ARG for negative sizes or an ld below cols (nothing written then). */
+struct kern_cross_bwd_args {
+    int64_t rows, cols;
+    const float *x0; /* (rows, ldx0) */
+    int64_t ldx0;
+    const float *h;  /* (rows, ldh) the forward's U (V x_l) + b */
+    int64_t ldh;
+    const float *dy; /* (rows, lddy) */
+    int64_t lddy;
+    float *dh;       /* (rows, lddh) */
+    int64_t lddh;
+    float *dx0;      /* (rows, lddx0) */
+    int64_t lddx0;
+    int accumulate;
+    int residual;
+};
+
 struct kern_backend_i {
     const char *name;
     /* True if the op is implemented for floating tensors of type dt. */
@@ -307,6 +352,8 @@ struct kern_backend_i {
     enum tr_status (*copy_rows)(void *ctx, const struct kern_copy_rows_args *a, int n);
     /* n blocks, each with its own *out; returns when every *out is written. */
     enum tr_status (*sumsq)(void *ctx, const struct kern_sumsq_args *a, int n);
+    enum tr_status (*cross_fwd)(void *ctx, const struct kern_cross_fwd_args *a);
+    enum tr_status (*cross_bwd)(void *ctx, const struct kern_cross_bwd_args *a);
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);

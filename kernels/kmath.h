@@ -218,6 +218,29 @@ KM_FN int64_t km_interact_width(int64_t n, int64_t d, int has_bottom)
     return (w + 7) / 8 * 8;
 }
 
+/* ---- low-rank cross layer (DCNv2) ---------------------------------------------
+ * x_{l+1} = x0 * h + x_l per element, with h = U (V x_l) + b from the GEMMs (the
+ * "cross combine"); x0 is the layer stack's input, x_l this layer's. */
+
+/* One output element of a cross layer. */
+KM_FN float km_cross_fwd(float x0, float h, float xl)
+{
+    return x0 * h + xl;
+}
+
+/* Gradient reaching h from dy = dLoss/dx_{l+1}. */
+KM_FN float km_cross_grad_h(float dy, float x0)
+{
+    return dy * x0;
+}
+
+/* Gradient reaching x0 through the product (dy * h), added to acc; residual set
+ * when x_l is x0 itself (the first layer), whose identity path adds dy too. */
+KM_FN float km_cross_grad_x0(float acc, float dy, float h, int residual)
+{
+    return acc + dy * h + (residual ? dy : 0.0f);
+}
+
 /* ---- embedding combiners ---------------------------------------------------- */
 
 /* Scale applied to a bag's summed rows: 1 for sum, 1/len for mean (0 for an empty bag). */

@@ -29,7 +29,8 @@ KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
     o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
     o[12] = km_half_to_float(km_float_to_half(x));
     o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
-    o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i));
+    o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i)) +
+            km_cross_fwd(x, 0.75f, 0.5f) + km_cross_grad_h(x, -0.25f) + km_cross_grad_x0(0.125f, x, 1.5f, (int)(i & 1));
     float racc = 0.1f, den = km_rowwise_adagrad_row(&racc, km_sumsq_add(km_sumsq_add(0.0, x), 0.5f), 3, &h);
     p = x;
     km_rowwise_adagrad_step(&p, x, den, &h);

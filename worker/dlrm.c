@@ -51,6 +51,11 @@ void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables,
     out->optim = job->optimizer == JOB_OPT_ADAGRAD           ? KERN_OPT_ADAGRAD
                  : job->optimizer == JOB_OPT_ROWWISE_ADAGRAD ? KERN_OPT_ROWWISE_ADAGRAD
                                                              : KERN_OPT_SGD;
+    if (job->interaction == JOB_INTERACT_DCNV2) {
+        out->interaction = DLRM_INTERACT_DCNV2;
+        out->ncross = job->dcn_num_layers;
+        out->cross_rank = job->dcn_low_rank_dim;
+    }
     out->adagrad_init = (float)job->adagrad_init;
     out->adagrad_eps = (float)job->adagrad_eps;
     out->seed = (uint64_t)job->seed;
@@ -64,6 +69,8 @@ void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables,
 #define STREAM_TOP_W 0x180u
 #define STREAM_BOTTOM_B 0x200u
 #define STREAM_TOP_B 0x280u
+#define STREAM_CROSS_V 0x300u
+#define STREAM_CROSS_U 0x380u
 
 static enum tr_status check_cfg(const struct dlrm_cfg *c)
 {
@@ -106,6 +113,16 @@ static enum tr_status check_cfg(const struct dlrm_cfg *c)
             LOG_ERROR("model: top MLP width %d of layer %d must be >= 1", c->top[l], l);
             return TR_ERR_ARG;
         }
+    if (c->interaction == DLRM_INTERACT_DCNV2) {
+        if (c->ncross < 1 || c->ncross > DLRM_MAX_LAYERS || c->cross_rank < 1) {
+            LOG_ERROR("model: dcnv2 needs 1..%d cross layers and a low-rank dimension >= 1, got %d and %d",
+                      DLRM_MAX_LAYERS, c->ncross, c->cross_rank);
+            return TR_ERR_ARG;
+        }
+    } else if (c->interaction != DLRM_INTERACT_DOT) {
+        LOG_ERROR("model: unknown interaction %d", (int)c->interaction);
+        return TR_ERR_ARG;
+    }
     if (c->optim != KERN_OPT_SGD && c->optim != KERN_OPT_ADAGRAD && c->optim != KERN_OPT_ROWWISE_ADAGRAD) {
         LOG_ERROR("model: unknown optimizer %d", (int)c->optim);
         return TR_ERR_ARG;
@@ -168,6 +185,19 @@ enum tr_status dlrm_init_params(struct dlrm *m)
             TR_CHECK(fill(m, &b));
         }
     }
+    for (int l = 0; l < m->cfg.ncross; l++) {
+        const struct dlrm_cross *X = &m->cross[l];
+        struct kern_fill_args v = {.kind = KERN_FILL_GLOROT, .dst = X->v, .rows = X->w, .cols = X->r, .ld = X->r,
+                                   .seed = seed, .stream = STREAM_CROSS_V + (uint64_t)l, .elem_ld = X->r,
+                                   .a = (float)X->w, .b = (float)X->r};
+        TR_CHECK(fill(m, &v));
+        struct kern_fill_args u = {.kind = KERN_FILL_GLOROT, .dst = X->u, .rows = X->r, .cols = X->w, .ld = X->w,
+                                   .seed = seed, .stream = STREAM_CROSS_U + (uint64_t)l, .elem_ld = X->w,
+                                   .a = (float)X->r, .b = (float)X->w};
+        TR_CHECK(fill(m, &u));
+        struct kern_fill_args b = {.kind = KERN_FILL_CONST, .dst = X->b, .rows = 1, .cols = X->w, .ld = X->w};
+        TR_CHECK(fill(m, &b));
+    }
     if (m->accum) {
         struct kern_fill_args a = {.kind = KERN_FILL_CONST, .dst = m->accum, .rows = 1, .cols = m->nparams,
                                    .ld = m->nparams, .value = m->cfg.adagrad_init};
@@ -189,6 +219,7 @@ static void layer_setup(struct dlrm_layer *L, const char *kind, int idx, int in,
 struct sizes {
     int has_bottom, n, num_ld, dp_bottom, mp_bottom, rank;
     int64_t top_in_w, nparams, top_param0, maxw, bottom_rows, hidden_bottom, hidden_top;
+    int64_t cross_floats;   /* dcnv2 activations per local sample */
     int64_t emb_rows_bytes; /* embedding tables (+ Adagrad state) held here */
     int64_t emb_state_bytes; /* the Adagrad state among them */
     int64_t sumsq_n;        /* row-wise Adagrad on column slices: doubles of emb_sumsq */
@@ -233,7 +264,8 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
     z->has_bottom = c->num_features > 0;
     z->n = c->ntables + z->has_bottom;
     z->num_ld = (c->num_features + 7) / 8 * 8;
-    z->top_in_w = km_interact_width(z->n, D, z->has_bottom);
+    const int dcn = c->interaction == DLRM_INTERACT_DCNV2;
+    z->top_in_w = dcn ? z->n * D : km_interact_width(z->n, D, z->has_bottom);
     z->rank = p ? p->rank : 0;
     z->dp_bottom = z->has_bottom && (!p || p->dp_bottom);
     z->mp_bottom = z->has_bottom && !z->dp_bottom && z->rank == 0;
@@ -247,6 +279,14 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
         in = c->bottom[l];
     }
     z->top_param0 = np;
+    if (dcn) {
+        /* per layer V (w, r), U (r, w), b (w); activations per sample: x_1..x_{L-1}
+         * (the last output is top_in), x_l V and h of every layer, and the backward's
+         * dy, dh (w) and dv (r) */
+        const int64_t w = z->n * D, r = c->cross_rank, L = c->ncross;
+        np += L * (2 * w * r + w);
+        z->cross_floats = (L - 1) * w + L * (r + w) + 2 * w + r;
+    }
     in = z->top_in_w;
     for (int l = 0; l < c->ntop; l++) {
         np += in * c->top[l] + c->top[l];
@@ -274,7 +314,7 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
         z->sumsq_n = (int64_t)c->ntables * TR_MAX(G, B);
     /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
      * hidden bottom outputs (bottom_rows each); top outputs (B each) */
-    z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top) +
+    z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top + z->cross_floats) +
                     (size_t)z->bottom_rows * (size_t)(2 * maxw + z->hidden_bottom);
 }
 
@@ -343,6 +383,13 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         layer_setup(&m->bottom[l], "bottom", l, l ? cfg->bottom[l - 1] : m->num_ld, cfg->bottom[l], 1);
     for (int l = 0; l < cfg->ntop; l++)
         layer_setup(&m->top[l], "top", l, l ? cfg->top[l - 1] : (int)m->top_in_w, cfg->top[l], l + 1 < cfg->ntop);
+    if (cfg->interaction != DLRM_INTERACT_DCNV2)
+        m->cfg.ncross = 0;
+    for (int l = 0; l < m->cfg.ncross; l++) {
+        m->cross[l].w = (int)(m->n * D);
+        m->cross[l].r = cfg->cross_rank;
+        snprintf(m->cross[l].name, sizeof m->cross[l].name, "cross_layer_%d", l);
+    }
     m->nparams = z.nparams;
     m->dense_bytes = z.dense_bytes;
     float *dense = NULL;
@@ -363,6 +410,16 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
                 L[l].b = m->params + o;
                 L[l].db = m->grads + o;
                 o += L[l].out;
+            }
+            if (part == 0) { /* the cross layers sit between bottom and top */
+                TR_ASSERT(o == z.top_param0);
+                for (int l = 0; l < cfg->ncross && cfg->interaction == DLRM_INTERACT_DCNV2; l++) {
+                    struct dlrm_cross *X = &m->cross[l];
+                    const int64_t wr = (int64_t)X->w * X->r;
+                    X->v = m->params + o, X->dv = m->grads + o, o += wr;
+                    X->u = m->params + o, X->du = m->grads + o, o += wr;
+                    X->b = m->params + o, X->db = m->grads + o, o += X->w;
+                }
             }
         }
         TR_ASSERT(o == z.nparams);
@@ -418,6 +475,24 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
             m->top[l].y = p;
             m->top[l].ldy = m->top[l].out;
             p += (size_t)B * m->top[l].out;
+        }
+        for (int l = 0; l < m->cfg.ncross; l++) {
+            struct dlrm_cross *X = &m->cross[l];
+            X->in = l ? m->cross[l - 1].out : m->x;
+            if (l + 1 < m->cfg.ncross) {
+                X->out = p;
+                p += (size_t)B * X->w;
+            } else {
+                X->out = m->top_in;
+            }
+            X->xv = p, p += (size_t)B * X->r;
+            X->h = p, p += (size_t)B * X->w;
+        }
+        if (m->cfg.ncross) {
+            const size_t w = (size_t)m->cross[0].w;
+            m->cross_dy = p, p += (size_t)B * w;
+            m->cross_dh = p, p += (size_t)B * w;
+            m->cross_dv = p, p += (size_t)B * (size_t)m->cfg.cross_rank;
         }
         TR_ASSERT((size_t)(p - (float *)act) == z.act_floats);
         char *q = (char *)(((uintptr_t)p + 7) & ~(uintptr_t)7);
@@ -522,6 +597,52 @@ enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ld
     return TR_OK;
 }
 
+/* The dcnv2 interaction over n samples: x_{l+1} = x0 * (x_l V U + b) + x_l for
+ * every cross layer, x0 = m->x flattened (n, w), the last output into m->top_in. */
+static enum tr_status cross_forward(struct dlrm *m, int64_t n)
+{
+    const struct kern_backend *be = &m->be;
+    for (int l = 0; l < m->cfg.ncross; l++) {
+        struct dlrm_cross *X = &m->cross[l];
+        TR_CHECK(gemm(m, 0, 0, n, X->r, X->w, X->in, X->w, X->v, X->r, 0.0f, X->xv, X->r));
+        TR_CHECK(gemm(m, 0, 0, n, X->w, X->r, X->xv, X->r, X->u, X->w, 0.0f, X->h, X->w));
+        struct kern_bias_act_fwd_args ba = {n, X->w, X->h, X->w, X->b, KERN_ACT_NONE};
+        TR_CHECK(be->i->bias_act_fwd(be->ctx, &ba));
+        struct kern_cross_fwd_args ca = {n, X->w, m->x, X->w, X->h, X->w, X->in, X->w, X->out, X->w};
+        TR_CHECK(be->i->cross_fwd(be->ctx, &ca));
+    }
+    return TR_OK;
+}
+
+/* Backward of cross_forward from m->dtop_in (left as it is) into m->dx and the
+ * cross layers' gradients. Per layer, from dy = dLoss/dx_{l+1}: dh = dy * x0,
+ * dx0 += dy * h (the cross_bwd op), db = column sums of dh, dU = (x_l V)^T dh,
+ * d(x_l V) = dh U^T, dV = x_l^T d(x_l V), and dLoss/dx_l = dy + d(x_l V) V^T
+ * (in place over dy); for layer 0, x_l is x0 and that last term goes to m->dx. */
+static enum tr_status cross_backward(struct dlrm *m, int64_t n)
+{
+    const struct kern_backend *be = &m->be;
+    const int L = m->cfg.ncross;
+    const int64_t w = m->cross[0].w;
+    float *dy = m->cross_dy;
+    struct kern_copy_rows_args cp = {dy, w, m->dtop_in, m->top_in_w, n, w};
+    TR_CHECK(be->i->copy_rows(be->ctx, &cp, 1));
+    for (int l = L - 1; l >= 0; l--) {
+        struct dlrm_cross *X = &m->cross[l];
+        const int64_t r = X->r;
+        struct kern_cross_bwd_args cb = {n,  w, m->x, w, X->h, w, dy, w, m->cross_dh, w, m->dx, w,
+                                         l < L - 1, l == 0};
+        TR_CHECK(be->i->cross_bwd(be->ctx, &cb));
+        struct kern_bias_act_bwd_args bb = {n, w, m->cross_dh, w, m->cross_dh, w, X->db, 0, KERN_ACT_NONE};
+        TR_CHECK(be->i->bias_act_bwd(be->ctx, &bb));
+        TR_CHECK(gemm(m, 1, 0, r, w, n, X->xv, r, m->cross_dh, w, 0.0f, X->du, w));
+        TR_CHECK(gemm(m, 0, 1, n, r, w, m->cross_dh, w, X->u, w, 0.0f, m->cross_dv, r));
+        TR_CHECK(gemm(m, 1, 0, w, r, n, X->in, w, m->cross_dv, r, 0.0f, X->dv, r));
+        TR_CHECK(gemm(m, 0, 1, n, w, r, m->cross_dv, r, X->v, r, 1.0f, l ? dy : m->dx, w));
+    }
+    return TR_OK;
+}
+
 enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
 {
     const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
@@ -530,8 +651,12 @@ enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnu
     if (m->dp_bottom)
         TR_CHECK(dlrm_bottom_forward(m, num, ldnum, n, m->x, ldx));
     double t2 = dlrm_clock(m);
-    struct kern_interact_fwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->top_in, m->top_in_w};
-    TR_CHECK(m->be.i->interact_fwd(m->be.ctx, &ia));
+    if (m->cfg.ncross) {
+        TR_CHECK(cross_forward(m, n));
+    } else {
+        struct kern_interact_fwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->top_in, m->top_in_w};
+        TR_CHECK(m->be.i->interact_fwd(m->be.ctx, &ia));
+    }
     double t3 = dlrm_clock(m);
     m->t[DLRM_T_INTERACT_FWD] += t3 - t2;
     for (int l = 0; l < m->cfg.ntop; l++) {
@@ -578,8 +703,12 @@ enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldn
     }
     double t1 = dlrm_clock(m);
     m->t[DLRM_T_TOP_BWD] += t1 - t0;
-    struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
-    TR_CHECK(be->i->interact_bwd(be->ctx, &ia));
+    if (m->cfg.ncross) {
+        TR_CHECK(cross_backward(m, n));
+    } else {
+        struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
+        TR_CHECK(be->i->interact_bwd(be->ctx, &ia));
+    }
     m->t[DLRM_T_INTERACT_BWD] += dlrm_clock(m) - t1;
     /* bottom MLP (data-parallel): its output's gradient is row 0 of dx */
     if (m->dp_bottom)
@@ -639,6 +768,9 @@ void dlrm_get_info(const struct dlrm *m, struct dlrm_info *o)
     o->top_in_w = m->top_in_w;
     o->nparams = m->nparams;
     o->top_param0 = m->top_param0;
+    o->interaction = m->cfg.ncross ? DLRM_INTERACT_DCNV2 : DLRM_INTERACT_DOT;
+    o->ncross = m->cfg.ncross;
+    o->cross_rank = m->cfg.ncross ? m->cfg.cross_rank : 0;
     o->max_batch = m->cfg.max_batch;
     o->max_global = m->cfg.max_global > 0 ? m->cfg.max_global : m->cfg.max_batch;
     o->optim = m->cfg.optim;
@@ -655,6 +787,19 @@ void dlrm_get_layer(const struct dlrm *m, int top, int l, struct dlrm_layer_info
     o->relu = L->relu;
     o->w_off = L->w - m->params;
     o->b_off = L->b - m->params;
+}
+
+void dlrm_get_cross(const struct dlrm *m, int l, struct dlrm_cross_info *o)
+{
+    TR_ASSERT(l >= 0 && l < m->cfg.ncross);
+    const struct dlrm_cross *X = &m->cross[l];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", X->name);
+    o->width = X->w;
+    o->rank = X->r;
+    o->v_off = X->v - m->params;
+    o->u_off = X->u - m->params;
+    o->b_off = X->b - m->params;
 }
 
 void dlrm_get_table(const struct dlrm *m, int t, struct dlrm_table_info *o)

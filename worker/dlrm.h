@@ -4,13 +4,20 @@
  *   categorical ids  -> one embedding row per table (B, D)
  *   interaction input X (B, n, D): row 0 = bottom output, rows 1..T = tables in
  *       cardinality-descending order (stable) -- the seed's v2 single-GPU order
- *   dot interaction -> [bottom (D) | strict lower triangle | zero pad to 8k]
+ *   interaction, one of
+ *     dot:   [bottom (D) | strict lower triangle | zero pad to 8k]
+ *     dcnv2: x0 = X flattened per sample (n*D); L low-rank cross layers
+ *            x_{l+1} = x0 * (U_l (V_l x_l) + b_l) + x_l, V_l (n*D -> r), U_l (r -> n*D)
+ *            with bias b_l; output x_L (n*D, no padding) -- DLRM v2 (MLPerf), TorchRec's
+ *            LowRankCrossNet
  *   top MLP (ReLU except the last, linear, layer of width 1) -> logit
  *   loss = mean BCE-with-logits over the batch
  *
  * Dense kernels are (in, out) row-major (Keras layout); all dense parameters live
  * in one flat buffer (so one all-reduce and one optimizer call cover them), in the
- * order bottom_mlp_layer_0_kernel, _bias, ..., top_mlp_layer_0_kernel, ....
+ * order bottom_mlp_layer_0_kernel, _bias, ..., then (dcnv2) cross_layer_0_v_kernel
+ * (n*D, r), _u_kernel (r, n*D), _bias (n*D), ..., then top_mlp_layer_0_kernel, ....
+ * Everything from the first cross (or top) parameter on is data-parallel.
  * Embedding tables are separate allocations and each may hold a column slice
  * [col0, col0 + width) of the full D columns, or nothing (another worker owns
  * it), as a shard plan says.
@@ -37,6 +44,8 @@ extern "C" {
 
 struct dlrm;
 
+enum dlrm_interaction { DLRM_INTERACT_DOT = 0, DLRM_INTERACT_DCNV2 = 1 };
+
 struct dlrm_cfg {
     int num_features;        /* numerical inputs; 0 = no bottom MLP */
     int ntables;
@@ -46,6 +55,9 @@ struct dlrm_cfg {
     int bottom[DLRM_MAX_LAYERS]; /* output widths; the last must equal D */
     int ntop;
     int top[DLRM_MAX_LAYERS];    /* output widths; the last must be 1 */
+    enum dlrm_interaction interaction;
+    int ncross;              /* dcnv2: cross layers, 1..DLRM_MAX_LAYERS */
+    int cross_rank;          /* dcnv2: low-rank dimension r, >= 1 */
     enum kern_optim optim;
     float adagrad_init;      /* initial accumulator value */
     float adagrad_eps;
@@ -100,6 +112,8 @@ void dlrm_free(struct dlrm **m);
 
 /* Initialises every parameter from cfg.seed on the backend: embeddings
  * U(+-sqrt(1/rows)), dense kernels truncated-normal Glorot, biases N(0, 1/units);
+ * cross layers' V and U truncated-normal Glorot (each its own stream), their
+ * biases 0 (as TorchRec's LowRankCrossNet);
  * Adagrad accumulators to adagrad_init. The values depend only on (seed, tensor,
  * element), never on sharding. Errors from the backend. */
 enum tr_status dlrm_init_params(struct dlrm *m) TR_WUR;
@@ -119,7 +133,10 @@ struct dlrm_info {
     int nbottom, ntop;
     int64_t top_in_w;      /* interaction output width */
     int64_t nparams;       /* dense parameters */
-    int64_t top_param0;    /* first top-MLP parameter (bottom ones come before) */
+    int64_t top_param0;    /* first parameter after the bottom MLP (cross layers, then the
+                              top MLP): where the data-parallel parameters start */
+    enum dlrm_interaction interaction;
+    int ncross, cross_rank;  /* dcnv2 (0 with dot) */
     int64_t max_batch, max_global;
     enum kern_optim optim;
 };
@@ -138,6 +155,13 @@ void dlrm_get_info(const struct dlrm *m, struct dlrm_info *out);
 /* Layer l of the bottom (top = 0) or top (top = 1) MLP. */
 void dlrm_get_layer(const struct dlrm *m, int top, int l, struct dlrm_layer_info *out);
 void dlrm_get_table(const struct dlrm *m, int t, struct dlrm_table_info *out);
+/* Cross layer l (dcnv2) of the interaction: x_{l+1} = x0 * (x_l V U + b) + x_l. */
+struct dlrm_cross_info {
+    char name[48];         /* "cross_layer_0" */
+    int width, rank;       /* n*D and r */
+    int64_t v_off, u_off, b_off; /* of V (width, rank), U (rank, width), b (width) in DLRM_PARAMS */
+};
+void dlrm_get_cross(const struct dlrm *m, int l, struct dlrm_cross_info *out);
 
 /* The tensors of a model, in the backend's memory. */
 enum dlrm_tensor {
@@ -149,7 +173,7 @@ enum dlrm_tensor {
                           row-wise Adagrad (rows), one per row of the whole table */
     DLRM_X,            /* (max_batch, n, D) interaction input of the last forward */
     DLRM_DX,           /* (max_batch, n, D) its gradient after a backward */
-    DLRM_TOP_IN,       /* (max_batch, top_in_w) interaction output */
+    DLRM_TOP_IN,       /* (max_batch, top_in_w) interaction output (dcnv2: x_L) */
     DLRM_DTOP_IN,      /* (max_batch, top_in_w) its gradient */
     DLRM_LOGITS,       /* (max_batch) logits of the last forward */
     DLRM_TENSOR_COUNT_

@@ -21,6 +21,18 @@ struct dlrm_layer {
     char name[48];  /* "bottom_mlp_layer_0" */
 };
 
+/* A low-rank cross layer (dcnv2): y = x0 * (x V U + b) + x, width w = n*D. */
+struct dlrm_cross {
+    int w, r;
+    float *v, *u, *b;    /* (w, r), (r, w), (w): views into params */
+    float *dv, *du, *db; /* views into grads */
+    const float *in;     /* (rows, w) x_l: m->x for layer 0, else the previous out */
+    float *out;          /* (rows, w) x_{l+1}: m->top_in for the last layer */
+    float *xv;           /* (rows, r) x_l V of the last forward */
+    float *h;            /* (rows, w) x_l V U + b of the last forward */
+    char name[48];       /* "cross_layer_0" */
+};
+
 struct dlrm_table {
     int id;          /* index in the config's table list */
     int pos;         /* row of the interaction input X holding this table */
@@ -44,10 +56,11 @@ struct dlrm {
     int64_t top_in_w;      /* interaction output width */
     int dp_bottom;         /* this process runs the bottom MLP on its own slice */
     int mp_bottom;         /* this process runs the bottom MLP for the whole global batch */
-    int64_t top_param0;    /* first top-MLP parameter in params (bottom ones come before) */
+    int64_t top_param0;    /* first parameter after the bottom MLP (cross layers, then top MLP) */
     int rank;              /* of the shard plan (0 alone) */
     struct dlrm_layer bottom[DLRM_MAX_LAYERS];
     struct dlrm_layer top[DLRM_MAX_LAYERS];
+    struct dlrm_cross cross[DLRM_MAX_LAYERS]; /* dcnv2: cfg.ncross of them */
     struct dlrm_table *tables; /* host: (ntables) in config order */
 
     float *params;  /* (nparams) flat dense parameters */
@@ -64,6 +77,9 @@ struct dlrm {
     float *dtop_in; /* (max_batch, top_in_w) */
     float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */
     float *dlogits; /* (max_batch) */
+    float *cross_dy; /* dcnv2: (max_batch, n*D) gradient of the current cross layer's output */
+    float *cross_dh; /* dcnv2: (max_batch, n*D) of its h */
+    float *cross_dv; /* dcnv2: (max_batch, r) of its x_l V */
     void *emb_ws;
     size_t emb_ws_bytes;
     double *emb_sumsq; /* (ntables, max_global) row-wise Adagrad on column slices: each

@@ -411,6 +411,26 @@ static enum tr_status find_nonfinite_layer(const struct train *T, enum dlrm_tens
             }
         }
     }
+    for (int l = 0; l < mi.ncross; l++) { /* dcnv2 cross layers */
+        struct dlrm_cross_info ci;
+        dlrm_get_cross(T->m, l, &ci);
+        for (int part = 0; part < 3; part++) {
+            const int64_t off = part == 0 ? ci.v_off : part == 1 ? ci.u_off : ci.b_off;
+            const int64_t n = part == 2 ? ci.width : (int64_t)ci.width * ci.rank;
+            if (off < p0 || off + n > p1)
+                continue;
+            double sq = 0.0;
+            TR_CHECK(dlrm_tensor_sumsq(T->m, k, 0, off, n, &sq));
+            if (isfinite(sq))
+                continue;
+            if (part == 2)
+                snprintf(name, len, "%s bias (%d)", ci.name, ci.width);
+            else
+                snprintf(name, len, "%s %s kernel (%d x %d)", ci.name, part ? "u" : "v", part ? ci.rank : ci.width,
+                         part ? ci.width : ci.rank);
+            return TR_OK;
+        }
+    }
     return TR_OK;
 }
 

@@ -47,6 +47,23 @@ Records:
   cfg/lr_base_rowwise_adagrad (1) f64; rowwise_adagrad/lr, /loss (3) f64;
   rowwise_adagrad/after3/<p>, /after3/accum_<p>: row-wise Adagrad (accum_table_{t}
       is (rows): one accumulator per row), computed from its definition
+
+DCNv2 model (records under dcn/; the same tables, bottom MLP, batches and lr
+schedule as above; written from the definition of DLRM v2 / TorchRec's
+LowRankCrossNet, not from the C code):
+  x0 = X (B, n, D) flattened to (B, w = n*D), the interaction order above
+  DCN_LAYERS cross layers: x_{l+1} = x0 * U_l(V_l(x_l)) + x_l, V_l = Linear(w, r, no bias),
+      U_l = Linear(r, w) with bias b_l, r = DCN_RANK
+  top MLP 16, 8, 1 on x_L (width w, no padding)
+  init: bottom kernels/biases and tables as the dot model's; V, U truncated-normal
+      Glorot (as the dense kernels), b = 0 (the C rule); top MLP from its own draw
+Records: dcn/cfg/cards, dcn/cfg/emb_dim, dcn/cfg/num_features, dcn/cfg/batch,
+  dcn/cfg/bottom, dcn/cfg/top, dcn/cfg/cross_layers, dcn/cfg/cross_rank (i32);
+  dcn/init/<p> with p also cross_layer_{l}_v_kernel (w, r), _u_kernel (r, w), _bias (w);
+  dcn/fwd/interaction_input (B, n, D), dcn/fwd/interaction_output (B, w) = x_L,
+  dcn/fwd/logits (B), dcn/fwd/loss (1) f64; dcn/grad/<p>, dcn/grad/interaction_input;
+  dcn/sgd/loss, dcn/adagrad/loss (3) f64; dcn/{sgd,adagrad}/after3/<p>,
+  dcn/adagrad/after3/accum_<p>
 """
 import argparse
 import os
@@ -305,6 +322,187 @@ def manual_check(init, batches, opt_kind, base, model, opt):
     return names
 
 
+# ---- DCNv2 (DLRM v2) ---------------------------------------------------------------
+
+DCN_LAYERS = 2
+DCN_RANK = 4
+DCN_SEED = SEED + 2  # the cross layers' and top MLP's draw (the dot records stay as they were)
+
+
+def dcn_make_init(rng, base_init):
+    """Bottom MLP and tables of the dot model; cross V, U Glorot truncated normal
+    (in, out), zero cross biases; a top MLP over w = n*D inputs."""
+    init = {k: v for k, v in base_init.items() if k.startswith("bottom_") or k.startswith("table_")}
+    w = (len(CARDS) + 1) * EMB_DIM
+
+    def glorot(fan_in, fan_out):
+        sigma = np.sqrt(2.0 / (fan_in + fan_out)) / 0.87962566103423978
+        return truncated_normal(rng, sigma, (fan_in, fan_out)).astype(np.float32)
+
+    for l in range(DCN_LAYERS):
+        init[f"cross_layer_{l}_v_kernel"] = glorot(w, DCN_RANK)
+        init[f"cross_layer_{l}_u_kernel"] = glorot(DCN_RANK, w)
+        init[f"cross_layer_{l}_bias"] = np.zeros(w, dtype=np.float32)
+    fan_in = w
+    for l, out in enumerate(TOP):
+        init[f"top_mlp_layer_{l}_kernel"] = glorot(fan_in, out)
+        init[f"top_mlp_layer_{l}_bias"] = rng.normal(0.0, np.sqrt(1.0 / out), size=out).astype(np.float32)
+        fan_in = out
+    return init
+
+
+class DcnDlrm(torch.nn.Module):
+    def __init__(self, init):
+        super().__init__()
+        self.num_ld = ceil8(NUM_FEATURES)
+        self.n = len(CARDS) + 1
+        self.w = self.n * EMB_DIM
+        self.order = sorted(range(len(CARDS)), key=lambda t: (-CARDS[t], t))
+
+        def tensor(name, transpose=False):
+            a = torch.from_numpy(init[name].astype(np.float64))
+            return a.T.contiguous() if transpose else a
+
+        def linear(prefix, fan_in, out, bias=True, bias_name=None):
+            lin = torch.nn.Linear(fan_in, out, bias=bias).double()
+            with torch.no_grad():
+                lin.weight.copy_(tensor(prefix + "_kernel", True))
+                if bias:
+                    lin.bias.copy_(tensor(bias_name or prefix + "_bias"))
+            return lin
+
+        fan_in, layers = self.num_ld, []
+        for l, out in enumerate(BOTTOM):
+            layers.append(linear(f"bottom_mlp_layer_{l}", fan_in, out))
+            fan_in = out
+        self.bottom = torch.nn.ModuleList(layers)
+        self.cross_v = torch.nn.ModuleList(
+            [linear(f"cross_layer_{l}_v", self.w, DCN_RANK, bias=False) for l in range(DCN_LAYERS)])
+        self.cross_u = torch.nn.ModuleList(
+            [linear(f"cross_layer_{l}_u", DCN_RANK, self.w, bias_name=f"cross_layer_{l}_bias")
+             for l in range(DCN_LAYERS)])
+        fan_in, layers = self.w, []
+        for l, out in enumerate(TOP):
+            layers.append(linear(f"top_mlp_layer_{l}", fan_in, out))
+            fan_in = out
+        self.top = torch.nn.ModuleList(layers)
+        tables = []
+        for t, c in enumerate(CARDS):
+            e = torch.nn.Embedding(c, EMB_DIM, sparse=True).double()
+            with torch.no_grad():
+                e.weight.copy_(tensor(f"table_{t}"))
+            tables.append(e)
+        self.tables = torch.nn.ModuleList(tables)
+
+    def named_tensors(self):
+        """(name, tensor, transposed) in the C model's naming and parameter order."""
+        out = []
+        for l, lin in enumerate(self.bottom):
+            out.append((f"bottom_mlp_layer_{l}_kernel", lin.weight, True))
+            out.append((f"bottom_mlp_layer_{l}_bias", lin.bias, False))
+        for l in range(DCN_LAYERS):
+            out.append((f"cross_layer_{l}_v_kernel", self.cross_v[l].weight, True))
+            out.append((f"cross_layer_{l}_u_kernel", self.cross_u[l].weight, True))
+            out.append((f"cross_layer_{l}_bias", self.cross_u[l].bias, False))
+        for l, lin in enumerate(self.top):
+            out.append((f"top_mlp_layer_{l}_kernel", lin.weight, True))
+            out.append((f"top_mlp_layer_{l}_bias", lin.bias, False))
+        for t, e in enumerate(self.tables):
+            out.append((f"table_{t}", e.weight, False))
+        return out
+
+    def forward(self, num, cat):
+        """Returns logits (B), X (B, n, D), x_L (B, w) and the ReLU pre-activations."""
+        B = num.shape[0]
+        pre = []
+        h = torch.cat([num, torch.zeros(B, self.num_ld - num.shape[1], dtype=num.dtype)], dim=1)
+        for lin in self.bottom:
+            z = lin(h)
+            pre.append(z)
+            h = F.relu(z)
+        X = torch.stack([h] + [self.tables[t](cat[t]) for t in self.order], dim=1)
+        X.retain_grad()
+        x0 = X.reshape(B, self.w)
+        xl = x0
+        for l in range(DCN_LAYERS):
+            xl = x0 * self.cross_u[l](self.cross_v[l](xl)) + xl
+        y = xl
+        for l, lin in enumerate(self.top):
+            z = lin(y)
+            if l + 1 < len(self.top):
+                pre.append(z)
+                y = F.relu(z)
+            else:
+                y = z
+        return y.squeeze(1), X, xl, pre
+
+
+def dcn_train(init, batches, opt_kind, base):
+    """Three steps of the DCNv2 model with the seed's schedule (torch.optim, which
+    manual_check has shown to follow the written-out rules on the dot model)."""
+    model = DcnDlrm(init)
+    params = [p for _, p, _ in model.named_tensors()]
+    if opt_kind == "sgd":
+        opt = torch.optim.SGD(params, lr=base, momentum=0.0)
+    else:
+        opt = torch.optim.Adagrad(params, lr=base, initial_accumulator_value=ADAGRAD_INIT, eps=ADAGRAD_EPS)
+    losses, margin = [], float("inf")
+    for s in range(NBATCH):
+        for grp in opt.param_groups:
+            grp["lr"] = lr_at(base, s)
+        num, labels, cat = to_torch(batches[s])
+        opt.zero_grad(set_to_none=True)
+        logits, _, _, pre = model(num, cat)
+        margin = min(margin, check_margin(pre, f"dcn {opt_kind} step {s}"))
+        loss = loss_of(logits, labels)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses, model, opt, margin
+
+
+def dcn_records(w, base_init, batches, report):
+    """Adds the dcn/ records to writer w."""
+    init = dcn_make_init(np.random.default_rng(DCN_SEED), base_init)
+    w.add("dcn/cfg/cards", CARDS, DT_I32)
+    w.add("dcn/cfg/emb_dim", [EMB_DIM], DT_I32)
+    w.add("dcn/cfg/num_features", [NUM_FEATURES], DT_I32)
+    w.add("dcn/cfg/batch", [BATCH], DT_I32)
+    w.add("dcn/cfg/bottom", BOTTOM, DT_I32)
+    w.add("dcn/cfg/top", TOP, DT_I32)
+    w.add("dcn/cfg/cross_layers", [DCN_LAYERS], DT_I32)
+    w.add("dcn/cfg/cross_rank", [DCN_RANK], DT_I32)
+    model = DcnDlrm(init)
+    for n, a in export(model, lambda p: p):
+        w.f32("dcn/init/" + n, a)
+    num, labels, cat = to_torch(batches[0])
+    logits, X, xL, pre = model(num, cat)
+    check_margin(pre, "dcn forward of batch 0")
+    loss = loss_of(logits, labels)
+    loss.backward()
+    w.f32("dcn/fwd/interaction_input", X)
+    w.f32("dcn/fwd/interaction_output", xL)
+    w.f32("dcn/fwd/logits", logits)
+    w.add("dcn/fwd/loss", [float(loss)], DT_F64)
+    for n, a in export(model, dense_grad):
+        w.f32("dcn/grad/" + n, a)
+    w.f32("dcn/grad/interaction_input", X.grad)
+    for kind, base in (("sgd", LR_SGD), ("adagrad", LR_ADAGRAD)):
+        losses, trained, opt, margin = dcn_train(init, batches, kind, base)
+        w.add(f"dcn/{kind}/loss", losses, DT_F64)
+        for n, a in export(trained, lambda p: p):
+            w.f32(f"dcn/{kind}/after3/{n}", a)
+            ref = np.linalg.norm(init[n])
+            moved = np.linalg.norm(a - init[n]) / (ref if ref > 0 else 1.0)
+            report.append(f"dcn {kind:8s} {n:28s} moved {moved:.2e}")
+        if kind == "adagrad":
+            for n, p, transpose in trained.named_tensors():
+                st = opt.state[p]["sum"]
+                st = (st.to_dense() if st.is_sparse else st).numpy()
+                w.f32(f"dcn/adagrad/after3/accum_{n}", st.T if transpose else st)
+        report.append(f"dcn {kind:8s} loss {losses} min |relu pre-activation| {margin:.3g}")
+
+
 # ---- fixture writer ----------------------------------------------------------------
 
 class Writer:
@@ -454,6 +652,7 @@ def main():
         report.append(f"{kind:8s} lr {lrs} loss {losses} min |relu pre-activation| {margin:.3g}")
 
     rowwise_adagrad_records(w, init, batches, report)
+    dcn_records(w, init, batches, report)
 
     data = w.bytes()
     tmp = args.out + ".tmp"

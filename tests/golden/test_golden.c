@@ -906,6 +906,305 @@ static void test_negative_control(void)
     fx_release(&f);
 }
 
+/* ---- the DCNv2 model (records under dcn/) ------------------------------------------
+ * The same checks for the model with --interaction dcnv2: its own config, initial
+ * weights and references in the fixture; the batches and lr schedule are shared. */
+
+/* Dense views of a model in parameter order: bottom, cross (v, u, bias), top. */
+static int dcn_views(const struct dlrm *m, struct dense_view *v)
+{
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    struct dense_view all[4 * DLRM_MAX_LAYERS];
+    int na = dense_views(m, all), nv = 0, nbottom = 2 * mi.nbottom;
+    for (int i = 0; i < nbottom; i++)
+        v[nv++] = all[i];
+    for (int l = 0; l < mi.ncross; l++) {
+        struct dlrm_cross_info c;
+        dlrm_get_cross(m, l, &c);
+        const int64_t wr = (int64_t)c.width * c.rank;
+        snprintf(v[nv].name, sizeof v[nv].name, "%s_v_kernel", c.name);
+        v[nv].off = c.v_off, v[nv++].n = wr;
+        snprintf(v[nv].name, sizeof v[nv].name, "%s_u_kernel", c.name);
+        v[nv].off = c.u_off, v[nv++].n = wr;
+        snprintf(v[nv].name, sizeof v[nv].name, "%s_bias", c.name);
+        v[nv].off = c.b_off, v[nv++].n = c.width;
+    }
+    for (int i = nbottom; i < na; i++)
+        v[nv++] = all[i];
+    return nv;
+}
+
+#define DCN_MAX_VIEWS (7 * DLRM_MAX_LAYERS)
+
+/* fx_setup for the dcn/ records: the DCNv2 model of the fixture's config with
+ * optimizer opt, its initial weights and the batches. 1 on success. */
+static int dcn_setup(struct fx *f, enum kern_optim opt)
+{
+    memset(f, 0, sizeof *f);
+    if (!load_fixture(&f->g))
+        return 0;
+    const struct gold *g = &f->g;
+    struct dlrm_cfg cfg = {0};
+    int32_t rows[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
+    int T = gold_ints(g, "dcn/cfg/cards", rows, MAX_TABLES);
+    cfg.nbottom = gold_ints(g, "dcn/cfg/bottom", bottom, DLRM_MAX_LAYERS);
+    cfg.ntop = gold_ints(g, "dcn/cfg/top", top, DLRM_MAX_LAYERS);
+    cfg.emb_dim = gold_int(g, "dcn/cfg/emb_dim");
+    cfg.num_features = gold_int(g, "dcn/cfg/num_features");
+    cfg.interaction = DLRM_INTERACT_DCNV2;
+    cfg.ncross = gold_int(g, "dcn/cfg/cross_layers");
+    cfg.cross_rank = gold_int(g, "dcn/cfg/cross_rank");
+    f->B = gold_int(g, "dcn/cfg/batch");
+    if (T < 1 || cfg.nbottom < 1 || cfg.ntop < 1 || cfg.emb_dim < 1 || cfg.num_features < 1 || f->B < 1 ||
+        cfg.ncross < 1 || cfg.cross_rank < 1)
+        return 0;
+    for (int t = 0; t < T; t++)
+        f->rows[t] = rows[t];
+    for (int l = 0; l < cfg.nbottom; l++)
+        cfg.bottom[l] = bottom[l];
+    for (int l = 0; l < cfg.ntop; l++)
+        cfg.top[l] = top[l];
+    cfg.ntables = T;
+    cfg.rows = f->rows;
+    cfg.optim = opt;
+    cfg.adagrad_init = (float)gold_double(g, "cfg/adagrad_init");
+    cfg.adagrad_eps = (float)gold_double(g, "cfg/adagrad_eps");
+    cfg.seed = 12345;
+    cfg.max_batch = f->B;
+    enum tr_status rc = kern_backend_open("cpu", NULL, &f->be);
+    if (rc == TR_OK) {
+        f->open = 1;
+        rc = solo_open(&f->s, &cfg, &f->be, 0);
+    }
+    TH_CHECKF(rc == TR_OK, "the DCNv2 model and its step from the fixture's config: %s", tr_strerror(rc));
+    if (rc != TR_OK)
+        return 0;
+    struct dlrm *m = f->s.m;
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    TH_CHECKF(mi.interaction == DLRM_INTERACT_DCNV2 && mi.ncross == cfg.ncross && mi.top_in_w == (int64_t)mi.n * cfg.emb_dim,
+              "dcnv2 model shape: interaction %d, %d cross layers, top input %lld", (int)mi.interaction, mi.ncross,
+              (long long)mi.top_in_w);
+    struct dense_view v[DCN_MAX_VIEWS];
+    int nv = dcn_views(m, v);
+    int64_t total = 0;
+    char name[160];
+    for (int i = 0; i < nv; i++) {
+        total += v[i].n;
+        snprintf(name, sizeof name, "dcn/init/%.63s", v[i].name);
+        if (!load_tensor(f, name, DLRM_PARAMS, 0, v[i].off, v[i].n))
+            return 0;
+    }
+    TH_CHECKF(total == mi.nparams, "the views cover %lld of %lld dense parameters", (long long)total,
+              (long long)mi.nparams);
+    for (int t = 0; t < T; t++) {
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        snprintf(name, sizeof name, "dcn/init/table_%d", t);
+        if (!load_tensor(f, name, DLRM_TABLE, t, 0, ti.rows * ti.width))
+            return 0;
+    }
+    const int B = f->B, nf = cfg.num_features;
+    float *num = tr_malloc((size_t)B * (size_t)nf * sizeof(float));
+    TH_CHECK(num != NULL);
+    int ok = num != NULL;
+    for (int k = 0; k < NSTEPS && ok; k++) {
+        rc = batch_new(B, nf, T, &f->b[k]);
+        TH_CHECKF(rc == TR_OK, "batch_new: %s", tr_strerror(rc));
+        if (rc != TR_OK)
+            break;
+        struct batch *b = f->b[k];
+        b->n = B;
+        b->index = k;
+        snprintf(name, sizeof name, "batch%d/numerical", k);
+        ok = gold_get(g, name, GOLD_F32, (int64_t)B * nf, num) != NULL;
+        for (int i = 0; ok && i < B; i++)
+            memcpy(batch_num(b) + (int64_t)i * b->num_ld, num + (int64_t)i * nf, (size_t)nf * sizeof(float));
+        snprintf(name, sizeof name, "batch%d/labels", k);
+        ok = ok && gold_get(g, name, GOLD_F32, B, batch_labels(b));
+        snprintf(name, sizeof name, "batch%d/cat", k);
+        ok = ok && gold_get(g, name, GOLD_I32, (int64_t)T * B, batch_cat(b));
+    }
+    tr_free(num);
+    return ok && rc == TR_OK;
+}
+
+/* check_model over the DCNv2 model's tensors, records "<prefix>[accum_]<name>". */
+static void dcn_check_model(struct fx *f, const char *prefix, enum dlrm_tensor k, int tables)
+{
+    const int accum = k == DLRM_PARAMS_STATE;
+    struct dense_view v[DCN_MAX_VIEWS];
+    int nv = dcn_views(f->s.m, v);
+    char name[200];
+    float *flat = model_read(f->s.m, k, 0);
+    for (int i = 0; flat && i < nv; i++) {
+        snprintf(name, sizeof name, "%s%s%.63s", prefix, accum ? "accum_" : "", v[i].name);
+        check_vs(&f->g, name, flat + v[i].off, v[i].n, 1);
+    }
+    tr_free(flat);
+    struct dlrm_info mi;
+    dlrm_get_info(f->s.m, &mi);
+    for (int t = 0; tables && t < mi.ntables; t++) {
+        snprintf(name, sizeof name, "%s%stable_%d", prefix, accum ? "accum_" : "", t);
+        check_tensor(f, name, accum ? DLRM_TABLE_STATE : DLRM_TABLE, t, dlrm_tensor_numel(f->s.m, DLRM_TABLE, t), 1);
+    }
+}
+
+static void test_dcn_forward(void)
+{
+    struct fx f;
+    worst_reset();
+    if (dcn_setup(&f, KERN_OPT_SGD)) {
+        double loss = 0.0;
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
+        TH_CHECKF(rc == TR_OK, "forward and loss: %s", tr_strerror(rc));
+        struct dlrm_info mi;
+        dlrm_get_info(f.s.m, &mi);
+        const int64_t B = f.B, nd = (int64_t)mi.n * mi.emb_dim;
+        check_tensor(&f, "dcn/fwd/interaction_input", DLRM_X, 0, B * nd, 1);
+        check_tensor(&f, "dcn/fwd/interaction_output", DLRM_TOP_IN, 0, B * nd, 1);
+        check_tensor(&f, "dcn/fwd/logits", DLRM_LOGITS, 0, B, 1);
+        check_scalar("dcn/fwd/loss", loss, gold_double(&f.g, "dcn/fwd/loss"), REL_TOL);
+        worst_print("dcnv2 forward");
+    }
+    fx_release(&f);
+}
+
+/* Every dense gradient, dLoss/dX as the model leaves it (row 0 masked by the
+ * last bottom ReLU, as for the dot model) and the embedding gradients through
+ * the sparse update (an SGD step with lr -1 on zeroed tables). */
+static void test_dcn_gradients(void)
+{
+    struct fx f;
+    worst_reset();
+    if (dcn_setup(&f, KERN_OPT_SGD)) {
+        struct dlrm *m = f.s.m;
+        double loss = 0.0;
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
+        TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
+        dcn_check_model(&f, "dcn/grad/", DLRM_GRADS, 0);
+        struct dlrm_info mi;
+        dlrm_get_info(m, &mi);
+        const int64_t D = mi.emb_dim, nd = (int64_t)mi.n * D, nx = (int64_t)f.B * nd;
+        int64_t cols = 1;
+        float *ref = gold_dup(&f.g, "dcn/grad/interaction_input", nx, &cols);
+        float *x = model_read(m, DLRM_X, 0), *mdx = model_read(m, DLRM_DX, 0);
+        if (ref && x && mdx) {
+            for (int64_t i = 0; i < f.B; i++)
+                for (int64_t k = 0; k < D; k++)
+                    if (!(x[i * nd + k] > 0.0f))
+                        ref[i * nd + k] = 0.0f;
+            check_arr("dcn/grad/interaction_input (dX, row 0 masked)", mdx, ref, nx, cols, 1);
+        }
+        tr_free(ref);
+        tr_free(x);
+        tr_free(mdx);
+        for (int t = 0; t < mi.ntables; t++) {
+            int64_t n = dlrm_tensor_numel(m, DLRM_TABLE, t);
+            float *zero = tr_calloc((size_t)n, sizeof(float));
+            TH_REQUIRE(zero);
+            TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, t, 0, n, zero), TR_OK);
+            tr_free(zero);
+        }
+        rc = hybrid_update(f.s.h, -1.0f);
+        TH_CHECKF(rc == TR_OK, "hybrid_update: %s", tr_strerror(rc));
+        char name[64];
+        for (int t = 0; t < mi.ntables; t++) {
+            snprintf(name, sizeof name, "dcn/grad/table_%d", t);
+            check_tensor(&f, name, DLRM_TABLE, t, dlrm_tensor_numel(m, DLRM_TABLE, t), 1);
+        }
+        worst_print("dcnv2 gradients");
+    }
+    fx_release(&f);
+}
+
+static void dcn_run_steps(enum kern_optim opt)
+{
+    const char *kind = opt == KERN_OPT_SGD ? "sgd" : "adagrad";
+    struct fx f;
+    worst_reset();
+    if (dcn_setup(&f, opt)) {
+        struct lr_sched s;
+        double ref_loss[NSTEPS];
+        char name[64];
+        snprintf(name, sizeof name, "cfg/lr_base_%s", kind);
+        int ok = sched_from_fixture(&f.g, name, &s);
+        snprintf(name, sizeof name, "dcn/%s/loss", kind);
+        ok = ok && gold_get(&f.g, name, GOLD_F64, NSTEPS, ref_loss);
+        for (int i = 0; ok && i < NSTEPS; i++) {
+            double loss = 0.0;
+            enum tr_status rc = solo_load(&f.s, f.b[i]);
+            if (rc == TR_OK)
+                rc = hybrid_train_step(f.s.h, (float)lr_sched_at(&s, i), &loss);
+            TH_CHECKF(rc == TR_OK, "training step %d: %s", i, tr_strerror(rc));
+            snprintf(name, sizeof name, "dcn %s loss of step %d", kind, i);
+            check_scalar(name, loss, ref_loss[i], REL_TOL);
+        }
+        if (ok) {
+            snprintf(name, sizeof name, "dcn/%s/after3/", kind);
+            dcn_check_model(&f, name, DLRM_PARAMS, 1);
+            if (opt == KERN_OPT_ADAGRAD)
+                dcn_check_model(&f, name, DLRM_PARAMS_STATE, 1);
+        }
+        worst_print(opt == KERN_OPT_SGD ? "dcnv2 SGD after 3 steps" : "dcnv2 Adagrad after 3 steps");
+    }
+    fx_release(&f);
+}
+
+static void test_dcn_sgd_3_steps(void)
+{
+    dcn_run_steps(KERN_OPT_SGD);
+}
+
+static void test_dcn_adagrad_3_steps(void)
+{
+    dcn_run_steps(KERN_OPT_ADAGRAD);
+}
+
+/* The DCNv2 comparison must be able to fail: one element of the first cross
+ * layer's V off by a relative 1e-2 shows in the logits, the loss and the first
+ * bottom layer's gradient (the change has to cross both cross layers; at 1e-3 the
+ * loss moves by only 1.2e-5 relative, too close to REL_TOL to be a sure signal). */
+static void test_dcn_negative_control(void)
+{
+    struct fx f;
+    if (dcn_setup(&f, KERN_OPT_SGD)) {
+        struct dlrm *m = f.s.m;
+        struct dlrm_cross_info c;
+        dlrm_get_cross(m, 0, &c);
+        const int64_t nw = (int64_t)c.width * c.rank;
+        int64_t at = 0, cols = 1;
+        float *g = gold_dup(&f.g, "dcn/grad/cross_layer_0_v_kernel", nw, &cols);
+        float *p = model_read(m, DLRM_PARAMS, 0);
+        TH_REQUIRE(g != NULL && p != NULL);
+        const float *w = p + c.v_off;
+        for (int64_t i = 1; i < nw; i++)
+            if (fabsf(g[i] * w[i]) > fabsf(g[at] * w[at]))
+                at = i;
+        tr_free(g);
+        float after = w[at] * (1.0f + 1e-2f);
+        TH_EQ_ST(dlrm_tensor_write(m, DLRM_PARAMS, 0, c.v_off + at, 1, &after), TR_OK);
+        tr_free(p);
+        double loss = 0.0;
+        enum tr_status rc = fx_forward_backward(&f, 0, &loss);
+        TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
+        struct cmp r = check_tensor(&f, "dcn/fwd/logits", DLRM_LOGITS, 0, f.B, 0);
+        TH_CHECKF(!r.ok, "a 1e-2 change of one V weight was not detected in the logits (rel %.3e)", r.rel);
+        double ref_loss = gold_double(&f.g, "dcn/fwd/loss"), rel = fabs(loss - ref_loss) / fabs(ref_loss);
+        printf("# perturbed %s_v_kernel[%lld]: loss rel %.3e\n", c.name, (long long)at, rel);
+        TH_CHECKF(rel > REL_TOL, "a 1e-2 change of one V weight was not detected in the loss (rel %.3e)", rel);
+        struct dlrm_layer_info L0;
+        dlrm_get_layer(m, 0, 0, &L0);
+        float *grads = model_read(m, DLRM_GRADS, 0);
+        TH_REQUIRE(grads != NULL);
+        r = check_vs(&f.g, "dcn/grad/bottom_mlp_layer_0_kernel", grads + L0.w_off, (int64_t)L0.in * L0.out, 0);
+        tr_free(grads);
+        TH_CHECKF(!r.ok, "a 1e-2 change of one V weight was not detected in the bottom gradient (rel %.3e)", r.rel);
+    }
+    fx_release(&f);
+}
+
 static const struct th_case cases[] = {
     {"fixture_format", test_fixture_format},
     {"forward", test_forward},
@@ -915,6 +1214,11 @@ static const struct th_case cases[] = {
     {"adagrad_3_steps", test_adagrad_3_steps},
     {"rowwise_adagrad_3_steps", test_rowwise_adagrad_3_steps},
     {"negative_control", test_negative_control},
+    {"dcn_forward", test_dcn_forward},
+    {"dcn_gradients", test_dcn_gradients},
+    {"dcn_sgd_3_steps", test_dcn_sgd_3_steps},
+    {"dcn_adagrad_3_steps", test_dcn_adagrad_3_steps},
+    {"dcn_negative_control", test_dcn_negative_control},
 };
 
 int main(int argc, char **argv)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # t5001: `terarec plan` gives the bytes the trainer really allocates (within 5% of
 # the allocator's peak on every rank, for single-process, column-wise and
-# table-wise jobs, SGD, Adagrad and row-wise Adagrad), shows that the seed's 1.68 TB
-# model fits column-wise on 4 x 8 workers of 73 GiB and not table-wise, with SGD
-# and row-wise Adagrad but not element-wise Adagrad, and refuses bad input.
+# table-wise jobs, SGD, Adagrad and row-wise Adagrad, dot and DCNv2 interaction; the
+# DCNv2 parameter count checked against one computed here), shows that the seed's
+# 1.68 TB model fits column-wise on 4 x 8 workers of 73 GiB and not table-wise, with
+# SGD and row-wise Adagrad but not element-wise Adagrad, and refuses bad input.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
@@ -46,6 +47,32 @@ PYEOF
 }
 compare single-sgd 1 --
 compare single-adagrad 1 --optimizer adagrad -- --optimizer adagrad
+# DLRM v2: the cross layers' parameters and activations are in the plan too
+DCNF="--interaction dcnv2 --dcn_num_layers 3 --dcn_low_rank_dim 32"
+compare single-dcnv2 1 $DCNF -- $DCNF
+# its dense parameters, counted here from the definition: bottom MLP on the
+# numerical inputs padded to 16, per cross layer V (w x r), U (r x w) and b (w)
+# with w = (tables + 1) * D, the top MLP on w inputs; with SGD the plan's "mlp"
+# bytes are parameters + gradients, 8 bytes per parameter
+if out=$($T plan $MODEL $DCNF --json 2>&1) && res=$(echo "$out" | $PY -c '
+import json, sys
+tables, D, num_ld, bottom, top, L, r = 6, 16, 16, [64, 16], [128, 64, 1], 3, 32
+def mlp(fan_in, dims):
+    n = 0
+    for out in dims:
+        n += fan_in * out + out
+        fan_in = out
+    return n
+w = (tables + 1) * D
+want = mlp(num_ld, bottom) + L * (2 * w * r + w) + mlp(w, top)
+got = json.load(sys.stdin)["workers"][0]["mlp"] // 8
+print("plan %d dense parameters, expected %d" % (got, want))
+sys.exit(0 if got == want else 1)
+'); then
+    ok "dcnv2 plan counts the cross layers ($res)"
+else
+    fail "dcnv2 plan counts the cross layers" "${res:-$out}"
+fi
 if command -v mpirun >/dev/null 2>&1; then
     compare colwise-2 2 --columnwise_split --data_parallel_bottom_mlp -- --columnwise_split --data_parallel_bottom_mlp
     compare tablewise-mp-3 3 -- 

@@ -108,6 +108,28 @@ expect "worker: rowwise_adagrad with epsilon 0 and accumulator 0" 2 \
     $WL $SYN $TINY --optimizer rowwise_adagrad --adagrad_epsilon 0 --adagrad_initial_accumulator_value 0
 expect "worker: an unknown optimizer names the choices" 2 \
     "error: --optimizer: 'rowwise_adam' is not one of sgd\|adagrad\|rowwise_adagrad" $WL $SYN $TINY --optimizer rowwise_adam
+# the cross layers' flags mean nothing with the dot interaction; their bounds
+expect "worker: --dcn_low_rank_dim with the default dot interaction" 2 \
+    'error: --dcn_low_rank_dim is given but the interaction is dot \(the default of --interaction\)' \
+    $WL $SYN $TINY --dcn_low_rank_dim 8
+expect "worker: --dcn_num_layers with --interaction dot" 2 \
+    'error: --dcn_num_layers and --interaction dot cannot be used together' \
+    $WL $SYN $TINY --interaction dot --dcn_num_layers 2
+expect "plan: --dcn_low_rank_dim with --interaction dot" 2 \
+    'error: --dcn_low_rank_dim and --interaction dot cannot be used together' \
+    $T plan --cardinalities 5 --interaction dot --dcn_low_rank_dim 64
+expect "worker: --dcn_num_layers 0" 2 "error: --dcn_num_layers: '0' is outside \[1, 16\]" \
+    $WL $SYN $TINY --interaction dcnv2 --dcn_num_layers 0
+expect "worker: --dcn_num_layers 17" 2 "error: --dcn_num_layers: '17' is outside \[1, 16\]" \
+    $WL $SYN $TINY --interaction dcnv2 --dcn_num_layers 17
+expect "worker: --dcn_low_rank_dim 0" 2 "error: --dcn_low_rank_dim: '0' is outside \[1, 65536\]" \
+    $WL $SYN $TINY --interaction dcnv2 --dcn_low_rank_dim 0
+expect "worker: --interaction of an unknown kind" 2 "error: --interaction: 'dcnv3'" \
+    $WL $SYN $TINY --interaction dcnv3
+out=$($WL $SYN $TINY --interaction dcnv2 --dcn_num_layers 16 --dcn_low_rank_dim 1 2>&1) \
+    && ok "worker: dcnv2 with 16 layers of rank 1 trains" || fail "worker: dcnv2 with 16 layers of rank 1 trains" "$out"
+hint=$($WL $SYN $TINY --dcn_num_layers 2 2>&1 | grep -c 'hint: the cross layers.* --interaction dcnv2')
+[ "$hint" -eq 1 ] && ok "worker: the --dcn_* refusal has a hint" || fail "worker: the --dcn_* refusal has a hint"
 
 # ---- class 2: a FeatureSpec naming something twice --------------------------------------
 # edit_spec FROM TO: a copy of the dataset whose spec has the first FROM replaced by TO

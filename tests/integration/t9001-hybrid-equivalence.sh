@@ -8,7 +8,8 @@
 # including rank 0 holding only the bottom MLP for N > 4). The same N twice gives
 # bitwise-identical weights. 32 workers with dim 512 column-wise pass too.
 # --optimizer rowwise_adagrad (column-wise with uneven slices and ranks without
-# columns, table-wise) and adagrad compare their optimizer state as well.
+# columns, table-wise) and adagrad compare their optimizer state as well. The
+# DCNv2 interaction passes the same comparisons in both split modes.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 # Weights: measured differences are 2e-8 to 8e-8 relative, except when a ReLU
@@ -97,6 +98,25 @@ if python3 "$TR_ROOT/tests/integration/compare_runs.py" "$TMP/ag6" "$TMP/rw6" >/
     fail "rowwise_adagrad and adagrad runs are told apart"
 else
     ok "rowwise_adagrad and adagrad runs are told apart"
+fi
+# DCNv2 interaction (2 low-rank cross layers, rank 4; data-parallel like the top
+# MLP): column-wise with a dim that divides by N and one that does not, table-wise
+# with data-parallel and model-parallel bottom MLP (the cross layers start after
+# the same 408 bottom parameters)
+DCN="--interaction dcnv2 --dcn_num_layers 2 --dcn_low_rank_dim 4"
+run dcnref8 1 8 $DCN && ok "reference run, dcnv2, dim 8" || fail "reference run, dcnv2, dim 8"
+run dcnref6 1 6 $DCN && ok "reference run, dcnv2, dim 6" || fail "reference run, dcnv2, dim 6"
+equiv "dcn-col8-n2" dcnref8 2 8 $DCN --columnwise_split --data_parallel_bottom_mlp
+equiv "dcn-col6-n4" dcnref6 4 6 $DCN --columnwise_split --data_parallel_bottom_mlp
+equiv "dcn-tab-dp-n3" dcnref8 3 8 $DCN --data_parallel_bottom_mlp
+CMP_EXTRA="--mp-top0=408"
+equiv "dcn-tab-mp-n3" dcnref8 3 8 $DCN
+CMP_EXTRA=""
+# and the dcnv2 runs are not the dot model's
+if ! $CMP "$TMP/ref8" "$TMP/dcnref8" >/dev/null 2>&1; then
+    ok "the dcnv2 model differs from the dot model"
+else
+    fail "the dcnv2 model differs from the dot model"
 fi
 
 # negative control: a model trained with a learning rate 1e-4 higher is told apart
