@@ -1,19 +1,35 @@
 #!/usr/bin/python3
-"""torch_real_auc.py DATASET_DIR [options]: trains the same DLRM as terarec-worker on
-a split-binary dataset (feature_spec.yaml + train/ + test/, e.g. the output of
-`terarec data prepare`) with PyTorch, and prints the exact test AUC after each
-epoch, plus the AUC of a frequency baseline (naive Bayes over the categorical ids:
-each id's smoothed click rate on the training split, summed as log-odds).
+"""torch_real_auc.py --train_dataset V --valid_dataset V --test_dataset T --model M [options]:
+the PyTorch side of bench/real_auc.sh. Trains one model on the train split of a
+split-binary dataset (feature_spec.yaml + train/ + test/, the output of `terarec data
+prepare`), evaluates the exact AUC (ties averaged) on a validation split and a test
+split after every epoch, chooses the epoch with the best VALIDATION AUC and reports
+the test AUC at that epoch. The "test" split of --valid_dataset is the validation
+rows; the "test" split of --test_dataset is the test rows (real_auc.sh prepares the
+two with byte-identical train files).
 
-The model follows the seed (NVIDIA TF2 DLRM) like terarec: numerical features
-padded to a multiple of 8, bottom MLP with ReLU on every layer, embeddings
-U(+-sqrt(1/rows)), dot interaction over [bottom, tables by cardinality
-descending], [bottom | strict lower triangle | zero pad to 8], top MLP (ReLU but the
-last), BCE with logits, plain SGD for all parameters with the seed's schedule
-(linear warm-up from 0, constant, power-2 decay). Dense kernels: truncated-normal
-Glorot; biases N(0, 1/units). Batches are taken in file order (the prepared train
-split is already shuffled), the last partial batch dropped, as terarec does.
+Models, written as people usually write them in PyTorch (not a copy of terarec):
+  dlrm     facebookresearch/dlrm layout: nn.EmbeddingBag(rows, D, mode="sum",
+           sparse=True) per table, one id per bag; bottom MLP of nn.Linear with ReLU
+           after every layer; dot interaction: bottom output concatenated with the
+           strict lower triangle of the pairwise dots of [bottom, emb_0..emb_25];
+           top MLP with ReLU after every layer but the last.
+  dcnv2    the same embeddings and bottom MLP; a low-rank cross net over
+           x0 = concat(bottom output, emb_0..emb_25):
+           x_{l+1} = x0 * (U_l(V_l x_l) + b_l) + x_l (TorchRec LowRankCrossNet),
+           then the top MLP on x_L.
+  logreg   logistic regression: nn.Linear(13, 1) over the numerical inputs plus one
+           learned weight per categorical id (nn.EmbeddingBag(rows, 1), sum).
+All parameters keep PyTorch's default initialisation (nn.Linear: Kaiming-uniform;
+nn.EmbeddingBag: N(0, 1)), except logreg's id weights, which start at 0 as logistic
+regression usually does. Loss: BCEWithLogits. Optimizer: one torch.optim.Adagrad over
+all parameters with PyTorch's defaults apart from lr (initial_accumulator_value 0,
+eps 1e-10; sparse embedding gradients). Every epoch visits the training rows in a
+fresh permutation drawn from a torch.Generator seeded with --seed (initialisation
+uses torch.manual_seed(--seed)); the last partial batch is dropped, as terarec does.
 
+The last line is machine-readable:
+  result model=M seed=S epoch=E valid_auc=X test_auc=Y epochs=N seconds=T
 Run with Debian's python3 (python3-torch, python3-numpy, python3-yaml)."""
 import argparse
 import os
@@ -25,12 +41,17 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 
+def load_spec(root):
+    with open(os.path.join(root, "feature_spec.yaml")) as f:
+        return yaml.safe_load(f)
+
+
 def load_split(root, spec, split):
-    chunks = spec["source_spec"][split]
+    """(numerical float32 [N, 13], categorical int64 [N, 26], label float32 [N])"""
     fs = spec["feature_spec"]
     ch = spec["channel_spec"]
     out = {}
-    for c in chunks:
+    for c in spec["source_spec"][split]:
         path = os.path.join(root, c["files"][0])
         feats = c["features"]
         if feats == ch["label"]:
@@ -40,158 +61,152 @@ def load_split(root, spec, split):
         else:
             out[feats[0]] = np.fromfile(path, dtype=np.dtype(fs[feats[0]]["dtype"])).astype(np.int64)
     cats = np.stack([out[name] for name in ch["categorical"]], axis=1)
-    return out["num"], cats, out["label"]
+    return torch.from_numpy(out["num"]), torch.from_numpy(cats), torch.from_numpy(out["label"])
 
 
 def exact_auc(scores, labels):
-    order = np.argsort(scores, kind="mergesort")
-    s, y = scores[order], labels[order]
-    # average ranks over ties (Mann-Whitney)
-    ranks = np.empty(len(s))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[i:j + 1] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    npos = y.sum()
-    nneg = len(y) - npos
-    return (ranks[y == 1].sum() - npos * (npos + 1) / 2.0) / (npos * nneg)
+    """Mann-Whitney AUC with average ranks over tied scores."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    _, inv, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # 1-based rank of each distinct score's last element
+    avg = last - (counts - 1) / 2.0
+    ranks = avg[inv]
+    npos = labels.sum()
+    nneg = len(labels) - npos
+    return float((ranks[labels == 1].sum() - npos * (npos + 1) / 2.0) / (npos * nneg))
 
 
-def glorot_trunc_(w, fan_in, fan_out, gen):
-    sigma = np.sqrt(2.0 / (fan_in + fan_out)) / 0.87962566103423978
-    with torch.no_grad():
-        x = torch.randn(w.shape, generator=gen, dtype=torch.float64)
-        bad = x.abs() > 2.0
-        while bad.any():
-            x[bad] = torch.randn(int(bad.sum()), generator=gen, dtype=torch.float64)
-            bad = x.abs() > 2.0
-        w.copy_((x * sigma).to(w.dtype))
+def mlp(widths, relu_last):
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths) or relu_last:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
 
 
 class DLRM(torch.nn.Module):
-    def __init__(self, cards, num_features, dim, bottom, top, gen):
+    def __init__(self, cards, num_features, dim, bottom, top, interaction, dcn_layers, dcn_rank):
         super().__init__()
-        self.num_ld = (num_features + 7) // 8 * 8
-        self.order = sorted(range(len(cards)), key=lambda t: (-cards[t], t))
-        self.emb = torch.nn.ModuleList()
-        for c in cards:
-            e = torch.nn.Embedding(c, dim, sparse=True)
-            b = np.sqrt(1.0 / c)
-            with torch.no_grad():
-                e.weight.copy_(torch.rand(c, dim, generator=gen) * 2 * b - b)
-            self.emb.append(e)
-        self.bottom = self._mlp([self.num_ld] + bottom, last_relu=True, gen=gen)
+        if bottom[-1] != dim:
+            raise SystemExit("the last bottom MLP width must equal --embedding_dim")
+        self.emb = torch.nn.ModuleList([torch.nn.EmbeddingBag(c, dim, mode="sum", sparse=True) for c in cards])
+        self.bottom = mlp([num_features] + bottom, relu_last=True)
+        self.interaction = interaction
         n = len(cards) + 1
-        self.top_in = (dim + n * (n - 1) // 2 + 7) // 8 * 8
-        self.top = self._mlp([self.top_in] + top, last_relu=False, gen=gen)
-        self.li, self.lj = torch.tril_indices(n, n, offset=-1)
-        self.dim = dim
-
-    @staticmethod
-    def _mlp(widths, last_relu, gen):
-        layers = []
-        for i in range(len(widths) - 1):
-            lin = torch.nn.Linear(widths[i], widths[i + 1])
-            glorot_trunc_(lin.weight, widths[i], widths[i + 1], gen)
-            with torch.no_grad():
-                lin.bias.copy_(torch.randn(widths[i + 1], generator=gen) * np.sqrt(1.0 / widths[i + 1]))
-            layers.append(lin)
-            if i + 2 < len(widths) or last_relu:
-                layers.append(torch.nn.ReLU())
-        return torch.nn.Sequential(*layers)
+        if interaction == "dot":
+            li, lj = torch.tril_indices(n, n, offset=-1)
+            self.register_buffer("li", li)
+            self.register_buffer("lj", lj)
+            top_in = dim + n * (n - 1) // 2
+        else:
+            width = n * dim
+            self.V = torch.nn.ModuleList([torch.nn.Linear(width, dcn_rank, bias=False) for _ in range(dcn_layers)])
+            self.U = torch.nn.ModuleList([torch.nn.Linear(dcn_rank, width, bias=True) for _ in range(dcn_layers)])
+            top_in = width
+        self.top = mlp([top_in] + top, relu_last=False)
 
     def forward(self, num, cat):
-        x = torch.nn.functional.pad(num, (0, self.num_ld - num.shape[1]))
-        b = self.bottom(x)
-        vecs = [b] + [self.emb[t](cat[:, t]) for t in self.order]
-        X = torch.stack(vecs, dim=1)
-        Z = torch.bmm(X, X.transpose(1, 2))
-        pairs = Z[:, self.li, self.lj]
-        out = torch.cat([b, pairs], dim=1)
-        out = torch.nn.functional.pad(out, (0, self.top_in - out.shape[1]))
-        return self.top(out).squeeze(1)
+        x = self.bottom(num)
+        ly = [e(cat[:, t:t + 1]) for t, e in enumerate(self.emb)]
+        T = torch.cat([x] + ly, dim=1)
+        if self.interaction == "dot":
+            T = T.view(num.shape[0], -1, x.shape[1])
+            Z = torch.bmm(T, T.transpose(1, 2))
+            R = torch.cat([x, Z[:, self.li, self.lj]], dim=1)
+        else:
+            x0 = xl = T
+            for V, U in zip(self.V, self.U):
+                xl = x0 * U(V(xl)) + xl
+            R = xl
+        return self.top(R).squeeze(1)
 
 
-def frequency_baseline(tr_cat, tr_y, te_cat, alpha=10.0):
-    prior = tr_y.mean()
-    logit_prior = np.log(prior / (1 - prior))
-    score = np.zeros(len(te_cat))
-    for t in range(tr_cat.shape[1]):
-        ids = tr_cat[:, t]
-        card = max(ids.max(), te_cat[:, t].max()) + 1
-        clicks = np.bincount(ids, weights=tr_y, minlength=card)
-        counts = np.bincount(ids, minlength=card)
-        p = (clicks + alpha * prior) / (counts + alpha)
-        score += (np.log(p / (1 - p)) - logit_prior)[te_cat[:, t]]
-    return score
+class LogReg(torch.nn.Module):
+    def __init__(self, cards, num_features):
+        super().__init__()
+        self.lin = torch.nn.Linear(num_features, 1)
+        self.w = torch.nn.ModuleList([torch.nn.EmbeddingBag(c, 1, mode="sum", sparse=True) for c in cards])
+        with torch.no_grad():
+            for e in self.w:
+                e.weight.zero_()
+
+    def forward(self, num, cat):
+        out = self.lin(num).squeeze(1)
+        for t, e in enumerate(self.w):
+            out = out + e(cat[:, t:t + 1]).squeeze(1)
+        return out
+
+
+def evaluate(model, num, cat, y, bs=8192):
+    model.eval()
+    with torch.no_grad():
+        s = torch.cat([model(num[i:i + bs], cat[i:i + bs]) for i in range(0, len(y), bs)])
+    model.train()
+    return exact_auc(s.numpy(), y.numpy())
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dataset")
-    ap.add_argument("--batch_size", type=int, default=512)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train_dataset", required=True, help="dataset whose train/ split is trained on")
+    ap.add_argument("--valid_dataset", required=True, help="dataset whose test/ split is the validation split")
+    ap.add_argument("--test_dataset", required=True, help="dataset whose test/ split is the test split")
+    ap.add_argument("--model", choices=["dlrm", "dcnv2", "logreg"], default="dlrm")
+    ap.add_argument("--batch_size", type=int, default=256)
+    ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--embedding_dim", type=int, default=16)
     ap.add_argument("--bottom_mlp_dims", default="64,16")
     ap.add_argument("--top_mlp_dims", default="64,1")
-    ap.add_argument("--learning_rate", type=float, default=1.0)
-    ap.add_argument("--warmup_steps", type=int, default=50)
-    ap.add_argument("--decay_start_step", type=int, default=100000)
-    ap.add_argument("--decay_steps", type=int, default=24000)
-    ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--dcn_num_layers", type=int, default=2)
+    ap.add_argument("--dcn_low_rank_dim", type=int, default=64)
+    ap.add_argument("--learning_rate", type=float, default=0.015)
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    spec = yaml.safe_load(open(os.path.join(a.dataset, "feature_spec.yaml")))
-    cards = [spec["feature_spec"][n]["cardinality"] for n in spec["channel_spec"]["categorical"]]
-    tr_num, tr_cat, tr_y = load_split(a.dataset, spec, "train")
-    te_num, te_cat, te_y = load_split(a.dataset, spec, "test")
-    base = exact_auc(frequency_baseline(tr_cat, tr_y, te_cat), te_y)
-    print("frequency baseline (naive Bayes over ids): test auc %.6f" % base)
 
-    gen = torch.Generator().manual_seed(a.seed)
-    model = DLRM(cards, tr_num.shape[1], a.embedding_dim, [int(x) for x in a.bottom_mlp_dims.split(",")],
-                 [int(x) for x in a.top_mlp_dims.split(",")], gen)
-    dense = [p for n, p in model.named_parameters() if not n.startswith("emb.")]
-    sparse = [p for n, p in model.named_parameters() if n.startswith("emb.")]
-    opt_d = torch.optim.SGD(dense, lr=a.learning_rate)
-    opt_s = torch.optim.SGD(sparse, lr=a.learning_rate)
+    spec = load_spec(a.train_dataset)
+    cards = [spec["feature_spec"][n]["cardinality"] for n in spec["channel_spec"]["categorical"]]
+    tr_num, tr_cat, tr_y = load_split(a.train_dataset, spec, "train")
+    va_num, va_cat, va_y = load_split(a.valid_dataset, load_spec(a.valid_dataset), "test")
+    te_num, te_cat, te_y = load_split(a.test_dataset, load_spec(a.test_dataset), "test")
+    for name, c in (("validation", va_cat), ("test", te_cat)):
+        if c.shape[1] != len(cards) or (c.max(dim=0).values >= torch.tensor(cards)).any():
+            raise SystemExit("%s split ids do not fit the train dataset's cardinalities" % name)
+
+    torch.manual_seed(a.seed)
+    if a.model == "logreg":
+        model = LogReg(cards, tr_num.shape[1])
+    else:
+        model = DLRM(cards, tr_num.shape[1], a.embedding_dim, [int(x) for x in a.bottom_mlp_dims.split(",")],
+                     [int(x) for x in a.top_mlp_dims.split(",")], "dot" if a.model == "dlrm" else "dcnv2",
+                     a.dcn_num_layers, a.dcn_low_rank_dim)
+    opt = torch.optim.Adagrad(model.parameters(), lr=a.learning_rate)
+    order_gen = torch.Generator().manual_seed(a.seed)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
     B = a.batch_size
     nb = len(tr_y) // B
-    Xn, Xc, Y = torch.from_numpy(tr_num), torch.from_numpy(tr_cat), torch.from_numpy(tr_y)
-    Tn, Tc = torch.from_numpy(te_num), torch.from_numpy(te_cat)
-    step = 0
-    best = 0.0
     t0 = time.time()
-    for ep in range(a.epochs):
+    best = (-1.0, 0, 0.0)  # (valid auc, epoch, test auc); the first epoch wins ties
+    for ep in range(1, a.epochs + 1):
+        perm = torch.randperm(len(tr_y), generator=order_gen)
+        total = 0.0
         for k in range(nb):
-            s = step
-            if s < a.warmup_steps:
-                lr = a.learning_rate * (1.0 - (a.warmup_steps - s) / a.warmup_steps)
-            elif s < a.decay_start_step:
-                lr = a.learning_rate
-            else:
-                lr = a.learning_rate * ((a.decay_start_step + a.decay_steps - s) / a.decay_steps) ** 2
-            for o in (opt_d, opt_s):
-                for g in o.param_groups:
-                    g["lr"] = lr
-            sl = slice(k * B, (k + 1) * B)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(Xn[sl], Xc[sl]), Y[sl])
-            opt_d.zero_grad()
-            opt_s.zero_grad()
+            idx = perm[k * B:(k + 1) * B]
+            loss = loss_fn(model(tr_num[idx], tr_cat[idx]), tr_y[idx])
+            opt.zero_grad()
             loss.backward()
-            opt_d.step()
-            opt_s.step()
-            step += 1
-        with torch.no_grad():
-            scores = torch.cat([model(Tn[i:i + 8192], Tc[i:i + 8192]) for i in range(0, len(te_y), 8192)]).numpy()
-        auc = exact_auc(scores.astype(np.float64), te_y)
-        best = max(best, auc)
-        print("pytorch epoch %d (step %d): test auc %.6f" % (ep + 1, step, auc))
-    print("pytorch best test auc %.6f (%.1f s)" % (best, time.time() - t0))
+            opt.step()
+            total += loss.item()
+        va = evaluate(model, va_num, va_cat, va_y)
+        te = evaluate(model, te_num, te_cat, te_y)
+        print("%s seed %d epoch %d: train loss %.6f, valid auc %.6f, test auc %.6f (%.1f s)" %
+              (a.model, a.seed, ep, total / nb, va, te, time.time() - t0), flush=True)
+        if va > best[0]:
+            best = (va, ep, te)
+    print("result model=%s seed=%d epoch=%d valid_auc=%.6f test_auc=%.6f epochs=%d seconds=%.1f" %
+          (a.model, a.seed, best[1], best[0], best[2], a.epochs, time.time() - t0))
 
 
 if __name__ == "__main__":
