@@ -20,7 +20,8 @@
 # (bench/torch_real_auc.py) read the same prepared files and do the same in one process.
 #
 # Rows: terarec dot + Adagrad, dot + rowwise Adagrad, DCNv2 (2 low-rank-64 cross
-# layers); PyTorch DLRM (dot), PyTorch DCNv2, logistic regression. A terarec row whose
+# layers); PyTorch DLRM (dot; facebookresearch/dlrm initialisation, torch.optim.Adagrad
+# defaults), PyTorch DCNv2, logistic regression. A terarec row whose
 # flags this build lacks prints "not available in this build". Not part of `make test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -20,14 +20,18 @@ Models, written as people usually write them in PyTorch (not a copy of terarec):
            then the top MLP on x_L.
   logreg   logistic regression: nn.Linear(13, 1) over the numerical inputs plus one
            learned weight per categorical id (nn.EmbeddingBag(rows, 1), sum).
-All parameters keep PyTorch's default initialisation (nn.Linear: Kaiming-uniform;
-nn.EmbeddingBag: N(0, 1)), except logreg's id weights, which start at 0 as logistic
-regression usually does. Loss: BCEWithLogits. Optimizer: one torch.optim.Adagrad over
-all parameters with PyTorch's defaults apart from lr (initial_accumulator_value 0,
-eps 1e-10; sparse embedding gradients). Every epoch visits the training rows in a
-fresh permutation drawn from a torch.Generator seeded with --seed (initialisation
-uses torch.manual_seed(--seed)); the last partial batch is dropped, as terarec does.
-
+Initialisation (--init): "dlrm" (the default) is facebookresearch/dlrm's
+(dlrm_s_pytorch.py): embedding rows U(-sqrt(1/rows), +sqrt(1/rows)), MLP kernels
+N(0, sqrt(2/(fan_in + fan_out))), biases N(0, sqrt(1/fan_out)); the cross layers as
+TorchRec's LowRankCrossNet (Xavier-normal kernels, zero biases). "torch" keeps
+PyTorch's module defaults (nn.Linear Kaiming-uniform, nn.EmbeddingBag N(0, 1)), which
+no DLRM reference uses for embeddings. logreg's id weights start at 0 either way, as
+logistic regression usually does. Loss: BCEWithLogits. Optimizer: one
+torch.optim.Adagrad over all parameters with PyTorch's defaults apart from lr
+(initial_accumulator_value 0, eps 1e-10; sparse embedding gradients). Every epoch
+visits the training rows in a fresh permutation drawn from a torch.Generator seeded
+with --seed (initialisation uses torch.manual_seed(--seed)); the last partial batch
+is trained (DataLoader's default, and terarec's).
 The last line is machine-readable:
   result model=M seed=S epoch=E valid_auc=X test_auc=Y epochs=N seconds=T
 Run with Debian's python3 (python3-torch, python3-numpy, python3-yaml)."""
@@ -107,6 +111,24 @@ class DLRM(torch.nn.Module):
             top_in = width
         self.top = mlp([top_in] + top, relu_last=False)
 
+    def init_dlrm(self):
+        """facebookresearch/dlrm's initialisation (TorchRec's for the cross layers)."""
+        with torch.no_grad():
+            for e in self.emb:
+                bound = (1.0 / e.weight.shape[0]) ** 0.5
+                e.weight.uniform_(-bound, bound)
+            for seq in (self.bottom, self.top):
+                for lin in seq:
+                    if isinstance(lin, torch.nn.Linear):
+                        fo, fi = lin.weight.shape
+                        lin.weight.normal_(0.0, (2.0 / (fi + fo)) ** 0.5)
+                        lin.bias.normal_(0.0, (1.0 / fo) ** 0.5)
+            if self.interaction != "dot":
+                for V, U in zip(self.V, self.U):
+                    torch.nn.init.xavier_normal_(V.weight)
+                    torch.nn.init.xavier_normal_(U.weight)
+                    U.bias.zero_()
+
     def forward(self, num, cat):
         x = self.bottom(num)
         ly = [e(cat[:, t:t + 1]) for t, e in enumerate(self.emb)]
@@ -162,6 +184,8 @@ def main():
     ap.add_argument("--dcn_low_rank_dim", type=int, default=64)
     ap.add_argument("--learning_rate", type=float, default=0.015)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init", choices=["dlrm", "torch"], default="dlrm",
+                    help="initialisation: facebookresearch/dlrm's, or PyTorch's module defaults")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -182,11 +206,13 @@ def main():
         model = DLRM(cards, tr_num.shape[1], a.embedding_dim, [int(x) for x in a.bottom_mlp_dims.split(",")],
                      [int(x) for x in a.top_mlp_dims.split(",")], "dot" if a.model == "dlrm" else "dcnv2",
                      a.dcn_num_layers, a.dcn_low_rank_dim)
+        if a.init == "dlrm":
+            model.init_dlrm()
     opt = torch.optim.Adagrad(model.parameters(), lr=a.learning_rate)
     order_gen = torch.Generator().manual_seed(a.seed)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     B = a.batch_size
-    nb = len(tr_y) // B
+    nb = (len(tr_y) + B - 1) // B  # the last partial batch is trained
     t0 = time.time()
     best = (-1.0, 0, 0.0)  # (valid auc, epoch, test auc); the first epoch wins ties
     for ep in range(1, a.epochs + 1):

@@ -9,7 +9,7 @@
  *     of X for the other ranks, reverse all-to-all.
  *   update: sparse update by each table's owner, dense update; with row-wise
  *     Adagrad on column slices, first an all-reduce of every table's per-row
- *     sums of squares (each rank holds only some columns of a row). 
+ *     sums of squares (each rank holds only some columns of a row).
  * A world of 1 runs the same code: its own slice is the whole batch, so nothing
  * is packed and the all-to-all moves nothing. Every byte of backend memory is
  * touched by backend ops or collectives; the host holds only the batch header.
@@ -192,7 +192,8 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->upd = tr_calloc(nt, sizeof *h->upd);
     h->bad_upd = tr_calloc(nt, sizeof *h->bad_upd);
     h->cp = tr_calloc((size_t)h->cp_cap, sizeof *h->cp);
-    if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->bad_upd || !h->cp) {
+    if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->bad_upd ||
+        !h->cp) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }

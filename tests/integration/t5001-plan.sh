@@ -75,7 +75,7 @@ else
 fi
 if command -v mpirun >/dev/null 2>&1; then
     compare colwise-2 2 --columnwise_split --data_parallel_bottom_mlp -- --columnwise_split --data_parallel_bottom_mlp
-    compare tablewise-mp-3 3 -- 
+    compare tablewise-mp-3 3 --
     compare tablewise-dp-4-adagrad 4 --data_parallel_bottom_mlp --optimizer adagrad -- --data_parallel_bottom_mlp --optimizer adagrad
 else
     skip "multi-worker plans" "mpirun not found (install openmpi-bin: make deps)"
