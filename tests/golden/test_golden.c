@@ -688,6 +688,49 @@ static void test_forward(void)
     fx_release(&f);
 }
 
+/* The tail of a gradients test (prefix "" or "dcn/"): the model's dX against
+ * <prefix>grad/interaction_input (rows 1..T are dLoss/dX, what the embedding update
+ * reads; the backward turns row 0 in place into the gradient of the last bottom
+ * layer's pre-activation, i.e. dLoss/dX[:,0,:] masked by ReLU'(X[:,0,:]), X as
+ * saved by the forward), then the embedding gradients through the real sparse
+ * path: on zeroed tables an SGD step with lr = -1 leaves exactly the summed
+ * gradient of each touched row. */
+static void check_dx_and_table_grads(struct fx *f, const float *x, const char *prefix)
+{
+    struct dlrm *m = f->s.m;
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    const int64_t D = mi.emb_dim, nd = (int64_t)mi.n * D, nx = (int64_t)f->B * nd;
+    char name[96];
+    int64_t cols = 1;
+    snprintf(name, sizeof name, "%sgrad/interaction_input", prefix);
+    float *ref = gold_dup(&f->g, name, nx, &cols);
+    float *mdx = model_read(m, DLRM_DX, 0);
+    if (ref && mdx) {
+        for (int64_t i = 0; i < f->B; i++)
+            for (int64_t k = 0; k < D; k++)
+                if (!(x[i * nd + k] > 0.0f))
+                    ref[i * nd + k] = 0.0f;
+        snprintf(name, sizeof name, "%sgrad/interaction_input (dX, row 0 masked)", prefix);
+        check_arr(name, mdx, ref, nx, cols, 1);
+    }
+    tr_free(mdx);
+    tr_free(ref);
+    for (int t = 0; t < mi.ntables; t++) {
+        int64_t n = dlrm_tensor_numel(m, DLRM_TABLE, t);
+        float *zero = tr_calloc((size_t)n, sizeof(float));
+        TH_REQUIRE(zero);
+        TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, t, 0, n, zero), TR_OK);
+        tr_free(zero);
+    }
+    enum tr_status rc = hybrid_update(f->s.h, -1.0f);
+    TH_CHECKF(rc == TR_OK, "hybrid_update: %s", tr_strerror(rc));
+    for (int t = 0; t < mi.ntables; t++) {
+        snprintf(name, sizeof name, "%sgrad/table_%d", prefix, t);
+        check_tensor(f, name, DLRM_TABLE, t, dlrm_tensor_numel(m, DLRM_TABLE, t), 1);
+    }
+}
+
 static void test_gradients(void)
 {
     struct fx f;
@@ -730,40 +773,10 @@ static void test_gradients(void)
         be->i->mem_release(be->ctx, dev_x, xbytes);
         be->i->mem_release(be->ctx, dev_dtop, tbytes);
         be->i->mem_release(be->ctx, dev_dx, xbytes);
-        /* the model's dX itself: rows 1..T are dLoss/dX (what the embedding update
-         * reads); the backward turns row 0 in place into the gradient of the last
-         * bottom layer's pre-activation, i.e. dLoss/dX[:,0,:] masked by ReLU'(X[:,0,:]) */
-        int64_t cols = 1;
-        float *ref = gold_dup(&f.g, "grad/interaction_input", nx, &cols);
-        float *mdx = model_read(m, DLRM_DX, 0);
-        if (ref && mdx) {
-            for (int64_t i = 0; i < f.B; i++)
-                for (int64_t k = 0; k < D; k++)
-                    if (!(x[i * nd + k] > 0.0f))
-                        ref[i * nd + k] = 0.0f;
-            check_arr("grad/interaction_input (dX, row 0 masked)", mdx, ref, nx, cols, 1);
-        }
-        tr_free(mdx);
-        tr_free(ref);
+        check_dx_and_table_grads(&f, x, "");
         tr_free(x);
         tr_free(dtop);
         tr_free(dx);
-        /* embedding gradients through the real sparse path: on zeroed tables an SGD
-         * step with lr = -1 leaves exactly the summed gradient of each touched row */
-        for (int t = 0; t < mi.ntables; t++) {
-            int64_t n = dlrm_tensor_numel(m, DLRM_TABLE, t);
-            float *zero = tr_calloc((size_t)n, sizeof(float));
-            TH_REQUIRE(zero);
-            TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, t, 0, n, zero), TR_OK);
-            tr_free(zero);
-        }
-        rc = hybrid_update(f.s.h, -1.0f);
-        TH_CHECKF(rc == TR_OK, "hybrid_update: %s", tr_strerror(rc));
-        char name[64];
-        for (int t = 0; t < mi.ntables; t++) {
-            snprintf(name, sizeof name, "grad/table_%d", t);
-            check_tensor(&f, name, DLRM_TABLE, t, dlrm_tensor_numel(m, DLRM_TABLE, t), 1);
-        }
         worst_print("gradients");
     }
     fx_release(&f);
@@ -1084,36 +1097,10 @@ static void test_dcn_gradients(void)
         enum tr_status rc = fx_forward_backward(&f, 0, &loss);
         TH_CHECKF(rc == TR_OK, "forward/loss/backward: %s", tr_strerror(rc));
         dcn_check_model(&f, "dcn/grad/", DLRM_GRADS, 0);
-        struct dlrm_info mi;
-        dlrm_get_info(m, &mi);
-        const int64_t D = mi.emb_dim, nd = (int64_t)mi.n * D, nx = (int64_t)f.B * nd;
-        int64_t cols = 1;
-        float *ref = gold_dup(&f.g, "dcn/grad/interaction_input", nx, &cols);
-        float *x = model_read(m, DLRM_X, 0), *mdx = model_read(m, DLRM_DX, 0);
-        if (ref && x && mdx) {
-            for (int64_t i = 0; i < f.B; i++)
-                for (int64_t k = 0; k < D; k++)
-                    if (!(x[i * nd + k] > 0.0f))
-                        ref[i * nd + k] = 0.0f;
-            check_arr("dcn/grad/interaction_input (dX, row 0 masked)", mdx, ref, nx, cols, 1);
-        }
-        tr_free(ref);
+        float *x = model_read(m, DLRM_X, 0);
+        TH_REQUIRE(x);
+        check_dx_and_table_grads(&f, x, "dcn/");
         tr_free(x);
-        tr_free(mdx);
-        for (int t = 0; t < mi.ntables; t++) {
-            int64_t n = dlrm_tensor_numel(m, DLRM_TABLE, t);
-            float *zero = tr_calloc((size_t)n, sizeof(float));
-            TH_REQUIRE(zero);
-            TH_EQ_ST(dlrm_tensor_write(m, DLRM_TABLE, t, 0, n, zero), TR_OK);
-            tr_free(zero);
-        }
-        rc = hybrid_update(f.s.h, -1.0f);
-        TH_CHECKF(rc == TR_OK, "hybrid_update: %s", tr_strerror(rc));
-        char name[64];
-        for (int t = 0; t < mi.ntables; t++) {
-            snprintf(name, sizeof name, "dcn/grad/table_%d", t);
-            check_tensor(&f, name, DLRM_TABLE, t, dlrm_tensor_numel(m, DLRM_TABLE, t), 1);
-        }
         worst_print("dcnv2 gradients");
     }
     fx_release(&f);
