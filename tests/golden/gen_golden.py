@@ -242,6 +242,23 @@ def loss_of(logits, labels):
     return F.binary_cross_entropy_with_logits(logits, labels, reduction="mean")
 
 
+
+def forward_gradient_records(w, model, batch, prefix, what):
+    """The forward at the initial weights on one batch and the gradients of every
+    parameter and of X: records <prefix>fwd/... and <prefix>grad/..."""
+    num, labels, cat = to_torch(batch)
+    logits, X, inter, pre = model(num, cat)
+    check_margin(pre, what)
+    loss = loss_of(logits, labels)
+    loss.backward()
+    w.f32(prefix + "fwd/interaction_input", X)
+    w.f32(prefix + "fwd/interaction_output", inter)
+    w.f32(prefix + "fwd/logits", logits)
+    w.add(prefix + "fwd/loss", [float(loss)], DT_F64)
+    for n, a in export(model, dense_grad):
+        w.f32(prefix + "grad/" + n, a)
+    w.f32(prefix + "grad/interaction_input", X.grad)
+
 def check_margin(pre, where):
     m = min(float(z.detach().abs().min()) for z in pre)
     if m < RELU_MARGIN:
@@ -475,18 +492,7 @@ def dcn_records(w, base_init, batches, report):
     model = DcnDlrm(init)
     for n, a in export(model, lambda p: p):
         w.f32("dcn/init/" + n, a)
-    num, labels, cat = to_torch(batches[0])
-    logits, X, xL, pre = model(num, cat)
-    check_margin(pre, "dcn forward of batch 0")
-    loss = loss_of(logits, labels)
-    loss.backward()
-    w.f32("dcn/fwd/interaction_input", X)
-    w.f32("dcn/fwd/interaction_output", xL)
-    w.f32("dcn/fwd/logits", logits)
-    w.add("dcn/fwd/loss", [float(loss)], DT_F64)
-    for n, a in export(model, dense_grad):
-        w.f32("dcn/grad/" + n, a)
-    w.f32("dcn/grad/interaction_input", X.grad)
+    forward_gradient_records(w, model, batches[0], "dcn/", "dcn forward of batch 0")
     for kind, base in (("sgd", LR_SGD), ("adagrad", LR_ADAGRAD)):
         losses, trained, opt, margin = dcn_train(init, batches, kind, base)
         w.add(f"dcn/{kind}/loss", losses, DT_F64)
@@ -620,18 +626,7 @@ def main():
         w.f32("init/" + n, a)
 
     # forward and gradients at the initial weights, batch 0
-    num, labels, cat = to_torch(batches[0])
-    logits, X, inter, pre = model(num, cat)
-    check_margin(pre, "forward of batch 0")
-    loss = loss_of(logits, labels)
-    loss.backward()
-    w.f32("fwd/interaction_input", X)
-    w.f32("fwd/interaction_output", inter)
-    w.f32("fwd/logits", logits)
-    w.add("fwd/loss", [float(loss)], DT_F64)
-    for n, a in export(model, dense_grad):
-        w.f32("grad/" + n, a)
-    w.f32("grad/interaction_input", X.grad)
+    forward_gradient_records(w, model, batches[0], "", "forward of batch 0")
 
     report = []
     for kind, base in (("sgd", LR_SGD), ("adagrad", LR_ADAGRAD)):
