@@ -20,7 +20,9 @@
 # (bench/torch_real_auc.py) read the same prepared files and do the same in one process.
 #
 # Rows: terarec dot + Adagrad, dot + rowwise Adagrad, DCNv2 (2 low-rank-64 cross
-# layers); PyTorch DLRM (dot; facebookresearch/dlrm initialisation, torch.optim.Adagrad
+# layers), with terarec's Adagrad defaults (Keras: accumulator 0.1, eps 1e-7), then
+# dot and DCNv2 again with torch.optim.Adagrad's (accumulator 0, eps 1e-10), the
+# like-for-like comparison with PyTorch; PyTorch DLRM (dot; facebookresearch/dlrm initialisation, torch.optim.Adagrad
 # defaults), PyTorch DCNv2, logistic regression. A terarec row whose
 # flags this build lacks prints "not available in this build". Not part of `make test`.
 set -euo pipefail
@@ -86,6 +88,7 @@ TR_COMMON=(--dataset_type split_binary "${MODEL[@]}" --warmup_steps 0 --decay_st
 echo "model: embedding dim 16, bottom MLP 64,16, top MLP 64,1, batch 256, Adagrad lr 0.015, no warm-up or decay," \
      "$epochs epochs, one evaluation per epoch, epoch chosen on validation"
 DCN=(--dcn_num_layers 2 --dcn_low_rank_dim 64)
+ADA0=(--adagrad_initial_accumulator_value 0 --adagrad_epsilon 1e-10)
 
 res=$tmp/results.txt; : > "$res"
 # terarec_row NAME SEED ARGS...: trains on V and on T, checks the loss sequences, appends a result
@@ -131,7 +134,7 @@ print("terarec_%s %s %d %.6f %.6f %s %d acc=%s eps=%s" % (name, seed, best + 1, 
       len(vl), vp.get("adagrad_initial_accumulator_value"), vp.get("adagrad_epsilon")))
 PYEOF
         exit 1
-    tail -n 1 "$res" | awk -v n="$name" '{printf "seed %s: terarec %-13s epoch %2d of %s: valid auc %s, test auc %s (%.1f s for both runs; %d logged losses and the final weights identical in V and T)\n", $2, n, $3, '"$epochs"', $4, $5, $6, $7}'
+    tail -n 1 "$res" | awk -v n="$name" '{printf "seed %s: terarec %-15s epoch %2d of %s: valid auc %s, test auc %s (%.1f s for both runs; %d logged losses and the final weights identical in V and T)\n", $2, n, $3, '"$epochs"', $4, $5, $6, $7}'
 }
 torch_row() {
     local model=$1 seed=$2 out
@@ -139,7 +142,7 @@ torch_row() {
         --model "$model" "${MODEL[@]}" "${DCN[@]}" --seed "$seed" --threads 2 2>&1) ||
         { echo "error: torch_real_auc.py --model $model --seed $seed failed:" >&2; echo "$out" | tail -n 5 >&2; exit 1; }
     echo "$out" | sed -n 's/^result model=\([a-z0-9]*\) seed=\([0-9]*\) epoch=\([0-9]*\) valid_auc=\([0-9.]*\) test_auc=\([0-9.]*\) epochs=[0-9]* seconds=\([0-9.]*\)$/pytorch_\1 \2 \3 \4 \5 \6/p' >> "$res"
-    tail -n 1 "$res" | awk -v n="$model" '{printf "seed %s: pytorch %-13s epoch %2d of %s: valid auc %s, test auc %s (%.1f s)\n", $2, n, $3, '"$epochs"', $4, $5, $6}'
+    tail -n 1 "$res" | awk -v n="$model" '{printf "seed %s: pytorch %-15s epoch %2d of %s: valid auc %s, test auc %s (%.1f s)\n", $2, n, $3, '"$epochs"', $4, $5, $6}'
 }
 
 first=1
@@ -155,6 +158,11 @@ for s in $seeds; do
     else echo "terarec_dot_rowwise $s NA" >> "$res"; echo "seed $s: terarec dot_rowwise: not available in this build (--optimizer has no rowwise_adagrad)"; fi
     if [ $avail_dcn = 1 ]; then terarec_row dcnv2 "$s" --optimizer adagrad --interaction dcnv2 "${DCN[@]}"
     else echo "terarec_dcnv2 $s NA" >> "$res"; echo "seed $s: terarec dcnv2: not available in this build (no --interaction dcnv2 / --dcn_num_layers / --dcn_low_rank_dim)"; fi
+    # the same models with torch.optim.Adagrad's settings (accumulator 0, eps 1e-10):
+    # the implementation comparison, free of the Keras/PyTorch default difference
+    terarec_row dot_adagrad0 "$s" --optimizer adagrad "${ADA0[@]}"
+    if [ $avail_dcn = 1 ]; then terarec_row dcnv2_adagrad0 "$s" --optimizer adagrad --interaction dcnv2 "${DCN[@]}" "${ADA0[@]}"
+    else echo "terarec_dcnv2_adagrad0 $s NA" >> "$res"; fi
     torch_row dlrm "$s"
     torch_row dcnv2 "$s"
     torch_row logreg "$s"
@@ -163,11 +171,16 @@ done
 $PY - "$res" "$epochs" <<'PYEOF'
 import math, sys
 rows = {}
-order = ["terarec_dot_adagrad", "terarec_dot_rowwise", "terarec_dcnv2", "pytorch_dlrm", "pytorch_dcnv2", "pytorch_logreg"]
+order = ["terarec_dot_adagrad", "terarec_dot_rowwise", "terarec_dcnv2", "terarec_dot_adagrad0",
+         "terarec_dcnv2_adagrad0", "pytorch_dlrm", "pytorch_dcnv2", "pytorch_logreg"]
 label = {"terarec_dot_adagrad": "terarec dot + Adagrad", "terarec_dot_rowwise": "terarec dot + rowwise Adagrad",
-         "terarec_dcnv2": "terarec DCNv2 + Adagrad", "pytorch_dlrm": "PyTorch DLRM (dot)",
-         "pytorch_dcnv2": "PyTorch DCNv2", "pytorch_logreg": "logistic regression (PyTorch)"}
-ref = {"terarec_dot_adagrad": "pytorch_dlrm", "terarec_dot_rowwise": "pytorch_dlrm", "terarec_dcnv2": "pytorch_dcnv2"}
+         "terarec_dcnv2": "terarec DCNv2 + Adagrad",
+         "terarec_dot_adagrad0": "terarec dot + Adagrad acc 0, eps 1e-10",
+         "terarec_dcnv2_adagrad0": "terarec DCNv2 + Adagrad acc 0, eps 1e-10",
+         "pytorch_dlrm": "PyTorch DLRM (dot)", "pytorch_dcnv2": "PyTorch DCNv2",
+         "pytorch_logreg": "logistic regression (PyTorch)"}
+ref = {"terarec_dot_adagrad": "pytorch_dlrm", "terarec_dot_rowwise": "pytorch_dlrm", "terarec_dcnv2": "pytorch_dcnv2",
+       "terarec_dot_adagrad0": "pytorch_dlrm", "terarec_dcnv2_adagrad0": "pytorch_dcnv2"}
 epochs = int(sys.argv[2])
 for line in open(sys.argv[1]):
     f = line.split()
@@ -182,7 +195,7 @@ def stats(k):
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else float("nan")
     return m, sd
 print()
-W = (31, 21, 14, 24, 11)
+W = (40, 21, 14, 24, 11)
 def row(*cells):
     print(" | ".join("%-*s" % (w, c) for w, c in zip(W, cells)).rstrip())
 row("model", "mean test AUC (±std)", "chosen epochs", "vs PyTorch (same inter.)", "wall s/seed")
@@ -206,14 +219,14 @@ if last_epoch:
     print("* the last epoch was chosen: validation AUC was still rising at %d epochs (raise --epochs)" % epochs)
 print()
 lr, _ = stats("pytorch_logreg")
-for k in order[:3]:
+for k in order[:5]:
     m, _ = stats(k)
     if m is None:
         continue
     p, _ = stats(ref[k])
     print("%s - %s: %+.4f (goal: within 0.002); vs logistic regression: %+.4f"
           % (label[k], label[ref[k]], m - p, m - lr))
-for k in order[3:5]:
+for k in order[5:7]:
     m, _ = stats(k)
     print("%s: vs logistic regression: %+.4f" % (label[k], m - lr))
 PYEOF
