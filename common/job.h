@@ -100,8 +100,9 @@ const char *job_backend_name(int backend);
  * synthetic dataset the bottom MLP ends in --embedding_dim. Flags given (c->table)
  * that the others make meaningless are conflicts: a --synthetic_dataset_* flag
  * with a split-binary dataset, --dataset_path or --feature_spec with the synthetic
- * one, an --adagrad_* flag with --optimizer sgd, a --dcn_* flag with --interaction dot, --max_steps with --epochs. Logs
- * one error naming both flags (or the flag) and a hint; TR_ERR_ARG. */
+ * one, an --adagrad_* flag with --optimizer sgd, a --dcn_* flag with --interaction
+ * dot, --max_steps with --epochs. Logs one error naming both flags (or the flag)
+ * and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
 
 /* The model flags against a dataset's shape (num_features numerical inputs,
