@@ -5,6 +5,7 @@
 #include "job.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,6 +51,12 @@ static const struct job_decl decls[] = {
         NULL, 0}},
     {JOB_DATA, F(drop_last), {"drop_last", TR_OPT_BOOL, NULL, "false",
         "drop the last partial training batch of each epoch (the seed's rule; default: train it)", 1, 0, NULL, NULL,
+        0}},
+    {JOB_DATA, F(shuffle_batches), {"shuffle_batches", TR_OPT_BOOL, NULL, "false",
+        "train on the batches in a new order every epoch (from --seed and the epoch; the seed's --batch_shuffle)", 1,
+        0, NULL, "batch_shuffle", 0}},
+    {JOB_DATA, F(start_position), {"start_position", TR_OPT_STRING, NULL, NULL,
+        "where the training data starts: EPOCH:BATCH (a batch header's position) or a step number", 1, 0, NULL, NULL,
         0}},
     {JOB_BATCH, F(batch_size), {"batch_size", TR_OPT_INT64, NULL, "65536", "global training batch", 1, 1e9, NULL,
         NULL, 0}},
@@ -222,6 +229,10 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
             return TR_ERR_ARG;
         }
     }
+    if ((groups & JOB_DATA) && c->shuffle_samples && c->shuffle_batches)
+        return tr_opt_exclusive(t, "shuffle_samples", "shuffle_batches",
+                                "--shuffle_samples already reorders every sample; --shuffle_batches only permutes "
+                                "whole batches: pick one");
     if ((groups & JOB_TRAIN) && tr_opt_given(t, "max_steps") && tr_opt_given(t, "epochs") && c->max_steps >= 0)
         return tr_opt_exclusive(t, "max_steps", "epochs",
                                 "--max_steps sets the length of the run by itself; drop --epochs (or pass "
@@ -229,9 +240,53 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
     return TR_OK;
 }
 
+/* --start_position's text: "EPOCH:BATCH" (*b = BATCH) or "STEP" (*b = -1), decimal
+ * digits only. TR_ERR_ARG, logged naming the flag. */
+static enum tr_status parse_position(const char *text, int64_t *a, int64_t *b)
+{
+    const size_t n1 = strspn(text, "0123456789");
+    const size_t n2 = text[n1] == ':' ? strspn(text + n1 + 1, "0123456789") : 0;
+    const int ok = n1 > 0 && n1 <= 18 && (text[n1] == '\0' || (n2 > 0 && n2 <= 18 && text[n1 + 1 + n2] == '\0'));
+    if (!ok) {
+        LOG_ERROR("--start_position: '%s' is neither EPOCH:BATCH nor a step number", text);
+        LOG_HINT("give the position of a batch header (e.g. 3:120) or the step to resume at (e.g. 48000)");
+        return TR_ERR_ARG;
+    }
+    *a = strtoll(text, NULL, 10);
+    *b = text[n1] == ':' ? strtoll(text + n1 + 1, NULL, 10) : -1;
+    return TR_OK;
+}
+
+enum tr_status job_start_position(const struct job_cfg *c, int64_t nbatches, int64_t *epoch, int64_t *index)
+{
+    *epoch = *index = 0;
+    if (!c->start_position || !*c->start_position)
+        return TR_OK;
+    int64_t a, b;
+    TR_CHECK(parse_position(c->start_position, &a, &b));
+    if (b < 0) { /* a step: nbatches a pass */
+        *epoch = nbatches ? a / nbatches : 0;
+        *index = nbatches ? a % nbatches : 0;
+        return TR_OK;
+    }
+    if (b >= nbatches) {
+        LOG_ERROR("--start_position %s: an epoch has batches 0 to %lld, not %lld", c->start_position,
+                  (long long)(nbatches - 1), (long long)b);
+        LOG_HINT("the batch number counts from 0 within the epoch; check --batch_size and --drop_last");
+        return TR_ERR_ARG;
+    }
+    *epoch = a;
+    *index = b;
+    return TR_OK;
+}
+
 enum tr_status job_check(const struct job_cfg *c, unsigned groups)
 {
     TR_CHECK(check_conflicts(c, groups));
+    if ((groups & JOB_DATA) && c->start_position && *c->start_position) {
+        int64_t a, b;
+        TR_CHECK(parse_position(c->start_position, &a, &b));
+    }
     if ((groups & JOB_DATA) && c->dataset_type != JOB_DATA_SYNTHETIC && (!c->dataset_path || !*c->dataset_path)) {
         LOG_ERROR("--dataset_type split_binary needs --dataset_path");
         LOG_HINT("point --dataset_path at the output directory of 'terarec data prepare'");

@@ -41,6 +41,8 @@ struct job_cfg {
     int nonfinite_inputs;         /* enum job_nonfinite: NaN/inf numerical inputs refused or zeroed */
     int shuffle_samples;          /* a seeded permutation of the training samples each epoch */
     int drop_last;                /* drop the last partial training batch (the seed's rule) */
+    int shuffle_batches;          /* a seeded permutation of the training batches each epoch */
+    char *start_position;         /* "EPOCH:BATCH" or a step number: where training data starts */
     /* JOB_BATCH */
     int64_t batch_size;           /* global training batch */
     int64_t test_batch_size;      /* --valid_batch_size; 0: batch_size */
@@ -104,6 +106,12 @@ const char *job_backend_name(int backend);
  * dot, --max_steps with --epochs. Logs one error naming both flags (or the flag)
  * and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
+
+/* The training position --start_position names, for a split of nbatches batches
+ * an epoch: EPOCH:BATCH as given (BATCH < nbatches), or step k as (k / nbatches,
+ * k mod nbatches); (0, 0) when not given. TR_ERR_ARG (logged naming the flag). */
+enum tr_status job_start_position(const struct job_cfg *c, int64_t nbatches, int64_t *epoch,
+                                  int64_t *index) TR_WUR;
 
 /* The model flags against a dataset's shape (num_features numerical inputs,
  * ntables tables; `source` names the dataset in messages). TR_ERR_ARG (logged). */

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define BATCH_MAGIC 0x42425254u /* "TRBB" */
-#define BATCH_VERSION 1u
+#define BATCH_VERSION 2u
 
 /* Requests that travel with a batch from rank 0 to every rank (DESIGN.md 2). */
 enum batch_flag {
@@ -42,13 +42,16 @@ struct batch {
     int64_t cap;          /* samples the block holds */
     int64_t n;            /* samples in this batch (a last evaluation batch has fewer) */
     int64_t step;         /* training step it is for (0-based), or -1 for evaluation */
-    int64_t index;        /* batch number within its split, for positions and messages */
+    int64_t index;        /* batch number within its split's pass, for positions and messages */
     int32_t split;        /* enum batch_split */
     int32_t num_features; /* numerical features per sample */
     int32_t num_ld;       /* row stride of numerical: num_features rounded up to 8 */
     int32_t ntables;
     int64_t off_num, off_labels, off_cat;
-    uint8_t reserved[32];
+    int64_t epoch;        /* passes over its split completed before it: (epoch, index) is the
+                             source position that serves it again (--start_position) */
+    uint64_t seed;        /* the seed of the order it was served in (--seed) */
+    uint8_t reserved[16];
 };
 _Static_assert(sizeof(struct batch) == 128, "the batch header is 128 bytes on every platform");
 

@@ -1,6 +1,7 @@
 /* source.c: the source interface's in-process reader: batches cut from a dataset
  * (dataset.h) in order, or in the order of a per-epoch permutation of the
- * training samples (permute.h), at a position that can be saved and restored. It
+ * training samples or batches (permute.h), from --start_position, at a position
+ * that can be saved and restored. It
  * reads in the caller's thread; prefetching belongs to the loader service. */
 #define TR_SUBSYS TR_SUB_DATA
 #include "source.h"
@@ -17,19 +18,32 @@ struct reader {
     struct source_pos pos;
     int64_t batch[2], nbatches[2];
     int shuffle;        /* --shuffle_samples */
+    int shuffle_batches; /* --shuffle_batches */
     uint64_t seed;
-    struct perm perm;   /* of the training epoch perm_epoch */
+    struct perm perm;   /* of the training epoch perm_epoch: of samples, or of batches */
     int64_t perm_epoch; /* -1: none yet */
     int64_t *rows;      /* (batch[BATCH_TRAIN]) sample indices of a shuffled batch */
 };
 
+/* The permutation of the current training epoch: of its samples (stream: the
+ * epoch) or of its batches (stream: the epoch with the top bit set). */
+static const struct perm *epoch_perm(struct reader *r)
+{
+    if (r->perm_epoch != r->pos.epoch) {
+        const uint64_t e = (uint64_t)r->pos.epoch;
+        if (r->shuffle)
+            perm_init(&r->perm, (uint64_t)r->ds.nsamples[BATCH_TRAIN], r->seed, e);
+        else
+            perm_init(&r->perm, (uint64_t)r->nbatches[BATCH_TRAIN], r->seed, e | (1ULL << 63));
+        r->perm_epoch = r->pos.epoch;
+    }
+    return &r->perm;
+}
+
 /* Samples [first, first + n) of the pass, through the epoch's permutation. */
 static enum tr_status fill_shuffled(struct reader *r, int64_t first, int64_t n, struct batch *b)
 {
-    if (r->perm_epoch != r->pos.epoch) {
-        perm_init(&r->perm, (uint64_t)r->ds.nsamples[BATCH_TRAIN], r->seed, (uint64_t)r->pos.epoch);
-        r->perm_epoch = r->pos.epoch;
-    }
+    epoch_perm(r);
     for (int64_t k = 0; k < n; k++)
         r->rows[k] = (int64_t)perm_at(&r->perm, (uint64_t)(first + k));
     return dataset_gather(&r->ds, BATCH_TRAIN, r->rows, n, b);
@@ -41,7 +55,11 @@ static enum tr_status r_next(void *ctx, struct batch *b)
     const int s = r->pos.split;
     if (r->nbatches[s] == 0)
         return TR_ERR_RANGE;
-    const int64_t first = r->pos.index * r->batch[s];
+    /* --shuffle_batches: position j of the epoch serves file-order batch perm(j) */
+    const int64_t batch = r->shuffle_batches && s == BATCH_TRAIN
+                              ? (int64_t)perm_at(epoch_perm(r), (uint64_t)r->pos.index)
+                              : r->pos.index;
+    const int64_t first = batch * r->batch[s];
     const int64_t n = TR_MIN(r->batch[s], r->ds.nsamples[s] - first);
     if (n > b->cap)
         return TR_ERR_ARG;
@@ -50,6 +68,8 @@ static enum tr_status r_next(void *ctx, struct batch *b)
     else
         TR_CHECK(dataset_fill(&r->ds, (enum batch_split)s, first, n, b));
     b->index = r->pos.index;
+    b->epoch = r->pos.epoch;
+    b->seed = r->seed;
     if (++r->pos.index == r->nbatches[s]) {
         r->pos.index = 0;
         r->pos.epoch++;
@@ -123,8 +143,11 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
         return TR_ERR_ARG;
     }
     r->shuffle = job->shuffle_samples;
+    r->shuffle_batches = job->shuffle_batches;
     r->seed = (uint64_t)job->seed;
     r->perm_epoch = -1;
+    r->pos.split = BATCH_TRAIN;
+    TR_CHECK(job_start_position(job, r->nbatches[BATCH_TRAIN], &r->pos.epoch, &r->pos.index));
     if (r->shuffle && !(r->rows = tr_malloc((size_t)r->batch[BATCH_TRAIN] * sizeof(int64_t))))
         return TR_ERR_NOMEM;
     r->nbatches[BATCH_TEST] = TR_CEIL_DIV(d->nsamples[BATCH_TEST], r->batch[BATCH_TEST]);

@@ -4,8 +4,10 @@
  * sequences of batch blocks:
  *   train: batches of batch_size samples, in order (with --shuffle_samples, in
  *          the order of a permutation of the samples drawn from --seed and the
- *          epoch); the last batch of an epoch may be partial, unless --drop_last
+ *          epoch; with --shuffle_batches, the file-order batches in a permuted
+ *          order); the last batch of an epoch may be partial, unless --drop_last
  *          drops it (the seed's rule); after the last batch the next epoch begins;
+ *          the first batch served is --start_position's (default 0:0);
  *   test:  batches of test_batch_size samples covering the split, the last one
  *          partial; after the last batch the pass starts again.
  * A position names the next batch to be served, so a saved position resumes the
@@ -33,7 +35,7 @@ struct source_pos {
 struct source_i {
     const char *name;
     /* Fills b (a block of at least the source's batch size, same shape) with the
-     * batch at the current position and advances. Sets b->n, index and split;
+     * batch at the current position and advances. Sets b->n, index, epoch, seed and split;
      * leaves step and flags to the caller. */
     enum tr_status (*next)(void *ctx, struct batch *b);
     /* Moves to pos. TR_ERR_RANGE when the position is outside the split. */

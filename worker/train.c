@@ -302,8 +302,17 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
                      (long long)rem);
         LOG_RANK0("data: %s, %lld train samples (%lld batches of %lld%s%s), %lld test samples", s->desc,
                   (long long)s->nsamples[BATCH_TRAIN], (long long)s->nbatches[BATCH_TRAIN],
-                  (long long)job->batch_size, part, job->shuffle_samples ? ", shuffled every epoch" : "",
+                  (long long)job->batch_size, part,
+                  job->shuffle_samples   ? ", samples shuffled every epoch"
+                  : job->shuffle_batches ? ", batch order shuffled every epoch"
+                                         : "",
                   (long long)s->nsamples[BATCH_TEST]);
+        if (job->start_position && *job->start_position && rank == 0) {
+            struct source_pos p;
+            source_tell(&T->src, &p);
+            LOG_RANK0("data: --start_position %s: training starts at epoch %lld, batch %lld", job->start_position,
+                      (long long)p.epoch, (long long)p.index);
+        }
         LOG_RANK0("model: %d tables, %lld embedding rows, dim %d, %lld dense parameters; rank 0 memory: embeddings "
                   "%.1f MiB, dense %.1f MiB, activations %.1f MiB; init %.2f s; %d worker(s) %s, %d thread(s) each, "
                   "backend %s, blas %s",

@@ -6,8 +6,10 @@
 # sum over an epoch of loss x batch size is the loss of every training sample once:
 # --shuffle_samples must give the same sum as the file order (every sample once,
 # no sample twice) while the per-step losses differ, and its epochs must differ
-# from each other; the same seed gives the same order; N = 3 workers see the
-# same batches as one (losses within 1e-5, the last batch smaller than the world).
+# from each other; the same seed gives the same order; --shuffle_batches serves
+# the same batches in another order; --start_position (EPOCH:BATCH or a step)
+# trains what an uninterrupted run trains from there; N = 3 workers see the same
+# batches as one (losses within 1e-5, the last batch smaller than the world).
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
@@ -95,6 +97,35 @@ a = [l.split()[1] for l in open(sys.argv[1])][:int(sys.argv[3])]
 b = [l.split()[1] for l in open(sys.argv[2])]
 sys.exit(0 if len(b) == len(a) and sum(x != y for x, y in zip(a, b)) >= len(a) - 1 else 1)
 PYEOF
+
+# --shuffle_batches: the file-order batches in another order (the same loss sum at lr 0)
+$W $MODEL --epochs 2 --learning_rate 0 --seed 5 --shuffle_batches --log_path sb.json >sb.out 2>&1 \
+    || fail "lr 0 run with --shuffle_batches" "$(tail -n 3 sb.out)"
+steps sb.json >sb.steps
+$PY - plain.steps sb.steps "$NB" "$B" "$N" <<'PYEOF' && ok "--shuffle_batches reorders whole batches" \
+    || fail "--shuffle_batches reorders whole batches" "$(paste plain.steps sb.steps | head -n 5)"
+import sys
+def load(p): return [float(l.split()[1]) for l in open(p)]
+a, s, nb = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
+# at lr 0 a batch's loss identifies it: each epoch serves the same multiset of batches
+ok = len(s) == 2 * nb and all(sorted(a[e * nb:(e + 1) * nb]) == sorted(s[e * nb:(e + 1) * nb]) for e in (0, 1))
+sys.exit(0 if ok and s[:nb] != a[:nb] and s[:nb] != s[nb:] else 1)
+PYEOF
+
+# --start_position: a run started at step k (as EPOCH:BATCH or as k) trains the
+# batches an uninterrupted run trains from step k (lr 0: bitwise the same losses)
+K=$((NB + 3))
+for pos in "1:3" "$K"; do
+    $W $MODEL --max_steps 5 --learning_rate 0 --seed 5 --shuffle_samples --start_position "$pos" \
+        --log_path "sp.json" >sp.out 2>&1 || fail "--start_position $pos runs" "$(tail -n 3 sp.out)"
+    steps sp.json | awk '{print $2}' >sp.steps
+    awk -v k="$K" 'NR > k && NR <= k + 5 {print $2}' shuf.steps >want.steps
+    if [ -s sp.steps ] && cmp -s sp.steps want.steps && grep -q "training starts at epoch 1, batch 3" sp.out; then
+        ok "--start_position $pos resumes the uninterrupted run's batches at step $K"
+    else
+        fail "--start_position $pos resumes the uninterrupted run's batches" "$(paste sp.steps want.steps | head -n 5)"
+    fi
+done
 
 if command -v mpirun >/dev/null 2>&1; then
     use_mpi

@@ -108,6 +108,14 @@ expect "worker: rowwise_adagrad with epsilon 0 and accumulator 0" 2 \
     $WL $SYN $TINY --optimizer rowwise_adagrad --adagrad_epsilon 0 --adagrad_initial_accumulator_value 0
 expect "worker: an unknown optimizer names the choices" 2 \
     "error: --optimizer: 'rowwise_adam' is not one of sgd\|adagrad\|rowwise_adagrad" $WL $SYN $TINY --optimizer rowwise_adam
+# the order of the training data
+expect "worker: --shuffle_samples with --shuffle_batches" 2 \
+    'error: --shuffle_samples and --shuffle_batches cannot be used together' \
+    $WL $SYN $TINY --shuffle_samples --shuffle_batches
+expect "worker: --start_position that is no position" 2 \
+    "error: --start_position: '2:-1' is neither EPOCH:BATCH nor a step number" $WL $SYN $TINY --start_position 2:-1
+expect "worker: --start_position past an epoch's last batch" 2 \
+    'error: --start_position 0:64008: an epoch has batches 0 to 64007, not 64008' $WL $SYN $TINY --start_position 0:64008
 # the cross layers' flags mean nothing with the dot interaction; their bounds
 expect "worker: --dcn_low_rank_dim with the default dot interaction" 2 \
     'error: --dcn_low_rank_dim is given but the interaction is dot \(the default of --interaction\)' \

@@ -2,7 +2,9 @@
  * split in batches of batch_size in order, wrapping into the next epoch (the
  * partial last batch and --drop_last are tested on files in test_split_binary);
  * with --shuffle_samples every epoch a different order of the same samples, the
- * same for the same seed, resumable at any position; the test split in batches of its own size (a
+ * same for the same seed, resumable at any position; --shuffle_batches permutes
+ * whole batches; --start_position starts where an uninterrupted run would be;
+ * every batch carries its (epoch, index) and seed; the test split in batches of its own size (a
  * partial last batch is tested on files in test_split_binary); positions that
  * resume the same sequence (tell, seek); the
  * data equal to the dataset's own samples; a dataset smaller than one batch
@@ -189,7 +191,87 @@ static void shuffled_epochs(void)
     TH_CHECK(memcmp(a[0], b[0], sizeof a[0]) != 0); /* another seed, another order */
 }
 
+/* file-order batch number of each batch of 3 epochs under --shuffle_batches */
+static void shuffled_batches(void)
+{
+    struct job_cfg j;
+    job(&j, 10, 7);
+    j.shuffle_batches = 1;
+    struct source s;
+    struct batch *b = NULL, *ref = NULL;
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
+    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    int order[3][4], moved = 0;
+    for (int k = 0; k < 12; k++) {
+        TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
+        TH_EQ(b->epoch, k / 4);
+        TH_EQ(b->index, k % 4);
+        TH_EQ(b->seed, 9);
+        order[k / 4][k % 4] = -1;
+        for (int f = 0; f < 4; f++) {
+            TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, f * 10, 10, ref), TR_OK);
+            if (!memcmp(batch_num(b), batch_num(ref), 10 * (size_t)b->num_ld * sizeof(float)))
+                order[k / 4][k % 4] = f;
+        }
+        moved += order[k / 4][k % 4] != k % 4;
+    }
+    for (int e = 0; e < 3; e++) {
+        int seen[4] = {0};
+        for (int i = 0; i < 4; i++)
+            if (order[e][i] >= 0)
+                seen[order[e][i]]++;
+        TH_CHECKF(seen[0] == 1 && seen[1] == 1 && seen[2] == 1 && seen[3] == 1,
+                  "epoch %d serves batches %d %d %d %d", e, order[e][0], order[e][1], order[e][2], order[e][3]);
+    }
+    TH_CHECKF(moved >= 4, "only %d of 12 batches away from their file position", moved);
+    TH_CHECK(memcmp(order[0], order[1], sizeof order[0]) || memcmp(order[1], order[2], sizeof order[0]));
+    batch_free(&b);
+    batch_free(&ref);
+    source_close(&s);
+}
+
+/* --start_position E:B and a step number start where an uninterrupted run is
+ * then; past the last batch of an epoch is refused. */
+static void start_position(void)
+{
+    struct job_cfg j;
+    job(&j, 10, 7);
+    j.shuffle_samples = 1;
+    struct source s;
+    struct batch *b = NULL, *want = NULL;
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &want), TR_OK);
+    TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+    for (int k = 0; k <= 6; k++) /* step 6 = epoch 1, batch 2 */
+        TH_EQ_ST_REQ(source_next(&s, want), TR_OK);
+    source_close(&s);
+    const char *const forms[2] = {"1:2", "6"};
+    for (int f = 0; f < 2; f++) {
+        j.start_position = (char *)forms[f];
+        TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
+        TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
+        TH_EQ(b->epoch, 1);
+        TH_EQ(b->index, 2);
+        TH_CHECKF(memcmp(batch_num(b), batch_num(want), 10 * (size_t)b->num_ld * sizeof(float)) == 0 &&
+                      memcmp(batch_cat(b), batch_cat(want), 3 * 10 * sizeof(int32_t)) == 0,
+                  "--start_position %s: not the batch an uninterrupted run trains at step 6", forms[f]);
+        source_close(&s);
+    }
+    j.start_position = "1:4"; /* 4 batches an epoch: 0..3 */
+    TH_EQ_ST(source_open_reader(&s, &j), TR_ERR_ARG);
+    source_close(&s);
+    j.start_position = "1:x";
+    TH_EQ_ST(source_open_reader(&s, &j), TR_ERR_ARG);
+    source_close(&s);
+    batch_free(&b);
+    batch_free(&want);
+}
+
 static const struct th_case cases[] = {
+    {"shuffled_batches", shuffled_batches},
+    {"start_position", start_position},
     {"shuffled_epochs", shuffled_epochs},
     {"sequence_and_positions", sequence_and_positions},
     {"test_batch_size", test_batch_size},
