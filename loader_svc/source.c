@@ -67,6 +67,7 @@ static enum tr_status r_next(void *ctx, struct batch *b)
         TR_CHECK(fill_shuffled(r, first, n, b));
     else
         TR_CHECK(dataset_fill(&r->ds, (enum batch_split)s, first, n, b));
+    b->flags = 0; /* the reader requests nothing */
     b->index = r->pos.index;
     b->epoch = r->pos.epoch;
     b->seed = r->seed;

@@ -35,8 +35,9 @@ struct source_pos {
 struct source_i {
     const char *name;
     /* Fills b (a block of at least the source's batch size, same shape) with the
-     * batch at the current position and advances. Sets b->n, index, epoch, seed and split;
-     * leaves step and flags to the caller. */
+     * batch at the current position and advances. Sets b->n, index, epoch, seed and split,
+     * and flags to what the source requests (stop, checkpoint, evaluate: batch.h;
+     * 0 from the reader); leaves step to the caller. */
     enum tr_status (*next)(void *ctx, struct batch *b);
     /* Moves to pos. TR_ERR_RANGE when the position is outside the split. */
     enum tr_status (*seek)(void *ctx, const struct source_pos *pos);

@@ -558,7 +558,9 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
         struct batch *b = T->blk;
         TR_CHECK(source_next(&T->src, b));
         b->step = s;
-        b->flags = 0;
+        b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
+        if (b->flags & BATCH_F_STOP)
+            LOG_RANK0("step %lld: the data source asks to stop after this step", (long long)s + 1);
         int eval = job->evals_per_epoch > 0 && is_eval_step(b->index, T->src.nbatches[BATCH_TRAIN],
                                                              job->evals_per_epoch);
         if ((eval || s + 1 == T->total) && T->src.nsamples[BATCH_TEST] > 0)

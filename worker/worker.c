@@ -58,6 +58,9 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     while (rc == TR_OK && T.step < T.total) {
         struct batch hdr;
         TR_CHECK_GOTO(train_step(&T, &hdr), rc, exit);
+        if (hdr.flags & BATCH_F_CKPT)
+            LOG_RANK0("step %lld: checkpoint requested, but this build has no checkpoint store yet: training goes on",
+                      (long long)T.step);
         if (hdr.flags & BATCH_F_EVAL) {
             struct train_eval ev;
             TR_CHECK_GOTO(train_evaluate(&T, &ev), rc, exit);
