@@ -309,13 +309,18 @@ enum tr_status ring_attach(struct ring *r, const char *name, double timeout, vol
         r->h = NULL;
         return TR_ERR_FORMAT;
     }
+    return TR_OK;
+}
+
+enum tr_status ring_claim(struct ring *r)
+{
     int32_t none = 0, me = (int32_t)getpid();
     if (!atomic_compare_exchange_strong(&r->h->consumer_pid, &none, me)) {
         LOG_ERROR("ring '%s' already has a consumer (pid %d)", r->name, (int)none);
-        munmap(r->h, (size_t)st.st_size);
-        r->h = NULL;
+        LOG_HINT("one job's rank 0 per ring: choose another --ring name for this job");
         return TR_ERR_ARG;
     }
+    r->claimed = 1;
     shm_unlink(r->name); /* from now on the object lives exactly as long as its users */
     TR_CHECK(hb_start(r));
     ring_set_state(r, RING_ST_ATTACHED);
@@ -330,7 +335,7 @@ void ring_close(struct ring *r)
         r->hb_running = 0;
     }
     if (r->h) {
-        if (!r->is_loader)
+        if (r->claimed)
             ring_set_state(r, RING_ST_CONSUMER_DONE);
         if (r->is_loader == 2 && !(atomic_load(&r->h->state) & RING_ST_ATTACHED))
             shm_unlink(r->name);
@@ -340,4 +345,5 @@ void ring_close(struct ring *r)
         shm_unlink(r->name);
     }
     r->is_loader = r->is_loader ? 1 : 0;
+    r->claimed = 0;
 }

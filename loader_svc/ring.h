@@ -92,6 +92,7 @@ struct ring {
     struct ring_hdr *h; /* the mapping (h->total_bytes) */
     char name[RING_NAME_MAX + 16]; /* "/terarec-NAME" */
     int is_loader;
+    int claimed;    /* the consumer holds it */
     int hb_running;
     _Atomic int hb_stop;
     pthread_t hb_thread;
@@ -120,14 +121,19 @@ enum tr_status ring_shm_name(const char *name, char *out) TR_WUR;
 enum tr_status ring_create(struct ring *r, const char *name, int slots, const struct ring_shape *shape) TR_WUR;
 
 /* Consumer side: waits up to timeout seconds for the ring to exist and be ready,
- * checks its magic, version and slot size (TR_ERR_FORMAT, logged naming the ring
- * and the field, with a hint), claims it (TR_ERR_ARG when another live consumer
- * holds it), unlinks the name and starts the heartbeat thread. TR_ERR_TIMEOUT
- * (logged) when it does not appear; TR_ERR_INTERRUPTED when *stop turns non-zero
- * (stop may be NULL). Release with ring_close. */
+ * maps it and checks its magic, version and slot size (TR_ERR_FORMAT, logged
+ * naming the ring and the field, with a hint). TR_ERR_TIMEOUT (logged) when it
+ * does not appear; TR_ERR_INTERRUPTED when *stop turns non-zero (stop may be
+ * NULL). The ring is only looked at: a consumer that closes it now leaves it to
+ * another. Release with ring_close. */
 enum tr_status ring_attach(struct ring *r, const char *name, double timeout, volatile int *stop) TR_WUR;
 
-/* Stops the heartbeat, tells the peer (consumer: RING_ST_CONSUMER_DONE), unlinks
+/* Consumer side, after ring_attach: claims the ring (TR_ERR_ARG, logged, when
+ * another consumer holds it), unlinks the name, starts the heartbeat thread and
+ * tells the loader (RING_ST_ATTACHED). TR_ERR_SYS. */
+enum tr_status ring_claim(struct ring *r) TR_WUR;
+
+/* Stops the heartbeat, tells the peer (a consumer that claimed: RING_ST_CONSUMER_DONE), unlinks
  * the name when it is the loader's and no consumer attached, unmaps. Safe on a
  * zeroed ring and twice. */
 void ring_close(struct ring *r);

@@ -183,7 +183,8 @@ enum tr_status source_open_ring(struct source *s, const char *name, double timeo
     s->i = &ring_iface;
     s->ctx = q;
     TR_CHECK(ring_attach(&q->ring, name, timeout, stop));
-    TR_CHECK(check_flags(q, job));
+    TR_CHECK(check_flags(q, job)); /* before claiming: a wrong worker leaves the ring to the right one */
+    TR_CHECK(ring_claim(&q->ring));
     const struct ring_hdr *h = q->ring.h;
     s->num_features = h->num_features;
     s->ntables = h->ntables;

@@ -1,6 +1,7 @@
 /* test_ring.c: the loader's shared-memory ring with real processes (fork): a
  * loader child serves the same batches, in the same order, as the in-process
  * reader, through wrap-around of its slots and repeated evaluation passes; a
+ * consumer with other flags is refused without claiming the ring; a
  * waiting loader and a waiting consumer use ~no CPU; a stale ring is replaced, a
  * live one refused, a bad magic or version refused; a killed loader or consumer
  * is noticed by the other within 5 s; no /dev/shm name is left behind. */
@@ -173,6 +174,10 @@ static void flags_checked(void)
     struct source q;
     j.test_batch_size = 8;
     TH_EQ_ST(source_open_ring(&q, name, 10, &j, NULL), TR_ERR_ARG);
+    source_close(&q);
+    TH_CHECK(shm_exists()); /* a refused consumer leaves the ring to the right one */
+    j.test_batch_size = 7;
+    TH_EQ_ST(source_open_ring(&q, name, 10, &j, NULL), TR_OK);
     source_close(&q);
     TH_EQ(wait_exit(lp, 5), 0);
     TH_CHECK(!shm_exists());
