@@ -269,11 +269,11 @@ enum tr_status ring_attach(struct ring *r, const char *name, double timeout, vol
     const int64_t t_end = now_ns() + (int64_t)(timeout * 1e9);
     struct stat st;
     int fd = -1;
+    int32_t stale_pid = 0; /* a ready ring whose loader is gone: wait for its replacement */
     for (;;) {
         if (stop && *stop)
             return TR_ERR_INTERRUPTED;
-        if (fd < 0)
-            fd = shm_open(r->name, O_RDWR, 0);
+        fd = shm_open(r->name, O_RDWR, 0);
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(struct ring_hdr)) {
             r->h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (r->h == MAP_FAILED) {
@@ -282,15 +282,22 @@ enum tr_status ring_attach(struct ring *r, const char *name, double timeout, vol
                 close(fd);
                 return TR_ERR_IO;
             }
-            if (atomic_load(&r->h->state) & RING_ST_READY)
+            if ((atomic_load(&r->h->state) & RING_ST_READY) && ring_peer_alive(r))
                 break;
+            if (atomic_load(&r->h->state) & RING_ST_READY)
+                stale_pid = atomic_load(&r->h->loader_pid);
             munmap(r->h, (size_t)st.st_size);
             r->h = NULL;
         }
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
         if (now_ns() > t_end) {
-            if (fd >= 0)
-                close(fd);
-            LOG_ERROR("ring '%s' did not appear within %g s (--loader_timeout)", r->name, timeout);
+            if (stale_pid)
+                LOG_ERROR("ring '%s' is stale (its loader pid %d is gone) and no new loader came within %g s "
+                          "(--loader_timeout)", r->name, (int)stale_pid, timeout);
+            else
+                LOG_ERROR("ring '%s' did not appear within %g s (--loader_timeout)", r->name, timeout);
             LOG_HINT("start 'terarec-loader --ring %s' with the job's dataset flags", name);
             return TR_ERR_TIMEOUT;
         }

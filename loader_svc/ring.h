@@ -120,7 +120,8 @@ enum tr_status ring_shm_name(const char *name, char *out) TR_WUR;
  * TR_ERR_SYS. Release with ring_close whatever the result. Not thread-safe. */
 enum tr_status ring_create(struct ring *r, const char *name, int slots, const struct ring_shape *shape) TR_WUR;
 
-/* Consumer side: waits up to timeout seconds for the ring to exist and be ready,
+/* Consumer side: waits up to timeout seconds for the ring to exist and be ready
+ * with a live loader (a stale ring is waited past: the next loader replaces it),
  * maps it and checks its magic, version and slot size (TR_ERR_FORMAT, logged
  * naming the ring and the field, with a hint). TR_ERR_TIMEOUT (logged) when it
  * does not appear; TR_ERR_INTERRUPTED when *stop turns non-zero (stop may be

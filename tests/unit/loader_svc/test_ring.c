@@ -3,7 +3,7 @@
  * reader, through wrap-around of its slots and repeated evaluation passes; a
  * consumer with other flags is refused without claiming the ring; a
  * waiting loader and a waiting consumer use ~no CPU; a stale ring is replaced, a
- * live one refused, a bad magic or version refused; a killed loader or consumer
+ * live one refused (a consumer waits past a stale one for the new loader), a bad magic or version refused; a killed loader or consumer
  * is noticed by the other within 5 s; no /dev/shm name is left behind. */
 #include <fcntl.h>
 #include <signal.h>
@@ -263,6 +263,41 @@ static void stale_replaced_live_refused(void)
     TH_CHECK(!shm_exists());
 }
 
+static void consumer_waits_past_stale(void)
+{
+    new_name("stalec");
+    int64_t rows[1] = {10};
+    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 9, "test"};
+    pid_t lp = fork();
+    if (lp == 0) {
+        struct ring r;
+        if (ring_create(&r, name, 2, &sh) != TR_OK)
+            _exit(1);
+        raise(SIGKILL);
+    }
+    TH_EQ(wait_exit(lp, 5), 128 + SIGKILL);
+    pid_t cp = fork();
+    if (cp == 0) { /* a worker that comes before the new loader */
+        struct job_cfg jc = {0};
+        jc.batch_size = 5;
+        jc.seed = 9;
+        struct source q;
+        enum tr_status rc = source_open_ring(&q, name, 10, &jc, NULL);
+        source_close(&q);
+        _exit(rc == TR_OK ? 0 : 1);
+    }
+    usleep(400000);
+    struct ring r;
+    TH_EQ_ST_REQ(ring_create(&r, name, 2, &sh), TR_OK);
+    const double t_end = tr_clock_now() + 5;
+    while (!(atomic_load(&r.h->state) & RING_ST_CONSUMER_DONE) && tr_clock_now() < t_end)
+        usleep(10000);
+    TH_CHECK(atomic_load(&r.h->state) & RING_ST_CONSUMER_DONE);
+    TH_EQ(wait_exit(cp, 5), 0);
+    ring_close(&r);
+    TH_CHECK(!shm_exists());
+}
+
 /* A ready-looking object with one header field wrong. */
 static void bad_header(uint32_t magic, uint32_t version, enum tr_status want)
 {
@@ -375,6 +410,7 @@ static const struct th_case cases[] = {
     {"flags_checked", flags_checked},
     {"waits_do_not_spin", waits_do_not_spin},
     {"stale_replaced_live_refused", stale_replaced_live_refused},
+    {"consumer_waits_past_stale", consumer_waits_past_stale},
     {"bad_magic_version_slot_refused", bad_magic_version_slot_refused},
     {"dead_loader_noticed", dead_loader_noticed},
     {"dead_consumer_noticed", dead_consumer_noticed},
