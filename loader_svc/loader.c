@@ -27,14 +27,14 @@ void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
             o[k++] = train[i];
     c->job.table = o;
     const struct tr_opt own[] = {
-        {"ring", TR_OPT_STRING, &c->ring, NULL, "name of the shared-memory ring (/dev/shm/terarec-NAME); required",
-         1, 0, NULL, NULL, 0},
-        {"ring_slots", TR_OPT_INT, &c->ring_slots, "4", "batches prefetched per stream (train, test)", 1, 1024,
+        {"ring", TR_OPT_STRING, &c->ring, NULL, "name of the shared-memory ring (/dev/shm/terarec-NAME); required", 1,
+         0, NULL, NULL, 0},
+        {"ring_slots", TR_OPT_INT, &c->ring_slots, "4", "batches prefetched per stream (train, test)", 1, 1024, NULL,
+         NULL, 0},
+        {"loader_threads", TR_OPT_INT, &c->threads, "0", "OpenMP threads decoding batches (0: OpenMP's default)", 0,
+         4096, NULL, NULL, 0},
+        {"attach_timeout", TR_OPT_DOUBLE, &c->attach_timeout, "60", "seconds to wait for the worker to attach", 0, 1e9,
          NULL, NULL, 0},
-        {"loader_threads", TR_OPT_INT, &c->threads, "0", "OpenMP threads decoding batches (0: OpenMP's default)",
-         0, 4096, NULL, NULL, 0},
-        {"attach_timeout", TR_OPT_DOUBLE, &c->attach_timeout, "60", "seconds to wait for the worker to attach", 0,
-         1e9, NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= LOADER_MAX_OPTS);
@@ -66,7 +66,7 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
     const uint32_t K = (uint32_t)h->slots;
     const double t_attach = tr_clock_now() + attach_timeout;
     uint32_t served = 0; /* test passes finished */
-    int64_t test_k = 0;  /* batches of the current pass produced */
+    int64_t test_k = 0; /* batches of the current pass produced */
     for (;;) {
         if (stop && *stop)
             return TR_ERR_INTERRUPTED;
@@ -123,9 +123,16 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
         TR_CHECK_GOTO(source_seek(&test, &test0), rc, exit);
     }
     const struct ring_shape shape = {
-        train.num_features, train.ntables, train.rows, {train.nsamples[0], train.nsamples[1]},
-        {train.batch[0], train.batch[1]}, {train.nbatches[0], train.nbatches[1]}, c->job.shuffle_samples,
-        c->job.drop_last, c->job.seed, train.desc,
+        train.num_features,
+        train.ntables,
+        train.rows,
+        {train.nsamples[0], train.nsamples[1]},
+        {train.batch[0], train.batch[1]},
+        {train.nbatches[0], train.nbatches[1]},
+        c->job.shuffle_samples,
+        c->job.drop_last,
+        c->job.seed,
+        train.desc,
     };
     TR_CHECK_GOTO(ring_create(&r, c->ring, c->ring_slots, &shape), rc, exit);
     LOG_RANK0("loader: ring '%s' ready (pid %d): %s, %lld+%lld batches of %lld/%lld samples, %d slots per stream",

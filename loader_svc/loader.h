@@ -15,9 +15,9 @@ extern "C" {
 
 struct loader_cfg {
     struct job_cfg job;
-    char *ring;            /* --ring NAME: the object is /dev/shm/terarec-NAME */
-    int ring_slots;        /* slots per stream */
-    int threads;           /* --loader_threads: OpenMP threads decoding (0: OpenMP's default) */
+    char *ring; /* --ring NAME: the object is /dev/shm/terarec-NAME */
+    int ring_slots; /* slots per stream */
+    int threads; /* --loader_threads: OpenMP threads decoding (0: OpenMP's default) */
     double attach_timeout; /* seconds to wait for the worker */
 };
 

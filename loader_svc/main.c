@@ -27,8 +27,10 @@ int main(int argc, char **argv)
     loader_opts_fill(&cfg, opts);
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
-        tr_opt_print_help(opts, "usage: terarec-loader --ring NAME [options]\n\nreads the dataset once and serves "
-                          "global batches to worker rank 0 (terarec-worker --loader shm:NAME)", stdout);
+        tr_opt_print_help(opts,
+                          "usage: terarec-loader --ring NAME [options]\n\nreads the dataset once and serves "
+                          "global batches to worker rank 0 (terarec-worker --loader shm:NAME)",
+                          stdout);
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec-loader", want & TR_OPT_WANT_PARSABLE, NULL);
     } else if (rc == TR_OK) {

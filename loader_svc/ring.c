@@ -76,8 +76,8 @@ static enum tr_status hb_start(struct ring *r)
 struct batch *ring_slot(const struct ring *r, int s, uint32_t i)
 {
     const struct ring_hdr *h = r->h;
-    return (struct batch *)((char *)h + h->off_slots + ((int64_t)s * h->slots + (int64_t)(i % (uint32_t)h->slots)) *
-                                                           h->slot_bytes);
+    return (struct batch *)((char *)h + h->off_slots +
+                            ((int64_t)s * h->slots + (int64_t)(i % (uint32_t)h->slots)) * h->slot_bytes);
 }
 
 int64_t *ring_slot_nf(const struct ring *r, int s, uint32_t i)
@@ -229,8 +229,8 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     memcpy((char *)h + off_rows, sh->rows, 8 * (size_t)sh->ntables);
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < slots; i++)
-            TR_CHECK(batch_format(ring_slot(r, s, (uint32_t)i), slot_bytes, sh->batch[s], sh->num_features,
-                                  sh->ntables));
+            TR_CHECK(
+                batch_format(ring_slot(r, s, (uint32_t)i), slot_bytes, sh->batch[s], sh->num_features, sh->ntables));
     h->version = RING_VERSION;
     atomic_store(&h->loader_pid, (int32_t)getpid());
     TR_CHECK(hb_start(r));
@@ -295,7 +295,8 @@ enum tr_status ring_attach(struct ring *r, const char *name, double timeout, vol
         if (now_ns() > t_end) {
             if (stale_pid)
                 LOG_ERROR("ring '%s' is stale (its loader pid %d is gone) and no new loader came within %g s "
-                          "(--loader_timeout)", r->name, (int)stale_pid, timeout);
+                          "(--loader_timeout)",
+                          r->name, (int)stale_pid, timeout);
             else
                 LOG_ERROR("ring '%s' did not appear within %g s (--loader_timeout)", r->name, timeout);
             LOG_HINT("start 'terarec-loader --ring %s' with the job's dataset flags", name);

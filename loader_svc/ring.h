@@ -54,21 +54,21 @@ extern "C" {
 #define RING_STALE_S 3.0 /* a heartbeat older than this: the peer is gone */
 
 enum ring_state {
-    RING_ST_READY = 1u << 0,         /* the loader has written the header */
-    RING_ST_ATTACHED = 1u << 1,      /* a consumer attached (and unlinked the name) */
+    RING_ST_READY = 1u << 0, /* the loader has written the header */
+    RING_ST_ATTACHED = 1u << 1, /* a consumer attached (and unlinked the name) */
     RING_ST_CONSUMER_DONE = 1u << 2, /* the consumer closed: the loader ends */
     RING_ST_LOADER_FAILED = 1u << 3, /* the loader stopped on an error (hdr.loader_error) */
 };
 
 struct ring_hdr {
-    uint32_t magic;              /* RING_MAGIC; these three fields never move */
-    uint32_t version;            /* RING_VERSION */
+    uint32_t magic; /* RING_MAGIC; these three fields never move */
+    uint32_t version; /* RING_VERSION */
     _Atomic int32_t loader_pid;
     _Atomic int32_t consumer_pid; /* 0: none yet */
     /* the shape the consumer needs, so it never opens the dataset */
     int64_t total_bytes;
     int64_t slot_bytes;
-    int32_t slots;               /* K, per stream */
+    int32_t slots; /* K, per stream */
     int32_t num_features;
     int32_t ntables;
     int32_t shuffle_samples, drop_last;
@@ -76,12 +76,12 @@ struct ring_hdr {
     int64_t seed;
     int64_t nsamples[2], batch[2], nbatches[2];
     int64_t off_rows, off_nf, off_slots;
-    char desc[256];              /* "synthetic" or the FeatureSpec path */
+    char desc[256]; /* "synthetic" or the FeatureSpec path */
     /* the streams */
     _Atomic uint32_t head[2], tail[2];
-    _Atomic uint32_t test_req;   /* evaluation passes asked for */
+    _Atomic uint32_t test_req; /* evaluation passes asked for */
     _Atomic uint32_t lwake, cwake; /* futex words: the loader waits on lwake, the consumer on cwake */
-    _Atomic uint32_t state;      /* enum ring_state bits */
+    _Atomic uint32_t state; /* enum ring_state bits */
     _Atomic int32_t loader_error; /* enum tr_status, with RING_ST_LOADER_FAILED */
     uint32_t pad1;
     _Atomic int64_t loader_hb, consumer_hb; /* CLOCK_MONOTONIC ns */
@@ -92,7 +92,7 @@ struct ring {
     struct ring_hdr *h; /* the mapping (h->total_bytes) */
     char name[RING_NAME_MAX + 16]; /* "/terarec-NAME" */
     int is_loader;
-    int claimed;    /* the consumer holds it */
+    int claimed; /* the consumer holds it */
     int hb_running;
     _Atomic int hb_stop;
     pthread_t hb_thread;

@@ -16,9 +16,9 @@
 struct rsrc {
     struct ring ring;
     struct source_pos train; /* the next training batch */
-    int testing;             /* serving a test pass */
-    int64_t test_read;       /* its batches consumed */
-    int64_t nf[2];           /* replaced NaN/inf values up to the last consumed batch */
+    int testing; /* serving a test pass */
+    int64_t test_read; /* its batches consumed */
+    int64_t nf[2]; /* replaced NaN/inf values up to the last consumed batch */
 };
 
 /* Copies the n samples of src into dst (same shape, any capacities). */

@@ -3,8 +3,8 @@
  * reader, through wrap-around of its slots and repeated evaluation passes; a
  * consumer with other flags is refused without claiming the ring; a
  * waiting loader and a waiting consumer use ~no CPU; a stale ring is replaced, a
- * live one refused (a consumer waits past a stale one for the new loader), a bad magic or version refused; a killed loader or consumer
- * is noticed by the other within 5 s; no /dev/shm name is left behind. */
+ * live one refused (a consumer waits past a stale one for the new loader), a bad magic or version refused; a killed
+ * loader or consumer is noticed by the other within 5 s; no /dev/shm name is left behind. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
