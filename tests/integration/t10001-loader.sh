@@ -3,7 +3,8 @@
 # Loader + 1 worker and loader + 3 workers (column-wise and table-wise) train
 # bitwise the same per-step losses, evaluations and final weights as the
 # in-process reader, on synthetic data and on a prepared split-binary dataset
-# with a partial last batch, with and without --shuffle_samples. Then failures
+# with a partial last batch, with and without --shuffle_samples (and with NaN/inf
+# inputs replaced by 0, counted alike). Then failures
 # with processes really killed: a killed loader stops every rank (non-zero, the
 # loader named) and a killed worker stops the loader, each within ~10 s; a stale
 # ring is replaced, a live one refused; mismatched flags are refused (exit 2);
@@ -94,12 +95,29 @@ same() {
         cmp -s "$name.ref/rank$r.bin" "$name.w/rank$r.bin" || bad="$bad rank$r"
     done
     [ -z "$bad" ] && ok "$name: the same final weights on $np rank(s)" || fail "$name: the same final weights" "$bad"
+    if grep -q "^nonfinite inputs:" "$name.ref.out"; then
+        local a b
+        a=$(grep "^nonfinite inputs:" "$name.ref.out")
+        b=$(grep "^nonfinite inputs:" "$name.out")
+        [ "$a" = "$b" ] && ok "$name: the same count of replaced NaN/inf inputs (${a#*: })" \
+            || fail "$name: the same count of replaced NaN/inf inputs" "reader '$a', loader '$b'"
+    fi
 }
 
 same syn-1 1 "$SYN" "$SYN_MODEL" "|"
 same syn-1-shuf 1 "$SYN" "$SYN_MODEL" "--shuffle_samples|"
 same sb-1 1 "$SB" "$SB_MODEL" "|"
 same sb-1-shuf 1 "$SB" "$SB_MODEL" "--shuffle_samples --drop_last|"
+# NaN/inf numerical inputs replaced by 0: the loader counts them as the reader does
+cp -r ds dsnf
+$PY - <<'PYEOF'
+for path, row, feat, val in (("dsnf/train/numerical.bin", 37, 5, 0x7e00), ("dsnf/train/numerical.bin", 200, 12, 0x7c00),
+                             ("dsnf/test/numerical.bin", 3, 0, 0xfc00)):
+    with open(path, "r+b") as f:
+        f.seek((row * 13 + feat) * 2)
+        f.write(val.to_bytes(2, "little"))
+PYEOF
+same sb-1-nonfinite 1 "${SB/--dataset_path ds/--dataset_path dsnf}" "$SB_MODEL" "--nonfinite_inputs zero|"
 if command -v mpirun >/dev/null 2>&1; then
     same syn-3-col-shuf 3 "$SYN" "$SYN_MODEL" "--shuffle_samples|--columnwise_split --data_parallel_bottom_mlp"
     same sb-3-table 3 "$SB" "$SB_MODEL" "|"
