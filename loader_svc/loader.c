@@ -142,6 +142,15 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
     if (rc != TR_OK && rc != TR_ERR_REMOTE && rc != TR_ERR_TIMEOUT) {
         atomic_store(&r.h->loader_error, (int32_t)rc);
         ring_set_state(&r, RING_ST_LOADER_FAILED);
+        /* a worker that has not come yet learns the error from the ring, not from a
+         * timeout: wait for it as long as for a working ring */
+        const double t_end = tr_clock_now() + c->attach_timeout;
+        while (rc != TR_ERR_INTERRUPTED && !(atomic_load(&r.h->state) & RING_ST_ATTACHED) &&
+               tr_clock_now() < t_end && !(stop && *stop)) {
+            const uint32_t seen = atomic_load(&r.h->lwake);
+            if (ring_wait(&r, seen) != TR_OK)
+                break;
+        }
     }
 exit:
     ring_close(&r);

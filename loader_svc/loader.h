@@ -32,7 +32,8 @@ void loader_opts_fill(struct loader_cfg *cfg, struct tr_opt o[LOADER_MAX_OPTS]);
  * dies (TR_ERR_REMOTE), no consumer attaches within --attach_timeout
  * (TR_ERR_TIMEOUT), *stop turns non-zero (TR_ERR_INTERRUPTED; set it from a
  * signal handler), or the dataset fails (its error: the consumer learns it
- * through the ring). Errors are logged. The ring's name is removed on every
+ * through the ring; the loader waits up to --attach_timeout for a consumer to
+ * come and learn it). Errors are logged. The ring's name is removed on every
  * path on which no consumer attached (the consumer removes it otherwise). */
 enum tr_status loader_run(const struct loader_cfg *cfg, volatile int *stop) TR_WUR;
 

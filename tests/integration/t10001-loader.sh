@@ -7,7 +7,8 @@
 # inputs replaced by 0, counted alike). Then failures
 # with processes really killed: a killed loader stops every rank (non-zero, the
 # loader named) and a killed worker stops the loader, each within ~10 s; a stale
-# ring is replaced, a live one refused; mismatched flags are refused (exit 2);
+# ring is replaced, a live one refused; mismatched flags are refused (exit 2); a
+# dataset error in the loader stops the worker with exit 2, naming the loader;
 # SIGTERM before any worker attached removes the ring. After each case nothing
 # named terarec-<ring>* is left in /dev/shm.
 . "$(dirname "$0")/lib.sh"
@@ -118,6 +119,18 @@ for path, row, feat, val in (("dsnf/train/numerical.bin", 37, 5, 0x7e00), ("dsnf
         f.write(val.to_bytes(2, "little"))
 PYEOF
 same sb-1-nonfinite 1 "${SB/--dataset_path ds/--dataset_path dsnf}" "$SB_MODEL" "--nonfinite_inputs zero|"
+# a dataset error in the loader reaches the worker: both exit 2, the worker naming the loader
+ring=$R-bad
+$L --ring $ring ${SB/--dataset_path ds/--dataset_path dsnf} --attach_timeout 30 >bad.l.out 2>&1 &
+lp=$!
+out=$(timeout 60 $W ${SB/--dataset_path ds/--dataset_path dsnf} $SB_MODEL $RUN --loader shm:$ring --log_path '' 2>&1)
+rc=$?
+wait $lp
+rc_l=$?
+[ $rc -eq 2 ] && [ $rc_l -eq 2 ] && echo "$out" | grep -q "loader (pid $lp) of ring '/terarec-$ring' failed: " \
+    && grep -q "train/numerical.bin': row 37 (sample 37), numerical feature 5 of 13 is NaN" bad.l.out \
+    && ok "a NaN refused by the loader: loader and worker exit 2, the worker naming the loader" \
+    || fail "a NaN refused by the loader: both exit 2" "worker $rc loader $rc_l: $out; $(cat bad.l.out)"
 if command -v mpirun >/dev/null 2>&1; then
     same syn-3-col-shuf 3 "$SYN" "$SYN_MODEL" "--shuffle_samples|--columnwise_split --data_parallel_bottom_mlp"
     same sb-3-table 3 "$SB" "$SB_MODEL" "|"
