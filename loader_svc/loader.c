@@ -45,7 +45,7 @@ void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
 static enum tr_status produce(struct ring *r, int s, struct source *src)
 {
     struct ring_hdr *h = r->h;
-    const uint32_t q = atomic_load(&h->head[s]);
+    const uint64_t q = atomic_load(&h->head[s]);
     struct batch *b = ring_slot(r, s, q);
     TR_CHECK(source_next(src, b));
     b->step = -1;
@@ -63,7 +63,7 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
                             volatile int *stop)
 {
     struct ring_hdr *h = r->h;
-    const uint32_t K = (uint32_t)h->slots;
+    const uint64_t K = (uint64_t)h->slots;
     const double t_attach = tr_clock_now() + attach_timeout;
     uint32_t served = 0; /* test passes finished */
     int64_t test_k = 0; /* batches of the current pass produced */
@@ -145,8 +145,8 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
         /* a worker that has not come yet learns the error from the ring, not from a
          * timeout: wait for it as long as for a working ring */
         const double t_end = tr_clock_now() + c->attach_timeout;
-        while (rc != TR_ERR_INTERRUPTED && !(atomic_load(&r.h->state) & RING_ST_ATTACHED) &&
-               tr_clock_now() < t_end && !(stop && *stop)) {
+        while (rc != TR_ERR_INTERRUPTED && !(atomic_load(&r.h->state) & RING_ST_ATTACHED) && tr_clock_now() < t_end &&
+               !(stop && *stop)) {
             const uint32_t seen = atomic_load(&r.h->lwake);
             if (ring_wait(&r, seen) != TR_OK)
                 break;

@@ -22,6 +22,9 @@
 
 #define WAIT_NS 100000000L /* one wait, and one heartbeat period: 100 ms */
 
+/* the header's atomics are shared between processes: they must be lock-free */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2, "lock-free 32- and 64-bit atomics");
+
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -73,17 +76,17 @@ static enum tr_status hb_start(struct ring *r)
     return TR_OK;
 }
 
-struct batch *ring_slot(const struct ring *r, int s, uint32_t i)
+struct batch *ring_slot(const struct ring *r, int s, uint64_t i)
 {
     const struct ring_hdr *h = r->h;
     return (struct batch *)((char *)h + h->off_slots +
-                            ((int64_t)s * h->slots + (int64_t)(i % (uint32_t)h->slots)) * h->slot_bytes);
+                            ((int64_t)s * h->slots + (int64_t)(i % (uint64_t)h->slots)) * h->slot_bytes);
 }
 
-int64_t *ring_slot_nf(const struct ring *r, int s, uint32_t i)
+int64_t *ring_slot_nf(const struct ring *r, int s, uint64_t i)
 {
     const struct ring_hdr *h = r->h;
-    return (int64_t *)((char *)h + h->off_nf) + 2 * ((int64_t)s * h->slots + (int64_t)(i % (uint32_t)h->slots));
+    return (int64_t *)((char *)h + h->off_nf) + 2 * ((int64_t)s * h->slots + (int64_t)(i % (uint64_t)h->slots));
 }
 
 const int64_t *ring_rows(const struct ring *r)
@@ -230,7 +233,7 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < slots; i++)
             TR_CHECK(
-                batch_format(ring_slot(r, s, (uint32_t)i), slot_bytes, sh->batch[s], sh->num_features, sh->ntables));
+                batch_format(ring_slot(r, s, (uint64_t)i), slot_bytes, sh->batch[s], sh->num_features, sh->ntables));
     h->version = RING_VERSION;
     atomic_store(&h->loader_pid, (int32_t)getpid());
     TR_CHECK(hb_start(r));

@@ -12,7 +12,8 @@
  *                              stream 0 = train, stream 1 = test; each a batch
  *                              block (batch.h) formatted for that split's batch size
  *
- * Protocol (one producer, one consumer, counters are uint32 and wrap):
+ * Protocol (one producer, one consumer; head/tail are uint64 sequence numbers,
+ * the futex words uint32 that may wrap):
  *   stream s: head[s] counts filled slots, tail[s] consumed ones; slot of
  *   sequence number q is q % K. The loader fills slot head % K while
  *   head - tail < K, then increments head; the consumer copies slot tail % K
@@ -78,7 +79,7 @@ struct ring_hdr {
     int64_t off_rows, off_nf, off_slots;
     char desc[256]; /* "synthetic" or the FeatureSpec path */
     /* the streams */
-    _Atomic uint32_t head[2], tail[2];
+    _Atomic uint64_t head[2], tail[2];
     _Atomic uint32_t test_req; /* evaluation passes asked for */
     _Atomic uint32_t lwake, cwake; /* futex words: the loader waits on lwake, the consumer on cwake */
     _Atomic uint32_t state; /* enum ring_state bits */
@@ -140,9 +141,9 @@ enum tr_status ring_claim(struct ring *r) TR_WUR;
 void ring_close(struct ring *r);
 
 /* The block of slot `i` of stream `s` (enum batch_split). */
-struct batch *ring_slot(const struct ring *r, int s, uint32_t i);
+struct batch *ring_slot(const struct ring *r, int s, uint64_t i);
 /* Per-slot counters of replaced NaN/inf values ((2) per slot: train, test). */
-int64_t *ring_slot_nf(const struct ring *r, int s, uint32_t i);
+int64_t *ring_slot_nf(const struct ring *r, int s, uint64_t i);
 const int64_t *ring_rows(const struct ring *r);
 
 /* Sets state bits and wakes the peer. */

@@ -53,7 +53,7 @@ static enum tr_status loader_gone(struct rsrc *q, const char *what)
 static enum tr_status take(struct rsrc *q, int s, struct batch *b)
 {
     struct ring_hdr *h = q->ring.h;
-    const uint32_t t = atomic_load(&h->tail[s]);
+    const uint64_t t = atomic_load(&h->tail[s]);
     for (;;) {
         const uint32_t seen = atomic_load(&h->cwake);
         if (atomic_load_explicit(&h->head[s], memory_order_acquire) != t)
