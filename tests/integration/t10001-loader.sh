@@ -254,4 +254,18 @@ rc=$?
     && ok "no loader: the worker gives up after --loader_timeout, naming the ring" \
     || fail "no loader: the worker gives up after --loader_timeout" "exit $rc: $out"
 no_shm_left "SIGTERM"
+
+# bad flags: exit 2 with one line naming the flag
+out=$(timeout 30 $W $SYN $SYN_MODEL $RUN --loader tcp:r1 --log_path '' 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --loader 'tcp:r1': expected shm:NAME" \
+    && ok "--loader without shm: is refused (exit 2)" || fail "--loader without shm: is refused" "exit $rc: $out"
+out=$(timeout 30 $L --ring a/b $SYN 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "ring name 'a/b'" && ok "a ring name with '/' is refused (exit 2)" \
+    || fail "a ring name with '/' is refused" "exit $rc: $out"
+out=$(timeout 30 $L $SYN 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q -- "--ring: required" && ok "terarec-loader without --ring: exit 2" \
+    || fail "terarec-loader without --ring: exit 2" "exit $rc: $out"
 done_testing
