@@ -170,13 +170,17 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-BINS := $(BIN)/terarec-worker $(BIN)/terarec
+BINS := $(BIN)/terarec-worker $(BIN)/terarec $(BIN)/terarec-loader
 
 $(BIN)/terarec: $(call obj,launcher/main.c) $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 $(BIN)/terarec-worker: $(call obj,worker/main.c) $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+$(BIN)/terarec-loader: $(call obj,loader_svc/main.c) $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 

@@ -1,6 +1,6 @@
 /* job.h: the configuration of a training job, declared once: the dataset, batch,
  * model, training and parallelism options (the seed's flag names) that
- * terarec-worker, `terarec plan` (and later terarec-loader and `terarec train`)
+ * terarec-worker, `terarec plan`, terarec-loader (and later `terarec train`)
  * all accept. Each program takes the groups it needs into its own option table,
  * so one flag means the same thing, with the same default and bounds, everywhere. */
 #ifndef TR_JOB_H

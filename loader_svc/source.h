@@ -68,6 +68,22 @@ struct source {
  * training batch), TR_ERR_NOMEM. Close with source_close whatever the result. */
 enum tr_status source_open_reader(struct source *s, const struct job_cfg *job) TR_WUR;
 
+/* The loader service's ring "/terarec-<name>" (ring.h), attached as its one
+ * consumer: waits up to timeout seconds for it to appear (or until *stop, which
+ * may be NULL, turns non-zero), checks its header, then checks the job's flags
+ * that the loader also took (batch sizes, --shuffle_samples, --drop_last, --seed):
+ * a mismatch is TR_ERR_ARG, logged naming the flag. The shape (tables, rows,
+ * sample and batch counts) comes from the ring, so the dataset is never opened.
+ * next serves the train stream in order; seek to {test, 0, 0} asks the loader for
+ * one evaluation pass, served by the following next calls; seek back to the
+ * current training position resumes training; any other seek is
+ * TR_ERR_UNSUPPORTED (logged). A dead or failed loader makes next return
+ * TR_ERR_REMOTE (or the loader's error), logged naming the loader. Errors of
+ * ring_attach as documented there. Close with source_close whatever the result
+ * (it tells the loader to stop). Not thread-safe. */
+enum tr_status source_open_ring(struct source *s, const char *name, double timeout, const struct job_cfg *job,
+                                volatile int *stop) TR_WUR;
+
 /* Releases a source; safe on a zeroed one. */
 void source_close(struct source *s);
 

@@ -83,8 +83,18 @@ static enum tr_status open_source(struct train *T)
     const struct job_cfg *job = &T->c->job;
     enum tr_status rc = TR_OK;
     struct source *s = &T->src;
-    if (T->dist.rank == 0)
+    const char *ld = T->c->loader;
+    if (T->dist.rank == 0 && ld && *ld) {
+        if (strncmp(ld, "shm:", 4) != 0 || !ld[4]) {
+            LOG_ERROR("--loader '%s': expected shm:NAME", ld);
+            LOG_HINT("start 'terarec-loader --ring NAME' and pass --loader shm:NAME");
+            rc = TR_ERR_ARG;
+        } else {
+            rc = source_open_ring(s, ld + 4, T->c->loader_timeout, job, NULL);
+        }
+    } else if (T->dist.rank == 0) {
         rc = source_open_reader(s, job);
+    }
     if (T->dist.world == 1)
         return rc;
     int64_t hdr[8] = {rc,           s->num_features, s->ntables,  s->nsamples[0],

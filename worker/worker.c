@@ -26,6 +26,11 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          "after training, write each worker's weights to DIR/rank<r>.bin (for tests)", 1, 0, NULL, NULL, 0},
         {"log_path", TR_OPT_PATH, &c->log_path, "dlrm_tf_log.json", "DLLogger JSON-lines log ('' disables it)", 1,
          0, NULL, NULL, 0},
+        {"loader", TR_OPT_STRING, &c->loader, NULL,
+         "shm:NAME: take batches from 'terarec-loader --ring NAME' (default: rank 0 reads the dataset itself)", 1, 0,
+         NULL, NULL, 0},
+        {"loader_timeout", TR_OPT_DOUBLE, &c->loader_timeout, "60", "seconds rank 0 waits for the loader's ring", 0,
+         1e9, NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= WORKER_MAX_OPTS);

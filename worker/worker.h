@@ -20,6 +20,8 @@ struct worker_cfg {
     int64_t benchmark_warmup_steps;
     char *log_path;
     char *dump_weights;
+    char *loader;          /* --loader shm:NAME: batches from terarec-loader's ring; NULL: read in-process */
+    double loader_timeout; /* seconds rank 0 waits for the ring to appear */
 };
 
 #define WORKER_MAX_OPTS (JOB_MAX_OPTS + 8)

@@ -1,0 +1,48 @@
+/* main.c: terarec-loader entry point: parse options, catch SIGINT/SIGTERM (they
+ * stop the loader, which removes a ring no worker attached to), run, map the
+ * status to the exit code (the one table, tr_status_exit_code). */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "../common/param.h"
+#include "../common/version.h"
+#include "loader.h"
+
+static volatile int stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct loader_cfg cfg = {0};
+    int want = 0;
+    tr_log_init();
+    struct tr_opt opts[LOADER_MAX_OPTS];
+    loader_opts_fill(&cfg, opts);
+    enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
+    if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
+        tr_opt_print_help(opts,
+                          "usage: terarec-loader --ring NAME [options]\n\nreads the dataset once and serves "
+                          "global batches to worker rank 0 (terarec-worker --loader shm:NAME)",
+                          stdout);
+    } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
+        tr_version_print(stdout, "terarec-loader", want & TR_OPT_WANT_PARSABLE, NULL);
+    } else if (rc == TR_OK) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal; /* no SA_RESTART: a wait returns at once */
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        rc = loader_run(&cfg, &stop_flag);
+        if (tr_status_exit_code(rc) == 1)
+            LOG_ERROR("loader failed: %s", tr_strerror(rc));
+    }
+    tr_opt_release(opts);
+    return tr_status_exit_code(rc);
+}
