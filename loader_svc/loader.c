@@ -41,8 +41,9 @@ void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
     memcpy(o + k, own, sizeof own);
 }
 
-/* Fills the next slot of stream s from src. */
-static enum tr_status produce(struct ring *r, int s, struct source *src)
+/* Fills the next slot of stream s from src; a training batch takes the pending
+ * requests (req may be NULL). */
+static enum tr_status produce(struct ring *r, int s, struct source *src, struct loader_requests *req)
 {
     struct ring_hdr *h = r->h;
     const uint64_t q = atomic_load(&h->head[s]);
@@ -50,6 +51,19 @@ static enum tr_status produce(struct ring *r, int s, struct source *src)
     TR_CHECK(source_next(src, b));
     b->step = -1;
     b->flags = 0;
+    if (s == BATCH_TRAIN && req && (req->checkpoint || req->evaluate)) {
+        if (req->checkpoint) {
+            req->checkpoint = 0;
+            b->flags |= BATCH_F_CKPT;
+        }
+        if (req->evaluate) {
+            req->evaluate = 0;
+            b->flags |= BATCH_F_EVAL;
+        }
+        LOG_INFO(DATA, "loader: %s%s requested: on training batch %lld:%lld",
+                 b->flags & BATCH_F_CKPT ? "checkpoint " : "", b->flags & BATCH_F_EVAL ? "evaluation " : "",
+                 (long long)b->epoch, (long long)b->index);
+    }
     int64_t *nf = ring_slot_nf(r, s, q);
     nf[0] = src->nonfinite_replaced ? src->nonfinite_replaced[0] : 0;
     nf[1] = src->nonfinite_replaced ? src->nonfinite_replaced[1] : 0;
@@ -60,7 +74,7 @@ static enum tr_status produce(struct ring *r, int s, struct source *src)
 
 /* Serves the ring until the consumer is done or gone. */
 static enum tr_status serve(struct ring *r, struct source *train, struct source *test, double attach_timeout,
-                            volatile int *stop)
+                            volatile int *stop, struct loader_requests *req)
 {
     struct ring_hdr *h = r->h;
     const uint64_t K = (uint64_t)h->slots;
@@ -84,17 +98,17 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
                       (int)atomic_load(&h->consumer_pid), r->name, ring_peer_age(r));
             return TR_ERR_REMOTE;
         }
-        const uint32_t req = atomic_load(&h->test_req);
+        const uint32_t passes = atomic_load(&h->test_req);
         if (h->nbatches[BATCH_TEST] == 0)
-            served = req;
-        if (served != req && atomic_load(&h->head[1]) - atomic_load_explicit(&h->tail[1], memory_order_acquire) < K) {
-            TR_CHECK(produce(r, BATCH_TEST, test));
+            served = passes;
+        if (served != passes && atomic_load(&h->head[1]) - atomic_load_explicit(&h->tail[1], memory_order_acquire) < K) {
+            TR_CHECK(produce(r, BATCH_TEST, test, NULL));
             if (++test_k == h->nbatches[BATCH_TEST]) {
                 test_k = 0;
                 served++;
             }
         } else if (atomic_load(&h->head[0]) - atomic_load_explicit(&h->tail[0], memory_order_acquire) < K) {
-            TR_CHECK(produce(r, BATCH_TRAIN, train));
+            TR_CHECK(produce(r, BATCH_TRAIN, train, req));
         } else {
             if (ring_wait(r, seen) != TR_OK) /* the peer is checked at the top */
                 continue;
@@ -102,7 +116,7 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
     }
 }
 
-enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
+enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop, struct loader_requests *req)
 {
     enum tr_status rc = TR_OK;
     struct source train = {0}, test = {0};
@@ -122,6 +136,8 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
         const struct source_pos test0 = {BATCH_TEST, 0, 0};
         TR_CHECK_GOTO(source_seek(&test, &test0), rc, exit);
     }
+    struct source_pos first;
+    source_tell(&train, &first); /* --start_position's */
     const struct ring_shape shape = {
         train.num_features,
         train.ntables,
@@ -131,14 +147,16 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop)
         {train.nbatches[0], train.nbatches[1]},
         c->job.shuffle_samples,
         c->job.drop_last,
+        c->job.shuffle_batches,
         c->job.seed,
+        {first.epoch, first.index},
         train.desc,
     };
     TR_CHECK_GOTO(ring_create(&r, c->ring, c->ring_slots, &shape), rc, exit);
     LOG_RANK0("loader: ring '%s' ready (pid %d): %s, %lld+%lld batches of %lld/%lld samples, %d slots per stream",
               r.name, (int)getpid(), train.desc, (long long)train.nbatches[0], (long long)train.nbatches[1],
               (long long)train.batch[0], (long long)train.batch[1], c->ring_slots);
-    rc = serve(&r, &train, &test, c->attach_timeout, stop);
+    rc = serve(&r, &train, &test, c->attach_timeout, stop, req);
     if (rc != TR_OK && rc != TR_ERR_REMOTE && rc != TR_ERR_TIMEOUT) {
         atomic_store(&r.h->loader_error, (int32_t)rc);
         ring_set_state(&r, RING_ST_LOADER_FAILED);

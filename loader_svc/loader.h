@@ -5,6 +5,8 @@
 #ifndef TR_LOADER_H
 #define TR_LOADER_H
 
+#include <signal.h>
+
 #include "../common/job.h"
 #include "../common/param.h"
 #include "../common/status.h"
@@ -27,6 +29,14 @@ struct loader_cfg {
  * release it with tr_opt_release). */
 void loader_opts_fill(struct loader_cfg *cfg, struct tr_opt o[LOADER_MAX_OPTS]);
 
+/* Requests a signal handler raises (terarec-loader: SIGUSR1 checkpoint, SIGUSR2
+ * evaluate): the loader sets them, as batch.h flags, on the next training batch
+ * it produces (the ring holds up to --ring_slots batches before it, so every
+ * rank acts on the request at that batch's step) and clears them. */
+struct loader_requests {
+    volatile sig_atomic_t checkpoint, evaluate;
+};
+
 /* Opens the dataset (twice: a reader for training, one for evaluation passes),
  * creates the ring and serves it until the consumer says it is done (TR_OK) or
  * dies (TR_ERR_REMOTE), no consumer attaches within --attach_timeout
@@ -35,7 +45,7 @@ void loader_opts_fill(struct loader_cfg *cfg, struct tr_opt o[LOADER_MAX_OPTS]);
  * through the ring; the loader waits up to --attach_timeout for a consumer to
  * come and learn it). Errors are logged. The ring's name is removed on every
  * path on which no consumer attached (the consumer removes it otherwise). */
-enum tr_status loader_run(const struct loader_cfg *cfg, volatile int *stop) TR_WUR;
+enum tr_status loader_run(const struct loader_cfg *cfg, volatile int *stop, struct loader_requests *req) TR_WUR;
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* main.c: terarec-loader entry point: parse options, catch SIGINT/SIGTERM (they
- * stop the loader, which removes a ring no worker attached to), run, map the
- * status to the exit code (the one table, tr_status_exit_code). */
+ * stop the loader, which removes a ring no worker attached to) and SIGUSR1/SIGUSR2
+ * (a checkpoint / an evaluation at the next training batch it produces), run, map
+ * the status to the exit code (the one table, tr_status_exit_code). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,11 +12,20 @@
 #include "loader.h"
 
 static volatile int stop_flag;
+static struct loader_requests requests;
 
 static void on_signal(int sig)
 {
     (void)sig;
     stop_flag = 1;
+}
+
+static void on_request(int sig)
+{
+    if (sig == SIGUSR1)
+        requests.checkpoint = 1;
+    else
+        requests.evaluate = 1;
 }
 
 int main(int argc, char **argv)
@@ -39,7 +49,11 @@ int main(int argc, char **argv)
         sa.sa_handler = on_signal; /* no SA_RESTART: a wait returns at once */
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
-        rc = loader_run(&cfg, &stop_flag);
+        sa.sa_handler = on_request;
+        sa.sa_flags = SA_RESTART; /* a request must not cut a read or a wait short */
+        sigaction(SIGUSR1, &sa, NULL);
+        sigaction(SIGUSR2, &sa, NULL);
+        rc = loader_run(&cfg, &stop_flag, &requests);
         if (tr_status_exit_code(rc) == 1)
             LOG_ERROR("loader failed: %s", tr_strerror(rc));
     }

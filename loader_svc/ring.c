@@ -219,7 +219,10 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     h->ntables = sh->ntables;
     h->shuffle_samples = sh->shuffle_samples;
     h->drop_last = sh->drop_last;
+    h->shuffle_batches = sh->shuffle_batches;
     h->seed = sh->seed;
+    h->start[0] = sh->start[0];
+    h->start[1] = sh->start[1];
     for (int k = 0; k < 2; k++) {
         h->nsamples[k] = sh->nsamples[k];
         h->batch[k] = sh->batch[k];

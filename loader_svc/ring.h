@@ -50,7 +50,7 @@ extern "C" {
 #endif
 
 #define RING_MAGIC 0x474e5254u /* "TRNG" */
-#define RING_VERSION 1u
+#define RING_VERSION 2u
 #define RING_NAME_MAX 200
 #define RING_STALE_S 3.0 /* a heartbeat older than this: the peer is gone */
 
@@ -73,8 +73,9 @@ struct ring_hdr {
     int32_t num_features;
     int32_t ntables;
     int32_t shuffle_samples, drop_last;
-    int32_t pad0;
+    int32_t shuffle_batches;
     int64_t seed;
+    int64_t start[2]; /* --start_position: epoch and batch of the first training batch */
     int64_t nsamples[2], batch[2], nbatches[2];
     int64_t off_rows, off_nf, off_slots;
     char desc[256]; /* "synthetic" or the FeatureSpec path */
@@ -104,8 +105,9 @@ struct ring_shape {
     int num_features, ntables;
     const int64_t *rows;
     int64_t nsamples[2], batch[2], nbatches[2];
-    int shuffle_samples, drop_last;
+    int shuffle_samples, drop_last, shuffle_batches;
     int64_t seed;
+    int64_t start[2]; /* epoch, batch */
     const char *desc;
 };
 

@@ -31,7 +31,10 @@ static void copy_batch(struct batch *dst, const struct batch *src)
         memcpy(batch_cat(dst) + t * dst->cap, batch_cat(src) + t * src->cap, (size_t)n * sizeof(int32_t));
     dst->n = n;
     dst->index = src->index;
+    dst->epoch = src->epoch;
+    dst->seed = src->seed;
     dst->split = src->split;
+    dst->flags = src->flags; /* the loader's requests (batch.h) */
 }
 
 static enum tr_status loader_gone(struct rsrc *q, const char *what)
@@ -160,6 +163,7 @@ static enum tr_status check_flags(const struct rsrc *q, const struct job_cfg *jo
         {"valid_batch_size", h->batch[BATCH_TEST], job_test_batch(job)},
         {"shuffle_samples", h->shuffle_samples, job->shuffle_samples},
         {"drop_last", h->drop_last, job->drop_last},
+        {"shuffle_batches", h->shuffle_batches, job->shuffle_batches},
         {"seed", h->seed, job->seed},
     };
     for (size_t k = 0; k < TR_ARRAY_SIZE(f); k++) {
@@ -169,6 +173,14 @@ static enum tr_status check_flags(const struct rsrc *q, const struct job_cfg *jo
             LOG_HINT("give terarec-loader and terarec-worker the same dataset and batch flags");
             return TR_ERR_ARG;
         }
+    }
+    int64_t e, i;
+    TR_CHECK(job_start_position(job, h->nbatches[BATCH_TRAIN], &e, &i));
+    if (e != h->start[0] || i != h->start[1]) {
+        LOG_ERROR("--start_position: ring '%s' starts at %lld:%lld, this worker at %lld:%lld", q->ring.name,
+                  (long long)h->start[0], (long long)h->start[1], (long long)e, (long long)i);
+        LOG_HINT("give terarec-loader and terarec-worker the same --start_position");
+        return TR_ERR_ARG;
     }
     return TR_OK;
 }
@@ -196,7 +208,7 @@ enum tr_status source_open_ring(struct source *s, const char *name, double timeo
         s->batch[k] = h->batch[k];
         s->nbatches[k] = h->nbatches[k];
     }
-    q->train = (struct source_pos){BATCH_TRAIN, 0, 0};
+    q->train = (struct source_pos){BATCH_TRAIN, h->start[0], h->start[1]};
     LOG_INFO(DATA, "attached to ring '%s' of loader pid %d: %s", q->ring.name, (int)atomic_load(&h->loader_pid),
              h->desc);
     return TR_OK;

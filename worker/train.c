@@ -569,6 +569,10 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
         TR_CHECK(source_next(&T->src, b));
         b->step = s;
         b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
+        if (T->src.nsamples[BATCH_TEST] == 0)
+            b->flags &= ~(uint32_t)BATCH_F_EVAL;
+        if (b->flags & BATCH_F_EVAL)
+            LOG_RANK0("step %lld: the data source asks for an evaluation after this step", (long long)s + 1);
         if (b->flags & BATCH_F_STOP)
             LOG_RANK0("step %lld: the data source asks to stop after this step", (long long)s + 1);
         int eval = job->evals_per_epoch > 0 && is_eval_step(b->index, T->src.nbatches[BATCH_TRAIN],

@@ -9,8 +9,11 @@
 # loader named) and a killed worker stops the loader, each within ~10 s; a stale
 # ring is replaced, a live one refused; mismatched flags are refused (exit 2); a
 # dataset error in the loader stops the worker with exit 2, naming the loader;
-# SIGTERM before any worker attached removes the ring. After each case nothing
-# named terarec-<ring>* is left in /dev/shm.
+# SIGTERM before any worker attached removes the ring. --shuffle_batches and
+# --start_position pass through the loader (a worker whose start differs is
+# refused); SIGUSR2/SIGUSR1 to the loader put an evaluation / a checkpoint request
+# on the next batch, seen by the worker. After each case nothing named
+# terarec-<ring>* is left in /dev/shm.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 L=$TR_BIN/terarec-loader
@@ -109,6 +112,42 @@ same syn-1 1 "$SYN" "$SYN_MODEL" "|"
 same syn-1-shuf 1 "$SYN" "$SYN_MODEL" "--shuffle_samples|"
 same sb-1 1 "$SB" "$SB_MODEL" "|"
 same sb-1-shuf 1 "$SB" "$SB_MODEL" "--shuffle_samples --drop_last|"
+# the batch order permuted, and a run resumed at epoch 1, batch 3 (t4002 checks the
+# reader's resumed batches against an uninterrupted run's)
+same sb-1-batches 1 "$SB" "$SB_MODEL" "--shuffle_batches|"
+same sb-1-start 1 "$SB" "$SB_MODEL" "--shuffle_samples --start_position 1:3|"
+ring=$R-startpos
+$L --ring $ring $SB --start_position 1:3 --attach_timeout 20 >sp.l.out 2>&1 &
+lp=$!
+out=$(timeout 60 $W $SB $SB_MODEL $RUN --loader shm:$ring --loader_timeout 20 --log_path '' 2>&1)
+rc=$?
+kill $lp 2>/dev/null; wait $lp 2>/dev/null
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --start_position: ring '/terarec-$ring' starts at 1:3, this worker at 0:0" \
+    && ok "a worker without the loader's --start_position is refused (exit 2)" \
+    || fail "a worker without the loader's --start_position is refused" "exit $rc: $out"
+no_shm_left "start position mismatch"
+
+# requests by signal: SIGUSR2 asks for an evaluation, SIGUSR1 for a checkpoint, on
+# the next training batch the loader produces; every rank acts on it at that step.
+# Sent before the worker attaches, they land on a batch just past the prefetched
+# ones (at most --ring_slots 4 ahead), well before the last of 60 steps.
+ring=$R-sig
+$L --ring $ring $SYN --synthetic_dataset_train_batches 60 --attach_timeout 30 >sig.l.out 2>&1 &
+lp=$!
+for _ in $(seq 100); do grep -q "ring '/terarec-$ring' ready" sig.l.out && break; sleep 0.1; done
+kill -USR2 $lp; kill -USR1 $lp
+timeout 120 $W $SYN --synthetic_dataset_train_batches 60 $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 \
+    --print_freq 100 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' >sig.out 2>&1
+rc=$?
+wait $lp
+es=$(sed -n 's/^step \([0-9]*\): the data source asks for an evaluation after this step$/\1/p' sig.out | head -n 1)
+[ $rc -eq 0 ] && [ -n "$es" ] && [ "$es" -le 6 ] && grep -q "^validation: step=$es, auc=" sig.out \
+    && ok "SIGUSR2 to the loader: an evaluation after step $es of 60" \
+    || fail "SIGUSR2 to the loader: an evaluation" "exit $rc: $(grep -E 'asks|validation' sig.out | head -n 3)"
+grep -qE "^step [1-6]: checkpoint requested, but this build has no checkpoint store yet" sig.out \
+    && ok "SIGUSR1 to the loader: the checkpoint request reaches the worker" \
+    || fail "SIGUSR1 to the loader: the checkpoint request reaches the worker" "$(tail -n 3 sig.out)"
+no_shm_left "signal requests"
 # NaN/inf numerical inputs replaced by 0: the loader counts them as the reader does
 cp -r ds dsnf
 $PY - <<'PYEOF'

@@ -65,7 +65,7 @@ static pid_t fork_loader(const struct job_cfg *j, int slots, double attach_timeo
         c.ring_slots = slots;
         c.threads = 1;
         c.attach_timeout = attach_timeout;
-        _exit(tr_status_exit_code(loader_run(&c, NULL)));
+        _exit(tr_status_exit_code(loader_run(&c, NULL, NULL)));
     }
     return pid;
 }
@@ -204,7 +204,7 @@ static void waits_do_not_spin(void)
     new_name("idle2");
     struct ring r;
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 9, "test"};
+    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     TH_EQ_ST_REQ(ring_create(&r, name, 2, &sh), TR_OK);
     pid_t cp = fork();
     if (cp == 0) {
@@ -233,7 +233,7 @@ static void stale_replaced_live_refused(void)
 {
     new_name("stale");
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 9, "test"};
+    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     pid_t cp = fork();
     if (cp == 0) { /* a loader that dies without cleaning up */
         struct ring r;
@@ -267,7 +267,7 @@ static void consumer_waits_past_stale(void)
 {
     new_name("stalec");
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 9, "test"};
+    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     pid_t lp = fork();
     if (lp == 0) {
         struct ring r;
@@ -378,7 +378,7 @@ static void dead_consumer_noticed(void)
     c.threads = 1;
     c.attach_timeout = 10;
     const double t0 = tr_clock_now();
-    enum tr_status rc = loader_run(&c, NULL);
+    enum tr_status rc = loader_run(&c, NULL, NULL);
     const double dt = tr_clock_now() - t0;
     printf("# dead consumer noticed after %.2f s\n", dt);
     TH_EQ_ST(rc, TR_ERR_REMOTE);
@@ -398,7 +398,7 @@ static void no_consumer_times_out(void)
     c.ring_slots = 2;
     c.threads = 1;
     c.attach_timeout = 0.3;
-    TH_EQ_ST(loader_run(&c, NULL), TR_ERR_TIMEOUT);
+    TH_EQ_ST(loader_run(&c, NULL, NULL), TR_ERR_TIMEOUT);
     TH_CHECK(!shm_exists());
     struct source q;
     TH_EQ_ST(source_open_ring(&q, name, 0.2, &j, NULL), TR_ERR_TIMEOUT);
