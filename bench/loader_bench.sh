@@ -106,16 +106,27 @@ else
 fi
 
 # --- 4. step time with the loader -----------------------------------------------------
+# In-process and loader runs alternate (A B A B), the loader decoding on one thread
+# (the worker has the node's 2 CPUs; the loader's share is what it costs).
 if [ -x "$BIN/terarec-loader" ]; then
-    ring=lbench-$$
-    "$BIN/terarec-loader" "${DS[@]}" --batch_size 2048 --ring "$ring" > "$tmp/loader.out" 2>&1 &
-    lpid=$!
-    out=$("$BIN/terarec-worker" "${DS[@]}" "${TINY[@]}" --max_steps "$steps" --threads 2 --loader "shm:$ring" 2>&1) ||
-        { echo "error: training with terarec-loader failed:" >&2; echo "$out" | tail -n 5 >&2; kill "$lpid" 2>/dev/null; exit 1; }
-    wait "$lpid" || true
-    ms=$(echo "$out" | sed -n 's/^summary: .*mean_step_time_ms=\([0-9.]*\),.*/\1/p')
-    data_ms=$(echo "$out" | sed -n 's/^summary: .*ms\/step: data=\([0-9.]*\) .*/\1/p')
-    echo "step time, tiny config: in-process reader $step_ms ms, terarec-loader $ms ms (its data phase $data_ms ms)"
+    inproc=() withl=() datams=()
+    for k in 1 2; do
+        out=$("$BIN/terarec-worker" "${DS[@]}" "${TINY[@]}" --max_steps "$steps" --threads 2 2>&1)
+        inproc+=("$(echo "$out" | sed -n 's/^summary: .*mean_step_time_ms=\([0-9.]*\),.*/\1/p')")
+        ring=lbench-$$
+        OMP_WAIT_POLICY=passive "$BIN/terarec-loader" "${DS[@]}" --batch_size 2048 --ring "$ring" --loader_threads 1 \
+            > "$tmp/loader.out" 2>&1 &
+        lpid=$!
+        out=$("$BIN/terarec-worker" "${DS[@]}" "${TINY[@]}" --max_steps "$steps" --threads 2 --loader "shm:$ring" 2>&1) ||
+            { echo "error: training with terarec-loader failed:" >&2; echo "$out" | tail -n 5 >&2; kill "$lpid" 2>/dev/null; exit 1; }
+        wait "$lpid" || true
+        withl+=("$(echo "$out" | sed -n 's/^summary: .*mean_step_time_ms=\([0-9.]*\),.*/\1/p')")
+        datams+=("$(echo "$out" | sed -n 's/^summary: .*ms\/step: data=\([0-9.]*\) .*/\1/p')")
+    done
+    echo "step time, tiny config, $steps steps, runs alternated: in-process reader ${inproc[*]} ms," \
+         "terarec-loader ${withl[*]} ms (data phase ${datams[*]} ms)"
+    awk -v a="${inproc[0]}" -v b="${inproc[1]}" -v c="${withl[0]}" -v d="${withl[1]}" 'BEGIN {
+        printf "with the loader / in-process: %.3f\n", (c + d) / (a + b) }'
 else
     echo "step time with terarec-loader: not measured (this build has no build/bin/terarec-loader)"
 fi
