@@ -21,6 +21,7 @@ static enum tr_status map_file(const char *path, struct sb_file *f)
 {
     f->data = NULL;
     f->bytes = 0;
+    f->path = path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         LOG_ERROR("cannot open dataset file '%s': %s", path, strerror(errno));
@@ -49,7 +50,9 @@ static enum tr_status map_file(const char *path, struct sb_file *f)
         madvise(p, f->bytes, MADV_SEQUENTIAL);
         f->data = p;
     }
-    close(fd);
+    f->fd = fd;
+    f->opened = 1;
+    f->mtime = st.st_mtim;
     return TR_OK;
 }
 
@@ -57,8 +60,45 @@ static void unmap_file(struct sb_file *f)
 {
     if (f->data)
         munmap((void *)f->data, f->bytes);
+    if (f->opened)
+        close(f->fd);
     f->data = NULL;
     f->bytes = 0;
+    f->opened = 0;
+}
+
+/* TR_ERR_IO (logged) when f was truncated, extended or rewritten since it was mapped. */
+static enum tr_status check_unchanged(const struct sb_file *f)
+{
+    struct stat st;
+    if (!f->opened)
+        return TR_OK;
+    if (fstat(f->fd, &st) != 0) {
+        LOG_ERROR("cannot stat dataset file '%s': %s", f->path, strerror(errno));
+        return TR_ERR_IO;
+    }
+    if ((size_t)st.st_size == f->bytes && st.st_mtim.tv_sec == f->mtime.tv_sec &&
+        st.st_mtim.tv_nsec == f->mtime.tv_nsec)
+        return TR_OK;
+    if ((size_t)st.st_size < f->bytes)
+        LOG_ERROR("dataset file '%s' changed during the run: it now ends at byte %lld, it had %lld bytes when "
+                  "opened",
+                  f->path, (long long)st.st_size, (long long)f->bytes);
+    else
+        LOG_ERROR("dataset file '%s' changed during the run: %lld bytes now, %lld when opened%s", f->path,
+                  (long long)st.st_size, (long long)f->bytes,
+                  (size_t)st.st_size == f->bytes ? " (rewritten in place)" : "");
+    LOG_HINT("a dataset must not be rewritten while a job reads it; prepare into a new folder instead");
+    return TR_ERR_IO;
+}
+
+static enum tr_status check_split_unchanged(const struct sb_split *s)
+{
+    TR_CHECK(check_unchanged(&s->label));
+    TR_CHECK(check_unchanged(&s->numerical));
+    for (int t = 0; t < s->layout.ntables; t++)
+        TR_CHECK(check_unchanged(&s->cat[t]));
+    return TR_OK;
 }
 
 /* The sample count of a split: every file must hold the same number of samples.
@@ -197,6 +237,7 @@ static enum tr_status fill_samples(const struct sb_split *s, int64_t first, cons
     } else if (first < 0 || first + n > s->nsamples) {
         return TR_ERR_ARG;
     }
+    TR_CHECK(check_split_unchanged(s));
     b->n = n;
     float *labels = batch_labels(b), *numerical = batch_num(b);
     int32_t *cat = batch_cat(b);

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../common/status.h"
 #include "batch.h"
@@ -20,6 +21,10 @@ extern "C" {
 struct sb_file {
     const void *data; /* mapping, or NULL for an empty file */
     size_t bytes;
+    const char *path; /* borrowed from the split's layout */
+    int fd;           /* kept open to notice changes (valid when opened) */
+    int opened;
+    struct timespec mtime; /* when mapped */
 };
 
 /* What sb_fill does with a numerical value that is NaN or inf. */
@@ -50,7 +55,10 @@ void sb_close(struct sb_split *s);
  * Checked on every call (one bit test per value): a label byte other than 0 or 1,
  * and, under SB_NONFINITE_ERROR, a NaN or inf numerical value, give TR_ERR_FORMAT
  * with an error naming the file, the row (= sample index in the split) and the
- * feature; b's contents are then undefined. Under SB_NONFINITE_ZERO such values
+ * feature; b's contents are then undefined. A file whose size or modification time
+ * changed since sb_open (rewritten or truncated during the run: reading past its
+ * new end would fault) gives TR_ERR_IO with an error naming the file, its size now
+ * and when opened, checked before every fill. Under SB_NONFINITE_ZERO such values
  * become 0 and their number is added to *replaced (if non-NULL). Thread-safe on
  * distinct batches. */
 enum tr_status sb_fill(const struct sb_split *s, int64_t first, int64_t n, struct batch *b,

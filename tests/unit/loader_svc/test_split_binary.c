@@ -562,7 +562,53 @@ static void dtype_rule(void)
     TH_EQ(feature_spec_cat_dtype(2147483646), KERN_I32);
 }
 
+/* A file truncated or rewritten in place after the split was opened: the next
+ * fill refuses, naming the file and its sizes, instead of faulting on the map. */
+static void changed_during_run(void)
+{
+    make_dataset();
+    struct dataset ds;
+    TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/train/cat_2.bin", tmpdir);
+    TH_REQUIRE(truncate(p, 8) == 0);
+    capture_begin();
+    enum tr_status rc = dataset_fill(&ds, BATCH_TRAIN, 0, 1, b);
+    char *log = capture_end();
+    TH_EQ_ST(rc, TR_ERR_IO);
+    TH_CHECKF(strstr(log, "train/cat_2.bin' changed during the run: it now ends at byte 8, it had 12 bytes") != NULL,
+              "log: %s", log);
+    free(log);
+    dataset_close(&ds);
+    /* the same size, rewritten: caught by the modification time */
+    remove_dataset();
+    make_dataset();
+    TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {0, 0}};
+    clock_gettime(CLOCK_REALTIME, &later[1]);
+    later[1].tv_sec += 5;
+    snprintf(p, sizeof p, "%s/train/label.bin", tmpdir);
+    TH_REQUIRE(utimensat(AT_FDCWD, p, later, 0) == 0);
+    capture_begin();
+    rc = dataset_fill(&ds, BATCH_TEST, 0, 1, b); /* the test split is untouched */
+    TH_EQ_ST(rc, TR_OK);
+    rc = dataset_fill(&ds, BATCH_TRAIN, 0, 1, b);
+    log = capture_end();
+    TH_EQ_ST(rc, TR_ERR_IO);
+    TH_CHECKF(strstr(log, "train/label.bin' changed during the run: 3 bytes now, 3 when opened (rewritten in place)") !=
+                  NULL,
+              "log: %s", log);
+    free(log);
+    batch_free(&b);
+    dataset_close(&ds);
+    remove_dataset();
+}
+
 static const struct th_case cases[] = {
+    {"changed_during_run", changed_during_run},
     {"read_seed_spec", read_seed_spec},
     {"read_values", read_values},
     {"source_over_files", source_over_files},
