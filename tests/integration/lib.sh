@@ -36,6 +36,28 @@ same_dataset() {
         done
     done
 }
+# partial_batch_dataset: in the current folder, data.tsv (1100 Criteo-like rows,
+# seeded) prepared into ds/ (990 train rows in file order, 110 test rows); sets N
+# to the training rows and B to a batch size that leaves a last batch of 2
+# samples. Needs $T (terarec) and $PY; ends the test when prepare fails.
+partial_batch_dataset() {
+    $PY - data.tsv <<'PYEOF'
+import random, sys
+rnd = random.Random(4)
+rows = []
+for r in range(1100):
+    f = [str(rnd.randint(0, 1))] + [str(rnd.randint(0, 50)) for _ in range(13)]
+    f += ["%08x" % rnd.randint(0, 40 + 7 * c) for c in range(26)]
+    rows.append("\t".join(f))
+open(sys.argv[1], "w").write("\n".join(rows) + "\n")
+PYEOF
+    if ! $T data prepare --output ds --test_fraction 0.1 --no_shuffle data.tsv >prep.log 2>&1; then
+        fail "prepare a dataset" "$(tail -n 5 prep.log)"
+        done_testing
+    fi
+    N=$(stat -c %s ds/train/label.bin)
+    B=$($PY -c "n=$N; print(next(b for b in range(50, 400) if n % b == 2))")
+}
 done_testing() {
     echo "1..$_n"
     echo "$_pass passed, $_fail failed, $_skip skipped"

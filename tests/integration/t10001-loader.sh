@@ -39,22 +39,7 @@ no_shm_left() { # NAME
 }
 
 # the split-binary dataset: a last training batch of 2 samples and a partial test batch
-$PY - data.tsv <<'PYEOF'
-import random, sys
-rnd = random.Random(4)
-rows = []
-for r in range(1100):
-    f = [str(rnd.randint(0, 1))] + [str(rnd.randint(0, 50)) for _ in range(13)]
-    f += ["%08x" % rnd.randint(0, 40 + 7 * c) for c in range(26)]
-    rows.append("\t".join(f))
-open(sys.argv[1], "w").write("\n".join(rows) + "\n")
-PYEOF
-if ! $T data prepare --output ds --test_fraction 0.1 --no_shuffle data.tsv >prep.log 2>&1; then
-    fail "prepare a dataset" "$(tail -n 5 prep.log)"
-    done_testing
-fi
-N=$(stat -c %s ds/train/label.bin)
-B=$($PY -c "n=$N; print(next(b for b in range(50, 400) if n % b == 2))")
+partial_batch_dataset
 SB="--dataset_type split_binary --dataset_path ds --batch_size $B --valid_batch_size 37 --seed 5"
 SB_MODEL="--embedding_dim 4 --bottom_mlp_dims 8,4 --top_mlp_dims 8,1"
 SYN="--synthetic_dataset_cardinalities 30,7,100,1000,5 --synthetic_dataset_num_numerical_features 5

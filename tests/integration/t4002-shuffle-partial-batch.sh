@@ -15,23 +15,8 @@ T=$TR_BIN/terarec
 W=$TR_BIN/terarec-worker
 PY=$(command -v python3)
 cd "$TMP" || exit 1
-$PY - data.tsv <<'PYEOF'
-import random, sys
-rnd = random.Random(4)
-rows = []
-for r in range(1100):
-    f = [str(rnd.randint(0, 1))] + [str(rnd.randint(0, 50)) for _ in range(13)]
-    f += ["%08x" % rnd.randint(0, 40 + 7 * c) for c in range(26)]
-    rows.append("\t".join(f))
-open(sys.argv[1], "w").write("\n".join(rows) + "\n")
-PYEOF
-if ! $T data prepare --output ds --test_fraction 0.1 --no_shuffle data.tsv >prep.log 2>&1; then
-    fail "prepare a dataset" "$(tail -n 5 prep.log)"
-    done_testing
-fi
-N=$(stat -c %s ds/train/label.bin)
-# a batch size that leaves a last batch of 2 samples (fewer than the 3 workers below)
-B=$($PY -c "n=$N; print(next(b for b in range(50, 400) if n % b == 2))")
+partial_batch_dataset
+# B leaves a last batch of 2 samples (fewer than the 3 workers below)
 NB=$(( (N + B - 1) / B ))
 echo "# $N training samples, batch $B: $NB batches, the last of 2"
 MODEL="--dataset_type split_binary --dataset_path ds --batch_size $B --embedding_dim 4 --bottom_mlp_dims 8,4
