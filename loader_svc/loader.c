@@ -53,6 +53,10 @@ static enum tr_status produce(struct ring *r, int s, struct source *src, struct 
     TR_CHECK(source_next(src, b));
     b->step = -1;
     b->flags = 0;
+    if (s == BATCH_TRAIN && req && req->stop == 1) {
+        req->stop = 2; /* flagged once */
+        b->flags |= BATCH_F_STOP;
+    }
     if (s == BATCH_TRAIN && req && (req->checkpoint || req->evaluate)) {
         if (req->checkpoint) {
             req->checkpoint = 0;
@@ -83,13 +87,24 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
     const double t_attach = tr_clock_now() + attach_timeout;
     uint32_t served = 0; /* test passes finished */
     int64_t test_k = 0; /* batches of the current pass produced */
+    int draining = 0;   /* a stop was asked for: the workers stop at a batch flagged so */
     for (;;) {
-        if (stop && *stop)
-            return TR_ERR_INTERRUPTED;
         const uint32_t seen = atomic_load(&h->lwake);
         const uint32_t st = atomic_load(&h->state);
+        if (stop && *stop) {
+            /* the first signal drains: every rank stops after the same step and
+             * the worker ends normally; a second one, or no worker yet, stops now */
+            if (*stop > 1 || !(st & RING_ST_ATTACHED) || !req)
+                return TR_ERR_INTERRUPTED;
+            if (!draining) {
+                draining = 1;
+                req->stop = 1;
+                LOG_RANK0("loader: stop requested: the workers stop after the next batch it serves (a second signal "
+                          "stops the loader at once)");
+            }
+        }
         if (st & RING_ST_CONSUMER_DONE)
-            return TR_OK;
+            return draining ? TR_ERR_INTERRUPTED : TR_OK;
         if (!(st & RING_ST_ATTACHED) && tr_clock_now() > t_attach) {
             LOG_ERROR("no worker attached to ring '%s' within %g s (--attach_timeout)", r->name, attach_timeout);
             LOG_HINT("start terarec-worker with --loader shm:%s and the same dataset flags", r->name + 9);

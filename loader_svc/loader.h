@@ -35,16 +35,20 @@ void loader_opts_fill(struct loader_cfg *cfg, struct tr_opt o[LOADER_MAX_OPTS]);
  * rank acts on the request at that batch's step) and clears them. */
 struct loader_requests {
     volatile sig_atomic_t checkpoint, evaluate;
+    volatile sig_atomic_t stop; /* the loader's own: 1 to flag, 2 once flagged */
 };
 
 /* Opens the dataset (twice: a reader for training, one for evaluation passes),
  * creates the ring and serves it until the consumer says it is done (TR_OK) or
  * dies (TR_ERR_REMOTE), no consumer attaches within --attach_timeout
- * (TR_ERR_TIMEOUT), *stop turns non-zero (TR_ERR_INTERRUPTED; set it from a
- * signal handler), or the dataset fails (its error: the consumer learns it
+ * (TR_ERR_TIMEOUT), *stop turns non-zero (set it from a signal handler:
+ * TR_ERR_INTERRUPTED), or the dataset fails (its error: the consumer learns it
  * through the ring; the loader waits up to --attach_timeout for a consumer to
- * come and learn it). Errors are logged. The ring's name is removed on every
- * path on which no consumer attached (the consumer removes it otherwise). */
+ * come and learn it). With a worker attached and req given, *stop == 1 drains
+ * rather than stops: the next training batch carries BATCH_F_STOP, every rank
+ * stops after that step, and then TR_ERR_INTERRUPTED is returned; *stop > 1
+ * stops at once. Errors are logged. The ring's name is removed on every path on
+ * which no consumer attached (the consumer removes it otherwise). */
 enum tr_status loader_run(const struct loader_cfg *cfg, volatile int *stop, struct loader_requests *req) TR_WUR;
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
-/* main.c: terarec-loader entry point: parse options, catch SIGINT/SIGTERM (they
- * stop the loader, which removes a ring no worker attached to) and SIGUSR1/SIGUSR2
+/* main.c: terarec-loader entry point: parse options, catch SIGINT/SIGTERM (with a
+ * worker attached the first one stops every rank after the next batch, a second
+ * one at once; the loader removes a ring no worker attached to) and SIGUSR1/SIGUSR2
  * (a checkpoint / an evaluation at the next training batch it produces), run, map
  * the status to the exit code (the one table, tr_status_exit_code). */
 #include <signal.h>
@@ -17,7 +18,8 @@ static struct loader_requests requests;
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    if (stop_flag < 2)
+        stop_flag++; /* the first drains (loader_run), the second stops at once */
 }
 
 static void on_request(int sig)
