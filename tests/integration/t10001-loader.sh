@@ -135,12 +135,13 @@ grep -qE "^step [1-6]: checkpoint requested, but this build has no checkpoint st
     || fail "SIGUSR1 to the loader: the checkpoint request reaches the worker" "$(tail -n 3 sig.out)"
 no_shm_left "signal requests"
 # SIGTERM with a worker attached drains: every rank stops after the same step, the
-# worker exits 0, the loader 130; nothing is left behind
+# worker exits 0, the loader 130; nothing is left behind (3000 steps: the run is
+# still going when the signal comes after its first step)
 ring=$R-drain
-$L --ring $ring $SYN --synthetic_dataset_train_batches 60 --attach_timeout 30 >drain.l.out 2>&1 &
+$L --ring $ring $SYN --synthetic_dataset_train_batches 3000 --attach_timeout 30 >drain.l.out 2>&1 &
 lp=$!
 for _ in $(seq 100); do grep -q "ring '/terarec-$ring' ready" drain.l.out && break; sleep 0.1; done
-timeout 120 mpirun -np 2 $W $SYN --synthetic_dataset_train_batches 60 $SYN_MODEL --learning_rate 0.2 \
+timeout 120 mpirun -np 2 $W $SYN --synthetic_dataset_train_batches 3000 $SYN_MODEL --learning_rate 0.2 \
     --warmup_steps 0 --print_freq 1 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' >drain.out 2>&1 &
 wp=$!
 for _ in $(seq 200); do grep -q '^step=' drain.out && break; sleep 0.05; done
@@ -151,8 +152,8 @@ wait $lp
 rc_l=$?
 ss=$(sed -n 's/^summary: steps=\([0-9]*\),.*/\1/p' drain.out)
 sq=$(sed -n 's/^step \([0-9]*\): the data source asks to stop after this step$/\1/p' drain.out)
-[ $rc -eq 0 ] && [ $rc_l -eq 130 ] && [ -n "$sq" ] && [ "$ss" = "$sq" ] && [ "$ss" -lt 60 ] \
-    && ok "SIGTERM to the loader: 2 workers stop after step $ss of 60 and exit 0, the loader 130" \
+[ $rc -eq 0 ] && [ $rc_l -eq 130 ] && [ -n "$sq" ] && [ "$ss" = "$sq" ] && [ "$ss" -lt 3000 ] \
+    && ok "SIGTERM to the loader: 2 workers stop after step $ss of 3000 and exit 0, the loader 130" \
     || fail "SIGTERM to the loader drains" "worker $rc loader $rc_l steps '$ss' stop '$sq': $(tail -n 3 drain.out)"
 no_shm_left "SIGTERM drain"
 # NaN/inf numerical inputs replaced by 0: the loader counts them as the reader does
