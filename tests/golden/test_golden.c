@@ -498,23 +498,37 @@ static int load_tensor(struct fx *f, const char *name, enum dlrm_tensor k, int t
     return rc == TR_OK;
 }
 
+#define DCN_MAX_VIEWS (7 * DLRM_MAX_LAYERS)
+static int dcn_views(const struct dlrm *m, struct dense_view *v);
+
 /* Loads the fixture, builds the model and its step from its config with
- * optimizer `opt`, loads the initial weights and the batches. Returns 1 on
- * success (failures are recorded). */
-static int fx_setup(struct fx *f, enum kern_optim opt)
+ * optimizer `opt` (dcn: the DCNv2 model of the dcn/ records), loads the initial
+ * weights and the batches. Returns 1 on success (failures are recorded). */
+static int model_setup(struct fx *f, enum kern_optim opt, int dcn)
 {
     memset(f, 0, sizeof *f);
     if (!load_fixture(&f->g))
         return 0;
     const struct gold *g = &f->g;
+    const char *const pre = dcn ? "dcn/" : "";
+    char name[160];
+#define KEY(k) (snprintf(name, sizeof name, "%s%s", pre, k), name)
     struct dlrm_cfg cfg = {0};
     int32_t rows[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
-    int T = gold_ints(g, "cfg/cards", rows, MAX_TABLES);
-    cfg.nbottom = gold_ints(g, "cfg/bottom", bottom, DLRM_MAX_LAYERS);
-    cfg.ntop = gold_ints(g, "cfg/top", top, DLRM_MAX_LAYERS);
-    cfg.emb_dim = gold_int(g, "cfg/emb_dim");
-    cfg.num_features = gold_int(g, "cfg/num_features");
-    f->B = gold_int(g, "cfg/batch");
+    int T = gold_ints(g, KEY("cfg/cards"), rows, MAX_TABLES);
+    cfg.nbottom = gold_ints(g, KEY("cfg/bottom"), bottom, DLRM_MAX_LAYERS);
+    cfg.ntop = gold_ints(g, KEY("cfg/top"), top, DLRM_MAX_LAYERS);
+    cfg.emb_dim = gold_int(g, KEY("cfg/emb_dim"));
+    cfg.num_features = gold_int(g, KEY("cfg/num_features"));
+    f->B = gold_int(g, KEY("cfg/batch"));
+    if (dcn) {
+        cfg.interaction = DLRM_INTERACT_DCNV2;
+        cfg.ncross = gold_int(g, "dcn/cfg/cross_layers");
+        cfg.cross_rank = gold_int(g, "dcn/cfg/cross_rank");
+        if (cfg.ncross < 1 || cfg.cross_rank < 1)
+            return 0;
+    }
+#undef KEY
     if (T < 1 || cfg.nbottom < 1 || cfg.ntop < 1 || cfg.emb_dim < 1 || cfg.num_features < 1 || f->B < 1)
         return 0;
     for (int t = 0; t < T; t++)
@@ -535,7 +549,8 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
         f->open = 1;
         rc = solo_open(&f->s, &cfg, &f->be, 0);
     }
-    TH_CHECKF(rc == TR_OK, "the model and its step from the fixture's config: %s", tr_strerror(rc));
+    TH_CHECKF(rc == TR_OK, "the %s model and its step from the fixture's config: %s", dcn ? "DCNv2" : "dot",
+              tr_strerror(rc));
     if (rc != TR_OK)
         return 0;
     struct dlrm *m = f->s.m;
@@ -543,27 +558,36 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
     dlrm_get_info(m, &mi);
     TH_CHECKF(mi.n == T + 1 && mi.num_ld == (cfg.num_features + 7) / 8 * 8, "model shape: n %d, num_ld %d", mi.n,
               mi.num_ld);
+    if (dcn)
+        TH_CHECKF(mi.interaction == DLRM_INTERACT_DCNV2 && mi.ncross == cfg.ncross &&
+                      mi.top_in_w == (int64_t)mi.n * cfg.emb_dim,
+                  "dcnv2 model shape: interaction %d, %d cross layers, top input %lld", (int)mi.interaction,
+                  mi.ncross, (long long)mi.top_in_w);
 
     /* initial values replace the C initialiser's (Adagrad accumulators start at
-     * adagrad_init, as dlrm_new left them) */
-    struct dense_view v[4 * DLRM_MAX_LAYERS];
-    int nv = dense_views(m, v);
-    char name[160];
+     * adagrad_init, as dlrm_new left them); the views must cover every parameter */
+    struct dense_view v[DCN_MAX_VIEWS];
+    int nv = dcn ? dcn_views(m, v) : dense_views(m, v);
+    int64_t total = 0;
     for (int i = 0; i < nv; i++) {
-        snprintf(name, sizeof name, "init/%.63s", v[i].name);
+        total += v[i].n;
+        snprintf(name, sizeof name, "%sinit/%.63s", pre, v[i].name);
         if (!load_tensor(f, name, DLRM_PARAMS, 0, v[i].off, v[i].n))
             return 0;
     }
+    TH_CHECKF(total == mi.nparams, "the views cover %lld of %lld dense parameters", (long long)total,
+              (long long)mi.nparams);
     for (int t = 0; t < T; t++) {
         struct dlrm_table_info ti;
         dlrm_get_table(m, t, &ti);
         TH_CHECK(ti.id == t && ti.col0 == 0 && ti.width == cfg.emb_dim);
-        snprintf(name, sizeof name, "init/table_%d", t);
+        snprintf(name, sizeof name, "%sinit/table_%d", pre, t);
         if (!load_tensor(f, name, DLRM_TABLE, t, 0, ti.rows * ti.width))
             return 0;
     }
 
-    /* batches: numerical (B, F) padded with zeros to num_ld, cat (T, B) table-major */
+    /* batches (shared by both models): numerical (B, F) padded with zeros to
+     * num_ld, cat (T, B) table-major */
     const int B = f->B, nf = cfg.num_features;
     float *num = tr_malloc((size_t)B * (size_t)nf * sizeof(float));
     TH_CHECK(num != NULL);
@@ -591,6 +615,11 @@ static int fx_setup(struct fx *f, enum kern_optim opt)
     }
     tr_free(num);
     return ok;
+}
+
+static int fx_setup(struct fx *f, enum kern_optim opt)
+{
+    return model_setup(f, opt, 0);
 }
 
 /* Compares every dense tensor (of params, grads or accum: kind k) and every table
@@ -948,99 +977,10 @@ static int dcn_views(const struct dlrm *m, struct dense_view *v)
     return nv;
 }
 
-#define DCN_MAX_VIEWS (7 * DLRM_MAX_LAYERS)
-
-/* fx_setup for the dcn/ records: the DCNv2 model of the fixture's config with
- * optimizer opt, its initial weights and the batches. 1 on success. */
+/* fx_setup for the dcn/ records. */
 static int dcn_setup(struct fx *f, enum kern_optim opt)
 {
-    memset(f, 0, sizeof *f);
-    if (!load_fixture(&f->g))
-        return 0;
-    const struct gold *g = &f->g;
-    struct dlrm_cfg cfg = {0};
-    int32_t rows[MAX_TABLES], bottom[DLRM_MAX_LAYERS], top[DLRM_MAX_LAYERS];
-    int T = gold_ints(g, "dcn/cfg/cards", rows, MAX_TABLES);
-    cfg.nbottom = gold_ints(g, "dcn/cfg/bottom", bottom, DLRM_MAX_LAYERS);
-    cfg.ntop = gold_ints(g, "dcn/cfg/top", top, DLRM_MAX_LAYERS);
-    cfg.emb_dim = gold_int(g, "dcn/cfg/emb_dim");
-    cfg.num_features = gold_int(g, "dcn/cfg/num_features");
-    cfg.interaction = DLRM_INTERACT_DCNV2;
-    cfg.ncross = gold_int(g, "dcn/cfg/cross_layers");
-    cfg.cross_rank = gold_int(g, "dcn/cfg/cross_rank");
-    f->B = gold_int(g, "dcn/cfg/batch");
-    if (T < 1 || cfg.nbottom < 1 || cfg.ntop < 1 || cfg.emb_dim < 1 || cfg.num_features < 1 || f->B < 1 ||
-        cfg.ncross < 1 || cfg.cross_rank < 1)
-        return 0;
-    for (int t = 0; t < T; t++)
-        f->rows[t] = rows[t];
-    for (int l = 0; l < cfg.nbottom; l++)
-        cfg.bottom[l] = bottom[l];
-    for (int l = 0; l < cfg.ntop; l++)
-        cfg.top[l] = top[l];
-    cfg.ntables = T;
-    cfg.rows = f->rows;
-    cfg.optim = opt;
-    cfg.adagrad_init = (float)gold_double(g, "cfg/adagrad_init");
-    cfg.adagrad_eps = (float)gold_double(g, "cfg/adagrad_eps");
-    cfg.seed = 12345;
-    cfg.max_batch = f->B;
-    enum tr_status rc = kern_backend_open("cpu", NULL, &f->be);
-    if (rc == TR_OK) {
-        f->open = 1;
-        rc = solo_open(&f->s, &cfg, &f->be, 0);
-    }
-    TH_CHECKF(rc == TR_OK, "the DCNv2 model and its step from the fixture's config: %s", tr_strerror(rc));
-    if (rc != TR_OK)
-        return 0;
-    struct dlrm *m = f->s.m;
-    struct dlrm_info mi;
-    dlrm_get_info(m, &mi);
-    TH_CHECKF(mi.interaction == DLRM_INTERACT_DCNV2 && mi.ncross == cfg.ncross && mi.top_in_w == (int64_t)mi.n * cfg.emb_dim,
-              "dcnv2 model shape: interaction %d, %d cross layers, top input %lld", (int)mi.interaction, mi.ncross,
-              (long long)mi.top_in_w);
-    struct dense_view v[DCN_MAX_VIEWS];
-    int nv = dcn_views(m, v);
-    int64_t total = 0;
-    char name[160];
-    for (int i = 0; i < nv; i++) {
-        total += v[i].n;
-        snprintf(name, sizeof name, "dcn/init/%.63s", v[i].name);
-        if (!load_tensor(f, name, DLRM_PARAMS, 0, v[i].off, v[i].n))
-            return 0;
-    }
-    TH_CHECKF(total == mi.nparams, "the views cover %lld of %lld dense parameters", (long long)total,
-              (long long)mi.nparams);
-    for (int t = 0; t < T; t++) {
-        struct dlrm_table_info ti;
-        dlrm_get_table(m, t, &ti);
-        snprintf(name, sizeof name, "dcn/init/table_%d", t);
-        if (!load_tensor(f, name, DLRM_TABLE, t, 0, ti.rows * ti.width))
-            return 0;
-    }
-    const int B = f->B, nf = cfg.num_features;
-    float *num = tr_malloc((size_t)B * (size_t)nf * sizeof(float));
-    TH_CHECK(num != NULL);
-    int ok = num != NULL;
-    for (int k = 0; k < NSTEPS && ok; k++) {
-        rc = batch_new(B, nf, T, &f->b[k]);
-        TH_CHECKF(rc == TR_OK, "batch_new: %s", tr_strerror(rc));
-        if (rc != TR_OK)
-            break;
-        struct batch *b = f->b[k];
-        b->n = B;
-        b->index = k;
-        snprintf(name, sizeof name, "batch%d/numerical", k);
-        ok = gold_get(g, name, GOLD_F32, (int64_t)B * nf, num) != NULL;
-        for (int i = 0; ok && i < B; i++)
-            memcpy(batch_num(b) + (int64_t)i * b->num_ld, num + (int64_t)i * nf, (size_t)nf * sizeof(float));
-        snprintf(name, sizeof name, "batch%d/labels", k);
-        ok = ok && gold_get(g, name, GOLD_F32, B, batch_labels(b));
-        snprintf(name, sizeof name, "batch%d/cat", k);
-        ok = ok && gold_get(g, name, GOLD_I32, (int64_t)T * B, batch_cat(b));
-    }
-    tr_free(num);
-    return ok && rc == TR_OK;
+    return model_setup(f, opt, 1);
 }
 
 /* check_model over the DCNv2 model's tensors, records "<prefix>[accum_]<name>". */
