@@ -159,53 +159,76 @@ def make_batches(rng):
 # ---- the model (PyTorch, float64) ------------------------------------------------
 
 class Dlrm(torch.nn.Module):
-    def __init__(self, init):
+    """The dot model, or with dcn=True the DCNv2 model: the same bottom MLP, tables
+    and top MLP, with DCN_LAYERS low-rank cross layers instead of the dot
+    interaction."""
+
+    def __init__(self, init, dcn=False):
         super().__init__()
+        self.dcn = dcn
         self.num_ld = ceil8(NUM_FEATURES)
         self.n = len(CARDS) + 1
-        self.top_in = ceil8(EMB_DIM + self.n * (self.n - 1) // 2)
+        self.w = self.n * EMB_DIM
+        self.top_in = self.w if dcn else ceil8(EMB_DIM + self.n * (self.n - 1) // 2)
         # interaction order: cardinality descending, ties by config index (stable)
         self.order = sorted(range(len(CARDS)), key=lambda t: (-CARDS[t], t))
 
-        def linear(name, fan_in, out):
-            lin = torch.nn.Linear(fan_in, out).double()
+        def tensor(name, transpose=False):
+            a = torch.from_numpy(init[name].astype(np.float64))
+            return a.T.contiguous() if transpose else a
+
+        def linear(prefix, fan_in, out, bias=True, bias_name=None):
+            lin = torch.nn.Linear(fan_in, out, bias=bias).double()
             with torch.no_grad():
-                lin.weight.copy_(torch.from_numpy(init[name + "_kernel"].astype(np.float64).T))
-                lin.bias.copy_(torch.from_numpy(init[name + "_bias"].astype(np.float64)))
+                lin.weight.copy_(tensor(prefix + "_kernel", True))
+                if bias:
+                    lin.bias.copy_(tensor(bias_name or prefix + "_bias"))
             return lin
 
-        fan_in, layers = self.num_ld, []
-        for l, out in enumerate(BOTTOM):
-            layers.append(linear(f"bottom_mlp_layer_{l}", fan_in, out))
-            fan_in = out
-        self.bottom = torch.nn.ModuleList(layers)
-        fan_in, layers = self.top_in, []
-        for l, out in enumerate(TOP):
-            layers.append(linear(f"top_mlp_layer_{l}", fan_in, out))
-            fan_in = out
-        self.top = torch.nn.ModuleList(layers)
+        def mlp(kind, fan_in, widths):
+            layers = []
+            for l, out in enumerate(widths):
+                layers.append(linear(f"{kind}_mlp_layer_{l}", fan_in, out))
+                fan_in = out
+            return torch.nn.ModuleList(layers)
+
+        self.bottom = mlp("bottom", self.num_ld, BOTTOM)
+        if dcn:
+            self.cross_v = torch.nn.ModuleList(
+                [linear(f"cross_layer_{l}_v", self.w, DCN_RANK, bias=False) for l in range(DCN_LAYERS)])
+            self.cross_u = torch.nn.ModuleList(
+                [linear(f"cross_layer_{l}_u", DCN_RANK, self.w, bias_name=f"cross_layer_{l}_bias")
+                 for l in range(DCN_LAYERS)])
+        self.top = mlp("top", self.top_in, TOP)
         tables = []
         for t, c in enumerate(CARDS):
             e = torch.nn.Embedding(c, EMB_DIM, sparse=True).double()
             with torch.no_grad():
-                e.weight.copy_(torch.from_numpy(init[f"table_{t}"].astype(np.float64)))
+                e.weight.copy_(tensor(f"table_{t}"))
             tables.append(e)
         self.tables = torch.nn.ModuleList(tables)
 
     def named_tensors(self):
-        """(name, tensor) in the C model's naming; kernels transposed to (in, out)."""
+        """(name, tensor, transposed) in the C model's naming and parameter order;
+        kernels are transposed to (in, out)."""
         out = []
-        for kind, layers in (("bottom", self.bottom), ("top", self.top)):
-            for l, lin in enumerate(layers):
-                out.append((f"{kind}_mlp_layer_{l}_kernel", lin.weight, True))
-                out.append((f"{kind}_mlp_layer_{l}_bias", lin.bias, False))
+        for l, lin in enumerate(self.bottom):
+            out.append((f"bottom_mlp_layer_{l}_kernel", lin.weight, True))
+            out.append((f"bottom_mlp_layer_{l}_bias", lin.bias, False))
+        for l in range(DCN_LAYERS if self.dcn else 0):
+            out.append((f"cross_layer_{l}_v_kernel", self.cross_v[l].weight, True))
+            out.append((f"cross_layer_{l}_u_kernel", self.cross_u[l].weight, True))
+            out.append((f"cross_layer_{l}_bias", self.cross_u[l].bias, False))
+        for l, lin in enumerate(self.top):
+            out.append((f"top_mlp_layer_{l}_kernel", lin.weight, True))
+            out.append((f"top_mlp_layer_{l}_bias", lin.bias, False))
         for t, e in enumerate(self.tables):
             out.append((f"table_{t}", e.weight, False))
         return out
 
     def forward(self, num, cat):
-        """Returns logits (B), X (B, n, D), interaction output (B, top_in), and the
-        ReLU pre-activations (for the margin check)."""
+        """Returns logits (B), X (B, n, D), interaction output (B, top_in): the dot
+        layout or x_L, and the ReLU pre-activations (for the margin check)."""
         B = num.shape[0]
         pre = []
         h = torch.cat([num, torch.zeros(B, self.num_ld - num.shape[1], dtype=num.dtype)], dim=1)
@@ -216,11 +239,17 @@ class Dlrm(torch.nn.Module):
         embs = [self.tables[t](cat[t]) for t in self.order]
         X = torch.stack([h] + embs, dim=1)
         X.retain_grad()
-        Z = torch.bmm(X, X.transpose(1, 2))
-        li, lj = torch.tril_indices(self.n, self.n, offset=-1)  # row-major, i > j
-        pairs = Z[:, li, lj]
-        used = EMB_DIM + pairs.shape[1]
-        inter = torch.cat([X[:, 0, :], pairs, torch.zeros(B, self.top_in - used, dtype=X.dtype)], dim=1)
+        if self.dcn:
+            x0 = X.reshape(B, self.w)
+            inter = x0
+            for l in range(DCN_LAYERS):
+                inter = x0 * self.cross_u[l](self.cross_v[l](inter)) + inter
+        else:
+            Z = torch.bmm(X, X.transpose(1, 2))
+            li, lj = torch.tril_indices(self.n, self.n, offset=-1)  # row-major, i > j
+            pairs = Z[:, li, lj]
+            used = EMB_DIM + pairs.shape[1]
+            inter = torch.cat([X[:, 0, :], pairs, torch.zeros(B, self.top_in - used, dtype=X.dtype)], dim=1)
         y = inter
         for l, lin in enumerate(self.top):
             z = lin(y)
@@ -272,10 +301,10 @@ def dense_grad(p):
     return g.to_dense() if g.is_sparse else g
 
 
-def train(init, batches, opt_kind, base):
-    """Three steps with the seed's schedule; returns (lrs, losses, model,
-    optimizer, smallest |ReLU pre-activation| seen)."""
-    model = Dlrm(init)
+def train(init, batches, opt_kind, base, dcn=False):
+    """Three steps with the seed's schedule (the DCNv2 model with dcn); returns
+    (lrs, losses, model, optimizer, smallest |ReLU pre-activation| seen)."""
+    model = Dlrm(init, dcn)
     params = [p for _, p, _ in model.named_tensors()]
     if opt_kind == "sgd":
         opt = torch.optim.SGD(params, lr=base, momentum=0.0)
@@ -289,7 +318,7 @@ def train(init, batches, opt_kind, base):
         num, labels, cat = to_torch(batches[s])
         opt.zero_grad(set_to_none=True)
         logits, _, _, pre = model(num, cat)
-        margin = min(margin, check_margin(pre, f"{opt_kind} step {s}"))
+        margin = min(margin, check_margin(pre, f"{'dcn ' if dcn else ''}{opt_kind} step {s}"))
         loss = loss_of(logits, labels)
         loss.backward()
         opt.step()
@@ -368,116 +397,6 @@ def dcn_make_init(rng, base_init):
     return init
 
 
-class DcnDlrm(torch.nn.Module):
-    def __init__(self, init):
-        super().__init__()
-        self.num_ld = ceil8(NUM_FEATURES)
-        self.n = len(CARDS) + 1
-        self.w = self.n * EMB_DIM
-        self.order = sorted(range(len(CARDS)), key=lambda t: (-CARDS[t], t))
-
-        def tensor(name, transpose=False):
-            a = torch.from_numpy(init[name].astype(np.float64))
-            return a.T.contiguous() if transpose else a
-
-        def linear(prefix, fan_in, out, bias=True, bias_name=None):
-            lin = torch.nn.Linear(fan_in, out, bias=bias).double()
-            with torch.no_grad():
-                lin.weight.copy_(tensor(prefix + "_kernel", True))
-                if bias:
-                    lin.bias.copy_(tensor(bias_name or prefix + "_bias"))
-            return lin
-
-        fan_in, layers = self.num_ld, []
-        for l, out in enumerate(BOTTOM):
-            layers.append(linear(f"bottom_mlp_layer_{l}", fan_in, out))
-            fan_in = out
-        self.bottom = torch.nn.ModuleList(layers)
-        self.cross_v = torch.nn.ModuleList(
-            [linear(f"cross_layer_{l}_v", self.w, DCN_RANK, bias=False) for l in range(DCN_LAYERS)])
-        self.cross_u = torch.nn.ModuleList(
-            [linear(f"cross_layer_{l}_u", DCN_RANK, self.w, bias_name=f"cross_layer_{l}_bias")
-             for l in range(DCN_LAYERS)])
-        fan_in, layers = self.w, []
-        for l, out in enumerate(TOP):
-            layers.append(linear(f"top_mlp_layer_{l}", fan_in, out))
-            fan_in = out
-        self.top = torch.nn.ModuleList(layers)
-        tables = []
-        for t, c in enumerate(CARDS):
-            e = torch.nn.Embedding(c, EMB_DIM, sparse=True).double()
-            with torch.no_grad():
-                e.weight.copy_(tensor(f"table_{t}"))
-            tables.append(e)
-        self.tables = torch.nn.ModuleList(tables)
-
-    def named_tensors(self):
-        """(name, tensor, transposed) in the C model's naming and parameter order."""
-        out = []
-        for l, lin in enumerate(self.bottom):
-            out.append((f"bottom_mlp_layer_{l}_kernel", lin.weight, True))
-            out.append((f"bottom_mlp_layer_{l}_bias", lin.bias, False))
-        for l in range(DCN_LAYERS):
-            out.append((f"cross_layer_{l}_v_kernel", self.cross_v[l].weight, True))
-            out.append((f"cross_layer_{l}_u_kernel", self.cross_u[l].weight, True))
-            out.append((f"cross_layer_{l}_bias", self.cross_u[l].bias, False))
-        for l, lin in enumerate(self.top):
-            out.append((f"top_mlp_layer_{l}_kernel", lin.weight, True))
-            out.append((f"top_mlp_layer_{l}_bias", lin.bias, False))
-        for t, e in enumerate(self.tables):
-            out.append((f"table_{t}", e.weight, False))
-        return out
-
-    def forward(self, num, cat):
-        """Returns logits (B), X (B, n, D), x_L (B, w) and the ReLU pre-activations."""
-        B = num.shape[0]
-        pre = []
-        h = torch.cat([num, torch.zeros(B, self.num_ld - num.shape[1], dtype=num.dtype)], dim=1)
-        for lin in self.bottom:
-            z = lin(h)
-            pre.append(z)
-            h = F.relu(z)
-        X = torch.stack([h] + [self.tables[t](cat[t]) for t in self.order], dim=1)
-        X.retain_grad()
-        x0 = X.reshape(B, self.w)
-        xl = x0
-        for l in range(DCN_LAYERS):
-            xl = x0 * self.cross_u[l](self.cross_v[l](xl)) + xl
-        y = xl
-        for l, lin in enumerate(self.top):
-            z = lin(y)
-            if l + 1 < len(self.top):
-                pre.append(z)
-                y = F.relu(z)
-            else:
-                y = z
-        return y.squeeze(1), X, xl, pre
-
-
-def dcn_train(init, batches, opt_kind, base):
-    """Three steps of the DCNv2 model with the seed's schedule (torch.optim, which
-    manual_check has shown to follow the written-out rules on the dot model)."""
-    model = DcnDlrm(init)
-    params = [p for _, p, _ in model.named_tensors()]
-    if opt_kind == "sgd":
-        opt = torch.optim.SGD(params, lr=base, momentum=0.0)
-    else:
-        opt = torch.optim.Adagrad(params, lr=base, initial_accumulator_value=ADAGRAD_INIT, eps=ADAGRAD_EPS)
-    losses, margin = [], float("inf")
-    for s in range(NBATCH):
-        for grp in opt.param_groups:
-            grp["lr"] = lr_at(base, s)
-        num, labels, cat = to_torch(batches[s])
-        opt.zero_grad(set_to_none=True)
-        logits, _, _, pre = model(num, cat)
-        margin = min(margin, check_margin(pre, f"dcn {opt_kind} step {s}"))
-        loss = loss_of(logits, labels)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses, model, opt, margin
-
-
 def dcn_records(w, base_init, batches, report):
     """Adds the dcn/ records to writer w."""
     init = dcn_make_init(np.random.default_rng(DCN_SEED), base_init)
@@ -489,12 +408,12 @@ def dcn_records(w, base_init, batches, report):
     w.add("dcn/cfg/top", TOP, DT_I32)
     w.add("dcn/cfg/cross_layers", [DCN_LAYERS], DT_I32)
     w.add("dcn/cfg/cross_rank", [DCN_RANK], DT_I32)
-    model = DcnDlrm(init)
+    model = Dlrm(init, dcn=True)
     for n, a in export(model, lambda p: p):
         w.f32("dcn/init/" + n, a)
     forward_gradient_records(w, model, batches[0], "dcn/", "dcn forward of batch 0")
     for kind, base in (("sgd", LR_SGD), ("adagrad", LR_ADAGRAD)):
-        losses, trained, opt, margin = dcn_train(init, batches, kind, base)
+        _, losses, trained, opt, margin = train(init, batches, kind, base, dcn=True)
         w.add(f"dcn/{kind}/loss", losses, DT_F64)
         for n, a in export(trained, lambda p: p):
             w.f32(f"dcn/{kind}/after3/{n}", a)
