@@ -161,6 +161,29 @@ static void flag_text(const struct job_cfg *c, const char *name, char *buf, size
             tr_opt_source(o, buf, n);
 }
 
+/* The first of flags[0 .. n) given although `option` is `value`, which makes them
+ * meaningless: one error naming both ("--x and --option value cannot be used
+ * together", or "--x is given but <what> is value (the default of --option)" when
+ * option was not given) and the hint; TR_ERR_ARG. TR_OK when none was given. */
+static enum tr_status refuse_given(const struct job_cfg *c, const char *const *flags, size_t n, const char *option,
+                                   const char *what, const char *value, const char *hint)
+{
+    char a[160], b[160];
+    for (size_t i = 0; i < n; i++) {
+        if (!tr_opt_given(c->table, flags[i]))
+            continue;
+        flag_text(c, flags[i], a, sizeof a);
+        flag_text(c, option, b, sizeof b);
+        if (tr_opt_given(c->table, option))
+            LOG_ERROR("%s and %s %s cannot be used together", a, b, value);
+        else
+            LOG_ERROR("%s is given but %s is %s (the default of --%s)", a, what, value, option);
+        LOG_HINT("%s", hint);
+        return TR_ERR_ARG;
+    }
+    return TR_OK;
+}
+
 static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
 {
     const struct tr_opt *t = c->table;
@@ -189,45 +212,20 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
             return TR_ERR_ARG;
         }
         const char *const file_flags[] = {"dataset_path", "feature_spec"};
-        for (size_t i = 0; !split && i < TR_ARRAY_SIZE(file_flags); i++) {
-            if (!tr_opt_given(t, file_flags[i]))
-                continue;
-            flag_text(c, file_flags[i], a, sizeof a);
-            flag_text(c, "dataset_type", b, sizeof b);
-            if (tr_opt_given(t, "dataset_type"))
-                LOG_ERROR("%s and %s synthetic cannot be used together", a, b);
-            else
-                LOG_ERROR("%s is given but the dataset type is synthetic (the default of --dataset_type)", a);
-            LOG_HINT("add --dataset_type split_binary to train on the files at --dataset_path");
-            return TR_ERR_ARG;
-        }
+        if (!split)
+            TR_CHECK(refuse_given(c, file_flags, TR_ARRAY_SIZE(file_flags), "dataset_type", "the dataset type",
+                                  "synthetic",
+                                  "add --dataset_type split_binary to train on the files at --dataset_path"));
     }
     if ((groups & JOB_MODEL) && c->optimizer == JOB_OPT_SGD) {
         const char *const adagrad_flags[] = {"adagrad_initial_accumulator_value", "adagrad_epsilon"};
-        for (size_t i = 0; i < TR_ARRAY_SIZE(adagrad_flags); i++) {
-            if (!tr_opt_given(t, adagrad_flags[i]))
-                continue;
-            flag_text(c, adagrad_flags[i], a, sizeof a);
-            flag_text(c, "optimizer", b, sizeof b);
-            LOG_ERROR("%s and %s sgd cannot be used together", a, b);
-            LOG_HINT("the Adagrad settings apply only with --optimizer adagrad or rowwise_adagrad");
-            return TR_ERR_ARG;
-        }
+        TR_CHECK(refuse_given(c, adagrad_flags, TR_ARRAY_SIZE(adagrad_flags), "optimizer", "the optimizer", "sgd",
+                              "the Adagrad settings apply only with --optimizer adagrad or rowwise_adagrad"));
     }
     if ((groups & JOB_MODEL) && c->interaction == JOB_INTERACT_DOT) {
         const char *const dcn_flags[] = {"dcn_num_layers", "dcn_low_rank_dim"};
-        for (size_t i = 0; i < TR_ARRAY_SIZE(dcn_flags); i++) {
-            if (!tr_opt_given(t, dcn_flags[i]))
-                continue;
-            flag_text(c, dcn_flags[i], a, sizeof a);
-            flag_text(c, "interaction", b, sizeof b);
-            if (tr_opt_given(t, "interaction"))
-                LOG_ERROR("%s and %s dot cannot be used together", a, b);
-            else
-                LOG_ERROR("%s is given but the interaction is dot (the default of --interaction)", a);
-            LOG_HINT("the cross layers' settings apply only with --interaction dcnv2");
-            return TR_ERR_ARG;
-        }
+        TR_CHECK(refuse_given(c, dcn_flags, TR_ARRAY_SIZE(dcn_flags), "interaction", "the interaction", "dot",
+                              "the cross layers' settings apply only with --interaction dcnv2"));
     }
     if ((groups & JOB_DATA) && c->shuffle_samples && c->shuffle_batches)
         return tr_opt_exclusive(t, "shuffle_samples", "shuffle_batches",

@@ -96,6 +96,9 @@ out=$(TR_DATASET_TYPE=synthetic $WL --dataset_path "$D" $TINY 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q 'error: --dataset_path and TR_DATASET_TYPE synthetic cannot be used together' \
     && ok "worker: the environment's flag is named" || fail "worker: the environment's flag is named" "rc=$rc $out"
 expect "worker: --adagrad_epsilon with sgd" 2 'error: --adagrad_epsilon and --optimizer sgd cannot be used together' \
+    $WL $SYN $TINY --optimizer sgd --adagrad_epsilon 1e-5
+expect "worker: --adagrad_epsilon with the default sgd" 2 \
+    'error: --adagrad_epsilon is given but the optimizer is sgd \(the default of --optimizer\)' \
     $WL $SYN $TINY --adagrad_epsilon 1e-5
 expect "worker: --max_steps with --epochs" 2 'error: --max_steps and --epochs cannot be used together' \
     $WL $SYN $TINY --epochs 2
