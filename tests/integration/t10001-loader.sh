@@ -33,6 +33,12 @@ for l in open(sys.argv[1]):
     for k in ("loss", "auc", "logloss"):
         if k in d: print(r["step"], k, repr(d[k]))' "$1"
 }
+wait_for() { # FILE PATTERN: up to 30 s
+    local i
+    for i in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+}
+
 no_shm_left() { # NAME
     local left
     left=$(ls /dev/shm 2>/dev/null | grep "^terarec-$R" || true)
@@ -120,7 +126,7 @@ no_shm_left "start position mismatch"
 ring=$R-sig
 $L --ring $ring $SYN --synthetic_dataset_train_batches 60 --attach_timeout 30 >sig.l.out 2>&1 &
 lp=$!
-for _ in $(seq 100); do grep -q "ring '/terarec-$ring' ready" sig.l.out && break; sleep 0.1; done
+wait_for sig.l.out "ring '/terarec-$ring' ready"
 kill -USR2 $lp; kill -USR1 $lp
 timeout 120 $W $SYN --synthetic_dataset_train_batches 60 $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 \
     --print_freq 100 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' >sig.out 2>&1
@@ -135,16 +141,16 @@ grep -qE "^step [1-6]: checkpoint requested, but this build has no checkpoint st
     || fail "SIGUSR1 to the loader: the checkpoint request reaches the worker" "$(tail -n 3 sig.out)"
 no_shm_left "signal requests"
 # SIGTERM with a worker attached drains: every rank stops after the same step, the
-# worker exits 0, the loader 130; nothing is left behind (3000 steps: the run is
+# worker exits 0, the loader 130; nothing is left behind (20000 steps: the run is
 # still going when the signal comes after its first step)
 ring=$R-drain
-$L --ring $ring $SYN --synthetic_dataset_train_batches 3000 --attach_timeout 30 >drain.l.out 2>&1 &
+$L --ring $ring $SYN --synthetic_dataset_train_batches 20000 --attach_timeout 30 >drain.l.out 2>&1 &
 lp=$!
-for _ in $(seq 100); do grep -q "ring '/terarec-$ring' ready" drain.l.out && break; sleep 0.1; done
-timeout 120 mpirun -np 2 $W $SYN --synthetic_dataset_train_batches 3000 $SYN_MODEL --learning_rate 0.2 \
+wait_for drain.l.out "ring '/terarec-$ring' ready"
+timeout 120 mpirun -np 2 $W $SYN --synthetic_dataset_train_batches 20000 $SYN_MODEL --learning_rate 0.2 \
     --warmup_steps 0 --print_freq 1 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' >drain.out 2>&1 &
 wp=$!
-for _ in $(seq 200); do grep -q '^step=' drain.out && break; sleep 0.05; done
+wait_for drain.out '^step='
 kill -TERM $lp
 wait $wp
 rc=$?
@@ -152,8 +158,8 @@ wait $lp
 rc_l=$?
 ss=$(sed -n 's/^summary: steps=\([0-9]*\),.*/\1/p' drain.out)
 sq=$(sed -n 's/^step \([0-9]*\): the data source asks to stop after this step$/\1/p' drain.out)
-[ $rc -eq 0 ] && [ $rc_l -eq 130 ] && [ -n "$sq" ] && [ "$ss" = "$sq" ] && [ "$ss" -lt 3000 ] \
-    && ok "SIGTERM to the loader: 2 workers stop after step $ss of 3000 and exit 0, the loader 130" \
+[ $rc -eq 0 ] && [ $rc_l -eq 130 ] && [ -n "$sq" ] && [ "$ss" = "$sq" ] && [ "$ss" -lt 20000 ] \
+    && ok "SIGTERM to the loader: 2 workers stop after step $ss of 20000 and exit 0, the loader 130" \
     || fail "SIGTERM to the loader drains" "worker $rc loader $rc_l steps '$ss' stop '$sq': $(tail -n 3 drain.out)"
 no_shm_left "SIGTERM drain"
 # NaN/inf numerical inputs replaced by 0: the loader counts them as the reader does
@@ -192,12 +198,6 @@ LONG="--synthetic_dataset_cardinalities 5x100 --synthetic_dataset_num_numerical_
       --synthetic_dataset_train_batches 1000000 --synthetic_dataset_valid_batches 1 --batch_size 32 --seed 3"
 LONG_RUN="$SYN_MODEL --learning_rate 0.1 --warmup_steps 0 --print_freq 1 --threads 1 --evals_per_epoch 0
           --log_path none.json"
-wait_for() { # FILE PATTERN: up to 30 s
-    local i
-    for i in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-    return 1
-}
-
 # kill -9 the loader while 3 workers train
 if command -v mpirun >/dev/null 2>&1; then
     ring=$R-kl
