@@ -129,6 +129,19 @@ def main():
     failed = 0
     worst = 0.0
 
+    def compare(what, got, want):
+        """One weight comparison, bitwise or within wtol; counts a failure."""
+        nonlocal worst, failed
+        if len(got) != len(want):
+            print("FAIL %s: %d values vs %d" % (what, len(got), len(want)))
+            failed += 1
+            return
+        e = rel(got, want)
+        ok = (list(got) == list(want)) if bitwise else e <= wtol
+        worst = max(worst, e)
+        print("%s %s (%d values): relative difference %.3g" % ("ok  " if ok else "FAIL", what, len(want), e))
+        failed += not ok
+
     lr, lx = losses(os.path.join(ref_dir, "log.json")), losses(os.path.join(run_dir, "log.json"))
     if sorted(lr) != sorted(lx) or not lr:
         print("FAIL loss steps differ: %s vs %s" % (sorted(lr)[:5], sorted(lx)[:5]))
@@ -155,11 +168,7 @@ def main():
         if tuple(d[lo:]) != tuple(x0[lo:]):
             print("FAIL rank %d's data-parallel parameters differ from rank 0's" % r)
             failed += 1
-    e = rel(x0, ref_dense)
-    ok = (tuple(x0) == tuple(ref_dense)) if bitwise else e <= wtol
-    worst = max(worst, e)
-    print("%s dense parameters (%d): relative difference %.3g" % ("ok  " if ok else "FAIL", len(x0), e))
-    failed += not ok
+    compare("dense parameters", x0, ref_dense)
     for tid in sorted(tr):
         a = tr[tid]
         b = tx.get(tid)
@@ -167,17 +176,8 @@ def main():
             print("FAIL table %d missing or incomplete in %s" % (tid, run_dir))
             failed += 1
             continue
-        fa = [v for row in a for _, v in sorted(row.items())]
-        fb = [v for row in b for _, v in sorted(row.items())]
-        if len(fa) != len(fb):
-            print("FAIL table %d: %d values vs %d" % (tid, len(fb), len(fa)))
-            failed += 1
-            continue
-        e = rel(fb, fa)
-        ok = (fa == fb) if bitwise else e <= wtol
-        worst = max(worst, e)
-        print("%s table %d (%d values): relative difference %.3g" % ("ok  " if ok else "FAIL", tid, len(fa), e))
-        failed += not ok
+        compare("table %d" % tid, [v for row in b for _, v in sorted(row.items())],
+                [v for row in a for _, v in sorted(row.items())])
     # optimizer state, where the reference has it
     lo = mp_top0 or 0
     if dsr[0] is not None:
@@ -189,11 +189,7 @@ def main():
                 if d is None or tuple(d[lo:]) != tuple(dsx[0][lo:]):
                     print("FAIL rank %d's dense optimizer state differs from rank 0's" % r)
                     failed += 1
-            e = rel(dsx[0], dsr[0])
-            ok = (tuple(dsx[0]) == tuple(dsr[0])) if bitwise else e <= wtol
-            worst = max(worst, e)
-            print("%s dense optimizer state (%d): relative difference %.3g" % ("ok  " if ok else "FAIL", len(dsr[0]), e))
-            failed += not ok
+            compare("dense optimizer state", dsx[0], dsr[0])
     for tid in sorted(sr):
         kind, a = sr[tid]
         if tid not in sx or sx[tid][0] != kind:
@@ -201,18 +197,8 @@ def main():
             failed += 1
             continue
         b = sx[tid][1]
-        fa = [v for row in a for v in row] if kind == "element" else list(a)
-        fb = [v for row in b for v in row] if kind == "element" else list(b)
-        if len(fa) != len(fb):
-            print("FAIL table %d state: %d values vs %d" % (tid, len(fb), len(fa)))
-            failed += 1
-            continue
-        e = rel(fb, fa)
-        ok = (fa == fb) if bitwise else e <= wtol
-        worst = max(worst, e)
-        print("%s table %d %s-wise optimizer state (%d values): relative difference %.3g" %
-              ("ok  " if ok else "FAIL", tid, kind, len(fa), e))
-        failed += not ok
+        flat = (lambda t: [v for row in t for v in row]) if kind == "element" else list
+        compare("table %d %s-wise optimizer state" % (tid, kind), flat(b), flat(a))
     print("worst relative difference %.3g (bounds: losses %g, weights %g)" % (worst, rtol, wtol))
     sys.exit(1 if failed else 0)
 
