@@ -55,7 +55,7 @@ OPT ?= -O2
 CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
 CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -I$(BUILD)/gen
 LDFLAGS := -fopenmp
-LDLIBS := -ljansson -lyaml -lxxhash -lz -lm -lpthread
+LDLIBS := -lmicrohttpd -lcurl -ljansson -lyaml -lxxhash -lz -lm -lpthread
 
 ifeq ($(BLAS),dnnl)
 CPPFLAGS += -DTR_BLAS_DNNL=1
@@ -135,6 +135,7 @@ LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
 PREPARE_SRCS := $(wildcard prepare/*.c)
 WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
 LAUNCHER_SRCS := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+CKPT_SRCS := $(filter-out ckpt_store/main.c,$(wildcard ckpt_store/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -144,8 +145,9 @@ LIBLOADER := $(BUILD)/libloader.a
 LIBPREPARE := $(BUILD)/libprepare.a
 LIBWORKER := $(BUILD)/libworker.a
 LIBLAUNCHER := $(BUILD)/liblauncher.a
+LIBCKPT := $(BUILD)/libckpt.a
 # link order: dependents first
-ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
+ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBCKPT) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
 $(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
@@ -153,6 +155,7 @@ $(LIBLOADER): $(call obj,$(LOADER_SRCS))
 $(LIBPREPARE): $(call obj,$(PREPARE_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
 $(LIBLAUNCHER): $(call obj,$(LAUNCHER_SRCS))
+$(LIBCKPT): $(call obj,$(CKPT_SRCS))
 
 $(BUILD)/%.a:
 	@mkdir -p $(@D)
@@ -170,7 +173,11 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-BINS := $(BIN)/terarec-worker $(BIN)/terarec $(BIN)/terarec-loader
+BINS := $(BIN)/terarec-worker $(BIN)/terarec $(BIN)/terarec-loader $(if $(wildcard ckpt_store/main.c),$(BIN)/terarec-ckpt)
+
+$(BIN)/terarec-ckpt: $(call obj,ckpt_store/main.c) $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 $(BIN)/terarec: $(call obj,launcher/main.c) $(ALL_LIBS)
 	@mkdir -p $(@D)
@@ -200,7 +207,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run
+.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run fuzz
 .SECONDARY:
 
 all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
@@ -226,7 +233,7 @@ ubsan:
 	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
 
 # every header compiles alone (as C11; headers used from CUDA are also checked by check-cuda)
-HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h prepare/*.h worker/*.h launcher/*.h)
+HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h prepare/*.h worker/*.h launcher/*.h ckpt_store/*.h)
 check-headers:
 	$(Q)set -e; mkdir -p $(BUILD)/hdr; for h in $(HEADERS); do \
 	  echo "#include \"$(CURDIR)/$$h\"" > $(BUILD)/hdr/t.c; \
@@ -256,14 +263,33 @@ endif
 
 # Debian packages needed to build, test and benchmark; installs only what is missing
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
-  libopenmpi-dev openmpi-bin libpmix-dev
-DEPS_TEST := python3 slurmctld slurmd slurm-client munge iproute2
+  libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev
+DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)
 
 deps-bench:
 	$(Q)tools/deps.sh $(DEPS_BENCH)
+
+# libFuzzer targets (clang): the manifest parser and the HTTP request router, each run
+# for FUZZ_SECONDS from the seeds in tests/fuzz/corpus_<name>/ (a copy: found inputs stay in build)
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FUZZ_FLAGS := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -D_DEFAULT_SOURCE -I$(BUILD)/gen
+FUZZ_LIB_SRCS := ckpt_store/manifest.c ckpt_store/store.c ckpt_store/route.c $(COMMON_SRCS)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRCS) $(wildcard ckpt_store/*.h common/*.h)
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -ljansson -lxxhash -lm -lpthread
+fuzz: $(FUZZ_TARGETS)
+	$(Q)set -e; for f in $(FUZZ_TARGETS); do n=$$(basename $$f); \
+	  rm -rf $(BUILD)/fuzz/corpus_$$n && mkdir -p $(BUILD)/fuzz/corpus_$$n && cp tests/fuzz/corpus_$$n/* $(BUILD)/fuzz/corpus_$$n/ 2>/dev/null || true; \
+	  echo "  FUZZ    $$n ($(FUZZ_SECONDS) s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/corpus_$$n 2>&1 | tee $(BUILD)/fuzz/$$n.log | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|INFO: Loaded|==[0-9]+==ERROR)' ; \
+	  test $${PIPESTATUS[0]} -eq 0; \
+	  grep -E '^#[0-9]+ +DONE' $(BUILD)/fuzz/$$n.log | tail -1; \
+	done
 
 clean:
 	rm -rf $(BUILD) build-asan build-ubsan

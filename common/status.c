@@ -27,6 +27,7 @@ const char *tr_strerror(enum tr_status s)
     case TR_ERR_INTERNAL: return "internal error";
     case TR_ERR_INTERRUPTED: return "interrupted";
     case TR_ERR_SYS: return "system call failed";
+    case TR_ERR_NOT_FOUND: return "not found";
     case TR_STATUS_COUNT_: break;
     }
     return "unknown status";
@@ -38,7 +39,8 @@ int tr_status_exit_code(enum tr_status s)
     case TR_OK: return 0;
     case TR_ERR_ARG:
     case TR_ERR_FORMAT:
-    case TR_ERR_RANGE: return 2;
+    case TR_ERR_RANGE:
+    case TR_ERR_NOT_FOUND: return 2;
     case TR_ERR_INTERRUPTED: return 130;
     default: return 1;
     }

@@ -24,6 +24,7 @@ enum tr_status {
     TR_ERR_INTERNAL = 13,   /* a broken invariant that was caught without aborting */
     TR_ERR_INTERRUPTED = 14, /* stopped by a signal (SIGINT, SIGTERM) */
     TR_ERR_SYS = 15,        /* an operating-system call failed (threads, signals, processes) */
+    TR_ERR_NOT_FOUND = 16,  /* a named object (checkpoint, run, chunk, file) does not exist */
     TR_STATUS_COUNT_        /* not a status; keep last */
 };
 
@@ -33,7 +34,7 @@ const char *tr_strerror(enum tr_status s);
 /* The exit status of a program that ends with `s`; the one table every terarec
  * binary uses:
  *   0    TR_OK
- *   2    bad input: TR_ERR_ARG, TR_ERR_FORMAT, TR_ERR_RANGE (a flag, a config, a
+ *   2    bad input: TR_ERR_ARG, TR_ERR_FORMAT, TR_ERR_RANGE, TR_ERR_NOT_FOUND (a flag, a config, a
  *        dataset or a request is wrong; the message named it)
  *   130  TR_ERR_INTERRUPTED (128 + SIGINT, as a shell reports it)
  *   1    any other failure (I/O, memory, MPI, CUDA, a peer, an internal error) */

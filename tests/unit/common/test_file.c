@@ -139,6 +139,7 @@ static void exit_codes(void)
     TH_EQ(tr_status_exit_code(TR_ERR_ARG), 2);
     TH_EQ(tr_status_exit_code(TR_ERR_FORMAT), 2);
     TH_EQ(tr_status_exit_code(TR_ERR_RANGE), 2);
+    TH_EQ(tr_status_exit_code(TR_ERR_NOT_FOUND), 2);
     TH_EQ(tr_status_exit_code(TR_ERR_INTERRUPTED), 130);
     static const enum tr_status other[] = {TR_ERR_NOMEM, TR_ERR_IO,     TR_ERR_CUDA,        TR_ERR_NCCL,
                                            TR_ERR_DB,    TR_ERR_TIMEOUT, TR_ERR_REMOTE,     TR_ERR_UNSUPPORTED,
