@@ -43,6 +43,7 @@ enum kern_op {
     KERN_OP_EMB_ROWSQ,
     KERN_OP_CROSS_FWD,
     KERN_OP_CROSS_BWD,
+    KERN_OP_MARK_ROWS,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -274,6 +275,21 @@ struct kern_sumsq_args {
     double *out;    /* host */
 };
 
+/* Dirty-row tracking for incremental checkpoints: for each id of a table's batch
+ * that lies in [0, rows), dirty[km_row_block(id, block_rows)] = 1 (rows are
+ * grouped in blocks of block_rows, the rows of one checkpoint chunk). Ids outside
+ * the table are skipped (the update refuses them). dirty (backend memory, one
+ * byte per block) is only ever set, never cleared, so the blocks of one call may
+ * share a bitmap and run in any order. TR_ERR_ARG for negative sizes or
+ * block_rows < 1 (nothing written then). */
+struct kern_mark_rows_args {
+    const void *idx;           /* (n) ids */
+    enum kern_dtype idx_dtype; /* KERN_I32 or KERN_I64 */
+    int64_t n;
+    int64_t rows, block_rows;
+    uint8_t *dirty;            /* (ceil(rows / block_rows)) */
+};
+
 /* The element-wise "cross combine" of a low-rank cross layer (DCNv2, TorchRec's
  * LowRankCrossNet): x_{l+1} = x0 * (U (V x_l) + b) + x_l. The model runs the two
  * GEMMs and the bias with gemm and bias_act_fwd; this op finishes the layer:
@@ -354,6 +370,7 @@ struct kern_backend_i {
     enum tr_status (*sumsq)(void *ctx, const struct kern_sumsq_args *a, int n);
     enum tr_status (*cross_fwd)(void *ctx, const struct kern_cross_fwd_args *a);
     enum tr_status (*cross_bwd)(void *ctx, const struct kern_cross_bwd_args *a);
+    enum tr_status (*mark_rows)(void *ctx, const struct kern_mark_rows_args *a, int n);
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);

@@ -197,6 +197,15 @@ KM_FN double km_sumsq_add(double acc, float x)
     return acc + d * d;
 }
 
+/* ---- dirty rows ------------------------------------------------------------
+ * The checkpoint block of a row: rows [k * block_rows, (k + 1) * block_rows) form
+ * block k (mark_rows). */
+
+KM_FN int64_t km_row_block(int64_t row, int64_t block_rows)
+{
+    return row / block_rows;
+}
+
 /* ---- interaction ------------------------------------------------------------ */
 
 /* Position of pair (i, j), i > j, in the row-major strict lower triangle. */

@@ -51,6 +51,9 @@ struct hybrid {
                                    forward checked the same ids) */
     struct kern_copy_rows_args *cp;   /* host: (cp_cap) row copies of one pass */
     int cp_cap;
+    uint8_t **dirty;            /* (ntables) backend memory, (dirty_n[t]) bytes each, or NULL: */
+    int64_t *dirty_n, *dirty_rows; /*   the touched row blocks of each table held (hybrid_track_dirty) */
+    struct kern_mark_rows_args *mark; /* host: (ntables) */
     double t[HYBRID_T_COUNT_];
 };
 
@@ -248,6 +251,12 @@ void hybrid_free(struct hybrid **ph)
     tr_free(h->upd);
     tr_free(h->bad_upd);
     tr_free(h->cp);
+    for (int t = 0; h->dirty && t < h->p->ntables; t++)
+        be->i->mem_release(be->ctx, h->dirty[t], (size_t)h->dirty_n[t]);
+    tr_free(h->dirty);
+    tr_free(h->dirty_n);
+    tr_free(h->dirty_rows);
+    tr_free(h->mark);
     tr_free(h);
     *ph = NULL;
 }
@@ -604,6 +613,16 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
     }
     if (nu)
         TR_CHECK(be->i->emb_update(be->ctx, h->upd, nu));
+    if (h->dirty) { /* the rows the update touched, for incremental checkpoints */
+        int nm = 0;
+        for (int t = 0; t < h->p->ntables; t++)
+            if (h->dirty[t])
+                h->mark[nm++] = (struct kern_mark_rows_args){.idx = blk_cat(h, t), .idx_dtype = KERN_I32, .n = g.n,
+                                                             .rows = m->tables[t].rows,
+                                                             .block_rows = h->dirty_rows[t], .dirty = h->dirty[t]};
+        if (nm)
+            TR_CHECK(be->i->mark_rows(be->ctx, h->mark, nm));
+    }
     m->t[DLRM_T_EMB_UPDATE] += dlrm_clock(m) - t0;
     /* a rank that does not run a model-parallel bottom MLP leaves its (unused) copy alone */
     const int64_t u0 = m->has_bottom && !m->dp_bottom && !m->mp_bottom ? m->top_param0 : 0;
@@ -630,6 +649,55 @@ enum tr_status hybrid_gather_logits(struct hybrid *h, float *host)
     if (g.r == 0 && g.n)
         TR_CHECK(be->i->copy(be->ctx, host, h->glogits, (size_t)g.n * sizeof(float), KERN_D2H));
     return TR_OK;
+}
+
+enum tr_status hybrid_track_dirty(struct hybrid *h, const int64_t *block_rows)
+{
+    const struct kern_backend *be = &h->m->be;
+    const int T = h->p->ntables;
+    if (h->dirty)
+        return TR_ERR_ARG;
+    h->dirty = tr_calloc((size_t)T, sizeof *h->dirty);
+    h->dirty_n = tr_calloc((size_t)T, sizeof *h->dirty_n);
+    h->dirty_rows = tr_calloc((size_t)T, sizeof *h->dirty_rows);
+    h->mark = tr_calloc((size_t)T, sizeof *h->mark);
+    if (!h->dirty || !h->dirty_n || !h->dirty_rows || !h->mark)
+        return TR_ERR_NOMEM;
+    uint8_t *zero = NULL;
+    enum tr_status rc = TR_OK;
+    for (int t = 0; t < T && rc == TR_OK; t++) {
+        const struct dlrm_table *tb = &h->m->tables[t];
+        if (tb->width == 0 || block_rows[t] < 1)
+            continue;
+        const int64_t n = (tb->rows + block_rows[t] - 1) / block_rows[t];
+        h->dirty_rows[t] = block_rows[t];
+        h->dirty_n[t] = n > 0 ? n : 1;
+        void *d = NULL;
+        rc = be->i->mem_alloc(be->ctx, (size_t)h->dirty_n[t], &d);
+        if (rc != TR_OK)
+            break;
+        h->dirty[t] = d;
+        tr_free(zero);
+        zero = tr_calloc((size_t)h->dirty_n[t], 1);
+        rc = zero ? be->i->copy(be->ctx, d, zero, (size_t)h->dirty_n[t], KERN_H2D) : TR_ERR_NOMEM;
+    }
+    tr_free(zero);
+    return rc;
+}
+
+int64_t hybrid_dirty_blocks(const struct hybrid *h, int t)
+{
+    return h->dirty && t >= 0 && t < h->p->ntables && h->dirty[t] ? h->dirty_n[t] : 0;
+}
+
+enum tr_status hybrid_take_dirty(struct hybrid *h, int t, uint8_t *host, uint8_t *zero)
+{
+    const struct kern_backend *be = &h->m->be;
+    const int64_t n = hybrid_dirty_blocks(h, t);
+    if (n == 0)
+        return TR_ERR_ARG;
+    TR_CHECK(be->i->copy(be->ctx, host, h->dirty[t], (size_t)n, KERN_D2H));
+    return be->i->copy(be->ctx, h->dirty[t], zero, (size_t)n, KERN_H2D);
 }
 
 double hybrid_seconds(const struct hybrid *h, enum hybrid_timer t)

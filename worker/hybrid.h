@@ -91,6 +91,17 @@ enum tr_status hybrid_train_step(struct hybrid *h, float lr, double *loss) TR_WU
  * host (n floats of the shared batch); other ranks pass NULL. */
 enum tr_status hybrid_gather_logits(struct hybrid *h, float *host) TR_WUR;
 
+/* Dirty-row tracking for incremental checkpoints: from now on, every update
+ * marks, for each table held here (a slice or whole), the blocks of
+ * block_rows[t] rows its batch touched (mark_rows), one byte per block in
+ * backend memory. TR_ERR_ARG when already tracking; TR_ERR_NOMEM, backend errors. */
+enum tr_status hybrid_track_dirty(struct hybrid *h, const int64_t *block_rows) TR_WUR;
+/* Blocks of table t's bitmap (0: not tracked, or a table not held here). */
+int64_t hybrid_dirty_blocks(const struct hybrid *h, int t);
+/* Copies table t's bitmap to host (hybrid_dirty_blocks bytes) and clears it from
+ * zero (host, as many zero bytes). TR_ERR_ARG when t is not tracked; backend errors. */
+enum tr_status hybrid_take_dirty(struct hybrid *h, int t, uint8_t *host, uint8_t *zero) TR_WUR;
+
 enum hybrid_timer {
     HYBRID_T_EXCHANGE = 0, /* collectives of the step (all-to-all, all-reduce) */
     HYBRID_T_PACK,         /* assembling and packing all-to-all buffers */

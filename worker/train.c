@@ -567,6 +567,18 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     if (T->dist.rank == 0) {
         struct batch *b = T->blk;
         TR_CHECK(source_next(&T->src, b));
+        if (T->resume_check) { /* a restored run on terarec-loader's ring */
+            T->resume_check = 0;
+            if (b->epoch != T->resume_pos.epoch || b->index != T->resume_pos.index) {
+                LOG_ERROR("restore: terarec-loader serves epoch %lld, batch %lld first, but the checkpoint resumes at "
+                          "epoch %lld, batch %lld",
+                          (long long)b->epoch, (long long)b->index, (long long)T->resume_pos.epoch,
+                          (long long)T->resume_pos.index);
+                LOG_HINT("start terarec-loader with --start_position %lld:%lld", (long long)T->resume_pos.epoch,
+                         (long long)T->resume_pos.index);
+                return TR_ERR_ARG;
+            }
+        }
         b->step = s;
         b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
         if (T->src.nsamples[BATCH_TEST] == 0)
@@ -704,6 +716,97 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
         T->stop = 1;
     }
     return TR_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of sorted v[0, n) (nearest rank). */
+static double quantile(const double *v, int64_t n, double q)
+{
+    int64_t k = (int64_t)ceil(q * (double)n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+enum tr_status train_infer(struct train *T, int64_t nbatches)
+{
+    const struct source *s = &T->src;
+    const int rank = T->dist.rank;
+    const int64_t skip = 10; /* the seed leaves out the first 10 latencies */
+    if (s->nsamples[BATCH_TEST] == 0 || nbatches < 1) {
+        LOG_ERROR("--mode inference: %s", nbatches < 1 ? "--max_steps must be at least 1" : "the test split is empty");
+        T->together = 1;
+        return TR_ERR_ARG;
+    }
+    double *lat = rank == 0 ? tr_malloc((size_t)nbatches * sizeof(double)) : NULL;
+    float *scores = rank == 0 ? tr_malloc((size_t)s->batch[BATCH_TEST] * sizeof(float)) : NULL;
+    float *all_s = NULL, *all_l = NULL;
+    int64_t nscored = 0, cap = rank == 0 ? TR_MIN(nbatches, s->nbatches[BATCH_TEST]) * s->batch[BATCH_TEST] : 0;
+    if (rank == 0) {
+        all_s = tr_malloc((size_t)(cap ? cap : 1) * sizeof(float));
+        all_l = tr_malloc((size_t)(cap ? cap : 1) * sizeof(float));
+    }
+    enum tr_status rc = TR_OK;
+    if (rank == 0 && (!lat || !scores || !all_s || !all_l)) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    struct source_pos test0 = {BATCH_TEST, 0, 0};
+    if (rank == 0)
+        TR_CHECK_GOTO(source_seek(&T->src, &test0), rc, exit);
+    for (int64_t k = 0; k < nbatches; k++) {
+        double t0 = tr_clock_now();
+        if (rank == 0) {
+            TR_CHECK_GOTO(source_next(&T->src, T->blk), rc, exit);
+            T->blk->step = -1;
+            T->blk->flags = 0;
+        }
+        TR_CHECK_GOTO(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr), rc, exit);
+        TR_CHECK_GOTO(hybrid_forward(T->h), rc, exit);
+        TR_CHECK_GOTO(hybrid_gather_logits(T->h, rank == 0 ? scores : NULL), rc, exit);
+        if (rank == 0) {
+            lat[k] = tr_clock_now() - t0;
+            if (nscored + T->hdr.n <= cap) { /* one pass at most: a wrapped pass would count samples twice */
+                memcpy(all_s + nscored, scores, (size_t)T->hdr.n * sizeof(float));
+                memcpy(all_l + nscored, batch_labels(T->blk), (size_t)T->hdr.n * sizeof(float));
+                nscored += T->hdr.n;
+            }
+        }
+    }
+    if (rank == 0) {
+        const int64_t n = nbatches > skip ? nbatches - skip : nbatches;
+        double *v = lat + (nbatches > skip ? skip : 0), mean = 0.0, auc = NAN;
+        for (int64_t i = 0; i < n; i++)
+            mean += v[i] / (double)n;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        int64_t first_bad = -1;
+        if (count_nonfinite(all_s, nscored, &first_bad) == 0)
+            TR_CHECK_GOTO(kern_auc_exact(all_s, all_l, nscored, &auc), rc, exit);
+        const double thr = (double)s->batch[BATCH_TEST] / mean;
+        LOG_RANK0("inference: %lld batches of %lld (first %lld left out of the latencies): "
+                  "mean_inference_throughput=%.2e samples/s, mean_inference_latency=%.5f s, "
+                  "p90_inference_latency=%.5f s, p95_inference_latency=%.5f s, p99_inference_latency=%.5f s, "
+                  "auc=%.5f over %lld samples",
+                  (long long)nbatches, (long long)s->batch[BATCH_TEST], (long long)(nbatches > skip ? skip : 0), thr,
+                  mean, quantile(v, n, 0.90), quantile(v, n, 0.95), quantile(v, n, 0.99), auc, (long long)nscored);
+        json_t *d = json_object();
+        json_object_set_new(d, "mean_inference_throughput", events_num(thr));
+        json_object_set_new(d, "mean_inference_latency", events_num(mean));
+        json_object_set_new(d, "p90_inference_latency", events_num(quantile(v, n, 0.90)));
+        json_object_set_new(d, "p95_inference_latency", events_num(quantile(v, n, 0.95)));
+        json_object_set_new(d, "p99_inference_latency", events_num(quantile(v, n, 0.99)));
+        json_object_set_new(d, "auc", events_num(auc));
+        TR_CHECK_GOTO(events_emit(&T->ev, EVENTS_SUMMARY, T->step, d), rc, exit);
+    }
+exit:
+    tr_free(lat);
+    tr_free(scores);
+    tr_free(all_s);
+    tr_free(all_l);
+    return rc;
 }
 
 /* Writes this rank's weights and optimizer state to DIR/rank<r>.bin (a debugging

@@ -58,6 +58,11 @@ struct train {
     int64_t timed_steps, interval_n;
     double a2a_bytes, ar_bytes, a2a_sec, ar_sec;
     char run_id[128];
+    /* checkpoints (ckpt.h) */
+    struct wckpt *ck;           /* NULL: the run does not save */
+    int resumed;                /* the state came from a checkpoint */
+    struct source_pos resume_pos; /* its data position */
+    int resume_check;           /* rank 0, --loader: the first batch must be at resume_pos */
 };
 
 struct train_eval {
@@ -79,6 +84,12 @@ enum tr_status train_step(struct train *T, struct batch *hdr) TR_WUR;
 /* Evaluates on the whole test split (nothing when it is empty); every rank gets
  * the same result and the same decision to stop (T->stop). */
 enum tr_status train_evaluate(struct train *T, struct train_eval *out) TR_WUR;
+
+/* --mode inference: the seed's benchmark over up to nbatches test batches (the
+ * pass wraps around): per-batch latency from taking the batch to the logits on
+ * rank 0, the first 10 left out; mean throughput, mean and p90/p95/p99 latency
+ * and the AUC of the scored samples, on the console and as an event. Collective. */
+enum tr_status train_infer(struct train *T, int64_t nbatches) TR_WUR;
 
 /* The end of a run: summary line and event, memory report, weight dump. */
 enum tr_status train_report(struct train *T) TR_WUR;

@@ -12,7 +12,10 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/file.h"
+#include "ckpt.h"
 #include "train.h"
+
+static const char *const mode_choices[] = {"train", "eval", "inference", NULL};
 
 void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
 {
@@ -31,6 +34,40 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          NULL, NULL, 0},
         {"loader_timeout", TR_OPT_DOUBLE, &c->loader_timeout, "60", "seconds rank 0 waits for the loader's ring", 0,
          1e9, NULL, NULL, 0},
+        {"mode", TR_OPT_ENUM, &c->mode, "train",
+         "train; eval: one evaluation of the (restored) model on the test split; inference: the latency benchmark "
+         "over --max_steps test batches (default 1000)",
+         TR_OPT_NOBOUNDS, mode_choices, NULL, 0},
+        {"checkpoint_dir", TR_OPT_STRING, &c->checkpoint_dir, NULL,
+         "checkpoint store: a terarec-ckpt URL (http://HOST:PORT) or a directory; saves every --checkpoint_every "
+         "steps, at the end and on a stop request",
+         TR_OPT_NOBOUNDS, NULL, "save_checkpoint_path", 0},
+        {"checkpoint_token_file", TR_OPT_PATH, &c->checkpoint_token_file, NULL,
+         "file holding the store's bearer token (needed with a URL)", 1, 0, NULL, NULL, 0},
+        {"checkpoint_every", TR_OPT_INT64, &c->checkpoint_every, "0", "steps between checkpoints (0: at the end only)",
+         0, 1e15, NULL, NULL, 0},
+        {"full_checkpoint_every", TR_OPT_INT64, &c->full_checkpoint_every, "10",
+         "every N-th save copies and hashes everything (the others only the row blocks that changed)", 1, 1e9, NULL,
+         NULL, 0},
+        {"checkpoint_async", TR_OPT_BOOL, &c->checkpoint_async, "true",
+         "hash and store checkpoints on a background thread while training goes on", TR_OPT_NOBOUNDS, NULL, NULL, 0},
+        {"checkpoint_incremental", TR_OPT_BOOL, &c->checkpoint_incremental, "true",
+         "save only the embedding row blocks updated since the last save", TR_OPT_NOBOUNDS, NULL, NULL, 0},
+        {"checkpoint_chunk_bytes", TR_OPT_BYTES, &c->checkpoint_chunk_bytes, "1M",
+         "bytes of a checkpoint chunk (rows of a table slice are grouped to about this size)", 4096, 1073741824.0,
+         NULL, NULL, 0},
+        {"checkpoint_timeout", TR_OPT_DOUBLE, &c->checkpoint_timeout, "600",
+         "seconds rank 0 waits for every rank's part of a checkpoint (0: forever)", 0, 1e9, NULL, NULL, 0},
+        {"run_name", TR_OPT_STRING, &c->run_name, NULL,
+         "the run's name in the checkpoint store (default: a generated id, printed at start)", TR_OPT_NOBOUNDS, NULL,
+         NULL, 0},
+        {"resume", TR_OPT_BOOL, &c->resume, "false",
+         "continue --run_name from its last committed checkpoint in --checkpoint_dir (from step 0 when it has none)",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0},
+        {"restore", TR_OPT_STRING, &c->restore, NULL,
+         "URL_or_PATH#RUN@STEP: start from that checkpoint (@STEP optional: the run's latest; #RUN optional when "
+         "the store holds one run)",
+         TR_OPT_NOBOUNDS, NULL, "restore_checkpoint_path", 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= WORKER_MAX_OPTS);
@@ -56,26 +93,60 @@ enum tr_status worker_check_outputs(const struct worker_cfg *c, int rank)
     return rc == TR_ERR_IO ? TR_ERR_ARG : rc;
 }
 
+/* A save after the step just done: every --checkpoint_every steps, or when the
+ * source asks (SIGUSR1 to terarec-loader). */
+static int save_due(const struct train *T, const struct batch *hdr)
+{
+    const int64_t every = T->c->checkpoint_every;
+    return T->ck && ((hdr->flags & BATCH_F_CKPT) || (every > 0 && T->step % every == 0));
+}
+
+static enum tr_status run_train(struct train *T)
+{
+    const struct worker_cfg *c = T->c;
+    TR_CHECK(wckpt_open(T, &T->ck));
+    if (T->resumed && T->step >= T->total)
+        LOG_RANK0("the checkpoint is at step %lld, --max_steps is %lld: nothing to train", (long long)T->step,
+                  (long long)T->total);
+    while (T->step < T->total) {
+        struct batch hdr;
+        TR_CHECK(train_step(T, &hdr));
+        if (hdr.flags & BATCH_F_CKPT && !T->ck)
+            LOG_RANK0("step %lld: checkpoint requested, but this run has no --checkpoint_dir: training goes on",
+                      (long long)T->step);
+        if (save_due(T, &hdr))
+            TR_CHECK(wckpt_save(T->ck, T));
+        if (hdr.flags & BATCH_F_EVAL) {
+            struct train_eval ev;
+            TR_CHECK(train_evaluate(T, &ev));
+        }
+        if ((hdr.flags & BATCH_F_STOP) || T->stop)
+            break;
+    }
+    /* the end (or a stop request): the last state is saved and committed */
+    if (T->ck && wckpt_last_step(T->ck) != T->step)
+        TR_CHECK(wckpt_save(T->ck, T));
+    TR_CHECK(wckpt_wait(T->ck));
+    (void)c;
+    return train_report(T);
+}
+
 enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
 {
     struct train T;
     enum tr_status rc = train_open(&T, c);
-    while (rc == TR_OK && T.step < T.total) {
-        struct batch hdr;
-        TR_CHECK_GOTO(train_step(&T, &hdr), rc, exit);
-        if (hdr.flags & BATCH_F_CKPT)
-            LOG_RANK0("step %lld: checkpoint requested, but this build has no checkpoint store yet: training goes on",
-                      (long long)T.step);
-        if (hdr.flags & BATCH_F_EVAL) {
-            struct train_eval ev;
-            TR_CHECK_GOTO(train_evaluate(&T, &ev), rc, exit);
-        }
-        if ((hdr.flags & BATCH_F_STOP) || T.stop)
-            break;
-    }
     if (rc == TR_OK)
-        rc = train_report(&T);
-exit:
+        rc = wckpt_restore(&T);
+    if (rc == TR_OK && c->mode == WORKER_MODE_EVAL) {
+        struct train_eval ev;
+        rc = train_evaluate(&T, &ev);
+        if (rc == TR_OK)
+            LOG_RANK0("Evaluation completed, AUC: %.6f, test_loss: %.6f", ev.auc, ev.logloss);
+    } else if (rc == TR_OK && c->mode == WORKER_MODE_INFERENCE) {
+        rc = train_infer(&T, c->job.max_steps >= 0 ? c->job.max_steps : 1000);
+    } else if (rc == TR_OK) {
+        rc = run_train(&T);
+    }
     /* a failure only this rank knows about would leave the others waiting in
      * their next collective: end the whole job (the shared verdicts of
      * train_open stop every rank on their own) */
@@ -87,6 +158,7 @@ exit:
     }
     if (res)
         *res = T.res;
+    wckpt_close(&T.ck);
     train_close(&T);
     return rc;
 }

@@ -22,9 +22,23 @@ struct worker_cfg {
     char *dump_weights;
     char *loader;          /* --loader shm:NAME: batches from terarec-loader's ring; NULL: read in-process */
     double loader_timeout; /* seconds rank 0 waits for the ring to appear */
+    int mode;              /* enum worker_mode */
+    /* checkpoints (ckpt.h) */
+    char *checkpoint_dir;  /* URL or path; NULL: no saves */
+    char *checkpoint_token_file;
+    int64_t checkpoint_every;       /* steps between saves (0: at the end only) */
+    int64_t full_checkpoint_every;  /* saves between full saves */
+    int checkpoint_async, checkpoint_incremental;
+    int64_t checkpoint_chunk_bytes;
+    double checkpoint_timeout;      /* seconds rank 0 waits for the other ranks' parts */
+    char *run_name;
+    int resume;
+    char *restore;         /* URL_or_PATH#RUN@STEP */
 };
 
-#define WORKER_MAX_OPTS (JOB_MAX_OPTS + 8)
+enum worker_mode { WORKER_MODE_TRAIN = 0, WORKER_MODE_EVAL = 1, WORKER_MODE_INFERENCE = 2 };
+
+#define WORKER_MAX_OPTS (JOB_MAX_OPTS + 24)
 
 /* Fills o with the option table bound to *cfg (parse it with tr_opt_parse,
  * release it with tr_opt_release). */

@@ -1,0 +1,987 @@
+/* ckpt.c: the worker's checkpoints (ckpt.h): what each rank saves (pieces: row
+ * blocks of the tensors it owns, each one chunk), the snapshot at a step
+ * boundary, the saver thread (hash, store, part, and on rank 0 the merge and the
+ * commit), and the restore of any manifest onto this rank's slices. It does not
+ * decide when to save (worker.c does) and never talks to other ranks except
+ * through the store, so the saver thread needs no collective. */
+#define TR_SUBSYS TR_SUB_CKPT
+#include "ckpt.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../ckpt_store/client.h"
+#include "../ckpt_store/manifest.h"
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/clock.h"
+#include "train.h"
+
+/* One chunk this rank saves: rows [r0, r1) x cols [c0, c1) of a manifest tensor,
+ * elements [off, off + (r1 - r0) * (c1 - c0)) of a model tensor. */
+struct piece {
+    char name[CKPT_NAME_MAX + 1];
+    enum dlrm_tensor k;
+    int index;
+    int64_t off;
+    int ndim;
+    int64_t shape[2];
+    int64_t r0, r1, c0, c1;
+    int table;              /* dirty bitmap of this table; -1: saved every time (dense) */
+    int64_t block;          /* its block in that bitmap */
+    char hash[CKPT_HASH_LEN + 1]; /* of the last save ("" before the first) */
+    /* the save in flight */
+    int copied;             /* in staging at stage_off */
+    int64_t stage_off;
+    char fresh[CKPT_HASH_LEN + 1];
+};
+
+struct wckpt {
+    const struct worker_cfg *c;
+    struct ckpt_client *cl;
+    char run[CKPT_RUN_MAX + 1];
+    char attempt[128];      /* this launch's run id: parts of other launches are ignored */
+    int rank, world;
+    char split[16];
+    struct piece *pc;
+    int npc;
+    int64_t chunk_bytes;
+    /* dirty tracking */
+    int ntables;
+    int64_t *block_rows;    /* (ntables) 0: not held */
+    uint8_t **dirty;        /* (ntables) host copies */
+    uint8_t *zero;
+    int64_t saves;          /* started */
+    int64_t last_step;
+    /* staging */
+    float *stage;
+    size_t stage_cap;       /* bytes */
+    /* the job handed to the saver */
+    int64_t step;
+    char *config, *state;   /* JSON texts (rank 0) */
+    int full;
+    /* saver thread */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int busy, quit;
+    enum tr_status err;     /* sticky: the first failed save */
+    /* measurements */
+    double stall_total, stall_max;
+    int64_t bytes_sent_total, bytes_full_total;
+};
+
+/* ---- the plan ------------------------------------------------------------------ */
+
+static int64_t rows_per_chunk(int64_t chunk_bytes, int64_t cols)
+{
+    int64_t r = chunk_bytes / (4 * (cols > 0 ? cols : 1));
+    return r > 0 ? r : 1;
+}
+
+static enum tr_status add_piece(struct wckpt *w, const char *name, enum dlrm_tensor k, int index, int64_t base,
+                                int ndim, int64_t rows, int64_t cols, int64_t c0, int64_t c1, int table,
+                                int64_t block_rows)
+{
+    const int64_t width = c1 - c0;
+    for (int64_t a = 0, b = 0; a < rows; a = b) {
+        b = TR_MIN(rows, a + block_rows);
+        struct piece *p = tr_realloc(w->pc, (size_t)(w->npc + 1) * sizeof *p);
+        if (!p)
+            return TR_ERR_NOMEM;
+        w->pc = p;
+        p = &w->pc[w->npc++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->k = k;
+        p->index = index;
+        p->off = base + a * width;
+        p->ndim = ndim;
+        p->shape[0] = rows;
+        p->shape[1] = ndim == 1 ? 1 : cols;
+        p->r0 = a;
+        p->r1 = b;
+        p->c0 = c0;
+        p->c1 = c1;
+        p->table = table;
+        p->block = table >= 0 ? a / block_rows : 0;
+    }
+    return TR_OK;
+}
+
+/* The dense tensors of the model as (name, offset, rows, cols, ndim), in
+ * DLRM_PARAMS order; f is called for each. */
+typedef enum tr_status (*dense_fn)(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim);
+
+static enum tr_status for_each_dense(const struct dlrm *m, dense_fn f, void *arg)
+{
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    char name[CKPT_NAME_MAX + 1];
+    for (int top = 0; top < 2; top++) {
+        for (int l = 0; l < (top ? mi.ntop : mi.nbottom); l++) {
+            struct dlrm_layer_info li;
+            dlrm_get_layer(m, top, l, &li);
+            snprintf(name, sizeof name, "dense/%s/kernel", li.name);
+            TR_CHECK(f(arg, name, li.w_off, li.in, li.out, 2));
+            snprintf(name, sizeof name, "dense/%s/bias", li.name);
+            TR_CHECK(f(arg, name, li.b_off, li.out, 1, 1));
+        }
+        if (top)
+            continue;
+        for (int l = 0; l < mi.ncross; l++) {
+            struct dlrm_cross_info ci;
+            dlrm_get_cross(m, l, &ci);
+            snprintf(name, sizeof name, "dense/%s/v_kernel", ci.name);
+            TR_CHECK(f(arg, name, ci.v_off, ci.width, ci.rank, 2));
+            snprintf(name, sizeof name, "dense/%s/u_kernel", ci.name);
+            TR_CHECK(f(arg, name, ci.u_off, ci.rank, ci.width, 2));
+            snprintf(name, sizeof name, "dense/%s/bias", ci.name);
+            TR_CHECK(f(arg, name, ci.b_off, ci.width, 1, 1));
+        }
+    }
+    return TR_OK;
+}
+
+struct dense_plan_arg {
+    struct wckpt *w;
+    const struct dlrm *m;
+};
+
+static enum tr_status plan_dense(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim)
+{
+    struct dense_plan_arg *a = arg;
+    const int64_t br = rows_per_chunk(a->w->chunk_bytes, cols);
+    TR_CHECK(add_piece(a->w, name, DLRM_PARAMS, 0, off, ndim, rows, cols, 0, cols, -1, br));
+    if (dlrm_tensor_numel(a->m, DLRM_PARAMS_STATE, 0) > 0) {
+        char sname[CKPT_NAME_MAX + 1];
+        snprintf(sname, sizeof sname, "%s/adagrad", name);
+        TR_CHECK(add_piece(a->w, sname, DLRM_PARAMS_STATE, 0, off, ndim, rows, cols, 0, cols, -1, br));
+    }
+    return TR_OK;
+}
+
+/* What this rank saves: rank 0 the dense tensors (the same on every rank that
+ * runs them, and rank 0 always does), every rank its slice of each table, and
+ * the row-wise Adagrad state (one per row, a replica on each slice holder) the
+ * holder of column 0. */
+static enum tr_status plan_pieces(struct wckpt *w, const struct train *T)
+{
+    const struct dlrm *m = T->m;
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    if (w->rank == 0) {
+        struct dense_plan_arg a = {w, m};
+        TR_CHECK(for_each_dense(m, plan_dense, &a));
+    }
+    const int D = mi.emb_dim;
+    for (int t = 0; t < mi.ntables; t++) {
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        if (ti.width == 0)
+            continue;
+        char name[CKPT_NAME_MAX + 1];
+        const int64_t br = rows_per_chunk(w->chunk_bytes, ti.width);
+        w->block_rows[t] = br;
+        snprintf(name, sizeof name, "emb/%d", t);
+        TR_CHECK(add_piece(w, name, DLRM_TABLE, t, 0, 2, ti.rows, D, ti.col0, ti.col0 + ti.width, t, br));
+        const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);
+        snprintf(name, sizeof name, "emb/%d/adagrad", t);
+        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD)
+            TR_CHECK(add_piece(w, name, DLRM_TABLE_STATE, t, 0, 2, ti.rows, D, ti.col0, ti.col0 + ti.width, t, br));
+        else if (ns == ti.rows && ti.col0 == 0)
+            TR_CHECK(add_piece(w, name, DLRM_TABLE_STATE, t, 0, 1, ti.rows, 1, 0, 1, t, br));
+    }
+    return TR_OK;
+}
+
+/* ---- the manifest's config and state ----------------------------------------- */
+
+static json_t *int_list(const int64_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+/* The model's config: what a restore must match. */
+static json_t *config_json(const struct train *T)
+{
+    const struct job_cfg *j = &T->c->job;
+    json_t *o = json_object();
+    json_object_set_new(o, "num_numerical_features", json_integer(T->src.num_features));
+    json_object_set_new(o, "table_cardinalities", int_list(T->src.rows, T->src.ntables));
+    json_object_set_new(o, "embedding_dim", json_integer(j->embedding_dim));
+    json_object_set_new(o, "bottom_mlp_dims", int_list(j->bottom.v, j->bottom.n));
+    json_object_set_new(o, "top_mlp_dims", int_list(j->top.v, j->top.n));
+    json_object_set_new(o, "interaction", json_string(j->interaction == JOB_INTERACT_DCNV2 ? "dcnv2" : "dot"));
+    json_object_set_new(o, "dcn_num_layers", json_integer(j->interaction == JOB_INTERACT_DCNV2 ? j->dcn_num_layers : 0));
+    json_object_set_new(o, "dcn_low_rank_dim",
+                        json_integer(j->interaction == JOB_INTERACT_DCNV2 ? j->dcn_low_rank_dim : 0));
+    json_object_set_new(o, "optimizer", json_string(job_optim_name(j->optimizer)));
+    return o;
+}
+
+static json_t *state_json(const struct train *T, const struct wckpt *w)
+{
+    const struct job_cfg *j = &T->c->job;
+    struct source_pos p = {0, 0, 0};
+    if (T->dist.rank == 0)
+        source_tell((struct source *)&T->src, &p);
+    json_t *o = json_object(), *pos = json_object(), *rng = json_object();
+    json_object_set_new(o, "step", json_integer(T->step));
+    json_object_set_new(pos, "epoch", json_integer(p.epoch));
+    json_object_set_new(pos, "index", json_integer(p.index));
+    json_object_set_new(o, "position", pos);
+    json_object_set_new(o, "seed", json_integer(j->seed));
+    json_object_set_new(o, "batch_size", json_integer(j->batch_size));
+    json_object_set_new(o, "shuffle_samples", json_boolean(j->shuffle_samples));
+    json_object_set_new(o, "shuffle_batches", json_boolean(j->shuffle_batches));
+    json_object_set_new(o, "drop_last", json_boolean(j->drop_last));
+    /* the only randomness after initialisation: the per-epoch permutations, a
+     * pure function of (seed, epoch) */
+    json_object_set_new(rng, "kind", json_string("feistel6 permutation per epoch"));
+    json_object_set_new(rng, "seed", json_integer(j->seed));
+    json_object_set_new(rng, "stream", json_integer(p.epoch));
+    json_object_set_new(o, "rng", rng);
+    json_object_set_new(o, "first_loss", events_num(T->res.first_loss));
+    json_object_set_new(o, "best_auc", events_num(T->res.best_auc));
+    json_object_set_new(o, "attempt", json_string(w->attempt));
+    return o;
+}
+
+/* ---- the saver ------------------------------------------------------------------ */
+
+/* Rank 0: every rank's part of this save, merged into *m. Polls the store until
+ * each part of this attempt is there (or the timeout passes). */
+static enum tr_status collect_parts(struct wckpt *w, const struct ckpt_manifest *mine, struct ckpt_manifest *m)
+{
+    TR_CHECK(ckpt_manifest_init(m, w->run, w->step, -1, w->world, w->split));
+    TR_CHECK(ckpt_manifest_merge(m, mine));
+    const double t0 = tr_clock_now(), limit = w->c->checkpoint_timeout;
+    for (int q = 1; q < w->world; q++) {
+        double nap = 0.005;
+        for (;;) {
+            char *text = NULL;
+            size_t n = 0;
+            enum tr_status rc = ckpt_get_part(w->cl, w->run, w->step, q, &text, &n);
+            if (rc == TR_OK) {
+                struct ckpt_manifest part;
+                char what[96];
+                snprintf(what, sizeof what, "part %d of step %lld", q, (long long)w->step);
+                rc = ckpt_manifest_parse(text, n, what, &part);
+                tr_free(text);
+                if (rc != TR_OK)
+                    return rc;
+                json_t *att = json_object_get(part.state, "attempt");
+                if (json_is_string(att) && !strcmp(json_string_value(att), w->attempt)) {
+                    rc = ckpt_manifest_merge(m, &part);
+                    ckpt_manifest_release(&part);
+                    if (rc != TR_OK)
+                        return rc;
+                    break;
+                }
+                ckpt_manifest_release(&part); /* a part an earlier launch left: wait for ours */
+            } else if (rc != TR_ERR_NOT_FOUND) {
+                return rc;
+            }
+            if (limit > 0 && tr_clock_now() - t0 > limit) {
+                LOG_ERROR("checkpoint of step %lld: rank %d's part did not reach %s within --checkpoint_timeout %g s",
+                          (long long)w->step, q, ckpt_client_where(w->cl), limit);
+                return TR_ERR_TIMEOUT;
+            }
+            struct timespec ts = {0, (long)(nap * 1e9)};
+            nanosleep(&ts, NULL);
+            nap = TR_MIN(nap * 2, 0.2);
+        }
+    }
+    return ckpt_manifest_check(m, "the merged manifest");
+}
+
+/* The background half of a save: hash, store, part, and on rank 0 merge and commit. */
+static enum tr_status run_save(struct wckpt *w)
+{
+    const double t0 = tr_clock_now();
+    enum tr_status rc = TR_OK;
+    int nput = 0;
+    struct ckpt_put_item *items = tr_malloc((size_t)(w->npc ? w->npc : 1) * sizeof *items);
+    struct ckpt_manifest part = {0}, man = {0};
+    char *text = NULL;
+    size_t n = 0;
+    if (!items)
+        return TR_ERR_NOMEM;
+    int64_t copied_bytes = 0;
+    for (int i = 0; i < w->npc; i++) {
+        struct piece *p = &w->pc[i];
+        if (!p->copied)
+            continue;
+        const int64_t bytes = (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
+        ckpt_hash((const char *)w->stage + p->stage_off, (size_t)bytes, p->fresh);
+        items[nput++] = (struct ckpt_put_item){p->fresh, (const char *)w->stage + p->stage_off, bytes};
+        copied_bytes += bytes;
+    }
+    struct ckpt_xfer_stats st = {0};
+    TR_CHECK_GOTO(ckpt_put_chunks(w->cl, items, nput, &st), rc, exit);
+    TR_CHECK_GOTO(ckpt_manifest_init(&part, w->run, w->step, w->rank, w->world, w->split), rc, exit);
+    json_object_set_new(part.state, "attempt", json_string(w->attempt));
+    int64_t all_bytes = 0;
+    for (int i = 0; i < w->npc; i++) {
+        const struct piece *p = &w->pc[i];
+        struct ckpt_tensor *t;
+        TR_CHECK_GOTO(ckpt_manifest_add_tensor(&part, p->name, p->ndim, p->shape[0], p->shape[1], &t), rc, exit);
+        struct ckpt_chunk ch = {p->r0, p->r1, p->c0, p->c1, (p->r1 - p->r0) * (p->c1 - p->c0) * 4, ""};
+        snprintf(ch.hash, sizeof ch.hash, "%s", p->copied ? p->fresh : p->hash);
+        TR_CHECK_GOTO(ckpt_tensor_add_chunk(t, &ch), rc, exit);
+        all_bytes += ch.bytes;
+    }
+    if (w->world > 1 && w->rank != 0) {
+        TR_CHECK_GOTO(ckpt_manifest_dump(&part, &text, &n), rc, exit);
+        TR_CHECK_GOTO(ckpt_put_part(w->cl, w->run, w->step, w->rank, text, n), rc, exit);
+    } else {
+        TR_CHECK_GOTO(collect_parts(w, &part, &man), rc, exit);
+        json_decref(man.config);
+        json_decref(man.state);
+        man.config = json_loads(w->config, 0, NULL);
+        man.state = json_loads(w->state, 0, NULL);
+        if (!man.config || !man.state) {
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        TR_CHECK_GOTO(ckpt_manifest_dump(&man, &text, &n), rc, exit);
+        TR_CHECK_GOTO(ckpt_put_manifest(w->cl, w->run, w->step, text, n), rc, exit);
+        TR_CHECK_GOTO(ckpt_commit(w->cl, w->run, w->step), rc, exit);
+        struct ckpt_manifest_totals tot;
+        TR_CHECK_GOTO(ckpt_manifest_totals(&man, &tot), rc, exit);
+        LOG_INFO(CKPT,
+                 "checkpoint: step %lld committed to %s (run %s): %s save, this rank hashed %.2f MiB and sent "
+                 "%.2f MiB in %lld chunks (%lld already stored); the manifest names %lld chunks, %.2f MiB; %.3f s",
+                 (long long)w->step, ckpt_client_where(w->cl), w->run, w->full ? "full" : "incremental",
+                 copied_bytes / 1048576.0, st.bytes_sent / 1048576.0, (long long)st.chunks_sent,
+                 (long long)st.chunks_skipped, (long long)tot.chunks, tot.bytes / 1048576.0, tr_clock_now() - t0);
+    }
+    for (int i = 0; i < w->npc; i++) /* the next incremental save starts from these */
+        if (w->pc[i].copied)
+            memcpy(w->pc[i].hash, w->pc[i].fresh, sizeof w->pc[i].hash);
+    w->bytes_sent_total += st.bytes_sent;
+    w->bytes_full_total += all_bytes;
+    LOG_DEBUG(CKPT, "checkpoint: step %lld: rank %d stored its part (%.2f MiB sent) in %.3f s", (long long)w->step,
+              w->rank, st.bytes_sent / 1048576.0, tr_clock_now() - t0);
+exit:
+    if (rc != TR_OK)
+        LOG_ERROR("checkpoint of step %lld to %s failed: %s; LATEST still names the previous checkpoint",
+                  (long long)w->step, ckpt_client_where(w->cl), tr_strerror(rc));
+    tr_free(text);
+    tr_free(items);
+    ckpt_manifest_release(&part);
+    ckpt_manifest_release(&man);
+    return rc;
+}
+
+static void *saver_main(void *arg)
+{
+    struct wckpt *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy && w->quit)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        enum tr_status rc = run_save(w);
+        pthread_mutex_lock(&w->mu);
+        if (rc != TR_OK && w->err == TR_OK)
+            w->err = rc;
+        w->busy = 0;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+enum tr_status wckpt_wait(struct wckpt *w)
+{
+    if (!w)
+        return TR_OK;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    enum tr_status rc = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int64_t wckpt_last_step(const struct wckpt *w)
+{
+    return w ? w->last_step : -1;
+}
+
+/* The run's name: --run_name, or the generated run id. */
+static enum tr_status run_name(const struct train *T, char *out, size_t n)
+{
+    const char *r = T->c->run_name && *T->c->run_name ? T->c->run_name : T->run_id;
+    if (!ckpt_run_ok(r)) {
+        LOG_ERROR("--run_name '%s': a run name is 1 to %d characters of A-Z a-z 0-9 . _ - and does not start with '.'",
+                  r, CKPT_RUN_MAX);
+        return TR_ERR_ARG;
+    }
+    snprintf(out, n, "%s", r);
+    return TR_OK;
+}
+
+static enum tr_status open_client(const struct worker_cfg *c, const char *where, struct ckpt_client **out)
+{
+    struct ckpt_client_opts o = {.token_file = c->checkpoint_token_file};
+    return ckpt_client_open(where, &o, out);
+}
+
+enum tr_status wckpt_open(struct train *T, struct wckpt **out)
+{
+    const struct worker_cfg *c = T->c;
+    *out = NULL;
+    if (!c->checkpoint_dir || !*c->checkpoint_dir)
+        return TR_OK;
+    struct wckpt *w = tr_calloc(1, sizeof *w);
+    if (!w)
+        return TR_ERR_NOMEM;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    *out = w;
+    w->c = c;
+    w->rank = T->dist.rank;
+    w->world = T->dist.world;
+    w->last_step = T->step > 0 ? T->step : -1; /* a resumed run does not save its first state again */
+    w->chunk_bytes = c->checkpoint_chunk_bytes;
+    snprintf(w->split, sizeof w->split, "%s", T->plan.mode == SHARD_COLUMNWISE ? "columnwise" : "tablewise");
+    snprintf(w->attempt, sizeof w->attempt, "%s", T->run_id);
+    TR_CHECK(run_name(T, w->run, sizeof w->run));
+    TR_CHECK(open_client(c, c->checkpoint_dir, &w->cl));
+    w->ntables = T->src.ntables;
+    w->block_rows = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->block_rows);
+    w->dirty = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->dirty);
+    if (!w->block_rows || !w->dirty)
+        return TR_ERR_NOMEM;
+    TR_CHECK(plan_pieces(w, T));
+    if (c->checkpoint_incremental) {
+        int64_t most = 1;
+        TR_CHECK(hybrid_track_dirty(T->h, w->block_rows));
+        for (int t = 0; t < w->ntables; t++) {
+            const int64_t nb = hybrid_dirty_blocks(T->h, t);
+            if (nb && !(w->dirty[t] = tr_calloc((size_t)nb, 1)))
+                return TR_ERR_NOMEM;
+            most = TR_MAX(most, nb);
+        }
+        if (!(w->zero = tr_calloc((size_t)most, 1)))
+            return TR_ERR_NOMEM;
+    }
+    if (c->checkpoint_async) {
+        if (pthread_create(&w->th, NULL, saver_main, w) != 0) {
+            LOG_ERROR("checkpoint: cannot start the saver thread");
+            return TR_ERR_SYS;
+        }
+        w->th_started = 1;
+    }
+    LOG_RANK0("checkpoint: run %s to %s every %lld steps and at the end (%s, %s, chunks of %.0f KiB)", w->run,
+              ckpt_client_where(w->cl), (long long)c->checkpoint_every, c->checkpoint_async ? "async" : "sync",
+              c->checkpoint_incremental ? "incremental" : "full saves", c->checkpoint_chunk_bytes / 1024.0);
+    return TR_OK;
+}
+
+enum tr_status wckpt_save(struct wckpt *w, struct train *T)
+{
+    const double t0 = tr_clock_now();
+    pthread_mutex_lock(&w->mu);
+    if (w->busy) {
+        LOG_RANK0("checkpoint: step %lld waits for the save of step %lld to finish (saves are more frequent than "
+                  "the store takes them)",
+                  (long long)T->step, (long long)w->step);
+        while (w->busy)
+            pthread_cond_wait(&w->cv, &w->mu);
+    }
+    enum tr_status rc = w->err;
+    pthread_mutex_unlock(&w->mu);
+    if (rc != TR_OK)
+        return rc;
+    const double t_wait = tr_clock_now() - t0;
+    /* what to copy: everything, or the dense part and the touched blocks */
+    const int64_t every = w->c->full_checkpoint_every;
+    w->full = !w->c->checkpoint_incremental || w->saves == 0 || (every > 0 && w->saves % every == 0);
+    if (w->c->checkpoint_incremental)
+        for (int t = 0; t < w->ntables; t++)
+            if (w->dirty[t])
+                TR_CHECK(hybrid_take_dirty(T->h, t, w->dirty[t], w->zero));
+    int64_t need = 0;
+    for (int i = 0; i < w->npc; i++) {
+        struct piece *p = &w->pc[i];
+        p->copied = w->full || p->table < 0 || !p->hash[0] || (w->dirty[p->table] && w->dirty[p->table][p->block]);
+        if (p->copied) {
+            p->stage_off = need;
+            need += (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
+        }
+    }
+    if ((size_t)need > w->stage_cap) {
+        float *s = tr_realloc(w->stage, (size_t)need);
+        if (!s)
+            return TR_ERR_NOMEM;
+        w->stage = s;
+        w->stage_cap = (size_t)need;
+    }
+    for (int i = 0; i < w->npc; i++) {
+        const struct piece *p = &w->pc[i];
+        if (p->copied)
+            TR_CHECK(dlrm_tensor_read(T->m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
+                                      (float *)((char *)w->stage + p->stage_off)));
+    }
+    tr_free(w->config);
+    tr_free(w->state);
+    w->config = w->state = NULL;
+    if (w->rank == 0) {
+        json_t *cj = config_json(T), *sj = state_json(T, w);
+        w->config = json_dumps(cj, JSON_COMPACT);
+        w->state = json_dumps(sj, JSON_COMPACT);
+        json_decref(cj);
+        json_decref(sj);
+        if (!w->config || !w->state)
+            return TR_ERR_NOMEM;
+    }
+    w->step = T->step;
+    w->last_step = T->step;
+    w->saves++;
+    const double stall = tr_clock_now() - t0;
+    w->stall_total += stall;
+    w->stall_max = TR_MAX(w->stall_max, stall);
+    LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0 in %.2f ms (training paused; %.2f ms of it "
+              "waiting for the previous save)%s",
+              (long long)T->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * stall, 1e3 * t_wait,
+              w->th_started ? "; storing in the background" : "");
+    if (!w->th_started)
+        return run_save(w);
+    pthread_mutex_lock(&w->mu);
+    w->busy = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return TR_OK;
+}
+
+void wckpt_close(struct wckpt **pw)
+{
+    struct wckpt *w = *pw;
+    if (!w)
+        return;
+    if (w->th_started) {
+        pthread_mutex_lock(&w->mu);
+        w->quit = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+    }
+    if (w->saves)
+        LOG_RANK0("checkpoint: %lld saves; training paused %.1f ms in all (at most %.2f ms at once); rank 0 sent "
+                  "%.2f MiB of the %.2f MiB its checkpoints name",
+                  (long long)w->saves, 1e3 * w->stall_total, 1e3 * w->stall_max, w->bytes_sent_total / 1048576.0,
+                  w->bytes_full_total / 1048576.0);
+    ckpt_client_close(&w->cl);
+    for (int t = 0; w->dirty && t < w->ntables; t++)
+        tr_free(w->dirty[t]);
+    tr_free(w->dirty);
+    tr_free(w->block_rows);
+    tr_free(w->zero);
+    tr_free(w->pc);
+    tr_free(w->stage);
+    tr_free(w->config);
+    tr_free(w->state);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    tr_free(w);
+    *pw = NULL;
+}
+
+/* ---- restore -------------------------------------------------------------------- */
+
+/* A tensor this rank holds, as the manifest names it: rows x cols global, of
+ * which it holds cols [c0, c1) of every row, at elements [off, off + rows * (c1 -
+ * c0)) of model tensor (k, index). */
+struct target {
+    char name[CKPT_NAME_MAX + 1];
+    enum dlrm_tensor k;
+    int index;
+    int64_t off;
+    int ndim;
+    int64_t rows, cols, c0, c1;
+};
+
+struct targets {
+    struct target *v;
+    int n;
+};
+
+static enum tr_status add_target(struct targets *ts, const char *name, enum dlrm_tensor k, int index, int64_t off,
+                                 int ndim, int64_t rows, int64_t cols, int64_t c0, int64_t c1)
+{
+    struct target *v = tr_realloc(ts->v, (size_t)(ts->n + 1) * sizeof *v);
+    if (!v)
+        return TR_ERR_NOMEM;
+    ts->v = v;
+    struct target *t = &v[ts->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->k = k;
+    t->index = index;
+    t->off = off;
+    t->ndim = ndim;
+    t->rows = rows;
+    t->cols = cols;
+    t->c0 = c0;
+    t->c1 = c1;
+    return TR_OK;
+}
+
+struct dense_target_arg {
+    struct targets *ts;
+    int state;
+};
+
+static enum tr_status target_dense(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim)
+{
+    struct dense_target_arg *a = arg;
+    TR_CHECK(add_target(a->ts, name, DLRM_PARAMS, 0, off, ndim, rows, cols, 0, cols));
+    if (a->state) {
+        char sname[CKPT_NAME_MAX + 1];
+        snprintf(sname, sizeof sname, "%s/adagrad", name);
+        TR_CHECK(add_target(a->ts, sname, DLRM_PARAMS_STATE, 0, off, ndim, rows, cols, 0, cols));
+    }
+    return TR_OK;
+}
+
+/* Everything this rank holds: the dense tensors (every rank keeps a copy) and
+ * its slices of the tables with their state. */
+static enum tr_status plan_targets(const struct dlrm *m, struct targets *ts)
+{
+    struct dlrm_info mi;
+    dlrm_get_info(m, &mi);
+    struct dense_target_arg a = {ts, dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) > 0};
+    TR_CHECK(for_each_dense(m, target_dense, &a));
+    for (int t = 0; t < mi.ntables; t++) {
+        struct dlrm_table_info ti;
+        dlrm_get_table(m, t, &ti);
+        if (ti.width == 0)
+            continue;
+        char name[CKPT_NAME_MAX + 1];
+        snprintf(name, sizeof name, "emb/%d", t);
+        TR_CHECK(add_target(ts, name, DLRM_TABLE, t, 0, 2, ti.rows, mi.emb_dim, ti.col0, ti.col0 + ti.width));
+        const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);
+        snprintf(name, sizeof name, "emb/%d/adagrad", t);
+        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD)
+            TR_CHECK(add_target(ts, name, DLRM_TABLE_STATE, t, 0, 2, ti.rows, mi.emb_dim, ti.col0,
+                                ti.col0 + ti.width));
+        else if (ns == ti.rows)
+            TR_CHECK(add_target(ts, name, DLRM_TABLE_STATE, t, 0, 1, ti.rows, 1, 0, 1));
+    }
+    return TR_OK;
+}
+
+/* The checkpoint's config field `key` against this run's; logs and returns
+ * TR_ERR_ARG when they differ. */
+static enum tr_status same_field(const json_t *saved, const json_t *mine, const char *key, const char *flag,
+                                 const char *where)
+{
+    json_t *a = json_object_get(saved, key), *b = json_object_get(mine, key);
+    if (a && b && json_equal(a, b))
+        return TR_OK;
+    char *ta = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    char *tb = b ? json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    LOG_ERROR("%s: the checkpoint's %s is %s, this run's (%s) is %s", where, key, ta ? ta : "missing", flag,
+              tb ? tb : "missing");
+    LOG_HINT("a checkpoint restores only into the model it was saved from: run with the same %s, or start afresh",
+             flag);
+    free(ta);
+    free(tb);
+    return TR_ERR_ARG;
+}
+
+static enum tr_status check_config(const struct train *T, const struct ckpt_manifest *man, const char *where)
+{
+    static const char *const keys[][2] = {
+        {"table_cardinalities", "the dataset's cardinalities"},
+        {"num_numerical_features", "the dataset's numerical features"},
+        {"embedding_dim", "--embedding_dim"},
+        {"bottom_mlp_dims", "--bottom_mlp_dims"},
+        {"top_mlp_dims", "--top_mlp_dims"},
+        {"interaction", "--interaction"},
+        {"dcn_num_layers", "--dcn_num_layers"},
+        {"dcn_low_rank_dim", "--dcn_low_rank_dim"},
+        {"optimizer", "--optimizer"},
+    };
+    json_t *mine = config_json(T);
+    enum tr_status rc = TR_OK;
+    for (size_t i = 0; i < TR_ARRAY_SIZE(keys) && rc == TR_OK; i++)
+        rc = same_field(man->config, mine, keys[i][0], keys[i][1], where);
+    json_decref(mine);
+    return rc;
+}
+
+/* Writes rows [r0, r1) x cols [cc0, cc1) of chunk bytes `buf` (laid out rows x
+ * (ch->c1 - ch->c0)) into target t. */
+static enum tr_status patch(struct dlrm *m, const struct target *t, const struct ckpt_chunk *ch, const float *buf,
+                            float **tmp, size_t *tmp_cap)
+{
+    const int64_t lo = TR_MAX(t->c0, ch->c0), hi = TR_MIN(t->c1, ch->c1);
+    const int64_t w = t->c1 - t->c0, cw = ch->c1 - ch->c0, nr = ch->r1 - ch->r0;
+    const int64_t dst = t->off + ch->r0 * w;
+    if (lo == t->c0 && hi == t->c1 && cw == w) /* the same columns: one copy */
+        return dlrm_tensor_write(m, t->k, t->index, dst, nr * w, buf);
+    const size_t need = (size_t)(nr * w) * sizeof(float);
+    if (need > *tmp_cap) {
+        float *p = tr_realloc(*tmp, need);
+        if (!p)
+            return TR_ERR_NOMEM;
+        *tmp = p;
+        *tmp_cap = need;
+    }
+    TR_CHECK(dlrm_tensor_read(m, t->k, t->index, dst, nr * w, *tmp));
+    for (int64_t r = 0; r < nr; r++)
+        memcpy(*tmp + r * w + (lo - t->c0), buf + r * cw + (lo - ch->c0), (size_t)(hi - lo) * sizeof(float));
+    return dlrm_tensor_write(m, t->k, t->index, dst, nr * w, *tmp);
+}
+
+/* Fetches the chunks of manifest tensor mt that overlap target t, a group of
+ * at most GROUP_BYTES at a time (in parallel), and writes them into the model. */
+#define GROUP_BYTES ((int64_t)256 << 20)
+
+static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, const struct target *t,
+                                     const struct ckpt_tensor *mt, int64_t *bytes)
+{
+    enum tr_status rc = TR_OK;
+    int *sel = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *sel);
+    struct ckpt_get_item *items = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *items);
+    char(*what)[160] = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *what);
+    char *buf = NULL;
+    float *tmp = NULL;
+    size_t buf_cap = 0, tmp_cap = 0;
+    if (!sel || !items || !what) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    int ns = 0;
+    for (int i = 0; i < mt->nchunks; i++)
+        if (mt->chunks[i].c0 < t->c1 && mt->chunks[i].c1 > t->c0)
+            sel[ns++] = i;
+    for (int a = 0, b = 0; a < ns; a = b) {
+        int64_t group = 0;
+        for (b = a; b < ns && (b == a || group + mt->chunks[sel[b]].bytes <= GROUP_BYTES); b++)
+            group += mt->chunks[sel[b]].bytes;
+        if ((size_t)group > buf_cap) {
+            char *p = tr_realloc(buf, (size_t)group);
+            if (!p) {
+                rc = TR_ERR_NOMEM;
+                goto exit;
+            }
+            buf = p;
+            buf_cap = (size_t)group;
+        }
+        int64_t o = 0;
+        for (int j = a; j < b; j++) {
+            const struct ckpt_chunk *ch = &mt->chunks[sel[j]];
+            snprintf(what[j], sizeof what[j], "tensor %s rows [%lld, %lld) cols [%lld, %lld)", mt->name,
+                     (long long)ch->r0, (long long)ch->r1, (long long)ch->c0, (long long)ch->c1);
+            items[j - a] = (struct ckpt_get_item){ch->hash, buf + o, 0, ch->bytes, ch->bytes, what[j]};
+            o += ch->bytes;
+        }
+        TR_CHECK_GOTO(ckpt_get_chunks(cl, items, b - a, NULL), rc, exit);
+        for (int j = a; j < b; j++)
+            TR_CHECK_GOTO(patch(m, t, &mt->chunks[sel[j]], (const float *)items[j - a].dst, &tmp, &tmp_cap), rc,
+                          exit);
+        *bytes += group;
+    }
+exit:
+    tr_free(sel);
+    tr_free(items);
+    tr_free(what);
+    tr_free(buf);
+    tr_free(tmp);
+    return rc;
+}
+
+/* Splits "WHERE#RUN@STEP" (RUN and STEP optional). */
+static enum tr_status parse_restore(const char *spec, char **where, char *run, size_t runsz, int64_t *step)
+{
+    *step = -1;
+    run[0] = '\0';
+    const char *hash = strrchr(spec, '#');
+    size_t wl = hash ? (size_t)(hash - spec) : strlen(spec);
+    if (hash) {
+        const char *at = strchr(hash + 1, '@');
+        size_t rl = at ? (size_t)(at - hash - 1) : strlen(hash + 1);
+        if (rl >= runsz)
+            rl = runsz - 1;
+        memcpy(run, hash + 1, rl);
+        run[rl] = '\0';
+        if (at && strcmp(at + 1, "latest") != 0) {
+            char *end;
+            long long v = strtoll(at + 1, &end, 10);
+            if (!at[1] || *end || v < 0) {
+                LOG_ERROR("--restore '%s': '@%s' is not a step number", spec, at + 1);
+                LOG_HINT("--restore URL_or_PATH#RUN@STEP, e.g. ckpt#myrun@1000 (or @latest)");
+                return TR_ERR_ARG;
+            }
+            *step = v;
+        }
+        if (!ckpt_run_ok(run)) {
+            LOG_ERROR("--restore '%s': '%s' is not a run name", spec, run);
+            LOG_HINT("--restore URL_or_PATH#RUN@STEP, e.g. ckpt#myrun@1000 (or @latest)");
+            return TR_ERR_ARG;
+        }
+    }
+    if (wl == 0) {
+        LOG_ERROR("--restore '%s': no checkpoint directory or URL before '#'", spec);
+        return TR_ERR_ARG;
+    }
+    *where = tr_malloc(wl + 1);
+    if (!*where)
+        return TR_ERR_NOMEM;
+    memcpy(*where, spec, wl);
+    (*where)[wl] = '\0';
+    return TR_OK;
+}
+
+/* This rank's half of a restore: find, read, check and apply the manifest.
+ * *fresh = 1 when --resume finds nothing to resume. */
+static enum tr_status restore_local(struct train *T, int *fresh)
+{
+    const struct worker_cfg *c = T->c;
+    char *where = NULL, run[CKPT_RUN_MAX + 1];
+    int64_t step = -1;
+    struct ckpt_client *cl = NULL;
+    struct ckpt_manifest man = {0};
+    struct targets ts = {0};
+    char *text = NULL, flag[32];
+    size_t n = 0;
+    enum tr_status rc = TR_OK;
+    *fresh = 0;
+    if (c->restore && *c->restore) {
+        snprintf(flag, sizeof flag, "--restore");
+        TR_CHECK_GOTO(parse_restore(c->restore, &where, run, sizeof run, &step), rc, exit);
+    } else {
+        snprintf(flag, sizeof flag, "--resume");
+        if (!c->checkpoint_dir || !*c->checkpoint_dir) {
+            LOG_ERROR("--resume needs --checkpoint_dir (where the run's checkpoints are)");
+            rc = TR_ERR_ARG;
+            goto exit;
+        }
+        if (!c->run_name || !*c->run_name) {
+            LOG_ERROR("--resume needs --run_name (the run to resume)");
+            LOG_HINT("'terarec ckpt list --checkpoint_dir %s' lists the runs", c->checkpoint_dir);
+            rc = TR_ERR_ARG;
+            goto exit;
+        }
+        if (!(where = tr_strdup(c->checkpoint_dir))) {
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        TR_CHECK_GOTO(run_name(T, run, sizeof run), rc, exit);
+    }
+    TR_CHECK_GOTO(open_client(c, where, &cl), rc, exit);
+    if (!run[0]) { /* no run named: the store's only run */
+        char **names = NULL;
+        int nn = 0;
+        TR_CHECK_GOTO(ckpt_list_runs(cl, &names, &nn), rc, exit);
+        if (nn == 1)
+            snprintf(run, sizeof run, "%s", names[0]);
+        ckpt_free_names(names, nn);
+        if (nn != 1) {
+            LOG_ERROR("%s '%s': the store holds %d runs; name one", flag, c->restore, nn);
+            LOG_HINT("--restore %s#RUN@STEP; 'terarec ckpt list --checkpoint_dir %s' lists them", where, where);
+            rc = nn ? TR_ERR_ARG : TR_ERR_NOT_FOUND;
+            goto exit;
+        }
+    }
+    if (step < 0) {
+        rc = ckpt_get_latest(cl, run, &step);
+        if (rc == TR_ERR_NOT_FOUND && !(c->restore && *c->restore)) {
+            LOG_RANK0("--resume: run %s has no checkpoint in %s yet: training starts at step 0", run, where);
+            *fresh = 1;
+            rc = TR_OK;
+            goto exit;
+        }
+        if (rc == TR_ERR_NOT_FOUND)
+            LOG_ERROR("%s: run %s has no committed checkpoint in %s", flag, run, where);
+        if (rc != TR_OK)
+            goto exit;
+    }
+    TR_CHECK_GOTO(ckpt_get_manifest(cl, run, step, &text, &n), rc, exit);
+    char what[256];
+    snprintf(what, sizeof what, "%s %s#%s@%lld", flag, where, run, (long long)step);
+    TR_CHECK_GOTO(ckpt_manifest_parse(text, n, what, &man), rc, exit);
+    TR_CHECK_GOTO(check_config(T, &man, what), rc, exit);
+    TR_CHECK_GOTO(plan_targets(T->m, &ts), rc, exit);
+    const double t0 = tr_clock_now();
+    int64_t bytes = 0;
+    for (int i = 0; i < ts.n; i++) {
+        const struct target *t = &ts.v[i];
+        const struct ckpt_tensor *mt = ckpt_manifest_find(&man, t->name);
+        if (!mt || mt->ndim != t->ndim || mt->shape[0] != t->rows || (t->ndim == 2 && mt->shape[1] != t->cols)) {
+            LOG_ERROR("%s: tensor %s is %s in the checkpoint (this model holds it as %lld x %lld)", what, t->name,
+                      mt ? "of another shape" : "missing", (long long)t->rows, (long long)t->cols);
+            LOG_HINT("the checkpoint was saved with another optimizer or model");
+            rc = TR_ERR_ARG;
+            goto exit;
+        }
+        TR_CHECK_GOTO(restore_target(cl, T->m, t, mt, &bytes), rc, exit);
+    }
+    /* the training state */
+    const json_t *st = man.state, *pos = json_object_get(st, "position");
+    T->step = man.step;
+    T->resume_pos.split = BATCH_TRAIN;
+    T->resume_pos.epoch = json_integer_value(json_object_get(pos, "epoch"));
+    T->resume_pos.index = json_integer_value(json_object_get(pos, "index"));
+    T->resumed = 1;
+    json_t *fl = json_object_get(st, "first_loss"), *ba = json_object_get(st, "best_auc");
+    if (json_is_number(fl))
+        T->res.first_loss = json_number_value(fl);
+    if (json_is_number(ba))
+        T->res.best_auc = json_number_value(ba);
+    json_t *bs = json_object_get(st, "batch_size");
+    if (json_is_integer(bs) && json_integer_value(bs) != c->job.batch_size)
+        LOG_RANK0("warning: %s was saved with --batch_size %lld, this run has %lld: the data position (epoch %lld, "
+                  "batch %lld) counts batches of the new size",
+                  what, (long long)json_integer_value(bs), (long long)c->job.batch_size,
+                  (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
+    LOG_RANK0("restored %s: step %lld, world %d %s -> %d %s; this rank read %.2f MiB in %.3f s; data resumes at "
+              "epoch %lld, batch %lld",
+              what, (long long)man.step, man.world, man.split, T->dist.world,
+              T->plan.mode == SHARD_COLUMNWISE ? "columnwise" : "tablewise", bytes / 1048576.0, tr_clock_now() - t0,
+              (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
+exit:
+    tr_free(ts.v);
+    tr_free(text);
+    tr_free(where);
+    ckpt_manifest_release(&man);
+    ckpt_client_close(&cl);
+    return rc;
+}
+
+enum tr_status wckpt_restore(struct train *T)
+{
+    const struct worker_cfg *c = T->c;
+    if (!c->resume && !(c->restore && *c->restore))
+        return TR_OK;
+    int fresh = 0;
+    enum tr_status rc = restore_local(T, &fresh);
+    if (rc == TR_OK && !fresh && T->dist.rank == 0) {
+        if (c->loader && *c->loader) {
+            T->resume_check = 1; /* the loader serves in order: its first batch is checked */
+        } else if ((rc = source_seek(&T->src, &T->resume_pos)) != TR_OK) {
+            LOG_ERROR("restore: the checkpoint's data position (epoch %lld, batch %lld) is outside this dataset",
+                      (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
+            LOG_HINT("restore with the dataset and --batch_size the checkpoint was trained with");
+        }
+    }
+    /* every rank read the same manifest, but a chunk or the seek may fail on one */
+    return comm_vote(&T->comm, rc, "could not restore the checkpoint", &T->together);
+}
