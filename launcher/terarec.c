@@ -11,6 +11,7 @@
 #include "../common/version.h"
 #include "../kernels/kern.h"
 #include "../prepare/prepare.h"
+#include "ckpt_cmd.h"
 #include "plan_cmd.h"
 
 struct subcmd {
@@ -23,6 +24,7 @@ static int cmd_data(int argc, char **argv);
 
 static const struct subcmd top_cmds[] = {
     {"data", cmd_data, "dataset tools: 'terarec data prepare' turns Criteo TSV into the training format"},
+    {"ckpt", ckpt_cmd_main, "checkpoint store tools: list, show, verify, inspect, export, gc"},
     {"plan", plan_cmd_main, "per-worker memory of a training job for a model and a cluster shape"},
 };
 
