@@ -360,12 +360,11 @@ static enum tr_status run_save(struct wckpt *w)
         TR_CHECK_GOTO(ckpt_commit(w->cl, w->run, w->step), rc, exit);
         struct ckpt_manifest_totals tot;
         TR_CHECK_GOTO(ckpt_manifest_totals(&man, &tot), rc, exit);
-        LOG_INFO(CKPT,
-                 "checkpoint: step %lld committed to %s (run %s): %s save, this rank hashed %.2f MiB and sent "
-                 "%.2f MiB in %lld chunks (%lld already stored); the manifest names %lld chunks, %.2f MiB; %.3f s",
-                 (long long)w->step, ckpt_client_where(w->cl), w->run, w->full ? "full" : "incremental",
-                 copied_bytes / 1048576.0, st.bytes_sent / 1048576.0, (long long)st.chunks_sent,
-                 (long long)st.chunks_skipped, (long long)tot.chunks, tot.bytes / 1048576.0, tr_clock_now() - t0);
+        LOG_RANK0("checkpoint: step %lld committed to %s (run %s): %s save, this rank hashed %.2f MiB and sent "
+                  "%.2f MiB in %lld chunks (%lld already stored); the manifest names %lld chunks, %.2f MiB; %.3f s",
+                   (long long)w->step, ckpt_client_where(w->cl), w->run, w->full ? "full" : "incremental",
+                  copied_bytes / 1048576.0, st.bytes_sent / 1048576.0, (long long)st.chunks_sent,
+                  (long long)st.chunks_skipped, (long long)tot.chunks, tot.bytes / 1048576.0, tr_clock_now() - t0);
     }
     for (int i = 0; i < w->npc; i++) /* the next incremental save starts from these */
         if (w->pc[i].copied)
@@ -539,8 +538,8 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
             TR_CHECK(dlrm_tensor_read(T->m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
                                       (float *)((char *)w->stage + p->stage_off)));
     }
-    tr_free(w->config);
-    tr_free(w->state);
+    free(w->config); /* json_dumps texts: malloc'd by jansson */
+    free(w->state);
     w->config = w->state = NULL;
     if (w->rank == 0) {
         json_t *cj = config_json(T), *sj = state_json(T, w);
@@ -595,8 +594,8 @@ void wckpt_close(struct wckpt **pw)
     tr_free(w->zero);
     tr_free(w->pc);
     tr_free(w->stage);
-    tr_free(w->config);
-    tr_free(w->state);
+    free(w->config);
+    free(w->state);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     tr_free(w);

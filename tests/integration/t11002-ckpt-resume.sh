@@ -22,7 +22,7 @@ trap 'for p in "${SPIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' 
 
 # 10 tables of mixed sizes; 7 batches an epoch, so 12 steps cross an epoch with
 # shuffled samples; Adagrad, so the optimizer state must come back too
-CARDS=30,7,50,7,1000,3,200,90,5,64
+CARDS=30,7,50,7,20000,3,200,90,5,64
 base() {
     echo "--batch_size 250 --synthetic_dataset_cardinalities $CARDS --embedding_dim 8 --bottom_mlp_dims 16,8
           --top_mlp_dims 16,1 --learning_rate 0.5 --warmup_steps 3 --print_freq 1
