@@ -913,7 +913,13 @@ static enum tr_status restore_local(struct train *T, int *fresh)
         if (rc != TR_OK)
             goto exit;
     }
-    TR_CHECK_GOTO(ckpt_get_manifest(cl, run, step, &text, &n), rc, exit);
+    rc = ckpt_get_manifest(cl, run, step, &text, &n);
+    if (rc == TR_ERR_NOT_FOUND) {
+        LOG_ERROR("%s: run %s has no checkpoint of step %lld in %s", flag, run, (long long)step, where);
+        LOG_HINT("'terarec ckpt list --checkpoint_dir %s --run_name %s' lists its checkpoints", where, run);
+    }
+    if (rc != TR_OK)
+        goto exit;
     char what[256];
     snprintf(what, sizeof what, "%s %s#%s@%lld", flag, where, run, (long long)step);
     TR_CHECK_GOTO(ckpt_manifest_parse(text, n, what, &man), rc, exit);

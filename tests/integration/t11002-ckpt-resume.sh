@@ -94,7 +94,7 @@ python3 - "$TMP/store1/runs/local-n1/manifests" <<'EOF' && ok "an incremental sa
 import json, sys, os
 d = sys.argv[1]
 m = {int(f[:-5]): json.load(open(os.path.join(d, f))) for f in os.listdir(d) if f.endswith(".json")}
-assert sorted(m) == [2, 4, 5], sorted(m)
+assert {2, 4, 5} <= set(m), sorted(m)
 h = lambda k: {c["hash"] for t in m[k]["tensors"] if t["name"].startswith("emb/") for c in t["chunks"]}
 shared, total = len(h(5) & h(4)), len(h(5))
 print("# step 5 shares %d of its %d embedding chunks with step 4" % (shared, total))
