@@ -132,6 +132,17 @@ static size_t read_cb(char *p, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* libcurl rewinds a body it must send again (a reused connection that was
+ * closed under it). */
+static int seek_cb(void *arg, curl_off_t off, int origin)
+{
+    struct req *r = arg;
+    if (origin != SEEK_SET || off < 0 || off > r->body_len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    r->body_off = (int64_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
 static int retryable(const struct req *r)
 {
     if (r->cc == CURLE_OK)
@@ -197,6 +208,8 @@ static enum tr_status req_start(struct ckpt_client *c, struct req *r, int slot)
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(e, CURLOPT_READFUNCTION, read_cb);
         curl_easy_setopt(e, CURLOPT_READDATA, (void *)r);
+        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, seek_cb);
+        curl_easy_setopt(e, CURLOPT_SEEKDATA, (void *)r);
         curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
         break;
     case M_POST:
