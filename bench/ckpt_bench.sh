@@ -62,7 +62,7 @@ one_store() { # NAME WHERE EXTRA...: saves the big model, restores it; prints th
     local out save_s snap_ms rd_mib rd_s
     out=$("$W" "${BIG[@]}" --checkpoint_dir "$where" --run_name big "$@" 2>&1) || { echo "$out" | tail -n 5; exit 1; }
     save_s=$(echo "$out" | sed -n 's/^checkpoint: step 1 committed .*; \([0-9.]*\) s$/\1/p')
-    snap_ms=$(echo "$out" | sed -n 's/^checkpoint: step 1: full snapshot of .* in \([0-9.]*\) ms .*/\1/p')
+    snap_ms=$(echo "$out" | sed -n 's/^checkpoint: step 1: full snapshot of .* in \([0-9.]*\) ms; .*/\1/p')
     local cache2
     cache2=$(drop_caches)
     out=$("$W" "${BIG[@]}" --restore "$where#big" "$@" 2>&1) || { echo "$out" | tail -n 5; exit 1; }
@@ -94,17 +94,22 @@ rm -rf "$dir"/store-*
 TINY=(--batch_size 2048 --synthetic_dataset_cardinalities 26x100000 --embedding_dim 16 --bottom_mlp_dims 512,256,16
       --top_mlp_dims 512,256,1 --optimizer adagrad --learning_rate 0.1 --warmup_steps 0 --print_freq 100000
       --synthetic_dataset_valid_batches 0 --log_path "" --threads 2 --benchmark_warmup_steps 0)
+# the reference: the same 500 steps without checkpoints
+base_out=$("$W" "${TINY[@]}" --max_steps 500 2>&1) || { echo "$base_out" | tail -n 5; exit 1; }
+base_ms=$(echo "$base_out" | sed -n 's/^summary: .*mean_step_time_ms=\([0-9.]*\).*/\1/p')
+echo "no checkpoints: 500 steps at $base_ms ms/step"
 stall() { # NAME EXTRA...: trains 500 steps saving every 50; prints the stall share
     local name=$1; shift
-    local out total_ms paused_ms steps
+    local out step_ms paused_ms
     out=$("$W" "${TINY[@]}" --max_steps 500 --checkpoint_dir "$dir/store-stall-$name" --run_name s \
         --checkpoint_every 50 "$@" 2>&1) || { echo "$out" | tail -n 5; exit 1; }
-    steps=$(echo "$out" | sed -n 's/^summary: steps=\([0-9]*\), .*mean_step_time_ms=\([0-9.]*\).*/\1/p')
-    total_ms=$(echo "$out" | sed -n 's/^summary: steps=\([0-9]*\), .*mean_step_time_ms=\([0-9.]*\).*/\2/p')
+    step_ms=$(echo "$out" | sed -n 's/^summary: .*mean_step_time_ms=\([0-9.]*\).*/\1/p')
     paused_ms=$(echo "$out" | sed -n 's/^checkpoint: \([0-9]*\) saves; training paused \([0-9.]*\) ms in all.*/\2/p')
-    echo "$name: 500 steps at $total_ms ms/step (saves included), training paused $paused_ms ms in all over 10 saves"
-    echo "ratio stall share ($name) = $(awk -v p="$paused_ms" -v t="$total_ms" -v n="$steps" \
-        'BEGIN{printf "%.4f", p / (t * n)}')"
+    echo "$name: 500 steps at $step_ms ms/step while saving, training paused $paused_ms ms in all over 10 saves"
+    echo "ratio stall share ($name) = paused / training time = $(awk -v p="$paused_ms" -v t="$step_ms" \
+        'BEGIN{printf "%.4f", p / (p + t * 500)}')"
+    echo "ratio overhead ($name) = (training time + paused) / no-checkpoint time - 1 = $(awk -v p="$paused_ms" \
+        -v t="$step_ms" -v b="$base_ms" 'BEGIN{printf "%.4f", (p + t * 500) / (b * 500) - 1}')"
 }
 stall async
 stall sync --no_checkpoint_async

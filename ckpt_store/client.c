@@ -190,6 +190,9 @@ static enum tr_status req_start(struct ckpt_client *c, struct req *r, int slot)
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(c->timeout + 0.999));
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout * 1000));
+    /* large buffers: chunks are megabytes, and each callback is a copy and a hash update */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)e);
     switch (r->method) {
@@ -548,26 +551,97 @@ static void free_reqs(struct req *reqs, int n)
     tr_free(reqs);
 }
 
+/* ---- local mode: items spread over `parallel` threads -------------------------------
+ * A chunk's write ends in two fsyncs; several in flight let the device merge them,
+ * as the HTTP mode's parallel transfers do. */
+
+struct local_job {
+    struct ckpt_client *c;
+    const struct ckpt_put_item *put;
+    const struct ckpt_get_item *get;
+    int n;
+    int next;                   /* the next item to take (under mu) */
+    pthread_mutex_t mu;
+    enum tr_status rc;          /* the first failure */
+    struct ckpt_xfer_stats st;
+};
+
+static enum tr_status put_one_local(struct ckpt_client *c, const struct ckpt_put_item *it,
+                                    struct ckpt_xfer_stats *st)
+{
+    int64_t have = 0;
+    enum tr_status s = ckpt_fs_chunk_stat(&c->fs, it->hash, &have);
+    if (s == TR_OK && have == it->bytes) {
+        st->chunks_skipped++;
+        return TR_OK;
+    }
+    if (s != TR_OK && s != TR_ERR_NOT_FOUND)
+        return s;
+    TR_CHECK(ckpt_fs_chunk_put(&c->fs, it->hash, it->data, (size_t)it->bytes));
+    st->chunks_sent++;
+    st->bytes_sent += it->bytes;
+    return TR_OK;
+}
+
+static enum tr_status get_one_local(struct ckpt_client *c, const struct ckpt_get_item *it,
+                                    struct ckpt_xfer_stats *st);
+
+static void *local_worker(void *arg)
+{
+    struct local_job *j = arg;
+    struct ckpt_xfer_stats st = {0};
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int i = j->rc == TR_OK && j->next < j->n ? j->next++ : -1;
+        pthread_mutex_unlock(&j->mu);
+        if (i < 0)
+            break;
+        enum tr_status s = j->put ? put_one_local(j->c, &j->put[i], &st) : get_one_local(j->c, &j->get[i], &st);
+        if (s != TR_OK) {
+            pthread_mutex_lock(&j->mu);
+            if (j->rc == TR_OK)
+                j->rc = s;
+            pthread_mutex_unlock(&j->mu);
+        }
+    }
+    pthread_mutex_lock(&j->mu);
+    j->st.chunks_sent += st.chunks_sent;
+    j->st.chunks_skipped += st.chunks_skipped;
+    j->st.bytes_sent += st.bytes_sent;
+    j->st.bytes_received += st.bytes_received;
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* Runs the job's items on up to c->parallel threads (this one included). */
+static enum tr_status run_local(struct local_job *j, struct ckpt_xfer_stats *st)
+{
+    pthread_t th[64];
+    int nt = TR_MIN(TR_MIN(j->c->parallel, j->n), (int)TR_ARRAY_SIZE(th) + 1), started = 0;
+    pthread_mutex_init(&j->mu, NULL);
+    for (int t = 1; t < nt; t++) {
+        if (pthread_create(&th[started], NULL, local_worker, j) != 0)
+            break; /* fewer threads: the items still all get done */
+        started++;
+    }
+    local_worker(j);
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&j->mu);
+    if (st) {
+        st->chunks_sent += j->st.chunks_sent;
+        st->chunks_skipped += j->st.chunks_skipped;
+        st->bytes_sent += j->st.bytes_sent;
+        st->bytes_received += j->st.bytes_received;
+    }
+    return j->rc;
+}
+
 static enum tr_status put_chunks_local(struct ckpt_client *c, const struct ckpt_put_item *items, int n,
                                        struct ckpt_xfer_stats *st)
 {
-    for (int i = 0; i < n; i++) {
-        int64_t have = 0;
-        enum tr_status s = ckpt_fs_chunk_stat(&c->fs, items[i].hash, &have);
-        if (s == TR_OK && have == items[i].bytes) {
-            if (st)
-                st->chunks_skipped++;
-            continue;
-        }
-        if (s != TR_OK && s != TR_ERR_NOT_FOUND)
-            return s;
-        TR_CHECK(ckpt_fs_chunk_put(&c->fs, items[i].hash, items[i].data, (size_t)items[i].bytes));
-        if (st) {
-            st->chunks_sent++;
-            st->bytes_sent += items[i].bytes;
-        }
-    }
-    return TR_OK;
+    struct local_job j = {.c = c, .put = items, .n = n};
+    return run_local(&j, st);
 }
 
 enum tr_status ckpt_put_chunks(struct ckpt_client *c, const struct ckpt_put_item *items, int n,
@@ -666,6 +740,25 @@ static void log_get_failure(struct ckpt_client *c, const struct ckpt_get_item *i
     tr_free(where);
 }
 
+static enum tr_status get_one_local(struct ckpt_client *c, const struct ckpt_get_item *it,
+                                    struct ckpt_xfer_stats *st)
+{
+    if (it->bytes == 0)
+        return TR_OK;
+    enum tr_status s = ckpt_fs_chunk_read(&c->fs, it->hash, it->off, it->bytes, it->dst);
+    if (s == TR_ERR_NOT_FOUND)
+        log_get_failure(c, it, "missing");
+    else if (s == TR_ERR_RANGE)
+        log_get_failure(c, it, "shorter than the range asked");
+    if (s == TR_OK && whole_chunk(it))
+        s = check_hash(c, it);
+    if (s == TR_ERR_RANGE)
+        s = TR_ERR_FORMAT;
+    if (s == TR_OK)
+        st->bytes_received += it->bytes;
+    return s;
+}
+
 enum tr_status ckpt_get_chunks(struct ckpt_client *c, const struct ckpt_get_item *items, int n,
                                struct ckpt_xfer_stats *st)
 {
@@ -673,25 +766,8 @@ enum tr_status ckpt_get_chunks(struct ckpt_client *c, const struct ckpt_get_item
     if (n <= 0)
         return TR_OK;
     if (!c->remote) {
-        for (int i = 0; i < n; i++) {
-            const struct ckpt_get_item *it = &items[i];
-            if (it->bytes == 0)
-                continue;
-            enum tr_status s = ckpt_fs_chunk_read(&c->fs, it->hash, it->off, it->bytes, it->dst);
-            if (s == TR_ERR_NOT_FOUND)
-                log_get_failure(c, it, "missing");
-            else if (s == TR_ERR_RANGE)
-                log_get_failure(c, it, "shorter than the range asked");
-            if (s == TR_OK && whole_chunk(it))
-                s = check_hash(c, it);
-            if (s == TR_ERR_RANGE)
-                s = TR_ERR_FORMAT;
-            if (s == TR_OK && st)
-                st->bytes_received += it->bytes;
-            if (s != TR_OK && rc == TR_OK)
-                rc = s;
-        }
-        return rc;
+        struct local_job j = {.c = c, .get = items, .n = n};
+        return run_local(&j, st);
     }
     struct req *reqs = tr_calloc((size_t)n, sizeof *reqs);
     if (!reqs)

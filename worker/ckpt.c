@@ -480,6 +480,21 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
         if (!(w->zero = tr_calloc((size_t)most, 1)))
             return TR_ERR_NOMEM;
     }
+    /* staging for a full save, touched now: fresh pages cost more to fault in than
+     * the copy itself, and that cost belongs to the start, not to a pause in training */
+    int64_t full = 0;
+    for (int i = 0; i < w->npc; i++)
+        full += (w->pc[i].r1 - w->pc[i].r0) * (w->pc[i].c1 - w->pc[i].c0) * 4;
+    if (full > 0) {
+        void *s = NULL;
+        const double t0 = tr_clock_now();
+        TR_CHECK(tr_big_alloc((size_t)full, &s));
+        w->stage = s;
+        w->stage_cap = (size_t)full;
+        memset(w->stage, 0, (size_t)full);
+        LOG_RANK0("checkpoint: %.1f MiB of staging memory on rank 0, faulted in at start in %.2f s", full / 1048576.0,
+                  tr_clock_now() - t0);
+    }
     if (c->checkpoint_async) {
         if (pthread_create(&w->th, NULL, saver_main, w) != 0) {
             LOG_ERROR("checkpoint: cannot start the saver thread");
@@ -516,6 +531,13 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
         for (int t = 0; t < w->ntables; t++)
             if (w->dirty[t])
                 TR_CHECK(hybrid_take_dirty(T->h, t, w->dirty[t], w->zero));
+    for (int t = 0; t < w->ntables && TR_LOG_ON(TR_LOG_DEBUG, TR_SUB_CKPT); t++) {
+        int64_t nd = 0, nb = hybrid_dirty_blocks(T->h, t);
+        for (int64_t b = 0; w->dirty[t] && b < nb; b++)
+            nd += w->dirty[t][b];
+        LOG_DEBUG(CKPT, "checkpoint: step %lld: table %d: %lld of %lld row blocks changed", (long long)T->step, t,
+                  (long long)nd, (long long)nb);
+    }
     int64_t need = 0;
     for (int i = 0; i < w->npc; i++) {
         struct piece *p = &w->pc[i];
@@ -525,10 +547,12 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
             need += (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
         }
     }
-    if ((size_t)need > w->stage_cap) {
-        float *s = tr_realloc(w->stage, (size_t)need);
-        if (!s)
-            return TR_ERR_NOMEM;
+    if ((size_t)need > w->stage_cap) { /* huge pages: first touches of fresh pages cost more than the copy */
+        tr_big_free(w->stage, w->stage_cap);
+        w->stage = NULL;
+        w->stage_cap = 0;
+        void *s = NULL;
+        TR_CHECK(tr_big_alloc((size_t)need, &s));
         w->stage = s;
         w->stage_cap = (size_t)need;
     }
@@ -553,20 +577,23 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
     w->step = T->step;
     w->last_step = T->step;
     w->saves++;
+    const double t_copy = tr_clock_now() - t0;
+    if (!w->th_started) { /* synchronous: hashing and storing are part of the pause */
+        rc = run_save(w);
+    } else {
+        pthread_mutex_lock(&w->mu);
+        w->busy = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
     const double stall = tr_clock_now() - t0;
     w->stall_total += stall;
     w->stall_max = TR_MAX(w->stall_max, stall);
-    LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0 in %.2f ms (training paused; %.2f ms of it "
-              "waiting for the previous save)%s",
-              (long long)T->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * stall, 1e3 * t_wait,
-              w->th_started ? "; storing in the background" : "");
-    if (!w->th_started)
-        return run_save(w);
-    pthread_mutex_lock(&w->mu);
-    w->busy = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    return TR_OK;
+    LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0 in %.2f ms; training paused %.2f ms (%.2f ms "
+              "of it waiting for the previous save)%s",
+              (long long)T->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * (t_copy - t_wait),
+              1e3 * stall, 1e3 * t_wait, w->th_started ? "; storing in the background" : ", stored");
+    return rc;
 }
 
 void wckpt_close(struct wckpt **pw)
@@ -593,7 +620,7 @@ void wckpt_close(struct wckpt **pw)
     tr_free(w->block_rows);
     tr_free(w->zero);
     tr_free(w->pc);
-    tr_free(w->stage);
+    tr_big_free(w->stage, w->stage_cap);
     free(w->config);
     free(w->state);
     pthread_mutex_destroy(&w->mu);
@@ -776,11 +803,11 @@ static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, con
         for (b = a; b < ns && (b == a || group + mt->chunks[sel[b]].bytes <= GROUP_BYTES); b++)
             group += mt->chunks[sel[b]].bytes;
         if ((size_t)group > buf_cap) {
-            char *p = tr_realloc(buf, (size_t)group);
-            if (!p) {
-                rc = TR_ERR_NOMEM;
-                goto exit;
-            }
+            tr_big_free(buf, buf_cap);
+            buf = NULL;
+            buf_cap = 0;
+            void *p = NULL;
+            TR_CHECK_GOTO(tr_big_alloc((size_t)group, &p), rc, exit);
             buf = p;
             buf_cap = (size_t)group;
         }
@@ -802,7 +829,7 @@ exit:
     tr_free(sel);
     tr_free(items);
     tr_free(what);
-    tr_free(buf);
+    tr_big_free(buf, buf_cap);
     tr_free(tmp);
     return rc;
 }

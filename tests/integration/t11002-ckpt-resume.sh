@@ -254,7 +254,7 @@ if start_server "$TMP/srv6" TR_CKPT_FAULT_COMMIT_DELAY_MS=1500; then
     first=$(cat "$TMP/srv6/runs/ks/LATEST" 2>/dev/null)
     # the next commit is in its delay once the new LATEST's temporary file exists
     for _ in $(seq 600); do find "$TMP/srv6/runs/ks" -maxdepth 1 -name 'LATEST.tmp-*' | grep -q . && break; sleep 0.02; done
-    kill -9 "$SPID"
+    { kill -9 "$SPID"; wait "$SPID"; } 2>/dev/null
     wait "$wpid" 2>/dev/null
     wrc=$?
     latest=$(cat "$TMP/srv6/runs/ks/LATEST" 2>/dev/null)
@@ -275,6 +275,20 @@ if start_server "$TMP/srv6" TR_CKPT_FAULT_COMMIT_DELAY_MS=1500; then
         kill "$SPID"
     fi
 fi
+
+# ---- the seed's flag names: --save_checkpoint_path (the run gets a generated name,
+# printed) and --restore_checkpoint_path (the store's only run, its latest step)
+wrk 1 $(base) --max_steps 4 --log_path "$TMP/al.json" --save_checkpoint_path "$TMP/store8"
+gen=$(echo "$OUT" | sed -n 's/^checkpoint: run \([^ ]*\) to .*/\1/p')
+if [ -n "$gen" ] && [ -s "$TMP/store8/runs/$gen/LATEST" ]; then
+    ok "--save_checkpoint_path saves run $gen (a generated name, printed)"
+else
+    fail "--save_checkpoint_path" "$(echo "$OUT" | tail -n 3)"
+fi
+wrk 1 $(base) --max_steps 4 --log_path "$TMP/al2.json" --restore_checkpoint_path "$TMP/store8" --mode eval
+echo "$OUT" | grep -q "restored --restore $TMP/store8#$gen@4" && echo "$OUT" | grep -q 'Evaluation completed, AUC:' &&
+    ok "--restore_checkpoint_path DIR restores the store's only run at its latest step" ||
+    fail "--restore_checkpoint_path" "$(echo "$OUT" | tail -n 3)"
 
 # ---- bad flags
 wrk 1 $(base) --max_steps 2 --checkpoint_dir "$TMP/store1" --resume --log_path "$TMP/x.json"
