@@ -286,9 +286,9 @@ fuzz: $(FUZZ_TARGETS)
 	$(Q)set -e; for f in $(FUZZ_TARGETS); do n=$$(basename $$f); \
 	  rm -rf $(BUILD)/fuzz/corpus_$$n && mkdir -p $(BUILD)/fuzz/corpus_$$n && cp tests/fuzz/corpus_$$n/* $(BUILD)/fuzz/corpus_$$n/ 2>/dev/null || true; \
 	  echo "  FUZZ    $$n ($(FUZZ_SECONDS) s)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/corpus_$$n 2>&1 | tee $(BUILD)/fuzz/$$n.log | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|INFO: Loaded|==[0-9]+==ERROR)' ; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus_$$n 2>&1 | tee $(BUILD)/fuzz/$$n.log | grep -E '^(stat::number_of_executed_units|stat::peak_rss|INFO: Loaded|==[0-9]+==ERROR)' ; \
 	  test $${PIPESTATUS[0]} -eq 0; \
-	  grep -E '^#[0-9]+ +DONE' $(BUILD)/fuzz/$$n.log | tail -1; \
+	  grep -E '^#[0-9]+[[:space:]]+DONE' $(BUILD)/fuzz/$$n.log | tail -1; \
 	done
 
 clean:

@@ -218,10 +218,11 @@ static enum MHD_Result get_chunk(struct ckpt_server *s, struct MHD_Connection *c
     if (!path)
         return reply_text(s, c, q, 503, "out of memory");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int e = errno;
     tr_free(path);
     struct stat st;
     if (fd < 0)
-        return reply_text(s, c, q, errno == ENOENT ? 404 : 500, errno == ENOENT ? "no such chunk" : strerror(errno));
+        return reply_text(s, c, q, e == ENOENT ? 404 : 500, e == ENOENT ? "no such chunk" : "cannot open the chunk");
     if (fstat(fd, &st) != 0) {
         close(fd);
         return reply_text(s, c, q, 500, "cannot stat the chunk");

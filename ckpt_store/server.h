@@ -22,7 +22,17 @@
  *   POST /gc?keep=N                            200 {"manifests_removed": ..., ...}
  * Anything else: 404 (unknown path), 405 (known path, other method); a name that
  * is not a hash, a run outside [A-Za-z0-9._-], "..", "//", a step that is not a
- * decimal number: 400. Refusals are logged (method, path, peer, reason). */
+ * decimal number: 400. Refusals are logged (method, path, peer, reason).
+ * Fault injection for tests, read from the environment once by
+ * ckpt_server_start (0 or unset: off; a warning is logged when on):
+ *   TR_CKPT_FAULT_COMMIT_DELAY_MS  a commit (PUT LATEST) waits this long after
+ *                                  the new LATEST's temporary file is written and
+ *                                  fsynced, before its rename: a test can kill -9
+ *                                  the server "during a commit"
+ *   TR_CKPT_FAULT_PUT_DELAY_MS     each chunk PUT waits this long before its
+ *                                  commit: a test can kill a client mid-upload
+ * The delays are process-wide (store_internal.h) and set only by the server; a
+ * local-path client never sleeps. */
 #ifndef TR_CKPT_SERVER_H
 #define TR_CKPT_SERVER_H
 
