@@ -382,6 +382,10 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
         for (const char *p = o->name; *p && k < sizeof env - 1; p++)
             env[k++] = (char)toupper((unsigned char)*p);
         env[k] = '\0';
+        /* the test harness and the scripts export these for the source tree and the
+         * build: they never set an option (terarec-ckpt's --root) */
+        if (!strcmp(env, "TR_ROOT") || !strcmp(env, "TR_BUILD") || !strcmp(env, "TR_BIN"))
+            continue;
         const char *v = getenv(env);
         if (v) {
             char src[140];

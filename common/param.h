@@ -1,5 +1,6 @@
 /* param.h: declarative option tables. A binary lists its options once; the table
- * gives defaults, parses the environment (TR_<NAME>) and the command line in that
+ * gives defaults, parses the environment (TR_<NAME>; not TR_ROOT, TR_BUILD and TR_BIN, which
+ * the test harness and scripts export for the source tree) and the command line in that
  * order of precedence, checks ranges, and prints --help.
  *
  * Names are written with underscores (the canonical spelling, as in the seed's

@@ -129,15 +129,17 @@ lp=$!
 wait_for sig.l.out "ring '/terarec-$ring' ready"
 kill -USR2 $lp; kill -USR1 $lp
 timeout 120 $W $SYN --synthetic_dataset_train_batches 60 $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 \
-    --print_freq 100 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' >sig.out 2>&1
+    --print_freq 100 --threads 1 --evals_per_epoch 0 --loader shm:$ring --log_path '' --checkpoint_dir ck-sig \
+    --run_name sig >sig.out 2>&1
 rc=$?
 wait $lp
 es=$(sed -n 's/^step \([0-9]*\): the data source asks for an evaluation after this step$/\1/p' sig.out | head -n 1)
 [ $rc -eq 0 ] && [ -n "$es" ] && [ "$es" -le 6 ] && grep -q "^validation: step=$es, auc=" sig.out \
     && ok "SIGUSR2 to the loader: an evaluation after step $es of 60" \
     || fail "SIGUSR2 to the loader: an evaluation" "exit $rc: $(grep -E 'asks|validation' sig.out | head -n 3)"
-grep -qE "^step [1-6]: checkpoint requested, but this build has no checkpoint store yet" sig.out \
-    && ok "SIGUSR1 to the loader: the checkpoint request reaches the worker" \
+cs=$(sed -n 's/^checkpoint: step \([0-9]*\): full snapshot .*/\1/p' sig.out | head -n 1)
+[ -n "$cs" ] && [ "$cs" -le 6 ] && [ -s "ck-sig/runs/sig/manifests/$cs.json" ] \
+    && ok "SIGUSR1 to the loader: a checkpoint after step $cs, committed" \
     || fail "SIGUSR1 to the loader: the checkpoint request reaches the worker" "$(tail -n 3 sig.out)"
 no_shm_left "signal requests"
 # SIGTERM with a worker attached drains: every rank stops after the same step, the
