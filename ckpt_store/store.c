@@ -214,8 +214,9 @@ static enum tr_status read_file(const char *path, char **text, size_t *n)
     enum tr_status rc = TR_OK;
     struct stat st;
     char *p = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        LOG_ERROR("cannot read '%s': %s", path, S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
+    int bad = fstat(fd, &st) != 0;
+    if (bad || !S_ISREG(st.st_mode)) {
+        LOG_ERROR("cannot read '%s': %s", path, bad ? strerror(errno) : "not a regular file");
         rc = TR_ERR_IO;
         goto exit;
     }

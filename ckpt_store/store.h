@@ -131,7 +131,9 @@ struct ckpt_gc_stats {
  * (older ones, and uncommitted ones newer than LATEST: a save that never
  * committed), every part and every temporary file, then every chunk no kept
  * manifest names. A save running at the same time may lose chunks and then
- * fails cleanly (its manifest is refused). TR_ERR_ARG (keep < 1), TR_ERR_IO. */
+ * fails cleanly (its manifest is refused). TR_ERR_ARG (keep < 1), TR_ERR_IO,
+ * TR_ERR_FORMAT (a run's LATEST or a kept manifest does not parse: logged, and
+ * then no chunk is removed), TR_ERR_NOMEM. */
 enum tr_status ckpt_fs_gc(const struct ckpt_fs *fs, int keep, struct ckpt_gc_stats *st) TR_WUR;
 
 /* Frees a list of ckpt_fs_list_runs (or ckpt_list_runs). */

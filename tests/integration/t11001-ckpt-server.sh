@@ -217,7 +217,8 @@ expect "SIGINT: exit 0" 0 "$?"
 badflag() { # NAME FLAGS...
     local name=$1
     shift
-    "$S" "$@" >bad.out 2>bad.err
+    # TR_ROOT (set by tests/run.sh) would be taken as --root: unset here
+    env -u TR_ROOT timeout 10 "$S" "$@" >bad.out 2>bad.err
     local rc=$?
     [ $rc -eq 2 ] && [ "$(grep -c 'error' bad.err)" = 1 ] && ok "bad flags ($name): exit 2, one error line" ||
         fail "bad flags ($name)" "exit $rc: $(cat bad.err)"
@@ -230,7 +231,7 @@ badflag "threads 0" --root "$ROOT" --token_file tok --threads 0
 badflag "max_body" --root "$ROOT" --token_file tok --max_body 12Q
 : >empty.tok
 badflag "empty token file" --root "$ROOT" --token_file empty.tok
-grep -q 'hint:' bad.err || "$S" --root "$ROOT" --token_file tok --bogus 1 2>&1 | grep -q 'hint:' &&
+grep -q 'hint:' bad.err || env -u TR_ROOT timeout 10 "$S" --root "$ROOT" --token_file tok --bogus 1 2>&1 | grep -q 'hint:' &&
     ok "bad flags give a hint" || fail "bad flags give a hint" "$(cat bad.err)"
 
 # ---- kill -9 during a commit

@@ -359,7 +359,32 @@ static void gc_uncommitted_run(void)
     TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
 }
 
+/* A LATEST that is not a step: gc refuses and removes no chunk. */
+static void gc_broken_latest(void)
+{
+    make_dir();
+    struct ckpt_fs fs;
+    TH_EQ_ST_REQ(ckpt_fs_open(&fs, dir), TR_OK);
+    size_t n;
+    char *text = make_manifest(&fs, "r", 1, -1, 5.0f, 1, &n);
+    TH_EQ_ST(ckpt_fs_manifest_put(&fs, "r", 1, text, n), TR_OK);
+    tr_free(text);
+    char orphan[CKPT_HASH_LEN + 1];
+    ckpt_hash("o", 1, orphan);
+    TH_EQ_ST(ckpt_fs_chunk_put(&fs, orphan, "o", 1), TR_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/runs/r/LATEST", dir);
+    TH_EQ_ST(tr_file_write_atomic(p, "one\n", 4), TR_OK);
+    struct ckpt_gc_stats st;
+    TH_EQ_ST(ckpt_fs_gc(&fs, 1, &st), TR_ERR_FORMAT);
+    TH_EQ(st.chunks_removed, 0);
+    TH_EQ(count_files(dir, NULL), 1 + 2 + 1 + 1);
+    ckpt_fs_close(&fs);
+    TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
+}
+
 static const struct th_case cases[] = {
+    {"gc_broken_latest", gc_broken_latest},
     {"hashes", hashes},
     {"chunks", chunks},
     {"manifests_and_commit", manifests_and_commit},
