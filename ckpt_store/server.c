@@ -720,6 +720,8 @@ enum tr_status ckpt_server_start(const struct ckpt_server_cfg *cfg, struct ckpt_
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                            /* room for large reads of a body: chunks are megabytes */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1u << 20),
                             MHD_OPTION_END);
     if (!s->d) {
         LOG_ERROR("cannot listen on '%s': %s", listen, strerror(errno));
