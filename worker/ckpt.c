@@ -86,41 +86,57 @@ static int64_t rows_per_chunk(int64_t chunk_bytes, int64_t cols)
     return r > 0 ? r : 1;
 }
 
-static enum tr_status add_piece(struct wckpt *w, const char *name, enum dlrm_tensor k, int index, int64_t base,
-                                int ndim, int64_t rows, int64_t cols, int64_t c0, int64_t c1, int table,
-                                int64_t block_rows)
+/* A tensor this rank holds, as the manifest names it: rows x cols global, of
+ * which it holds cols [c0, c1) of every row, at elements [off, off + rows * (c1 -
+ * c0)) of model tensor (k, index). */
+struct held {
+    char name[CKPT_NAME_MAX + 1];
+    enum dlrm_tensor k;
+    int index;
+    int64_t off;
+    int ndim;
+    int64_t rows, cols, c0, c1;
+    int table;   /* the table (its dirty bitmap); -1: a dense tensor */
+    int saver;   /* this rank saves it: the dense tensors on rank 0 (the same on every
+                    rank that runs them, and rank 0 always does), each table slice by
+                    its holder, row-wise Adagrad state (one value per row, a replica on
+                    every slice holder) by the holder of column 0 */
+};
+
+typedef enum tr_status (*held_fn)(void *arg, const struct held *h);
+
+static enum tr_status held_emit(held_fn f, void *arg, struct held *h, const char *name, enum dlrm_tensor k,
+                                int64_t off, int ndim, int64_t rows, int64_t cols)
 {
-    const int64_t width = c1 - c0;
-    for (int64_t a = 0, b = 0; a < rows; a = b) {
-        b = TR_MIN(rows, a + block_rows);
-        struct piece *p = tr_realloc(w->pc, (size_t)(w->npc + 1) * sizeof *p);
-        if (!p)
-            return TR_ERR_NOMEM;
-        w->pc = p;
-        p = &w->pc[w->npc++];
-        memset(p, 0, sizeof *p);
-        snprintf(p->name, sizeof p->name, "%s", name);
-        p->k = k;
-        p->index = index;
-        p->off = base + a * width;
-        p->ndim = ndim;
-        p->shape[0] = rows;
-        p->shape[1] = ndim == 1 ? 1 : cols;
-        p->r0 = a;
-        p->r1 = b;
-        p->c0 = c0;
-        p->c1 = c1;
-        p->table = table;
-        p->block = table >= 0 ? a / block_rows : 0;
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->k = k;
+    h->off = off;
+    h->ndim = ndim;
+    h->rows = rows;
+    h->cols = ndim == 1 ? 1 : cols;
+    if (h->table < 0) {
+        h->c0 = 0;
+        h->c1 = h->cols;
     }
-    return TR_OK;
+    return f(arg, h);
 }
 
-/* The dense tensors of the model as (name, offset, rows, cols, ndim), in
- * DLRM_PARAMS order; f is called for each. */
-typedef enum tr_status (*dense_fn)(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim);
+/* A dense tensor and, with Adagrad, its state. */
+static enum tr_status held_dense(const struct dlrm *m, int rank, held_fn f, void *arg, const char *name, int64_t off,
+                                 int64_t rows, int64_t cols, int ndim)
+{
+    struct held h = {.index = 0, .table = -1, .saver = rank == 0};
+    TR_CHECK(held_emit(f, arg, &h, name, DLRM_PARAMS, off, ndim, rows, cols));
+    if (dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) == 0)
+        return TR_OK;
+    char sname[CKPT_NAME_MAX + 1];
+    snprintf(sname, sizeof sname, "%s/adagrad", name);
+    return held_emit(f, arg, &h, sname, DLRM_PARAMS_STATE, off, ndim, rows, cols);
+}
 
-static enum tr_status for_each_dense(const struct dlrm *m, dense_fn f, void *arg)
+/* Everything this rank holds (names: manifest.h), in a fixed order: the dense
+ * tensors in DLRM_PARAMS order, then each table slice and its state. */
+static enum tr_status for_each_held(const struct dlrm *m, int rank, held_fn f, void *arg)
 {
     struct dlrm_info mi;
     dlrm_get_info(m, &mi);
@@ -130,74 +146,75 @@ static enum tr_status for_each_dense(const struct dlrm *m, dense_fn f, void *arg
             struct dlrm_layer_info li;
             dlrm_get_layer(m, top, l, &li);
             snprintf(name, sizeof name, "dense/%s/kernel", li.name);
-            TR_CHECK(f(arg, name, li.w_off, li.in, li.out, 2));
+            TR_CHECK(held_dense(m, rank, f, arg, name, li.w_off, li.in, li.out, 2));
             snprintf(name, sizeof name, "dense/%s/bias", li.name);
-            TR_CHECK(f(arg, name, li.b_off, li.out, 1, 1));
+            TR_CHECK(held_dense(m, rank, f, arg, name, li.b_off, li.out, 1, 1));
         }
-        if (top)
-            continue;
-        for (int l = 0; l < mi.ncross; l++) {
+        for (int l = 0; !top && l < mi.ncross; l++) {
             struct dlrm_cross_info ci;
             dlrm_get_cross(m, l, &ci);
             snprintf(name, sizeof name, "dense/%s/v_kernel", ci.name);
-            TR_CHECK(f(arg, name, ci.v_off, ci.width, ci.rank, 2));
+            TR_CHECK(held_dense(m, rank, f, arg, name, ci.v_off, ci.width, ci.rank, 2));
             snprintf(name, sizeof name, "dense/%s/u_kernel", ci.name);
-            TR_CHECK(f(arg, name, ci.u_off, ci.rank, ci.width, 2));
+            TR_CHECK(held_dense(m, rank, f, arg, name, ci.u_off, ci.rank, ci.width, 2));
             snprintf(name, sizeof name, "dense/%s/bias", ci.name);
-            TR_CHECK(f(arg, name, ci.b_off, ci.width, 1, 1));
+            TR_CHECK(held_dense(m, rank, f, arg, name, ci.b_off, ci.width, 1, 1));
         }
     }
-    return TR_OK;
-}
-
-struct dense_plan_arg {
-    struct wckpt *w;
-    const struct dlrm *m;
-};
-
-static enum tr_status plan_dense(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim)
-{
-    struct dense_plan_arg *a = arg;
-    const int64_t br = rows_per_chunk(a->w->chunk_bytes, cols);
-    TR_CHECK(add_piece(a->w, name, DLRM_PARAMS, 0, off, ndim, rows, cols, 0, cols, -1, br));
-    if (dlrm_tensor_numel(a->m, DLRM_PARAMS_STATE, 0) > 0) {
-        char sname[CKPT_NAME_MAX + 1];
-        snprintf(sname, sizeof sname, "%s/adagrad", name);
-        TR_CHECK(add_piece(a->w, sname, DLRM_PARAMS_STATE, 0, off, ndim, rows, cols, 0, cols, -1, br));
-    }
-    return TR_OK;
-}
-
-/* What this rank saves: rank 0 the dense tensors (the same on every rank that
- * runs them, and rank 0 always does), every rank its slice of each table, and
- * the row-wise Adagrad state (one per row, a replica on each slice holder) the
- * holder of column 0. */
-static enum tr_status plan_pieces(struct wckpt *w, const struct train *T)
-{
-    const struct dlrm *m = T->m;
-    struct dlrm_info mi;
-    dlrm_get_info(m, &mi);
-    if (w->rank == 0) {
-        struct dense_plan_arg a = {w, m};
-        TR_CHECK(for_each_dense(m, plan_dense, &a));
-    }
-    const int D = mi.emb_dim;
     for (int t = 0; t < mi.ntables; t++) {
         struct dlrm_table_info ti;
         dlrm_get_table(m, t, &ti);
         if (ti.width == 0)
             continue;
-        char name[CKPT_NAME_MAX + 1];
-        const int64_t br = rows_per_chunk(w->chunk_bytes, ti.width);
-        w->block_rows[t] = br;
+        struct held h = {.index = t, .table = t, .saver = 1, .c0 = ti.col0, .c1 = ti.col0 + ti.width};
         snprintf(name, sizeof name, "emb/%d", t);
-        TR_CHECK(add_piece(w, name, DLRM_TABLE, t, 0, 2, ti.rows, D, ti.col0, ti.col0 + ti.width, t, br));
+        TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE, 0, 2, ti.rows, mi.emb_dim));
         const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);
         snprintf(name, sizeof name, "emb/%d/adagrad", t);
-        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD)
-            TR_CHECK(add_piece(w, name, DLRM_TABLE_STATE, t, 0, 2, ti.rows, D, ti.col0, ti.col0 + ti.width, t, br));
-        else if (ns == ti.rows && ti.col0 == 0)
-            TR_CHECK(add_piece(w, name, DLRM_TABLE_STATE, t, 0, 1, ti.rows, 1, 0, 1, t, br));
+        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD) {
+            TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE_STATE, 0, 2, ti.rows, mi.emb_dim));
+        } else if (ns == ti.rows) {
+            h.c0 = 0;
+            h.c1 = 1;
+            h.saver = ti.col0 == 0;
+            TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE_STATE, 0, 1, ti.rows, 1));
+        }
+    }
+    return TR_OK;
+}
+
+/* The pieces of what this rank saves: row blocks of about --checkpoint_chunk_bytes
+ * (a table's blocks are its dirty-bitmap blocks, sized by its slice's width). */
+static enum tr_status plan_piece(void *arg, const struct held *h)
+{
+    struct wckpt *w = arg;
+    if (!h->saver)
+        return TR_OK;
+    const int64_t width = h->c1 - h->c0;
+    if (h->table >= 0 && w->block_rows[h->table] == 0) /* the table's own width sizes its blocks */
+        w->block_rows[h->table] = rows_per_chunk(w->chunk_bytes, width);
+    const int64_t br = h->table >= 0 ? w->block_rows[h->table] : rows_per_chunk(w->chunk_bytes, width);
+    for (int64_t a = 0, b = 0; a < h->rows; a = b) {
+        b = TR_MIN(h->rows, a + br);
+        struct piece *p = tr_realloc(w->pc, (size_t)(w->npc + 1) * sizeof *p);
+        if (!p)
+            return TR_ERR_NOMEM;
+        w->pc = p;
+        p = &w->pc[w->npc++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->name, sizeof p->name, "%s", h->name);
+        p->k = h->k;
+        p->index = h->index;
+        p->off = h->off + a * width;
+        p->ndim = h->ndim;
+        p->shape[0] = h->rows;
+        p->shape[1] = h->cols;
+        p->r0 = a;
+        p->r1 = b;
+        p->c0 = h->c0;
+        p->c1 = h->c1;
+        p->table = h->table;
+        p->block = h->table >= 0 ? a / br : 0;
     }
     return TR_OK;
 }
@@ -467,7 +484,7 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
     w->dirty = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->dirty);
     if (!w->block_rows || !w->dirty)
         return TR_ERR_NOMEM;
-    TR_CHECK(plan_pieces(w, T));
+    TR_CHECK(for_each_held(T->m, w->rank, plan_piece, w));
     if (c->checkpoint_incremental) {
         int64_t most = 1;
         TR_CHECK(hybrid_track_dirty(T->h, w->block_rows));
@@ -631,84 +648,20 @@ void wckpt_close(struct wckpt **pw)
 
 /* ---- restore -------------------------------------------------------------------- */
 
-/* A tensor this rank holds, as the manifest names it: rows x cols global, of
- * which it holds cols [c0, c1) of every row, at elements [off, off + rows * (c1 -
- * c0)) of model tensor (k, index). */
-struct target {
-    char name[CKPT_NAME_MAX + 1];
-    enum dlrm_tensor k;
-    int index;
-    int64_t off;
-    int ndim;
-    int64_t rows, cols, c0, c1;
-};
-
+/* What a restore writes: everything this rank holds. */
 struct targets {
-    struct target *v;
+    struct held *v;
     int n;
 };
 
-static enum tr_status add_target(struct targets *ts, const char *name, enum dlrm_tensor k, int index, int64_t off,
-                                 int ndim, int64_t rows, int64_t cols, int64_t c0, int64_t c1)
+static enum tr_status add_target(void *arg, const struct held *h)
 {
-    struct target *v = tr_realloc(ts->v, (size_t)(ts->n + 1) * sizeof *v);
+    struct targets *ts = arg;
+    struct held *v = tr_realloc(ts->v, (size_t)(ts->n + 1) * sizeof *v);
     if (!v)
         return TR_ERR_NOMEM;
     ts->v = v;
-    struct target *t = &v[ts->n++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->k = k;
-    t->index = index;
-    t->off = off;
-    t->ndim = ndim;
-    t->rows = rows;
-    t->cols = cols;
-    t->c0 = c0;
-    t->c1 = c1;
-    return TR_OK;
-}
-
-struct dense_target_arg {
-    struct targets *ts;
-    int state;
-};
-
-static enum tr_status target_dense(void *arg, const char *name, int64_t off, int64_t rows, int64_t cols, int ndim)
-{
-    struct dense_target_arg *a = arg;
-    TR_CHECK(add_target(a->ts, name, DLRM_PARAMS, 0, off, ndim, rows, cols, 0, cols));
-    if (a->state) {
-        char sname[CKPT_NAME_MAX + 1];
-        snprintf(sname, sizeof sname, "%s/adagrad", name);
-        TR_CHECK(add_target(a->ts, sname, DLRM_PARAMS_STATE, 0, off, ndim, rows, cols, 0, cols));
-    }
-    return TR_OK;
-}
-
-/* Everything this rank holds: the dense tensors (every rank keeps a copy) and
- * its slices of the tables with their state. */
-static enum tr_status plan_targets(const struct dlrm *m, struct targets *ts)
-{
-    struct dlrm_info mi;
-    dlrm_get_info(m, &mi);
-    struct dense_target_arg a = {ts, dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) > 0};
-    TR_CHECK(for_each_dense(m, target_dense, &a));
-    for (int t = 0; t < mi.ntables; t++) {
-        struct dlrm_table_info ti;
-        dlrm_get_table(m, t, &ti);
-        if (ti.width == 0)
-            continue;
-        char name[CKPT_NAME_MAX + 1];
-        snprintf(name, sizeof name, "emb/%d", t);
-        TR_CHECK(add_target(ts, name, DLRM_TABLE, t, 0, 2, ti.rows, mi.emb_dim, ti.col0, ti.col0 + ti.width));
-        const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);
-        snprintf(name, sizeof name, "emb/%d/adagrad", t);
-        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD)
-            TR_CHECK(add_target(ts, name, DLRM_TABLE_STATE, t, 0, 2, ti.rows, mi.emb_dim, ti.col0,
-                                ti.col0 + ti.width));
-        else if (ns == ti.rows)
-            TR_CHECK(add_target(ts, name, DLRM_TABLE_STATE, t, 0, 1, ti.rows, 1, 0, 1));
-    }
+    v[ts->n++] = *h;
     return TR_OK;
 }
 
@@ -754,7 +707,7 @@ static enum tr_status check_config(const struct train *T, const struct ckpt_mani
 
 /* Writes rows [r0, r1) x cols [cc0, cc1) of chunk bytes `buf` (laid out rows x
  * (ch->c1 - ch->c0)) into target t. */
-static enum tr_status patch(struct dlrm *m, const struct target *t, const struct ckpt_chunk *ch, const float *buf,
+static enum tr_status patch(struct dlrm *m, const struct held *t, const struct ckpt_chunk *ch, const float *buf,
                             float **tmp, size_t *tmp_cap)
 {
     const int64_t lo = TR_MAX(t->c0, ch->c0), hi = TR_MIN(t->c1, ch->c1);
@@ -780,7 +733,7 @@ static enum tr_status patch(struct dlrm *m, const struct target *t, const struct
  * at most GROUP_BYTES at a time (in parallel), and writes them into the model. */
 #define GROUP_BYTES ((int64_t)256 << 20)
 
-static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, const struct target *t,
+static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, const struct held *t,
                                      const struct ckpt_tensor *mt, int64_t *bytes)
 {
     enum tr_status rc = TR_OK;
@@ -951,11 +904,11 @@ static enum tr_status restore_local(struct train *T, int *fresh)
     snprintf(what, sizeof what, "%s %s#%s@%lld", flag, where, run, (long long)step);
     TR_CHECK_GOTO(ckpt_manifest_parse(text, n, what, &man), rc, exit);
     TR_CHECK_GOTO(check_config(T, &man, what), rc, exit);
-    TR_CHECK_GOTO(plan_targets(T->m, &ts), rc, exit);
+    TR_CHECK_GOTO(for_each_held(T->m, T->dist.rank, add_target, &ts), rc, exit);
     const double t0 = tr_clock_now();
     int64_t bytes = 0;
     for (int i = 0; i < ts.n; i++) {
-        const struct target *t = &ts.v[i];
+        const struct held *t = &ts.v[i];
         const struct ckpt_tensor *mt = ckpt_manifest_find(&man, t->name);
         if (!mt || mt->ndim != t->ndim || mt->shape[0] != t->rows || (t->ndim == 2 && mt->shape[1] != t->cols)) {
             LOG_ERROR("%s: tensor %s is %s in the checkpoint (this model holds it as %lld x %lld)", what, t->name,
