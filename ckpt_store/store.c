@@ -826,8 +826,9 @@ static enum tr_status remove_file(const char *path, int64_t *count, int64_t *byt
     return TR_OK;
 }
 
-/* Removes the temporary files directly in dir. */
-static enum tr_status remove_temps(const char *dir, struct ckpt_gc_stats *st)
+/* Removes the temporary files in dir or, with all (the parts of a run), every file
+ * below it and its emptied subdirectories; counted as temps or parts. */
+static enum tr_status remove_files(const char *dir, int all, struct ckpt_gc_stats *st)
 {
     DIR *dp = opendir(dir);
     if (!dp)
@@ -835,36 +836,15 @@ static enum tr_status remove_temps(const char *dir, struct ckpt_gc_stats *st)
     enum tr_status rc = TR_OK;
     struct dirent *e;
     while ((e = readdir(dp))) {
-        if (!is_temp(e->d_name))
-            continue;
-        char *p = path_fmt("%s/%s", dir, e->d_name);
-        enum tr_status r = p ? remove_file(p, &st->temps_removed, NULL) : TR_ERR_NOMEM;
-        tr_free(p);
-        if (rc == TR_OK)
-            rc = r;
-    }
-    closedir(dp);
-    return rc;
-}
-
-/* Every file below dir (parts of a run): counted as parts, or temps, then removed. */
-static enum tr_status remove_parts(const char *dir, struct ckpt_gc_stats *st)
-{
-    DIR *dp = opendir(dir);
-    if (!dp)
-        return errno == ENOENT || errno == ENOTDIR ? TR_OK : TR_ERR_IO;
-    enum tr_status rc = TR_OK;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || (!all && !is_temp(e->d_name)))
             continue;
         char *p = path_fmt("%s/%s", dir, e->d_name);
         struct stat sb;
         enum tr_status r = TR_OK;
         if (!p)
             r = TR_ERR_NOMEM;
-        else if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            r = remove_parts(p, st);
+        else if (all && lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            r = remove_files(p, all, st);
             if (r == TR_OK && rmdir(p) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
                 LOG_ERROR("gc: cannot remove '%s': %s", p, strerror(errno));
                 r = TR_ERR_IO;
@@ -894,9 +874,9 @@ static enum tr_status gc_run(const struct ckpt_fs *fs, const char *run, int keep
         rc = TR_ERR_NOMEM;
         goto exit;
     }
-    TR_CHECK_GOTO(remove_temps(rdir, st), rc, exit);
-    TR_CHECK_GOTO(remove_temps(mdir, st), rc, exit);
-    TR_CHECK_GOTO(remove_parts(pdir, st), rc, exit);
+    TR_CHECK_GOTO(remove_files(rdir, 0, st), rc, exit);
+    TR_CHECK_GOTO(remove_files(mdir, 0, st), rc, exit);
+    TR_CHECK_GOTO(remove_files(pdir, 1, st), rc, exit);
     if (rmdir(pdir) != 0 && errno != ENOENT && errno != ENOTEMPTY)
         LOG_WARN("gc: cannot remove '%s': %s", pdir, strerror(errno));
     enum tr_status r = ckpt_fs_latest(fs, run, &latest);
