@@ -103,7 +103,6 @@ static int save_due(const struct train *T, const struct batch *hdr)
 
 static enum tr_status run_train(struct train *T)
 {
-    const struct worker_cfg *c = T->c;
     TR_CHECK(wckpt_open(T, &T->ck));
     if (T->resumed && T->step >= T->total)
         LOG_RANK0("the checkpoint is at step %lld, --max_steps is %lld: nothing to train", (long long)T->step,
@@ -127,7 +126,6 @@ static enum tr_status run_train(struct train *T)
     if (T->ck && wckpt_last_step(T->ck) != T->step)
         TR_CHECK(wckpt_save(T->ck, T));
     TR_CHECK(wckpt_wait(T->ck));
-    (void)c;
     return train_report(T);
 }
 
