@@ -73,6 +73,7 @@ struct wckpt {
     pthread_cond_t cv;
     int busy, quit;
     enum tr_status err;     /* sticky: the first failed save */
+    json_t *committed;      /* (rank 0) an array of commit events not yet emitted, under mu */
     /* measurements */
     double stall_total, stall_max;
     int64_t bytes_sent_total, bytes_full_total;
@@ -377,6 +378,18 @@ static enum tr_status run_save(struct wckpt *w)
         TR_CHECK_GOTO(ckpt_commit(w->cl, w->run, w->step), rc, exit);
         struct ckpt_manifest_totals tot;
         TR_CHECK_GOTO(ckpt_manifest_totals(&man, &tot), rc, exit);
+        json_t *ev = json_object();
+        json_object_set_new(ev, "checkpoint_committed", json_string(ckpt_client_where(w->cl)));
+        json_object_set_new(ev, "run", json_string(w->run));
+        json_object_set_new(ev, "full", json_boolean(w->full));
+        json_object_set_new(ev, "chunks", json_integer(tot.chunks));
+        json_object_set_new(ev, "bytes", json_integer(tot.bytes));
+        json_object_set_new(ev, "bytes_sent_rank0", json_integer(st.bytes_sent));
+        json_object_set_new(ev, "save_seconds", events_num(tr_clock_now() - t0));
+        json_object_set_new(ev, "step", json_integer(w->step)); /* taken out when emitted */
+        pthread_mutex_lock(&w->mu);
+        json_array_append_new(w->committed, ev);
+        pthread_mutex_unlock(&w->mu);
         LOG_RANK0("checkpoint: step %lld committed to %s (run %s): %s save, this rank hashed %.2f MiB and sent "
                   "%.2f MiB in %lld chunks (%lld already stored); the manifest names %lld chunks, %.2f MiB; %.3f s",
                    (long long)w->step, ckpt_client_where(w->cl), w->run, w->full ? "full" : "incremental",
@@ -434,6 +447,29 @@ enum tr_status wckpt_wait(struct wckpt *w)
     return rc;
 }
 
+enum tr_status wckpt_events(struct wckpt *w, struct events *ev)
+{
+    if (!w || w->rank != 0)
+        return TR_OK;
+    pthread_mutex_lock(&w->mu);
+    json_t *list = w->committed;
+    w->committed = json_array();
+    pthread_mutex_unlock(&w->mu);
+    enum tr_status rc = TR_OK;
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        json_t *st = json_object_get(e, "step");
+        const int64_t step = json_integer_value(st);
+        json_object_del(e, "step");
+        enum tr_status r = events_emit(ev, EVENTS_CKPT, step, json_incref(e));
+        if (rc == TR_OK)
+            rc = r;
+    }
+    json_decref(list);
+    return rc;
+}
+
 int64_t wckpt_last_step(const struct wckpt *w)
 {
     return w ? w->last_step : -1;
@@ -470,6 +506,8 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     *out = w;
+    if (!(w->committed = json_array()))
+        return TR_ERR_NOMEM;
     w->c = c;
     w->rank = T->dist.rank;
     w->world = T->dist.world;
@@ -640,6 +678,7 @@ void wckpt_close(struct wckpt **pw)
     tr_big_free(w->stage, w->stage_cap);
     free(w->config);
     free(w->state);
+    json_decref(w->committed);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     tr_free(w);

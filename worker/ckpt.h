@@ -45,6 +45,12 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T) TR_WUR;
 /* Waits for the save in flight, if any, and returns its result. */
 enum tr_status wckpt_wait(struct wckpt *w) TR_WUR;
 
+/* Emits the "checkpoint committed" event of each save committed since the last
+ * call (rank 0: where, run, bytes sent, seconds), to ev; nothing on other ranks.
+ * Safe on NULL. Errors of the sinks. */
+struct events;
+enum tr_status wckpt_events(struct wckpt *w, struct events *ev) TR_WUR;
+
 /* Step of the last save started (-1: none). */
 int64_t wckpt_last_step(const struct wckpt *w);
 

@@ -21,6 +21,7 @@ enum events_kind {
     EVENTS_STEP,       /* progress after `step` training steps */
     EVENTS_EVAL,       /* an evaluation after `step` training steps */
     EVENTS_SUMMARY,    /* the end of the run */
+    EVENTS_CKPT,       /* a checkpoint of the state after `step` steps was committed */
 };
 
 struct events_sink_i {

@@ -115,6 +115,7 @@ static enum tr_status run_train(struct train *T)
                       (long long)T->step);
         if (save_due(T, &hdr))
             TR_CHECK(wckpt_save(T->ck, T));
+        TR_CHECK(wckpt_events(T->ck, &T->ev));
         if (hdr.flags & BATCH_F_EVAL) {
             struct train_eval ev;
             TR_CHECK(train_evaluate(T, &ev));
@@ -126,6 +127,7 @@ static enum tr_status run_train(struct train *T)
     if (T->ck && wckpt_last_step(T->ck) != T->step)
         TR_CHECK(wckpt_save(T->ck, T));
     TR_CHECK(wckpt_wait(T->ck));
+    TR_CHECK(wckpt_events(T->ck, &T->ev));
     return train_report(T);
 }
 

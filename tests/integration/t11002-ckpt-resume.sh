@@ -101,6 +101,15 @@ print("# step 5 shares %d of its %d embedding chunks with step 4" % (shared, tot
 assert 0 < shared < total
 EOF
 
+# each commit is an event: a DLLogger record of its step, naming the store and the run
+python3 - "$TMP/local-n1/a.json" "$TMP/store1" <<'EOF' && ok "each committed checkpoint is a DLLogger record (steps 2, 4, 5)" || fail "checkpoint events"
+import json, sys
+recs = [json.loads(l[5:]) for l in open(sys.argv[1]) if l.startswith("DLLL ")]
+c = [(r["step"], r["data"]) for r in recs if "checkpoint_committed" in r["data"]]
+assert [s for s, _ in c] == [2, 4, 5], c
+assert all(d["checkpoint_committed"] == sys.argv[2] and d["run"] == "local-n1" and d["bytes"] > 0 for _, d in c), c
+EOF
+
 if [ $HAVE_MPI = 1 ] && start_server "$TMP/srv1"; then
     resume_case http-n3 3 "$URL"
     resume_case http-n3-sync-full 3 "$URL" --no_checkpoint_async --no_checkpoint_incremental
