@@ -67,6 +67,9 @@ struct job_cfg {
     int threads;                  /* per worker; 0: the node's CPUs divided among its workers */
     int backend;                  /* enum job_backend */
     double collective_timeout;    /* seconds a collective waits for the other ranks (0: forever) */
+    /* not a flag: the program sets it when the job saves checkpoints, so that the
+     * memory plan counts the host staging copy of what each worker saves */
+    int ckpt_staging;
     /* the option table job_opts filled (borrowed, valid while the caller keeps
      * it): which flags were given, for job_check's conflicts; NULL: none known */
     const struct tr_opt *table;

@@ -53,6 +53,9 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
         {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
          0, 9.2e18, NULL, NULL, 0},
         {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0},
+        {"checkpoints", TR_OPT_BOOL, &c->job.ckpt_staging, "false",
+         "the job saves checkpoints (--checkpoint_dir): count the host staging copy of what each worker saves", 1, 0,
+         NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= PLAN_CMD_MAX_OPTS);
@@ -83,6 +86,7 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
         json_object_set_new(e, "alltoall", json_integer(w[r].alltoall));
         json_object_set_new(e, "data", json_integer(w[r].data));
         json_object_set_new(e, "eval", json_integer(w[r].eval));
+        json_object_set_new(e, "checkpoint_staging", json_integer(w[r].ckpt_staging));
         json_object_set_new(e, "total", json_integer(w[r].total));
         json_array_append_new(arr, e);
     }
@@ -106,13 +110,13 @@ static void print_table(const struct plan_cmd_cfg *c, int world, int threads, co
            (long long)job->batch_size, backend, threads);
     printf("largest table: %d (%lld rows, %.2f GiB at dim %d)\n", largest_table, (long long)sh->rows[largest_table],
            gib(sh->rows[largest_table] * (int64_t)job->embedding_dim * 4), job->embedding_dim);
-    printf("%5s %6s %12s %12s %10s %10s %10s %10s %9s %9s %12s\n", "rank", "tables", "embed GiB", "optstate GiB",
-           "mlp MiB", "activ MiB", "wspace MiB", "a2a MiB", "data MiB", "eval MiB", "total GiB");
+    printf("%5s %6s %12s %12s %10s %10s %10s %10s %9s %9s %9s %12s\n", "rank", "tables", "embed GiB", "optstate GiB",
+           "mlp MiB", "activ MiB", "wspace MiB", "a2a MiB", "data MiB", "eval MiB", "ckpt GiB", "total GiB");
     for (int r = 0; r < world; r++)
-        printf("%5d %6d %12.3f %12.3f %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %12.3f\n", r, w[r].tables_held,
+        printf("%5d %6d %12.3f %12.3f %10.1f %10.1f %10.1f %10.1f %9.1f %9.1f %9.3f %12.3f\n", r, w[r].tables_held,
                gib(w[r].embeddings), gib(w[r].opt_state), w[r].mlp / 1048576.0, w[r].activations / 1048576.0,
                w[r].workspace / 1048576.0, w[r].alltoall / 1048576.0, w[r].data / 1048576.0, w[r].eval / 1048576.0,
-               gib(w[r].total));
+               gib(w[r].ckpt_staging), gib(w[r].total));
     if (c->memory)
         printf("largest worker: rank %d, %.3f GiB of %.3f GiB\n", worst, gib(w[worst].total), gib(c->memory));
     else

@@ -241,9 +241,9 @@ static json_t *config_json(const struct train *T)
     json_object_set_new(o, "bottom_mlp_dims", int_list(j->bottom.v, j->bottom.n));
     json_object_set_new(o, "top_mlp_dims", int_list(j->top.v, j->top.n));
     json_object_set_new(o, "interaction", json_string(j->interaction == JOB_INTERACT_DCNV2 ? "dcnv2" : "dot"));
-    json_object_set_new(o, "dcn_num_layers", json_integer(j->interaction == JOB_INTERACT_DCNV2 ? j->dcn_num_layers : 0));
-    json_object_set_new(o, "dcn_low_rank_dim",
-                        json_integer(j->interaction == JOB_INTERACT_DCNV2 ? j->dcn_low_rank_dim : 0));
+    const int dcn = j->interaction == JOB_INTERACT_DCNV2;
+    json_object_set_new(o, "dcn_num_layers", json_integer(dcn ? j->dcn_num_layers : 0));
+    json_object_set_new(o, "dcn_low_rank_dim", json_integer(dcn ? j->dcn_low_rank_dim : 0));
     json_object_set_new(o, "optimizer", json_string(job_optim_name(j->optimizer)));
     return o;
 }

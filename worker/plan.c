@@ -48,8 +48,10 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->alltoall = hybrid_buffer_bytes(&sp, s->ntables, job->embedding_dim, mc.max_global);
     w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1);
     w->eval = rank == 0 ? 2 * s->test_samples * (int64_t)sizeof(float) : 0;
+    if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
+        w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
-               w->eval;
+               w->eval + w->ckpt_staging;
     shard_plan_release(&sp);
     return TR_OK;
 }

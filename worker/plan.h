@@ -35,6 +35,9 @@ struct plan_worker {
     int64_t alltoall;            /* the step's buffers: all-to-all, bottom output, gathered logits */
     int64_t data;                /* batch blocks: the step's, and rank 0's host block */
     int64_t eval;                /* logits and labels of the test set (rank 0) */
+    int64_t ckpt_staging;        /* host copy of what it saves in a checkpoint (job->ckpt_staging):
+                                    its table slices and their state, and on rank 0 the dense
+                                    parameters and their state */
     int64_t total;
 };
 

@@ -185,6 +185,12 @@ exit:
     return rc;
 }
 
+/* The run saves checkpoints (ckpt.h): its plan counts their staging memory. */
+static int train_saves_checkpoints(const struct train *T)
+{
+    return T->c->mode == WORKER_MODE_TRAIN && T->c->checkpoint_dir && *T->c->checkpoint_dir;
+}
+
 /* What a rank tells rank 0 for the memory check. */
 struct room_rec {
     struct plan_room r;
@@ -220,7 +226,9 @@ static enum tr_status check_memory(struct train *T)
         }
         const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
                                          T->src.nsamples[BATCH_TEST]};
-        verdict = plan_check_room(&T->c->job, &shape, &T->be, W, rooms, hosts);
+        struct job_cfg job = T->c->job;
+        job.ckpt_staging = train_saves_checkpoints(T);
+        verdict = plan_check_room(&job, &shape, &T->be, W, rooms, hosts);
     }
     if (W > 1)
         TR_CHECK_GOTO(comm_bcast_host(&T->comm, &verdict, sizeof verdict, 0), rc, exit);
@@ -888,7 +896,9 @@ static enum tr_status memory_report(struct train *T, json_t **out)
         json_t *m = json_object(), *pk = json_array(), *pl = json_array();
         for (int q = 0; q < W && rc == TR_OK; q++) {
             struct plan_worker pw;
-            rc = plan_worker_bytes(&T->c->job, &shape, &T->be, W, q, &pw);
+            struct job_cfg job = T->c->job;
+            job.ckpt_staging = train_saves_checkpoints(T);
+            rc = plan_worker_bytes(&job, &shape, &T->be, W, q, &pw);
             json_array_append_new(pk, json_integer(peaks[q]));
             json_array_append_new(pl, json_integer(pw.total));
             if (q == 0)

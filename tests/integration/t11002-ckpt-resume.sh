@@ -299,6 +299,19 @@ echo "$OUT" | grep -q "restored --restore $TMP/store8#$gen@4" && echo "$OUT" | g
     ok "--restore_checkpoint_path DIR restores the store's only run at its latest step" ||
     fail "--restore_checkpoint_path" "$(echo "$OUT" | tail -n 3)"
 
+# the memory plan counts the staging copy of a saving run
+wrk 1 $(base) --max_steps 2 --log_path "$TMP/p0.json"
+p0=$(echo "$OUT" | sed -n 's/^memory: rank 0 peak .* plan \([0-9.]*\) MiB$/\1/p')
+wrk 1 $(base) --max_steps 2 --log_path "$TMP/p1.json" --checkpoint_dir "$TMP/store9" --run_name pm
+p1=$(echo "$OUT" | sed -n 's/^memory: rank 0 peak .* plan \([0-9.]*\) MiB$/\1/p')
+st=$(echo "$OUT" | sed -n 's/^checkpoint: \([0-9.]*\) MiB of staging memory on rank 0.*/\1/p')
+if [ -n "$p0" ] && [ -n "$p1" ] && [ -n "$st" ] &&
+    python3 -c "import sys; a, b, s = map(float, sys.argv[1:]); sys.exit(not abs(b - a - s) <= 0.1 + 0.01 * s)" "$p0" "$p1" "$st"; then
+    ok "the memory plan of a saving run adds its staging ($p0 -> $p1 MiB, staging $st MiB)"
+else
+    fail "plan with staging" "plan $p0 -> $p1, staging $st"
+fi
+
 # ---- bad flags
 wrk 1 $(base) --max_steps 2 --checkpoint_dir "$TMP/store1" --resume --log_path "$TMP/x.json"
 [ $? -eq 2 ] && echo "$OUT" | grep -q -- '--resume needs --run_name' && ok "--resume without --run_name: exit 2" ||

@@ -59,7 +59,7 @@ static void by_hand(void)
     TH_EQ(batch_bytes(5, 3, 2), 448);
     TH_EQ(w.data, 2 * 448);
     TH_EQ(w.eval, 2 * 100 * 4);
-    TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval);
+    TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging);
 
     /* two column-wise workers: each holds 2 of the 4 columns; rank 1 sends its
      * columns of all 5 samples but receives only for its slice of 2 (rank 0 has 3) */
