@@ -317,4 +317,34 @@ out=$(timeout 30 $L $SYN 2>&1)
 rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q -- "--ring: required" && ok "terarec-loader without --ring: exit 2" \
     || fail "terarec-loader without --ring: exit 2" "exit $rc: $out"
+# ---- a run restored from a checkpoint takes its batches from a loader started
+# where the checkpoint resumes; a loader started elsewhere is refused, naming
+# the --start_position to give it
+ring=$R-res
+RES="$SYN $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 --threads 1 --log_path= --checkpoint_dir ck-res --run_name res"
+if timeout 60 $W $RES --max_steps 4 >res0.out 2>&1; then
+    $L --ring $ring $SYN --attach_timeout 30 >res1.l.out 2>&1 &
+    lp=$!
+    wait_for res1.l.out "ring '/terarec-$ring' ready"
+    timeout 60 $W $RES --max_steps 8 --resume --loader shm:$ring >res1.out 2>&1
+    rc=$?
+    kill $lp 2>/dev/null
+    wait $lp 2>/dev/null
+    [ $rc -eq 2 ] && grep -q 'start terarec-loader with --start_position 0:4' res1.out &&
+        ok "resume on a loader that starts at 0:0: refused (exit 2), naming --start_position 0:4" ||
+        fail "resume on a loader at the wrong position" "exit $rc: $(tail -n 2 res1.out)"
+    $L --ring $ring $SYN --start_position 0:4 --attach_timeout 30 >res2.l.out 2>&1 &
+    lp=$!
+    wait_for res2.l.out "ring '/terarec-$ring' ready"
+    timeout 60 $W $RES --max_steps 8 --resume --loader shm:$ring --start_position 0:4 >res2.out 2>&1
+    rc=$?
+    wait $lp 2>/dev/null
+    [ $rc -eq 0 ] && grep -q 'restored --resume ck-res#res@4' res2.out && grep -q '^step=8,' res2.out &&
+        ok "resume on a loader started at the checkpoint's position: steps 5-8 trained" ||
+        fail "resume on the loader" "exit $rc: $(tail -n 3 res2.out)"
+else
+    fail "resume via the loader: the first run" "$(tail -n 3 res0.out)"
+fi
+no_shm_left "resume on the loader"
+
 done_testing
