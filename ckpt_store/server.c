@@ -587,7 +587,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
     struct req *q = tr_calloc(1, sizeof *q);
     if (!q)
         return NULL;
-    q->w.fd = -1;
+    q->w.f.fd = -1;
     q->uri = tr_strdup(uri ? uri : "");
     if (!q->uri) {
         tr_free(q);

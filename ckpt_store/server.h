@@ -26,8 +26,8 @@
  * Fault injection for tests, read from the environment once by
  * ckpt_server_start (0 or unset: off; a warning is logged when on):
  *   TR_CKPT_FAULT_COMMIT_DELAY_MS  a commit (PUT LATEST) waits this long after
- *                                  the new LATEST's temporary file is written and
- *                                  fsynced, before its rename: a test can kill -9
+ *                                  the new LATEST's temporary file is written,
+ *                                  before it is synced and renamed: a test can kill -9
  *                                  the server "during a commit"
  *   TR_CKPT_FAULT_PUT_DELAY_MS     each chunk PUT waits this long before its
  *                                  commit: a test can kill a client mid-upload

@@ -31,7 +31,6 @@
 #include "store_internal.h"
 
 static atomic_int fault_commit_ms, fault_put_ms;
-static atomic_uint_fast64_t tmp_counter;
 
 void ckpt_fs_set_fault(int commit_delay_ms, int put_delay_ms)
 {
@@ -134,12 +133,6 @@ static char *path_fmt(const char *fmt, ...)
     return tr_strdup(buf);
 }
 
-static char *tmp_name(const char *path)
-{
-    unsigned long long k = (unsigned long long)atomic_fetch_add(&tmp_counter, 1);
-    return path_fmt("%s.tmp-%ld-%llu", path, (long)getpid(), k);
-}
-
 /* mkdir of one level; a new directory is made durable in its parent. */
 static enum tr_status mkdir_one(const char *dir)
 {
@@ -151,51 +144,22 @@ static enum tr_status mkdir_one(const char *dir)
     return TR_ERR_IO;
 }
 
-/* Writes buf to path atomically through a unique temporary file; sleeps delay_ms
- * between the fsync of the temporary file and its rename. */
+/* Writes buf to path atomically (common/file.h); sleeps delay_ms after the
+ * temporary file is written, before it is synced and renamed. */
 static enum tr_status write_atomic(const char *path, const void *buf, size_t n, int delay_ms)
 {
-    enum tr_status rc = TR_OK;
-    char *tmp = tmp_name(path);
-    if (!tmp)
-        return TR_ERR_NOMEM;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        LOG_ERROR("cannot create '%s': %s", tmp, strerror(errno));
-        tr_free(tmp);
-        return TR_ERR_IO;
+    struct tr_file_atomic f;
+    TR_CHECK(tr_file_atomic_open(&f, path));
+    enum tr_status rc = tr_file_atomic_write(&f, buf, n);
+    if (rc != TR_OK) {
+        tr_file_atomic_abort(&f);
+        return rc;
     }
-    TR_CHECK_GOTO(tr_file_write_all(fd, buf, n, tmp), rc, fail);
-    if (fsync(fd) != 0) {
-        LOG_ERROR("cannot sync '%s': %s", tmp, strerror(errno));
-        rc = TR_ERR_IO;
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        LOG_ERROR("cannot close '%s': %s", tmp, strerror(errno));
-        rc = TR_ERR_IO;
-        goto fail;
-    }
-    fd = -1;
     if (delay_ms > 0) {
-        LOG_WARN("fault injection: '%s' written, waiting %d ms before its rename", tmp, delay_ms);
+        LOG_WARN("fault injection: '%s' written, waiting %d ms before its commit", f.tmp, delay_ms);
         sleep_ms(delay_ms);
     }
-    if (rename(tmp, path) != 0) {
-        LOG_ERROR("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        rc = TR_ERR_IO;
-        goto fail;
-    }
-    rc = tr_file_fsync_dir(path);
-exit:
-    tr_free(tmp);
-    return rc;
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    goto exit;
+    return tr_file_atomic_commit(&f);
 }
 
 /* Reads a whole file into a tr_malloc'd, NUL-terminated buffer. TR_ERR_NOT_FOUND
@@ -307,34 +271,22 @@ enum tr_status ckpt_fs_chunk_begin(const struct ckpt_fs *fs, const char *hash, i
 {
     enum tr_status rc = TR_OK;
     memset(w, 0, sizeof *w);
-    w->fd = -1;
+    w->f.fd = -1;
     if (!ckpt_hash_ok(hash))
         return TR_ERR_ARG;
     memcpy(w->want, hash, CKPT_HASH_LEN + 1);
     w->limit = limit > 0 ? limit : 0;
-    char *dir = path_fmt("%s/chunks/%.2s", fs->root, hash);
-    w->path = ckpt_fs_chunk_path(fs, hash);
+    char *dir = path_fmt("%s/chunks/%.2s", fs->root, hash), *path = ckpt_fs_chunk_path(fs, hash);
     w->h = ckpt_hasher_new();
-    if (!dir || !w->path || !w->h) {
+    if (!dir || !path || !w->h) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
     TR_CHECK_GOTO(mkdir_one(dir), rc, fail);
-    w->tmp = tmp_name(w->path);
-    if (!w->tmp) {
-        rc = TR_ERR_NOMEM;
-        goto fail;
-    }
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (w->fd < 0) {
-        LOG_ERROR("cannot create '%s': %s", w->tmp, strerror(errno));
-        tr_free(w->tmp);
-        w->tmp = NULL;
-        rc = TR_ERR_IO;
-        goto fail;
-    }
+    TR_CHECK_GOTO(tr_file_atomic_open(&w->f, path), rc, fail);
 exit:
     tr_free(dir);
+    tr_free(path);
     return rc;
 fail:
     ckpt_fs_chunk_abort(w);
@@ -343,13 +295,13 @@ fail:
 
 enum tr_status ckpt_fs_chunk_write(struct ckpt_fs_writer *w, const void *p, size_t n)
 {
-    if (w->fd < 0)
+    if (w->f.fd < 0)
         return TR_ERR_IO;
     if (w->limit > 0 && (uint64_t)n > (uint64_t)(w->limit - w->bytes)) {
         LOG_ERROR("chunk '%s': more than %" PRId64 " bytes", w->want, w->limit);
         return TR_ERR_RANGE;
     }
-    TR_CHECK(tr_file_write_all(w->fd, p, n, w->tmp));
+    TR_CHECK(tr_file_atomic_write(&w->f, p, n));
     ckpt_hasher_update(w->h, p, n);
     w->bytes += (int64_t)n;
     return TR_OK;
@@ -357,8 +309,7 @@ enum tr_status ckpt_fs_chunk_write(struct ckpt_fs_writer *w, const void *p, size
 
 enum tr_status ckpt_fs_chunk_commit(struct ckpt_fs_writer *w)
 {
-    enum tr_status rc = TR_OK;
-    if (w->fd < 0) {
+    if (w->f.fd < 0) {
         ckpt_fs_chunk_abort(w);
         return TR_ERR_IO;
     }
@@ -374,40 +325,15 @@ enum tr_status ckpt_fs_chunk_commit(struct ckpt_fs_writer *w)
         ckpt_fs_chunk_abort(w);
         return TR_ERR_FORMAT;
     }
-    if (fsync(w->fd) != 0) {
-        LOG_ERROR("cannot sync '%s': %s", w->tmp, strerror(errno));
-        rc = TR_ERR_IO;
-    }
-    if (close(w->fd) != 0 && rc == TR_OK) {
-        LOG_ERROR("cannot close '%s': %s", w->tmp, strerror(errno));
-        rc = TR_ERR_IO;
-    }
-    w->fd = -1;
-    if (rc == TR_OK && rename(w->tmp, w->path) != 0) {
-        LOG_ERROR("cannot rename '%s' to '%s': %s", w->tmp, w->path, strerror(errno));
-        rc = TR_ERR_IO;
-    }
-    if (rc == TR_OK) {
-        tr_free(w->tmp); /* renamed: nothing left to remove */
-        w->tmp = NULL;
-        rc = tr_file_fsync_dir(w->path);
-    }
-    ckpt_fs_chunk_abort(w);
+    enum tr_status rc = tr_file_atomic_commit(&w->f);
+    ckpt_fs_chunk_abort(w); /* the hasher */
     return rc;
 }
 
 void ckpt_fs_chunk_abort(struct ckpt_fs_writer *w)
 {
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->tmp)
-        unlink(w->tmp);
-    tr_free(w->tmp);
-    tr_free(w->path);
+    tr_file_atomic_abort(&w->f);
     ckpt_hasher_free(w->h);
-    w->fd = -1;
-    w->tmp = NULL;
-    w->path = NULL;
     w->h = NULL;
 }
 

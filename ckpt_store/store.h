@@ -10,8 +10,8 @@
  *                                              rank 0 into the manifest
  *   ROOT/runs/<run>/LATEST                     the step of the last committed
  *                                              manifest, in decimal, then '\n'
- * Every file is written as a temporary file in its directory ("<name>.tmp-<pid>-<n>"),
- * fsynced, renamed over its name, and the directory fsynced: a reader (or a
+ * Every file is written as a temporary file in its directory ("<name>.tmp-<pid>-<n>",
+ * common/file.h), fsynced, renamed over its name, and the directory fsynced: a reader (or a
  * crash) sees the whole old file or the whole new one, never a part. A chunk is
  * stored only when its bytes hash to its name; a manifest only when every chunk it
  * names is stored with the size it gives; LATEST only names a stored manifest.
@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/file.h"
 #include "../common/status.h"
 
 #ifdef __cplusplus
@@ -66,8 +67,7 @@ enum tr_status ckpt_fs_chunk_stat(const struct ckpt_fs *fs, const char *hash, in
 
 /* A chunk being stored from a stream. */
 struct ckpt_fs_writer {
-    int fd;                 /* -1 when closed */
-    char *tmp, *path;
+    struct tr_file_atomic f; /* the chunk's file (file.h) */
     struct ckpt_hasher *h;
     int64_t bytes, limit;   /* written so far; most accepted (0: no limit) */
     char want[CKPT_HASH_LEN + 1];

@@ -10,7 +10,7 @@ extern "C" {
 #endif
 
 /* From now on, in this process: ckpt_fs_commit sleeps commit_delay_ms after the
- * new LATEST's temporary file is written and fsynced, before its rename, and
+ * new LATEST's temporary file is written, before it is synced and renamed, and
  * ckpt_fs_chunk_commit sleeps put_delay_ms before checking and renaming the
  * chunk. 0 turns a delay off. Thread-safe (atomics). */
 void ckpt_fs_set_fault(int commit_delay_ms, int put_delay_ms);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <string.h>
@@ -205,18 +206,22 @@ enum tr_status tr_file_fsync_dir(const char *path)
     return rc;
 }
 
+/* Numbers the temporary files of this process, so threads writing one path at
+ * once never share a temporary file. */
+static _Atomic unsigned long long atomic_tmp_counter;
+
 enum tr_status tr_file_atomic_open(struct tr_file_atomic *f, const char *path)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    size_t n = strlen(path) + 32;
+    size_t n = strlen(path) + 48;
     f->path = tr_strdup(path);
     f->tmp = tr_malloc(n);
     if (!f->path || !f->tmp) {
         tr_file_atomic_abort(f);
         return TR_ERR_NOMEM;
     }
-    snprintf(f->tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    snprintf(f->tmp, n, "%s.tmp-%ld-%llu", path, (long)getpid(), atomic_fetch_add(&atomic_tmp_counter, 1));
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (f->fd < 0) {
         int e = errno;

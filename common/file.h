@@ -55,7 +55,8 @@ enum tr_status tr_file_rm_rf(const char *path) TR_WUR;
 enum tr_status tr_file_fsync_dir(const char *path) TR_WUR;
 
 /* A file being written for atomic replacement of `path`: the bytes go to
- * "<path>.tmp-<pid>"; commit fsyncs it, renames it over path and fsyncs the
+ * "<path>.tmp-<pid>-<n>" (n counts the process's temporary files, so threads
+ * may write one path at once: the last commit wins); commit fsyncs it, renames it over path and fsyncs the
  * directory; abort (or a failed commit) removes the temporary file. */
 struct tr_file_atomic {
     int fd;    /* -1 when closed */

@@ -32,7 +32,7 @@ enum tr_opt_type {
 };
 
 /* The longest path a TR_OPT_PATH option accepts: PATH_MAX less room for the file
- * names and suffixes programs append to it ("/rank12.bin.tmp-4242"), so that every
+ * names and suffixes programs append to it ("/rank12.bin.tmp-4242-0"), so that every
  * path made from an accepted option fits. */
 #define TR_OPT_PATH_MAX 4000
 

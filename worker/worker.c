@@ -3,6 +3,7 @@
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "worker.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,9 +81,9 @@ enum tr_status worker_check_outputs(const struct worker_cfg *c, int rank)
     if (rank == 0 && c->log_path && *c->log_path)
         rc = tr_file_probe_write(c->log_path, "--log_path");
     if (rc == TR_OK && c->dump_weights && *c->dump_weights) {
-        /* the longest name a rank's dump takes: rank<r>.bin.tmp-<pid> (file.h) */
-        char name[64], *path;
-        snprintf(name, sizeof name, "rank%d.bin.tmp-%ld", INT32_MAX, (long)getpid());
+        /* the longest name a rank's dump takes: rank<r>.bin.tmp-<pid>-<n> (file.h) */
+        char name[80], *path;
+        snprintf(name, sizeof name, "rank%d.bin.tmp-%ld-%llu", INT32_MAX, (long)getpid(), ULLONG_MAX);
         rc = tr_file_join_to(c->dump_weights, name, &path);
         if (rc == TR_OK) {
             rc = tr_file_probe_write(path, "--dump_weights");

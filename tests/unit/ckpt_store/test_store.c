@@ -164,7 +164,7 @@ static void chunks(void)
     ckpt_hash(big, sizeof big, h);
     TH_EQ_ST_REQ(ckpt_fs_chunk_begin(&fs, h, 0, &a), TR_OK);
     TH_EQ_ST_REQ(ckpt_fs_chunk_begin(&fs, h, 0, &b), TR_OK);
-    TH_CHECK(strcmp(a.tmp, b.tmp) != 0);
+    TH_CHECK(strcmp(a.f.tmp, b.f.tmp) != 0);
     TH_EQ_ST(ckpt_fs_chunk_write(&a, big, 1000), TR_OK);
     TH_EQ_ST(ckpt_fs_chunk_write(&b, big, sizeof big), TR_OK);
     TH_EQ_ST(ckpt_fs_chunk_write(&a, big, 2000), TR_OK);
