@@ -602,15 +602,7 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
             need += (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
         }
     }
-    if ((size_t)need > w->stage_cap) { /* huge pages: first touches of fresh pages cost more than the copy */
-        tr_big_free(w->stage, w->stage_cap);
-        w->stage = NULL;
-        w->stage_cap = 0;
-        void *s = NULL;
-        TR_CHECK(tr_big_alloc((size_t)need, &s));
-        w->stage = s;
-        w->stage_cap = (size_t)need;
-    }
+    TR_ASSERT((size_t)need <= w->stage_cap); /* wckpt_open sized it for a full save */
     for (int i = 0; i < w->npc; i++) {
         const struct piece *p = &w->pc[i];
         if (p->copied)
