@@ -1,0 +1,127 @@
+/* db.h: the run history, one SQLite file. Only the launcher (`terarec train`)
+ * writes it; `terarec runs ...` reads it (and `runs rm` deletes from it).
+ *
+ * Tables (schema version in PRAGMA user_version, forward migrations only):
+ *   runs        id, name, status, cmdline, config (JSON), git_hash, hosts, nodes,
+ *               workers, slurm_job_id, ckpt_url, ckpt_run, start_time, end_time,
+ *               final_metrics (JSON), reason, restarts, resumed_from
+ *   metrics     run, step, name, value, time      (loss, learning_rate, samples_per_s, ...)
+ *   evals       run, step, auc, logloss, samples, time
+ *   checkpoints run, step, manifest_url, bytes, stall_s, time
+ *   processes   run, attempt, rank, host, pid, exit_code, signal, start_time, end_time
+ *   events      run, time, kind, data (JSON)   (what happened: started, restarted,
+ *               preempted, requeued, resumed, hung, failed, ...)
+ * Times are seconds since the epoch (REAL). Every write is one transaction
+ * (BEGIN IMMEDIATE), with a busy timeout, so many launchers can share one file.
+ * The journal is WAL on a local file system and DELETE on a network one (NFS,
+ * Lustre, GPFS, CIFS/SMB, BeeGFS, ...), where WAL's shared memory does not work. */
+#ifndef TR_DB_H
+#define TR_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DB_SCHEMA_VERSION 1
+
+struct db;
+
+/* Run statuses, as stored. */
+#define DB_RUNNING "running"
+#define DB_COMPLETED "completed"
+#define DB_FAILED "failed"
+#define DB_HUNG "hung"
+#define DB_PREEMPTED "preempted"
+#define DB_CANCELLED "cancelled"
+
+/* The default path into buf: $TR_DB if set, else $XDG_DATA_HOME/terarec/runs.db,
+ * else $HOME/.local/share/terarec/runs.db. Returns buf, or NULL when it does not
+ * fit or no home is known (logged with a hint: --db PATH). */
+char *db_default_path(char *buf, size_t n);
+
+/* Opens the file at path (NULL: db_default_path). create != 0: the file and its
+ * directory are created when missing and the schema is brought up to date
+ * (migrations); create == 0: a missing file is TR_ERR_NOT_FOUND ("no run history
+ * at PATH" + a hint). A file from a newer schema, or not an SQLite database, or
+ * unwritable (when create != 0) is refused: TR_ERR_ARG, one line naming the path
+ * and a hint. Errors are logged. */
+enum tr_status db_open(const char *path, int create, struct db **out) TR_WUR;
+void db_close(struct db *db);
+const char *db_path(const struct db *db);
+/* "wal" or "delete": the journal mode chosen at open. */
+const char *db_journal(const struct db *db);
+
+/* The journal for a file system of statfs() type f_type: 1 when WAL is safe
+ * (a local file system), 0 for network file systems. (Exposed for tests.) */
+int db_fs_allows_wal(long f_type);
+
+struct db_run {
+    const char *id;           /* required, unique */
+    const char *name;         /* the user's --name, or NULL */
+    const char *status;       /* DB_RUNNING ... */
+    const char *cmdline;      /* the command line as typed (shell-quoted) */
+    const char *config;       /* JSON object of every effective flag */
+    const char *git_hash;
+    const char *hosts;        /* comma-separated */
+    int nodes, workers;
+    const char *slurm_job_id; /* NULL outside SLURM */
+    const char *ckpt_url;     /* where its checkpoints go (URL or path) */
+    const char *ckpt_run;     /* the run's name in the checkpoint store */
+    const char *resumed_from; /* a run id, or NULL */
+    double start_time;
+};
+
+/* Inserts a run (TR_ERR_ARG, logged, when the id exists). */
+enum tr_status db_run_create(struct db *db, const struct db_run *r) TR_WUR;
+
+/* Sets the status; end_time > 0 also sets end_time; final_metrics (a JSON object
+ * text) and reason (one line: why it ended so) when non-NULL. */
+enum tr_status db_run_finish(struct db *db, const char *id, const char *status, double end_time,
+                             const char *final_metrics, const char *reason) TR_WUR;
+
+/* Back to running after a requeue or a restart: status running, end_time NULL,
+ * restarts incremented, hosts replaced when non-NULL. */
+enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts) TR_WUR;
+
+/* The newest run of a SLURM job (by start_time), in *id (tr_malloc'd), or
+ * TR_ERR_NOT_FOUND (not logged). */
+enum tr_status db_run_by_slurm_job(struct db *db, const char *job_id, char **id) TR_WUR;
+
+/* A run id from what the user typed: the id itself, a unique prefix of one, or a
+ * unique run name. TR_ERR_NOT_FOUND (logged: "no run 'X' in PATH" + hint:
+ * terarec runs list), TR_ERR_ARG when ambiguous (logged, naming two matches). */
+enum tr_status db_run_resolve(struct db *db, const char *what, char **id) TR_WUR;
+
+/* Field of a run as text (tr_malloc'd; NULL when SQL NULL), e.g. "ckpt_url".
+ * TR_ERR_NOT_FOUND when the run does not exist; TR_ERR_ARG for an unknown column. */
+enum tr_status db_run_get(struct db *db, const char *id, const char *column, char **value) TR_WUR;
+
+enum tr_status db_metric_add(struct db *db, const char *run, int64_t step, const char *name, double value,
+                             double time) TR_WUR;
+enum tr_status db_eval_add(struct db *db, const char *run, int64_t step, double auc, double logloss, int64_t samples,
+                           double time) TR_WUR;
+enum tr_status db_ckpt_add(struct db *db, const char *run, int64_t step, const char *manifest_url, int64_t bytes,
+                           double stall_s, double time) TR_WUR;
+/* A process of attempt `attempt` (0 first, +1 per restart or requeue). */
+enum tr_status db_process_add(struct db *db, const char *run, int attempt, int rank, const char *host, int64_t pid,
+                              double time) TR_WUR;
+/* How it ended: exit_code >= 0 or signal > 0 (the other -1). */
+enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int rank, int exit_code, int signal,
+                               double time) TR_WUR;
+/* data: a JSON object text, or NULL. */
+enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data) TR_WUR;
+
+/* `terarec runs ...` (argv[0] is "runs"): list, show, metrics, compare, export,
+ * rm, plot; each takes --db PATH (or TR_DB) and --json where it prints. Returns
+ * the exit status (0, 2 bad input or unknown run, 1 other). */
+int runs_cmd_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
