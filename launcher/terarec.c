@@ -1,6 +1,6 @@
 /* terarec.c: the subcommand table of the `terarec` front end and its help.
  * Subcommands own their options (each parses its own argv); this file only
- * dispatches. It does not launch workers yet (that is `terarec train`, later). */
+ * dispatches. */
 #define TR_SUBSYS TR_SUB_INIT
 #include "terarec.h"
 
@@ -13,6 +13,7 @@
 #include "../prepare/prepare.h"
 #include "ckpt_cmd.h"
 #include "plan_cmd.h"
+#include "train.h"
 
 struct subcmd {
     const char *name;
@@ -23,6 +24,7 @@ struct subcmd {
 static int cmd_data(int argc, char **argv);
 
 static const struct subcmd top_cmds[] = {
+    {"train", train_cmd_main, "train a model: start the checkpoint store, loader and workers, watch them, record the run"},
     {"data", cmd_data, "dataset tools: 'terarec data prepare' turns Criteo TSV into the training format"},
     {"ckpt", ckpt_cmd_main, "checkpoint store tools: list, show, verify, inspect, export, gc"},
     {"plan", plan_cmd_main, "per-worker memory of a training job for a model and a cluster shape"},

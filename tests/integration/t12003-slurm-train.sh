@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# t12003: `terarec train` under a real SLURM cluster (slurm/local_cluster.sh: munged,
+# slurmctld and two slurmd in network namespaces on this machine), as users run it:
+# - sbatch -N 2 -n 4 slurm/terarec.sbatch: the run row complete in SQLite (SLURM job id,
+#   2 nodes, 4 ranks spread over both, metrics, the final checkpoint);
+# - a USR1 mid-run (what --signal=B:USR1@120 sends): every rank checkpoints, the run is
+#   recorded preempted, the job requeues itself, resumes and ends with the same weights,
+#   bit for bit, as an uninterrupted run;
+# - kill -9 of one worker on the second node: failed, naming the rank and the host,
+#   within 10 s; with --max_restarts 1 the job resumes and completes;
+# - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming it;
+# - slurm/slurm_multinode.sh with the seed's variables (cmd, srun_flags).
+# SKIPs without root, namespaces or the SLURM/munge commands; under CI=true a SKIP fails.
+. "$(dirname "$0")/lib.sh"
+T=$TR_BIN/terarec
+SL=$TR_ROOT/slurm
+CDIR=/var/spool/terarec-slurm-t12003
+CTAG=trslu
+cluster() {
+    local s=$1; shift
+    TR_SLURM_DIR=$CDIR TR_SLURM_TAG=$CTAG TR_SLURM_SUBNET=10.231.76 TR_SLURM_PORT=6929 \
+        TR_SLURM_KILLWAIT=10 TR_SLURM_TIMEOUT=30 timeout -k 10 120 "$SL/$s" "$@"
+}
+why=""
+[ "$(id -u)" -eq 0 ] || why="not root (the cluster needs namespaces, a bridge and daemons run as root)"
+if [ -z "$why" ]; then
+    for c in slurmctld:slurmctld slurmd:slurmd srun:slurm-client sbatch:slurm-client munged:munge ip:iproute2 \
+             python3:python3; do
+        command -v "${c%%:*}" >/dev/null 2>&1 || why="${why:+$why, }no ${c%%:*} (package ${c#*:})"
+    done
+    [ -n "$why" ] && why="$why; run 'make deps'"
+fi
+[ -z "$why" ] && ! unshare --net --uts --mount true 2>/dev/null && why="cannot create namespaces here"
+[ -z "$why" ] && ! "$TR_BIN/terarec-worker" --version --parsable | grep -qx 'mpi:yes' && why="built without MPI"
+if [ -n "$why" ]; then
+    if [ "${CI:-}" = true ]; then fail "slurm train test runs in CI" "$why"; else skip "slurm train" "$why"; fi
+    done_testing
+fi
+mkdir -p /run/lock && exec 9>/run/lock/terarec-t12003.lock
+flock -w 300 9 || { fail "another t12003 holds its lock"; done_testing; }
+on_exit() {
+    cluster local_cluster_stop.sh --purge >/dev/null 2>&1
+    rm -rf "$TMP"
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+cluster local_cluster_stop.sh --purge >/dev/null 2>&1
+out=$(cluster local_cluster.sh 2 2>&1)
+if [ "$(echo "$out" | tail -n 1)" != "cluster ready" ]; then
+    fail "local_cluster.sh 2: cluster ready" "$(echo "$out" | tail -n 20)"
+    done_testing
+fi
+ok "cluster of 2 nodes ready"
+export SLURM_CONF=$CDIR/etc/slurm.conf
+export OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_mpi_yield_when_idle=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export TR_BIN
+cd "$TMP" || exit 1
+DB=$TMP/hist/runs.db
+F="--db $DB --batch_size 256 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 8 --bottom_mlp_dims 16,8
+   --top_mlp_dims 16,1 --learning_rate 0.5 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2
+   --columnwise_split --data_parallel_bottom_mlp --print_freq 10"
+q() {
+    python3 - "$DB" "$1" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], timeout=30)
+for r in c.execute(sys.argv[2]):
+    print("|".join("" if v is None else str(v) for v in r))
+PY
+}
+wait_step() { # NAME STEP [SECS]
+    local i s
+    for i in $(seq 1 $((${3:-90} * 10))); do
+        s=$(q "select max(m.step) from metrics m join runs r on r.id = m.run where r.name = '$1'" 2>/dev/null)
+        [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_status() { # NAME SECS: until the run's status is not running
+    local i s
+    for i in $(seq 1 $(($2 * 10))); do
+        s=$(q "select status from runs where name = '$1'" 2>/dev/null)
+        [ -n "$s" ] && [ "$s" != running ] && [ "$s" != preempted ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_job() { # JOBID SECS: until the job left the queue
+    local i
+    for i in $(seq 1 $(($2 * 10))); do
+        [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+sb() { sbatch --parsable -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
+rank_proc() { q "select p.pid || ' ' || p.host from processes p join runs r on r.id = p.run where r.name = '$1'
+                 and p.rank = $2 order by p.attempt desc limit 1"; }
+
+# ---- sbatch end to end ----------------------------------------------------------------------------
+mkdir -p full pre
+job=$(sb --wait -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --name full \
+      --dump_weights "$TMP/full")
+row=$(q "select status, nodes, workers, slurm_job_id = '$job', hosts from runs where name = 'full'")
+[ "$row" = "completed|2|4|1|trnode[1-2]" ] && ok "sbatch -N 2 -n 4 terarec.sbatch: $row" ||
+    fail "sbatch end to end" "$row $(tail -n 8 "$TMP/$job.out")"
+[ "$(q "select count(*), count(distinct host) from processes p join runs r on r.id = p.run where r.name = 'full'
+       and exit_code = 0")" = "4|2" ] && ok "4 ranks on 2 nodes, each ended with exit 0" ||
+    fail "processes" "$(q 'select * from processes')"
+[ "$(q "select count(*) from metrics m join runs r on r.id = m.run where r.name = 'full' and m.name = 'loss'")" = 15 ] &&
+    [ "$(q "select group_concat(step) from checkpoints c join runs r on r.id = c.run where r.name = 'full'")" = \
+      "50,100,150" ] && ok "15 loss rows and checkpoints at 50, 100, 150" ||
+    fail "metrics and checkpoints" "$(q "select step from checkpoints")"
+
+# ---- USR1 mid-run: checkpoint, requeue, resume, same weights ------------------------------------------
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --name pre \
+      --dump_weights "$TMP/pre")
+if wait_step pre 60 120; then
+    scancel -s USR1 -b "$job"
+    if wait_status pre 180 && wait_job "$job" 60; then
+        row=$(q "select status, restarts from runs where name = 'pre'")
+        ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'pre'")
+        echo "$ev" | grep -q 'preempt_signal,preempted,requeue,requeued,restarted.*completed' && [ "$row" = "completed|1" ] &&
+            ok "USR1: checkpointed, preempted, requeued and resumed ($ev)" || fail "USR1 requeue" "$row; $ev"
+        same=1
+        for r in 0 1 2 3; do cmp -s "full/rank$r.bin" "pre/rank$r.bin" || same=0; done
+        [ $same = 1 ] && ok "the requeued run ends with the uninterrupted run's weights, bit for bit" ||
+            fail "same weights after requeue" "$(ls -l full pre)"
+    else
+        fail "USR1: the job did not complete" "$(q "select status, reason from runs where name = 'pre'") $(tail -n 8 "$TMP/$job.out")"
+        scancel "$job"
+    fi
+else
+    fail "USR1: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    scancel "$job"
+fi
+
+# ---- kill -9 of one worker on trnode2 ------------------------------------------------------------------
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 1000000 --name k9)
+if wait_step k9 20 120; then
+    read -r pid host <<<"$(rank_proc k9 3)"
+    t0=$(date +%s.%N)
+    kill -9 "$pid"
+    wait_status k9 30
+    secs=$(awk "BEGIN{printf \"%.1f\", $(q "select end_time from runs where name = 'k9'") - $t0}")
+    row=$(q "select status, reason from runs where name = 'k9'")
+    echo "$row" | grep -qE "^failed\|rank 3 on $host .*(signal 9|Killed)" && [ "$host" = trnode2 ] &&
+        awk "BEGIN{exit !($secs <= 10)}" && ok "kill -9 of rank 3: failed in $secs s: $row" ||
+        fail "kill -9 of rank 3 ($host)" "$secs s: $row $(tail -n 8 "$TMP/$job.out")"
+    wait_job "$job" 30
+else
+    fail "kill -9: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    scancel "$job"
+fi
+
+# ---- ... with --max_restarts 1 --------------------------------------------------------------------------
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --max_restarts 1 --name k9r)
+if wait_step k9r 60 120; then
+    read -r pid host <<<"$(rank_proc k9r 3)"
+    kill -9 "$pid"
+    wait_status k9r 180
+    row=$(q "select status, restarts from runs where name = 'k9r'")
+    [ "$row" = "completed|1" ] && ok "--max_restarts 1: resumed and completed after kill -9" ||
+        fail "--max_restarts 1 under SLURM" "$row $(tail -n 8 "$TMP/$job.out")"
+    wait_job "$job" 30
+else
+    fail "--max_restarts: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    scancel "$job"
+fi
+
+# ---- SIGSTOP: hung -----------------------------------------------------------------------------------------
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 1000000 --hang_timeout 5 --name hang)
+if wait_step hang 20 120; then
+    read -r pid host <<<"$(rank_proc hang 3)"
+    t0=$(date +%s.%N)
+    kill -STOP "$pid"
+    wait_status hang 30
+    secs=$(awk "BEGIN{printf \"%.1f\", $(q "select end_time from runs where name = 'hang'") - $t0}")
+    row=$(q "select status, reason from runs where name = 'hang'")
+    echo "$row" | grep -qE "^hung\|no training step for 5 s after step [0-9]+; silent ranks: 3 \($host\)" &&
+        awk "BEGIN{exit !($secs <= 10)}" && ok "SIGSTOP on rank 3: hung in $secs s: $row" ||
+        fail "SIGSTOP: hung" "$secs s: $row"
+    wait_job "$job" 30 || scancel "$job"
+    kill -0 "$pid" 2>/dev/null && { fail "the stopped worker is still there"; kill -9 "$pid"; } ||
+        ok "the stopped worker was killed"
+else
+    fail "hang: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    scancel "$job"
+fi
+
+# ---- slurm_multinode.sh with the seed's variables ------------------------------------------------------------
+W="--batch_size 256 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 8 --bottom_mlp_dims 16,8
+   --top_mlp_dims 16,1 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2 --max_steps 20
+   --print_freq 10 --columnwise_split --data_parallel_bottom_mlp --log_path="
+for form in "terarec-worker" "python -u main.py"; do
+    job=$(cmd="$form $(echo $W)" srun_flags=--mpi=pmix sb --wait -N 2 -n 4 "$SL/slurm_multinode.sh")
+    o="$TMP/$job.out"
+    grep -q '^step=20,' "$o" && grep -q 'world 4' "$o" 2>/dev/null || grep -q '^step=20,' "$o" &&
+        ok "slurm_multinode.sh cmd='$form ...' srun_flags=--mpi=pmix: 4 ranks trained" ||
+        fail "slurm_multinode.sh ($form)" "$(tail -n 8 "$o")"
+done
+
+done_testing
