@@ -335,6 +335,26 @@ static enum tr_status newer_schema(const struct db *db, int v)
     return TR_ERR_ARG;
 }
 
+/* A file at schema version 0 must be empty: an SQLite database of something else
+ * (tables but no version) is not made into a run history. TR_ERR_ARG. */
+static enum tr_status check_foreign(struct db *db)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db->h, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return db_sql_error(db, "cannot read the schema");
+    }
+    const int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (n == 0)
+        return TR_OK;
+    LOG_ERROR("'%s' is an SQLite database of something else (%d schema objects, no schema version), not a terarec "
+              "run history", db->path, n);
+    LOG_HINT("give the run history's path with --db (or TR_DB)");
+    return TR_ERR_ARG;
+}
+
 static enum tr_status migrate(struct db *db)
 {
     int v = 0;
@@ -347,6 +367,8 @@ static enum tr_status migrate(struct db *db)
     TR_CHECK(db_begin(db));
     /* another process may have migrated between the read and the lock */
     TR_CHECK_GOTO(user_version(db, &v), rc, fail);
+    if (v == 0)
+        TR_CHECK_GOTO(check_foreign(db), rc, fail);
     for (; v < DB_SCHEMA_VERSION; v++) {
         char what[64];
         snprintf(what, sizeof what, "cannot migrate to schema version %d", v + 1);

@@ -145,6 +145,12 @@ static void refusals(void)
     TH_EQ_ST(db_open(p, 0, &db), TR_ERR_ARG);
     TH_EQ_ST(db_open(p, 1, &db), TR_ERR_ARG);
 
+    /* an SQLite file of something else is left alone */
+    path_in(p, sizeof p, "other.db");
+    sql_exec(p, "CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine')");
+    TH_EQ_ST(db_open(p, 1, &db), TR_ERR_ARG);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master"), 1);
+
     /* a directory that cannot be made (unwritable even for root) */
     TH_EQ_ST(db_open("/proc/tr-no-such/runs.db", 1, &db), TR_ERR_ARG);
     TH_EQ(runs("list", "--db", "/nonexistent/runs.db", NULL), 2);
@@ -389,10 +395,10 @@ static void nan_is_null(void)
     TH_EQ(sql_int(p, "SELECT count(*) FROM evals WHERE auc IS NULL AND logloss = 0.5"), 1);
 }
 
-static void concurrent_writers(void)
+static void concurrent_writers_in(const char *name)
 {
     char p[128];
-    path_in(p, sizeof p, "many.db");
+    path_in(p, sizeof p, name);
     pid_t kids[10];
     for (int k = 0; k < 10; k++) {
         kids[k] = fork();
@@ -422,6 +428,19 @@ static void concurrent_writers(void)
     TH_EQ(sql_int(p, "SELECT count(*) FROM metrics"), 2000);
 }
 
+static void concurrent_writers(void)
+{
+    concurrent_writers_in("many.db");
+}
+
+/* the same with the rollback journal of network file systems */
+static void concurrent_writers_netfs(void)
+{
+    setenv("TR_DB_FORCE_NETFS", "1", 1);
+    concurrent_writers_in("many-netfs.db");
+    unsetenv("TR_DB_FORCE_NETFS");
+}
+
 static void cleanup(void)
 {
     char cmd[128];
@@ -440,6 +459,7 @@ static const struct th_case cases[] = {
     {"force_netfs", force_netfs},
     {"nan_is_null", nan_is_null},
     {"concurrent_writers", concurrent_writers},
+    {"concurrent_writers_netfs", concurrent_writers_netfs},
     {"cleanup", cleanup},
 };
 
