@@ -55,7 +55,10 @@ OPT ?= -O2
 CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contract=fast -MMD -MP
 CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -I$(BUILD)/gen
 LDFLAGS := -fopenmp
-LDLIBS := -lmicrohttpd -lcurl -ljansson -lyaml -lxxhash -lz -lm -lpthread
+LDLIBS := -lmicrohttpd -lcurl -ljansson -lyaml -lxxhash -lsqlite3 -lz -lm -lpthread
+# the run history's charts (db/plot.c)
+CPPFLAGS += $(shell pkg-config --cflags cairo)
+LDLIBS += $(shell pkg-config --libs cairo)
 
 ifeq ($(BLAS),dnnl)
 CPPFLAGS += -DTR_BLAS_DNNL=1
@@ -136,6 +139,7 @@ PREPARE_SRCS := $(wildcard prepare/*.c)
 WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
 LAUNCHER_SRCS := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
 CKPT_SRCS := $(filter-out ckpt_store/main.c,$(wildcard ckpt_store/*.c))
+DB_SRCS := $(wildcard db/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -146,8 +150,9 @@ LIBPREPARE := $(BUILD)/libprepare.a
 LIBWORKER := $(BUILD)/libworker.a
 LIBLAUNCHER := $(BUILD)/liblauncher.a
 LIBCKPT := $(BUILD)/libckpt.a
+LIBDB := $(BUILD)/libdb.a
 # link order: dependents first
-ALL_LIBS := $(LIBLAUNCHER) $(LIBWORKER) $(LIBCKPT) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
+ALL_LIBS := $(LIBLAUNCHER) $(LIBDB) $(LIBWORKER) $(LIBCKPT) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
 $(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
@@ -156,6 +161,7 @@ $(LIBPREPARE): $(call obj,$(PREPARE_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
 $(LIBLAUNCHER): $(call obj,$(LAUNCHER_SRCS))
 $(LIBCKPT): $(call obj,$(CKPT_SRCS))
+$(LIBDB): $(call obj,$(DB_SRCS))
 
 $(BUILD)/%.a:
 	@mkdir -p $(@D)
@@ -233,7 +239,7 @@ ubsan:
 	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
 
 # every header compiles alone (as C11; headers used from CUDA are also checked by check-cuda)
-HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h prepare/*.h worker/*.h launcher/*.h ckpt_store/*.h)
+HEADERS := $(wildcard common/*.h kernels/*.h kernels/cpu/*.h loader_svc/*.h prepare/*.h worker/*.h launcher/*.h ckpt_store/*.h db/*.h)
 check-headers:
 	$(Q)set -e; mkdir -p $(BUILD)/hdr; for h in $(HEADERS); do \
 	  echo "#include \"$(CURDIR)/$$h\"" > $(BUILD)/hdr/t.c; \
@@ -263,8 +269,9 @@ endif
 
 # Debian packages needed to build, test and benchmark; installs only what is missing
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
-  libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev
-DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang
+  libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
+  libsqlite3-dev libcairo2-dev
+DEPS_TEST := python3 python3-numpy sqlite3 slurmctld slurmd slurm-client munge iproute2 curl clang
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)

@@ -45,6 +45,10 @@ enum tr_status evproto_check_addr(const char *addr, const char *what) TR_WUR;
  * errno text), TR_ERR_ARG for a bad address. */
 enum tr_status evproto_connect(const char *addr, double timeout, int *fd) TR_WUR;
 
+/* evproto_connect, with the failure logged naming the flag `what` too
+ * ("cannot connect to --events_addr 'unix:/x': ..."; NULL: the address only). */
+enum tr_status evproto_connect_as(const char *addr, const char *what, double timeout, int *fd) TR_WUR;
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,7 @@ int tr_log_rank_ = -1;
 static FILE *log_fp;
 static char log_host[64];
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_last_error[1024]; /* the text of the last error line, under log_mu */
 
 static const struct {
     const char *name;
@@ -128,7 +129,8 @@ static size_t fit_message(char *dst, size_t cap, const char *msg, size_t len)
     return head + (size_t)mk + tail;
 }
 
-static void log_emit(const char *tag, const char *fmt, va_list ap)
+/* keep_error: remember the message as the last error (tr_log_last_error). */
+static void log_emit(const char *tag, int keep_error, const char *fmt, va_list ap)
 {
     char line[4096];
     if (!log_host[0])
@@ -164,7 +166,18 @@ static void log_emit(const char *tag, const char *fmt, va_list ap)
     line[n + 1] = '\0';
     pthread_mutex_lock(&log_mu);
     fputs(line, log_fp ? log_fp : stderr);
+    if (keep_error)
+        snprintf(log_last_error, sizeof log_last_error, "%.*s", (int)(line + n - body), body);
     pthread_mutex_unlock(&log_mu);
+}
+
+const char *tr_log_last_error(void)
+{
+    static _Thread_local char copy[sizeof log_last_error];
+    pthread_mutex_lock(&log_mu);
+    memcpy(copy, log_last_error, sizeof copy);
+    pthread_mutex_unlock(&log_mu);
+    return copy;
 }
 
 void tr_log_vwrite(enum tr_log_level level, unsigned subsys, const char *fmt, va_list ap)
@@ -175,7 +188,7 @@ void tr_log_vwrite(enum tr_log_level level, unsigned subsys, const char *fmt, va
         snprintf(tag, sizeof tag, " %s: ", level_names[level]);
     else
         snprintf(tag, sizeof tag, " %s [%s] ", level_names[level], sn);
-    log_emit(tag, fmt, ap);
+    log_emit(tag, level == TR_LOG_ERROR, fmt, ap);
 }
 
 void tr_log_write(enum tr_log_level level, unsigned subsys, const char *fmt, ...)
@@ -190,7 +203,7 @@ void tr_log_hint(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    log_emit(" hint: ", fmt, ap);
+    log_emit(" hint: ", 0, fmt, ap);
     va_end(ap);
 }
 

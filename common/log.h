@@ -52,6 +52,11 @@ void tr_log_write(enum tr_log_level level, unsigned subsys, const char *fmt, ...
     __attribute__((format(printf, 3, 4)));
 void tr_log_vwrite(enum tr_log_level level, unsigned subsys, const char *fmt, va_list ap);
 
+/* The message of the last error line this process logged (LOG_ERROR), without
+ * the prefix and the newline, cut to 1023 bytes; "" when none. Thread-safe: the
+ * result is a copy owned by the calling thread, valid until its next call. */
+const char *tr_log_last_error(void);
+
 /* Writes "host:pid:rank hint: message", the second line of a user-facing error. */
 void tr_log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

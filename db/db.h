@@ -49,7 +49,11 @@ char *db_default_path(char *buf, size_t n);
  * (migrations); create == 0: a missing file is TR_ERR_NOT_FOUND ("no run history
  * at PATH" + a hint). A file from a newer schema, or not an SQLite database, or
  * unwritable (when create != 0) is refused: TR_ERR_ARG, one line naming the path
- * and a hint. Errors are logged. */
+ * and a hint. Errors are logged. Created directories get mode 0700, the file 0600.
+ * Busy timeout 30 s. The journal follows db_fs_allows_wal on the file's directory;
+ * the environment variable TR_DB_FORCE_NETFS=1 makes any file system count as a
+ * network one (journal "delete"), for tests. A handle is for one thread at a time;
+ * many processes may open one file. */
 enum tr_status db_open(const char *path, int create, struct db **out) TR_WUR;
 void db_close(struct db *db);
 const char *db_path(const struct db *db);
@@ -76,7 +80,9 @@ struct db_run {
     double start_time;
 };
 
-/* Inserts a run (TR_ERR_ARG, logged, when the id exists). */
+/* Inserts a run (TR_ERR_ARG, logged, when the id exists). The writes below return
+ * TR_ERR_NOT_FOUND (logged) for a run (or, db_process_exit, a process) that does
+ * not exist, TR_ERR_DB for an SQLite failure (logged). NaN and inf are stored as NULL. */
 enum tr_status db_run_create(struct db *db, const struct db_run *r) TR_WUR;
 
 /* Sets the status; end_time > 0 also sets end_time; final_metrics (a JSON object

@@ -9,6 +9,7 @@
 
 #include "../common/log.h"
 #include "../common/version.h"
+#include "../db/db.h"
 #include "../kernels/kern.h"
 #include "../prepare/prepare.h"
 #include "ckpt_cmd.h"
@@ -28,6 +29,7 @@ static const struct subcmd top_cmds[] = {
     {"data", cmd_data, "dataset tools: 'terarec data prepare' turns Criteo TSV into the training format"},
     {"ckpt", ckpt_cmd_main, "checkpoint store tools: list, show, verify, inspect, export, gc"},
     {"plan", plan_cmd_main, "per-worker memory of a training job for a model and a cluster shape"},
+    {"runs", runs_cmd_main, "run history: list, show, metrics, compare, export, rm, plot"},
 };
 
 static const struct subcmd data_cmds[] = {

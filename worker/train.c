@@ -257,6 +257,11 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
     TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
     T->comm.timeout = job->collective_timeout;
+    /* the launcher (terarec train) hears from every rank from here on: a rank
+     * that cannot reach it stops the job, all ranks together */
+    const struct report_who who = {rank, W, T->dist.local_rank};
+    TR_CHECK(comm_vote(&T->comm, report_open(c->events_addr, c->events_token_file, &who, REPORT_CONNECT_SEC, &T->rep),
+                       "could not reach the launcher at --events_addr", &T->together));
     /* from here every rank checks the same things in the same order: a refusal is
      * a shared verdict, and the ranks stop together */
     TR_CHECK(agree_config(T));
@@ -295,6 +300,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
 
     if (rank == 0) {
         TR_CHECK(events_add_dllog(&T->ev, c->log_path));
+        TR_CHECK(report_add_sink(T->rep, &T->ev));
         TR_CHECK(events_emit(&T->ev, EVENTS_PARAMS, 0, params_json(T)));
         if (c->log_path && *c->log_path) { /* the default lands in the working directory: say so */
             char *abs = realpath(c->log_path, NULL);
@@ -371,6 +377,7 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
     json_object_set_new(d, "loss", events_num(mean));
     json_object_set_new(d, "learning_rate", events_num(lr));
     json_object_set_new(d, "step_time_ms", events_num(1e3 * step_sec));
+    json_object_set_new(d, "samples_per_s", events_num((double)T->c->job.batch_size / step_sec));
     res->last_loss = mean;
     T->interval_loss = 0.0;
     T->interval_n = 0;
@@ -986,6 +993,7 @@ void train_close(struct train *T)
     batch_free(&T->blk);
     source_close(&T->src);
     events_close(&T->ev);
+    report_free(&T->rep); /* after its sink */
     tr_free(T->rows);
     tr_free(T->scores);
     tr_free(T->labels);

@@ -24,6 +24,7 @@
 #include "events.h"
 #include "hybrid.h"
 #include "lr_sched.h"
+#include "report.h"
 #include "shard.h"
 #include "worker.h"
 
@@ -45,6 +46,7 @@ struct train {
     struct batch *blk;          /* rank 0: the host block batches are read into */
     struct batch hdr;           /* header of the last shared batch */
     struct events ev;
+    struct report *rep;         /* the launcher (--events_addr); NULL without one */
     struct lr_sched sched;
     float *scores, *labels;     /* (test samples) on rank 0 */
     int64_t step;               /* steps done */

@@ -14,6 +14,7 @@
 #include "../common/check.h"
 #include "../common/file.h"
 #include "ckpt.h"
+#include "report.h"
 #include "train.h"
 
 static const char *const mode_choices[] = {"train", "eval", "inference", NULL};
@@ -69,6 +70,12 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          "URL_or_PATH#RUN@STEP: start from that checkpoint (@STEP optional: the run's latest; #RUN optional when "
          "the store holds one run)",
          TR_OPT_NOBOUNDS, NULL, "restore_checkpoint_path", 0},
+        {"events_addr", TR_OPT_STRING, &c->events_addr, NULL,
+         "the launcher's address (tcp:HOST:PORT or unix:PATH): every rank says hello and beats every second, rank 0 "
+         "sends its events; terarec train sets it",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0},
+        {"events_token_file", TR_OPT_PATH, &c->events_token_file, NULL,
+         "file holding the launcher's token, sent in the hello (needed with --events_addr)", 1, 0, NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= WORKER_MAX_OPTS);
@@ -111,6 +118,7 @@ static enum tr_status run_train(struct train *T)
     while (T->step < T->total) {
         struct batch hdr;
         TR_CHECK(train_step(T, &hdr));
+        report_set_step(T->rep, T->step);
         if (hdr.flags & BATCH_F_CKPT && !T->ck)
             LOG_RANK0("step %lld: checkpoint requested, but this run has no --checkpoint_dir: training goes on",
                       (long long)T->step);
@@ -138,6 +146,8 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     enum tr_status rc = train_open(&T, c);
     if (rc == TR_OK)
         rc = wckpt_restore(&T);
+    if (rc == TR_OK)
+        report_set_step(T.rep, T.step);
     if (rc == TR_OK && c->mode == WORKER_MODE_EVAL) {
         struct train_eval ev;
         rc = train_evaluate(&T, &ev);
@@ -150,7 +160,9 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     }
     /* a failure only this rank knows about would leave the others waiting in
      * their next collective: end the whole job (the shared verdicts of
-     * train_open stop every rank on their own) */
+     * train_open stop every rank on their own); the launcher hears first */
+    if (rc != TR_OK)
+        report_error(T.rep, rc);
     if (rc != TR_OK && !T.together) {
         if (T.comm.i)
             comm_abort(&T.comm, rc);
@@ -160,6 +172,7 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     if (res)
         *res = T.res;
     wckpt_close(&T.ck);
+    report_bye(T.rep, tr_status_exit_code(rc)); /* train_close frees it */
     train_close(&T);
     return rc;
 }

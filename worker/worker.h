@@ -34,6 +34,9 @@ struct worker_cfg {
     char *run_name;
     int resume;
     char *restore;         /* URL_or_PATH#RUN@STEP */
+    /* the launcher (report.h) */
+    char *events_addr;     /* tcp:HOST:PORT or unix:PATH; NULL: no launcher */
+    char *events_token_file;
 };
 
 enum worker_mode { WORKER_MODE_TRAIN = 0, WORKER_MODE_EVAL = 1, WORKER_MODE_INFERENCE = 2 };

@@ -1,0 +1,65 @@
+/* report.h: a rank's connection to the launcher (common/evproto.h): a hello,
+ * a beat every EVPROTO_BEAT_SEC from a thread, rank 0's events through a sink of
+ * struct events, an error line when the rank fails and a bye when it ends.
+ * Sending never blocks training for long and never fails it: a beat that does
+ * not fit is dropped, an event waits at most about a second, and a launcher that
+ * has gone away is reported once, after which nothing more is sent. */
+#ifndef TR_REPORT_H
+#define TR_REPORT_H
+
+#include <stdint.h>
+
+#include "../common/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct events;
+struct report;
+
+/* Who says hello. */
+struct report_who {
+    int rank, size, local_rank;
+};
+
+/* Seconds report_open waits for the launcher to accept. */
+#define REPORT_CONNECT_SEC 30.0
+
+/* Connects to addr (--events_addr: tcp:HOST:PORT or unix:PATH), retrying for
+ * up to `timeout` seconds, reads the token from token_file (its trailing
+ * newlines stripped), sends the hello (host name and pid of this process) and
+ * starts the beat thread. A NULL or empty addr sets *out to NULL and returns
+ * TR_OK (no launcher: every other call is then a no-op). On failure *out is NULL.
+ * TR_ERR_ARG (a bad address, no token file given, a token file that cannot be
+ * read, a launcher that cannot be reached or does not take the hello: one line
+ * naming the flag, and a hint), TR_ERR_NOMEM, TR_ERR_SYS (the thread). */
+enum tr_status report_open(const char *addr, const char *token_file, const struct report_who *who, double timeout,
+                           struct report **out) TR_WUR;
+
+/* Steps done so far, for the next beats. r may be NULL. Thread-safe. */
+void report_set_step(struct report *r, int64_t step);
+
+/* Adds to ev a sink that sends each event as {"type":"event","kind",...} (rank
+ * 0's job). The sink borrows r: close ev before report_free. r NULL adds
+ * nothing. TR_ERR_ARG when ev has no room for another sink. */
+enum tr_status report_add_sink(struct report *r, struct events *ev) TR_WUR;
+
+/* Sends {"type":"error"} with tr_strerror(status) and the last error line this
+ * process logged (tr_log_last_error). r may be NULL. Thread-safe. */
+void report_error(struct report *r, enum tr_status status);
+
+/* Sends {"type":"bye"} with the exit code the process will return, stops and
+ * joins the beat thread and closes the connection; later sends do nothing. r
+ * may be NULL; safe twice. */
+void report_bye(struct report *r, int exit_code);
+
+/* Stops the beat thread and closes the connection (without a bye, when
+ * report_bye was not called: the launcher then counts the rank as dead), and
+ * frees; *r becomes NULL. Safe on NULL. */
+void report_free(struct report **r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
