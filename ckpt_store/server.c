@@ -15,7 +15,9 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <math.h>
 #include <signal.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -759,6 +761,7 @@ int ckpt_server_main(int argc, char **argv)
 {
     struct ckpt_server_cfg cfg = {0};
     char *root = NULL, *listen = NULL, *token_file = NULL;
+    double term_grace = 0;
     int want = 0;
     struct tr_opt opts[] = {
         {"root", TR_OPT_PATH, &root, NULL, "the store's directory (created if missing); required", TR_OPT_NOBOUNDS,
@@ -771,6 +774,10 @@ int ckpt_server_main(int argc, char **argv)
         {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0},
         {"max_body", TR_OPT_BYTES, &cfg.max_body, "1G", "largest request body (a chunk or a manifest)", 1,
          (double)(INT64_C(1) << 40), NULL, NULL, 0},
+        {"term_grace", TR_OPT_DOUBLE, &term_grace, "0",
+         "seconds to go on serving after a SIGTERM (the workers' last checkpoint when SLURM ends a job; SIGINT "
+         "stops at once)",
+         0, 1e6, NULL, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
     };
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
@@ -805,6 +812,14 @@ int ckpt_server_main(int argc, char **argv)
             fflush(stdout);
             int sig = 0;
             sigwait(&set, &sig);
+            if (sig == SIGTERM && term_grace > 0) {
+                /* SLURM signals every process of a job it ends; the workers still
+                 * save their last checkpoint here: serve on for the grace time */
+                LOG_WARN("terarec-ckpt: SIGTERM: serving %g s more (--term_grace; SIGINT stops at once)", term_grace);
+                struct timespec ts = {(time_t)term_grace, (long)((term_grace - floor(term_grace)) * 1e9)};
+                sigdelset(&set, SIGTERM);
+                sigtimedwait(&set, NULL, &ts);
+            }
             LOG_INFO(NET, "terarec-ckpt: signal %d: stopping", sig);
             ckpt_server_stop(&s);
         } else if (tr_status_exit_code(rc) == 1) {

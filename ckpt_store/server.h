@@ -92,8 +92,9 @@ enum tr_status ckpt_server_start(const struct ckpt_server_cfg *cfg, struct ckpt_
 void ckpt_server_stop(struct ckpt_server **s);
 
 /* terarec-ckpt's main: flags --root, --listen, --token_file, --threads,
- * --max_body; prints "terarec-ckpt: listening on http://ADDR:PORT" (one line on
- * stdout, flushed) once bound, serves until SIGINT or SIGTERM, then exits 0. */
+ * --max_body, --term_grace; prints "terarec-ckpt: listening on http://ADDR:PORT"
+ * (one line on stdout, flushed) once bound, serves until SIGINT or SIGTERM (with
+ * --term_grace S: until S seconds after a SIGTERM, or a SIGINT), then exits 0. */
 int ckpt_server_main(int argc, char **argv);
 
 #ifdef __cplusplus

@@ -232,6 +232,9 @@ struct launch {
     int have_auc, tty, drawn;
     enum stop_why stop;
     int stop_sent, hung;
+    int stop_sig; /* the signal that asked for the stop */
+    double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
+    int step_killed;
     char hung_reason[1024];
     json_t *final_metrics;
     double t_attempt;
@@ -504,6 +507,8 @@ static enum tr_status start_ckpt(struct launch *L)
     av_addf(&a, "--root=%s", L->ckpt_root);
     av_addf(&a, "--token_file=%s", L->token_file);
     av_addf(&a, "--listen=127.0.0.1:%d", port);
+    if (L->slurm)
+        av_add(&a, "--term_grace=600"); /* SLURM's SIGTERM to a job: the last checkpoint still goes through */
     enum tr_status rc = proc_start(&L->ckpt, "checkpoint store", a.v, log, &L->orig_mask);
     av_free(&a);
     if (rc != TR_OK)
@@ -634,6 +639,8 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     L->t_attempt = tr_clock_now();
     L->t_last_progress = L->t_attempt;
     L->last_progress_step = -1;
+    L->t_rank_lost = 0;
+    L->step_killed = 0;
     for (int r = 0; r < L->nranks; r++)
         memset(&L->ranks[r], 0, sizeof L->ranks[r]);
     return TR_OK;
@@ -867,8 +874,11 @@ static void conn_close(struct launch *L, int i)
         struct rank *rk = &L->ranks[cn->rank];
         if (!rk->bye && !rk->error && !*rk->message)
             snprintf(rk->message, sizeof rk->message, "its connection to the launcher closed without a goodbye");
-        if (!rk->bye)
+        if (!rk->bye) {
             rk->last_beat = -1; /* gone */
+            if (!L->t_rank_lost)
+                L->t_rank_lost = tr_clock_now();
+        }
     }
     close(cn->fd);
     tr_free(cn->buf);
@@ -1039,6 +1049,7 @@ static void request_stop(struct launch *L, enum stop_why why, int sig)
         return;
     }
     L->stop = why;
+    L->stop_sig = sig;
     clear_line(L);
     fprintf(stderr,
             "terarec: %s (%s): the workers stop after the next batch and save a checkpoint%s\n",
@@ -1049,6 +1060,33 @@ static void request_stop(struct launch *L, enum stop_why why, int sig)
     /* the loader's first SIGTERM drains: every rank stops after the same step */
     proc_signal(&L->loader, SIGTERM);
     L->stop_sent = 1;
+}
+
+/* Sends signal `sig` (a name: KILL, INT) to this job's step named `name` (srun
+ * --job-name), through scancel: it reaches tasks on every node, a stopped one too. */
+static void slurm_step_signal(struct launch *L, const char *name, const char *sig)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "for s in $(squeue -h -s -j %s -o '%%i %%j' | awk '$2==\"%s\"{print $1}'); do "
+             "scancel --signal=%s \"$s\"; done >/dev/null 2>&1",
+             L->slurm_job, name, sig);
+    if (system(cmd) != 0)
+        LOG_WARN("could not signal the SLURM step %s of job %s", name, L->slurm_job);
+}
+
+/* Ends the workers' step at once: SIGKILL to the ranks on this node (a stopped
+ * process ignores SIGTERM, and the workers leave SIGTERM to us), the step on every
+ * node under SLURM, and mpirun or srun. */
+static void kill_step(struct launch *L)
+{
+    for (int r = 0; r < L->nranks; r++)
+        if (L->ranks[r].hello && L->ranks[r].pid > 0 && !strcmp(L->ranks[r].host, L->host))
+            kill((pid_t)L->ranks[r].pid, SIGKILL);
+    if (L->slurm)
+        slurm_step_signal(L, "terarec-worker", "KILL");
+    proc_signal(&L->workers, SIGCONT);
+    proc_signal(&L->workers, SIGKILL);
 }
 
 static void check_hang(struct launch *L)
@@ -1074,20 +1112,7 @@ static void check_hang(struct launch *L)
              tmo, (long long)(L->last_progress_step > 0 ? L->last_progress_step : 0), k ? silent : "none");
     clear_line(L);
     LOG_ERROR("run %s hung: %s: killing its workers", L->id, L->hung_reason);
-    /* a stopped process ignores SIGTERM: kill what we can see, then the step */
-    for (int r = 0; r < L->nranks; r++)
-        if (L->ranks[r].hello && L->ranks[r].pid > 0 && !strcmp(L->ranks[r].host, L->host))
-            kill((pid_t)L->ranks[r].pid, SIGKILL);
-    if (L->slurm) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "scancel --signal=KILL %s.$(squeue -h -s -j %s -o '%%i %%j' | "
-                 "awk '$2==\"terarec-worker\"{split($1,a,\".\");print a[2]}' | tail -n 1) >/dev/null 2>&1",
-                 L->slurm_job, L->slurm_job);
-        if (system(cmd) != 0) {
-        }
-    }
-    proc_signal(&L->workers, SIGCONT);
-    proc_signal(&L->workers, SIGKILL);
+    kill_step(L);
 }
 
 /* Runs the loop until the current attempt's workers end. */
@@ -1131,6 +1156,12 @@ static void supervise(struct launch *L, const char *token)
         if (L->stop && !L->stop_sent)
             request_stop(L, L->stop, SIGTERM);
         check_hang(L);
+        /* a rank died: the step cannot go on (the others would wait in their next
+         * collective, and they leave SIGTERM to us): end it now */
+        if (L->t_rank_lost && !L->step_killed && tr_clock_now() - L->t_rank_lost > 2.0 && !L->workers.ended) {
+            L->step_killed = 1;
+            kill_step(L);
+        }
         if (L->tty && !L->c->json && tr_clock_now() > next_draw && L->step > 0) {
             next_draw = tr_clock_now() + 1;
             show_progress(L, 0);
@@ -1464,7 +1495,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
     }
 done:
     clear_line(L);
-    if (L->step > 0 && !c->json)
+    if (L->step > 0 && L->tty)
         show_progress(L, 1);
     char *fm = L->final_metrics ? json_dumps(L->final_metrics, JSON_COMPACT) : NULL;
     if (!strcmp(status, DB_FAILED) || !strcmp(status, DB_HUNG)) {
@@ -1478,6 +1509,8 @@ done:
     }
     db_try(L, db_run_finish(L->db, L->id, status, now_wall(), fm, *reason ? reason : NULL), "the end of the run");
     free(fm);
+    if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
+        slurm_step_signal(L, "terarec-ckpt", "INT"); /* SIGTERM would wait out --term_grace */
     proc_stop(&L->ckpt, 10);
     if (c->json) {
         json_out(L, "end", json_pack("{s:s,s:s,s:I}", "status", status, "reason", reason, "step", (json_int_t)L->step));
@@ -1487,7 +1520,9 @@ done:
         printf("run history: %s (terarec runs show %s)\n", db_path(L->db), L->id);
     }
     fflush(stdout);
-    if (!strcmp(status, DB_PREEMPTED) && L->slurm && c->requeue) {
+    /* SIGUSR1 (sbatch --signal) asks us to requeue; a SIGTERM under SLURM comes with
+     * SLURM's own decision (requeue, preemption, time limit, scancel) */
+    if (!strcmp(status, DB_PREEMPTED) && L->slurm && c->requeue && L->stop_sig == SIGUSR1) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "scontrol requeue %s", L->slurm_job);
         record_event(L, "requeue", json_pack("{s:s}", "slurm_job_id", L->slurm_job));

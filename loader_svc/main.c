@@ -1,11 +1,12 @@
 /* main.c: terarec-loader entry point: parse options, catch SIGINT/SIGTERM (with a
  * worker attached the first one stops every rank after the next batch, a second
- * one at once; the loader removes a ring no worker attached to) and SIGUSR1/SIGUSR2
+ * one more than a second later at once; the loader removes a ring no worker attached to) and SIGUSR1/SIGUSR2
  * (a checkpoint / an evaluation at the next training batch it produces), run, map
  * the status to the exit code (the one table, tr_status_exit_code). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/log.h"
 #include "../common/param.h"
@@ -15,11 +16,23 @@
 static volatile int stop_flag;
 static struct loader_requests requests;
 
+static struct timespec first_stop;
+
 static void on_signal(int sig)
 {
     (void)sig;
-    if (stop_flag < 2)
-        stop_flag++; /* the first drains (loader_run), the second stops at once */
+    /* the first drains (loader_run), the second stops at once; one that follows the
+     * first within a second is the same request twice (SLURM signals every process
+     * of a job it ends, and terarec train passes the signal on too) */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (stop_flag == 0) {
+        first_stop = now;
+        stop_flag = 1;
+    } else if (stop_flag == 1 && (now.tv_sec - first_stop.tv_sec) * 1000000000L + (now.tv_nsec - first_stop.tv_nsec) >
+                                     1000000000L) {
+        stop_flag = 2;
+    }
 }
 
 static void on_request(int sig)

@@ -1,12 +1,28 @@
 /* main.c: terarec-worker entry point: parse options, run, map the status to the
- * exit code (the one table, tr_status_exit_code). */
+ * exit code (the one table, tr_status_exit_code). A worker that reports to
+ * terarec train (--events_addr) leaves SIGTERM to it: SLURM sends SIGTERM to every
+ * process of a job it preempts or requeues, and the launcher then stops all ranks
+ * at the same step, after a checkpoint (through the loader); a rank that died of
+ * it would lose that checkpoint. */
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
 #include "../kernels/kern.h"
 #include "worker.h"
+
+static void on_term(int sig)
+{
+    static const char msg[] = "terarec-worker: SIGTERM: left to terarec train, which stops every rank after the "
+                              "next batch and a checkpoint\n";
+    (void)sig;
+    if (write(2, msg, sizeof msg - 1) < 0) {
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -22,6 +38,13 @@ int main(int argc, char **argv)
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
     } else if (rc == TR_OK) {
+        if (cfg.events_addr && *cfg.events_addr) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_term;
+            sa.sa_flags = SA_RESTART;
+            sigaction(SIGTERM, &sa, NULL);
+        }
         rc = worker_run(&cfg, NULL);
         if (tr_status_exit_code(rc) == 1) /* bad input was already reported in one line */
             LOG_ERROR("training failed: %s", tr_strerror(rc));

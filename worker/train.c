@@ -60,6 +60,7 @@ static json_t *params_json(const struct train *T)
     json_object_set_new(d, "test_samples", json_integer(T->src.nsamples[BATCH_TEST]));
     json_object_set_new(d, "world_size", json_integer(T->dist.world));
     json_object_set_new(d, "run_id", json_string(T->run_id));
+    json_object_set_new(d, "total_steps", json_integer(T->total));
     return d;
 }
 

@@ -5,7 +5,8 @@
 #   2 nodes, 4 ranks spread over both, metrics, the final checkpoint);
 # - a USR1 mid-run (what --signal=B:USR1@120 sends): every rank checkpoints, the run is
 #   recorded preempted, the job requeues itself, resumes and ends with the same weights,
-#   bit for bit, as an uninterrupted run;
+#   bit for bit, as an uninterrupted run; the same for `scontrol requeue` (SIGTERM to
+#   every process of the job: the workers and the stores wait for the launcher's stop);
 # - kill -9 of one worker on the second node: failed, naming the rank and the host,
 #   within 10 s; with --max_restarts 1 the job resumes and completes;
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming it;
@@ -94,13 +95,26 @@ wait_job() { # JOBID SECS: until the job left the queue
     done
     return 1
 }
+# release JOBID: SLURM holds a requeued job back for 2 minutes (BeginTime); once it
+# is pending again, make it eligible now
+release() {
+    local i
+    for i in $(seq 1 600); do
+        if [ "$(squeue -h -j "$1" -o %T 2>/dev/null)" = PENDING ]; then
+            scontrol update JobId="$1" StartTime=now >/dev/null 2>&1
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
 sb() { sbatch --parsable -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
 rank_proc() { q "select p.pid || ' ' || p.host from processes p join runs r on r.id = p.run where r.name = '$1'
                  and p.rank = $2 order by p.attempt desc limit 1"; }
 
 # ---- sbatch end to end ----------------------------------------------------------------------------
 mkdir -p full pre
-job=$(sb --wait -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --name full \
+job=$(sb --wait -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_every 200 --name full \
       --dump_weights "$TMP/full")
 row=$(q "select status, nodes, workers, slurm_job_id = '$job', hosts from runs where name = 'full'")
 [ "$row" = "completed|2|4|1|trnode[1-2]" ] && ok "sbatch -N 2 -n 4 terarec.sbatch: $row" ||
@@ -108,17 +122,18 @@ row=$(q "select status, nodes, workers, slurm_job_id = '$job', hosts from runs w
 [ "$(q "select count(*), count(distinct host) from processes p join runs r on r.id = p.run where r.name = 'full'
        and exit_code = 0")" = "4|2" ] && ok "4 ranks on 2 nodes, each ended with exit 0" ||
     fail "processes" "$(q 'select * from processes')"
-[ "$(q "select count(*) from metrics m join runs r on r.id = m.run where r.name = 'full' and m.name = 'loss'")" = 15 ] &&
+[ "$(q "select count(*) from metrics m join runs r on r.id = m.run where r.name = 'full' and m.name = 'loss'")" = 60 ] &&
     [ "$(q "select group_concat(step) from checkpoints c join runs r on r.id = c.run where r.name = 'full'")" = \
-      "50,100,150" ] && ok "15 loss rows and checkpoints at 50, 100, 150" ||
+      "200,400,600" ] && ok "60 loss rows and checkpoints at 200, 400, 600" ||
     fail "metrics and checkpoints" "$(q "select step from checkpoints")"
 
 # ---- USR1 mid-run: checkpoint, requeue, resume, same weights ------------------------------------------
-job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --name pre \
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_every 200 --name pre \
       --dump_weights "$TMP/pre")
-if wait_step pre 60 120; then
+if wait_step pre 100 120; then
     scancel -s USR1 -b "$job"
-    if wait_status pre 180 && wait_job "$job" 60; then
+    release "$job"
+    if wait_status pre 120 && wait_job "$job" 60; then
         row=$(q "select status, restarts from runs where name = 'pre'")
         ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'pre'")
         echo "$ev" | grep -q 'preempt_signal,preempted,requeue,requeued,restarted.*completed' && [ "$row" = "completed|1" ] &&
@@ -133,6 +148,34 @@ if wait_step pre 60 120; then
     fi
 else
     fail "USR1: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    scancel "$job"
+fi
+
+# ---- scontrol requeue mid-run: SLURM's SIGTERM reaches every process of the job -------------------
+mkdir -p rq
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_every 200 --name rq --dump_weights "$TMP/rq")
+if wait_step rq 100 120; then
+    scontrol requeue "$job"
+    release "$job"
+    if wait_status rq 120 && wait_job "$job" 60; then
+        row=$(q "select status, restarts from runs where name = 'rq'")
+        ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'rq'")
+        stop=$(q "select max(step) from checkpoints c join runs r on r.id = c.run where r.name = 'rq'
+                  and c.time < (select min(time) from events e where e.run = r.id and e.kind = 'requeued')")
+        echo "$ev" | grep -q 'preempt_signal,preempted,requeued,restarted.*completed' && [ "$row" = "completed|1" ] &&
+            [ "$stop" -gt 100 ] && [ "$stop" -lt 600 ] &&
+            ok "scontrol requeue: a checkpoint at step $stop, preempted, requeued and resumed ($ev)" ||
+            fail "scontrol requeue" "$row; $ev; last checkpoint before the requeue: $stop"
+        same=1
+        for r in 0 1 2 3; do cmp -s "full/rank$r.bin" "rq/rank$r.bin" || same=0; done
+        [ $same = 1 ] && ok "scontrol requeue: the same weights as the uninterrupted run, bit for bit" ||
+            fail "same weights after scontrol requeue" "$(ls -l full rq)"
+    else
+        fail "scontrol requeue: the job did not complete" "$(q "select status, reason from runs where name = 'rq'") $(tail -n 8 "$TMP/$job.out")"
+        scancel "$job"
+    fi
+else
+    fail "scontrol requeue: no progress" "$(tail -n 8 "$TMP/$job.out")"
     scancel "$job"
 fi
 
@@ -155,13 +198,14 @@ else
 fi
 
 # ---- ... with --max_restarts 1 --------------------------------------------------------------------------
-job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 150 --checkpoint_every 50 --max_restarts 1 --name k9r)
-if wait_step k9r 60 120; then
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 1000 --checkpoint_every 100 --max_restarts 1 --name k9r)
+if wait_step k9r 120 120; then
     read -r pid host <<<"$(rank_proc k9r 3)"
     kill -9 "$pid"
     wait_status k9r 180
-    row=$(q "select status, restarts from runs where name = 'k9r'")
-    [ "$row" = "completed|1" ] && ok "--max_restarts 1: resumed and completed after kill -9" ||
+    row=$(q "select status, restarts, (select max(step) from metrics m where m.run = runs.id) from runs
+             where name = 'k9r'")
+    [ "$row" = "completed|1|1000" ] && ok "--max_restarts 1: resumed and completed after kill -9" ||
         fail "--max_restarts 1 under SLURM" "$row $(tail -n 8 "$TMP/$job.out")"
     wait_job "$job" 30
 else
@@ -191,12 +235,12 @@ fi
 
 # ---- slurm_multinode.sh with the seed's variables ------------------------------------------------------------
 W="--batch_size 256 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 8 --bottom_mlp_dims 16,8
-   --top_mlp_dims 16,1 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2 --max_steps 20
+   --top_mlp_dims 16,1 --learning_rate 0.5 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2 --max_steps 20
    --print_freq 10 --columnwise_split --data_parallel_bottom_mlp --log_path="
 for form in "terarec-worker" "python -u main.py"; do
     job=$(cmd="$form $(echo $W)" srun_flags=--mpi=pmix sb --wait -N 2 -n 4 "$SL/slurm_multinode.sh")
     o="$TMP/$job.out"
-    grep -q '^step=20,' "$o" && grep -q 'world 4' "$o" 2>/dev/null || grep -q '^step=20,' "$o" &&
+    grep -q '^step=20,' "$o" && grep -q '4 worker(s) column-wise' "$o" &&
         ok "slurm_multinode.sh cmd='$form ...' srun_flags=--mpi=pmix: 4 ranks trained" ||
         fail "slurm_multinode.sh ($form)" "$(tail -n 8 "$o")"
 done
