@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t4001: terarec-worker trains on the learnable synthetic data: over 300 steps the
 # loss falls and validation AUC passes 0.7 (SGD and Adagrad); the same run twice
-# gives bitwise the same losses; 1 and 2 threads agree to float rounding.
+# gives bitwise the same losses; 1 and 2 threads agree to float rounding; with
+# --events_addr the launcher's listener gets hello, beats, step events and bye.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 PY=$(command -v python3)
@@ -75,4 +76,56 @@ print("# threads 1 vs 2: %d records, worst relative difference %.3g" % (len(a), 
 sys.exit(0 if len(a) == len(b) == 8 and worst < 1e-4 else 1)
 PYEOF
 then ok "threads 1 vs 2 agree"; else fail "threads 1 vs 2 agree"; fi
+
+# --events_addr: a listener standing in for `terarec train` collects the lines
+echo tok-4001 >"$TMP/ev.tok"
+$PY - "$TMP/ev.sock" "$TMP/ev.lines" <<'PYEOF' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(1); s.settimeout(60)
+c, _ = s.accept()
+with open(sys.argv[2], "wb") as out:
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        out.write(b)
+PYEOF
+lpid=$!
+for _ in $(seq 50); do [ -S "$TMP/ev.sock" ] && break; sleep 0.1; done
+out=$($W $SMALL --max_steps 200 --print_freq 50 --log_path "$TMP/ev.json" --events_addr "unix:$TMP/ev.sock" \
+      --events_token_file "$TMP/ev.tok" 2>&1)
+rc=$?
+wait $lpid
+if [ $rc -eq 0 ] && res=$($PY - "$TMP/ev.lines" <<'PYEOF'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+h = m[0]
+assert h["type"] == "hello" and h["v"] == 1 and h["token"] == "tok-4001", h
+assert (h["rank"], h["size"], h["local_rank"]) == (0, 1, 0) and h["pid"] > 0 and h["host"], h
+assert m[-1] == {"type": "bye", "rank": 0, "exit": 0}, m[-1]
+beats = [x for x in m if x["type"] == "beat"]
+steps = [x for x in m if x["type"] == "event" and x["kind"] == "step"]
+kinds = {x["kind"] for x in m if x["type"] == "event"}
+assert {"params", "step", "eval", "summary"} <= kinds, kinds
+assert [x["step"] for x in steps] == [50, 100, 150, 200], steps
+assert all(x["data"]["samples_per_s"] > 0 and "loss" in x["data"] for x in steps), steps
+span = m[-2]["time"] - steps[0]["time"] if len(m) > 2 else 0
+assert beats or span < 1.2, "no beat in %.1f s" % span
+assert all(0 <= b["step"] <= 200 for b in beats), beats
+print("%d lines, %d beats" % (len(m), len(beats)))
+PYEOF
+); then
+    ok "--events_addr: hello, beats, step events, bye ($res)"
+else
+    fail "--events_addr: hello, beats, step events, bye" \
+        "rc $rc: $(tail -n 3 "$TMP/ev.lines" 2>&1; echo "$out" | tail -n 3)"
+fi
+out=$($W $SMALL --max_steps 1 --log_path '' --events_addr "udp:$TMP/ev.sock" --events_token_file "$TMP/ev.tok" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --events_addr 'udp:" && ok "a bad --events_addr is refused (exit 2)" \
+    || fail "a bad --events_addr is refused (exit 2)" "rc $rc: $out"
+out=$($W $SMALL --max_steps 1 --log_path '' --events_addr "unix:$TMP/ev.sock" --events_token_file "$TMP/none" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "cannot read --events_token_file" &&
+    ok "a missing token file is refused (exit 2)" || fail "a missing token file is refused (exit 2)" "rc $rc: $out"
 done_testing
