@@ -7,7 +7,7 @@
 #   make check-cuda      kernels/kmath.h as C11 and as CUDA, every .cu file (compile + link)
 #   make SANITIZE=address,undefined test
 #   make deps            installs the Debian packages that are missing (prints them)
-#   make run             the main job: a local training run on synthetic data
+#   make run             the main job: terarec train (a local training run on synthetic data)
 #   make bench           builds the benchmarks (run them from bench/)
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
@@ -220,12 +220,10 @@ all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
 
 bench: $(BENCH_BINS)
 
-# the main job: a local training run on the built-in synthetic data
-RUN_FLAGS ?= --batch_size 2048 --synthetic_dataset_cardinalities 26x100000 --embedding_dim 16 \
-  --bottom_mlp_dims 64,16 --top_mlp_dims 64,1 --learning_rate 1 --warmup_steps 20 --max_steps 300 \
-  --print_freq 50 --synthetic_dataset_valid_batches 10 --log_path $(BUILD)/run_log.json
-run: $(BIN)/terarec-worker
-	$(BIN)/terarec-worker $(RUN_FLAGS)
+# the main job: `terarec train` with no model flags, a local training run of the built-in
+# demo model on synthetic data (its run history goes to the default file; TR_DB changes it)
+run: $(BINS)
+	$(BIN)/terarec train
 
 test: all
 	$(Q)tests/run.sh $(BUILD)

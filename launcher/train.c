@@ -1064,13 +1064,13 @@ static void request_stop(struct launch *L, enum stop_why why, int sig)
 
 /* Sends signal `sig` (a name: KILL, INT) to this job's step named `name` (srun
  * --job-name), through scancel: it reaches tasks on every node, a stopped one too. */
-static void slurm_step_signal(struct launch *L, const char *name, const char *sig)
+static void slurm_step_signal(struct launch *L, const char *name, const char *sig, int background)
 {
     char cmd[512];
     snprintf(cmd, sizeof cmd,
-             "for s in $(squeue -h -s -j %s -o '%%i %%j' | awk '$2==\"%s\"{print $1}'); do "
-             "scancel --signal=%s \"$s\"; done >/dev/null 2>&1",
-             L->slurm_job, name, sig);
+             "(for s in $(squeue -h -s -j %s -o '%%i %%j' | awk '$2==\"%s\"{print $1}'); do "
+             "scancel --signal=%s \"$s\"; done) >/dev/null 2>&1 </dev/null%s",
+             L->slurm_job, name, sig, background ? " &" : "");
     if (system(cmd) != 0)
         LOG_WARN("could not signal the SLURM step %s of job %s", name, L->slurm_job);
 }
@@ -1083,10 +1083,12 @@ static void kill_step(struct launch *L)
     for (int r = 0; r < L->nranks; r++)
         if (L->ranks[r].hello && L->ranks[r].pid > 0 && !strcmp(L->ranks[r].host, L->host))
             kill((pid_t)L->ranks[r].pid, SIGKILL);
-    if (L->slurm)
-        slurm_step_signal(L, "terarec-worker", "KILL");
     proc_signal(&L->workers, SIGCONT);
     proc_signal(&L->workers, SIGKILL);
+    /* srun is gone: scancel (a round trip to slurmctld) reaches the tasks on every
+     * node, in the background */
+    if (L->slurm)
+        slurm_step_signal(L, "terarec-worker", "KILL", 1);
 }
 
 static void check_hang(struct launch *L)
@@ -1510,7 +1512,7 @@ done:
     db_try(L, db_run_finish(L->db, L->id, status, now_wall(), fm, *reason ? reason : NULL), "the end of the run");
     free(fm);
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
-        slurm_step_signal(L, "terarec-ckpt", "INT"); /* SIGTERM would wait out --term_grace */
+        slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
     proc_stop(&L->ckpt, 10);
     if (c->json) {
         json_out(L, "end", json_pack("{s:s,s:s,s:I}", "status", status, "reason", reason, "step", (json_int_t)L->step));
