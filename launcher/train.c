@@ -190,7 +190,7 @@ struct rank {
     char host[128];
     long pid;
     int64_t step;
-    double last_beat;
+    double last_beat, lost_at; /* lost_at: when its connection closed without a bye */
     char message[512];
 };
 
@@ -876,8 +876,9 @@ static void conn_close(struct launch *L, int i)
             snprintf(rk->message, sizeof rk->message, "its connection to the launcher closed without a goodbye");
         if (!rk->bye) {
             rk->last_beat = -1; /* gone */
+            rk->lost_at = tr_clock_now();
             if (!L->t_rank_lost)
-                L->t_rank_lost = tr_clock_now();
+                L->t_rank_lost = rk->lost_at;
         }
     }
     close(cn->fd);
@@ -1010,8 +1011,10 @@ static void failure_reason(struct launch *L, char *buf, size_t n)
     for (int r = 0; r < L->nranks && rep < 0; r++)
         if (L->ranks[r].error)
             rep = r;
-    for (int r = 0; r < L->nranks && rep < 0; r++)
-        if (L->ranks[r].hello && !L->ranks[r].bye && L->ranks[r].last_beat < 0)
+    const int said = rep;
+    for (int r = 0; r < L->nranks && said < 0; r++) /* the first to vanish */
+        if (L->ranks[r].hello && !L->ranks[r].bye && L->ranks[r].lost_at > 0 &&
+            (rep < 0 || L->ranks[r].lost_at < L->ranks[rep].lost_at))
             rep = r;
     if (parsed) {
         if (!*host && rank >= 0 && rank < L->nranks)
@@ -1075,20 +1078,25 @@ static void slurm_step_signal(struct launch *L, const char *name, const char *si
         LOG_WARN("could not signal the SLURM step %s of job %s", name, L->slurm_job);
 }
 
-/* Ends the workers' step at once: SIGKILL to the ranks on this node (a stopped
- * process ignores SIGTERM, and the workers leave SIGTERM to us), the step on every
- * node under SLURM, and mpirun or srun. */
-static void kill_step(struct launch *L)
+/* Ends the workers' step: SIGKILL to the ranks on this node (a stopped process
+ * ignores SIGTERM, and the workers leave SIGTERM to us) and, under SLURM, to the
+ * step on every node (kill_ranks); then to mpirun or srun (kill_step). */
+static void kill_ranks(struct launch *L)
 {
     for (int r = 0; r < L->nranks; r++)
         if (L->ranks[r].hello && L->ranks[r].pid > 0 && !strcmp(L->ranks[r].host, L->host))
             kill((pid_t)L->ranks[r].pid, SIGKILL);
-    proc_signal(&L->workers, SIGCONT);
-    proc_signal(&L->workers, SIGKILL);
-    /* srun is gone: scancel (a round trip to slurmctld) reaches the tasks on every
-     * node, in the background */
+    /* scancel (a round trip to slurmctld) reaches the tasks on every node, in the
+     * background */
     if (L->slurm)
         slurm_step_signal(L, "terarec-worker", "KILL", 1);
+}
+
+static void kill_step(struct launch *L)
+{
+    kill_ranks(L);
+    proc_signal(&L->workers, SIGCONT);
+    proc_signal(&L->workers, SIGKILL);
 }
 
 static void check_hang(struct launch *L)
@@ -1160,9 +1168,15 @@ static void supervise(struct launch *L, const char *token)
         check_hang(L);
         /* a rank died: the step cannot go on (the others would wait in their next
          * collective, and they leave SIGTERM to us): end it now */
-        if (L->t_rank_lost && !L->step_killed && tr_clock_now() - L->t_rank_lost > 2.0 && !L->workers.ended) {
-            L->step_killed = 1;
-            kill_step(L);
+        if (L->t_rank_lost && !L->workers.ended) {
+            const double since = tr_clock_now() - L->t_rank_lost;
+            if (L->step_killed == 0 && since > 2.0) { /* the ranks; mpirun or srun then says who died first */
+                L->step_killed = 1;
+                kill_ranks(L);
+            } else if (L->step_killed == 1 && since > 6.0) {
+                L->step_killed = 2;
+                kill_step(L);
+            }
         }
         if (L->tty && !L->c->json && tr_clock_now() > next_draw && L->step > 0) {
             next_draw = tr_clock_now() + 1;
