@@ -56,9 +56,9 @@ CFLAGS := -std=c11 $(OPT) -g $(ARCH) $(WARN) -fopenmp -fno-math-errno -ffp-contr
 CPPFLAGS := -D_DEFAULT_SOURCE -DTR_VERSION='"$(VERSION)"' -I$(BUILD)/gen
 LDFLAGS := -fopenmp
 LDLIBS := -lmicrohttpd -lcurl -ljansson -lyaml -lxxhash -lsqlite3 -lz -lm -lpthread
-# the run history's charts (db/plot.c)
-CPPFLAGS += $(shell pkg-config --cflags cairo)
-LDLIBS += $(shell pkg-config --libs cairo)
+# the run history's charts (db/plot.c; fontconfig only to release its caches after a chart)
+CPPFLAGS += $(shell pkg-config --cflags cairo fontconfig)
+LDLIBS += $(shell pkg-config --libs cairo fontconfig)
 
 ifeq ($(BLAS),dnnl)
 CPPFLAGS += -DTR_BLAS_DNNL=1
@@ -268,8 +268,8 @@ endif
 # Debian packages needed to build, test and benchmark; installs only what is missing
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
-  libsqlite3-dev libcairo2-dev
-DEPS_TEST := python3 python3-numpy sqlite3 slurmctld slurmd slurm-client munge iproute2 curl clang
+  libsqlite3-dev libcairo2-dev libfontconfig-dev
+DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)

@@ -12,6 +12,7 @@
 
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 
 #include "../common/check.h"
 #include "../common/file.h"
@@ -244,6 +245,10 @@ enum tr_status db_plot_write(const struct db_plot_series *s, int n, const struct
     if (st == CAIRO_STATUS_SUCCESS)
         st = cairo_surface_status(sf);
     cairo_surface_destroy(sf);
+    /* drop cairo's font caches (and the fontconfig patterns they hold): a chart is
+     * drawn once per process, and leak checkers should see nothing left */
+    cairo_debug_reset_static_data();
+    FcFini();
     if (k.rc == TR_OK && st != CAIRO_STATUS_SUCCESS) {
         LOG_ERROR("cannot draw the chart '%s': %s", o->path, cairo_status_to_string(st));
         k.rc = st == CAIRO_STATUS_NO_MEMORY ? TR_ERR_NOMEM : TR_ERR_IO;

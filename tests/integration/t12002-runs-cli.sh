@@ -47,7 +47,7 @@ runs = [
     ("20261124-bbbb", "bigger-lr", "failed", {"lr": 1.0, "batch": 2048, "dim": 16}, "node3", "991", 4000, 5000),
     ("20261124-cccc", None, "running", {"lr": 0.5, "batch": 4096, "dim": 16}, "node4", "992", 6000, None),
 ]
-for rid, name, status, cfg, hosts, job, s, e in runs:
+for i, (rid, name, status, cfg, hosts, job, s, e) in enumerate(runs):
     db.execute("INSERT INTO runs (id, name, status, cmdline, config, git_hash, hosts, nodes, workers, slurm_job_id,"
                " ckpt_url, ckpt_run, start_time, end_time, final_metrics, reason) VALUES"
                " (?, ?, ?, 'terarec train', ?, 'deadbeef', ?, 1, 4, ?, '/ck', ?, ?, ?, ?, ?)",
@@ -55,7 +55,8 @@ for rid, name, status, cfg, hosts, job, s, e in runs:
                 json.dumps({"auc": 0.8}) if status == "completed" else None,
                 "max_steps reached" if status == "completed" else None))
     for step in range(0, 1001, 100):
-        db.execute("INSERT INTO metrics VALUES (?, ?, 'loss', ?, ?)", (rid, step, 1.0 / (1 + step / 100.0), t0 + s))
+        loss = (1 + 0.25 * i) / (1 + step / 100.0)
+        db.execute("INSERT INTO metrics VALUES (?, ?, 'loss', ?, ?)", (rid, step, loss, t0 + s))
         db.execute("INSERT INTO metrics VALUES (?, ?, 'samples_per_s', ?, ?)", (rid, step, 50000.0 + step, t0 + s))
     if rid != "20261124-cccc":
         for step in (500, 1000):
