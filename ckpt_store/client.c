@@ -21,9 +21,9 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
+#include "../common/file.h"
 #include "../common/log.h"
 
-#define TOKEN_MAX 65536
 #define ERRBODY_MAX 512
 #define TEXT_MAX ((int64_t)4 << 30) /* largest manifest or listing accepted */
 
@@ -395,37 +395,6 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static enum tr_status read_token(const char *file, char **out)
-{
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        LOG_ERROR("cannot read token file '%s': %s", file, strerror(errno));
-        return TR_ERR_ARG;
-    }
-    char *buf = tr_malloc(TOKEN_MAX + 1);
-    if (!buf) {
-        fclose(fp);
-        return TR_ERR_NOMEM;
-    }
-    size_t n = fread(buf, 1, TOKEN_MAX + 1, fp);
-    int bad = ferror(fp);
-    fclose(fp);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-        n--;
-    buf[TR_MIN(n, (size_t)TOKEN_MAX)] = '\0';
-    const char *why = bad ? "cannot be read" : n == 0 ? "is empty" : n > TOKEN_MAX ? "is too long" : NULL;
-    for (size_t i = 0; !why && i < n; i++)
-        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-            why = "holds a control character";
-    if (why) {
-        LOG_ERROR("token file '%s' %s", file, why);
-        tr_free(buf);
-        return TR_ERR_ARG;
-    }
-    *out = buf;
-    return TR_OK;
-}
-
 enum tr_status ckpt_client_open(const char *where, const struct ckpt_client_opts *o, struct ckpt_client **out)
 {
     enum tr_status rc = TR_OK;
@@ -464,7 +433,7 @@ enum tr_status ckpt_client_open(const char *where, const struct ckpt_client_opts
         rc = TR_ERR_ARG;
         goto fail;
     }
-    TR_CHECK_GOTO(read_token(o->token_file, &token), rc, fail);
+    TR_CHECK_GOTO(tr_file_read_token(o->token_file, "token file", &token), rc, fail);
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK) {
         LOG_ERROR("cannot initialise libcurl: %s", curl_easy_strerror(curl_init_rc));

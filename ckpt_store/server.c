@@ -28,12 +28,13 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/file.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
 #include "store_internal.h"
 
-#define TOKEN_MAX 4096
+#define TOKEN_MAX TR_TOKEN_MAX
 #define SMALL_BODY 64 /* most bytes of a LATEST body */
 
 /* ---- counters ------------------------------------------------------------------------ */
@@ -656,28 +657,8 @@ static enum tr_status read_token(const char *path, char **out, size_t *n)
         LOG_HINT("write a secret to a file readable only by you and pass it with --token_file");
         return TR_ERR_ARG;
     }
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        LOG_ERROR("cannot read the token file '%s': %s", path, strerror(errno));
-        return TR_ERR_ARG;
-    }
-    char *buf = tr_malloc(TOKEN_MAX + 1);
-    if (!buf) {
-        fclose(fp);
-        return TR_ERR_NOMEM;
-    }
-    size_t k = fread(buf, 1, TOKEN_MAX + 1, fp);
-    fclose(fp);
-    while (k > 0 && (buf[k - 1] == '\n' || buf[k - 1] == '\r' || buf[k - 1] == ' ' || buf[k - 1] == '\t'))
-        k--;
-    if (k == 0 || k > TOKEN_MAX || memchr(buf, '\0', k)) {
-        LOG_ERROR("the token file '%s' is %s", path, k == 0 ? "empty" : "not a token (too long, or a NUL in it)");
-        tr_free(buf);
-        return TR_ERR_ARG;
-    }
-    buf[k] = '\0';
-    *out = buf;
-    *n = k;
+    TR_CHECK(tr_file_read_token(path, "the token file", out));
+    *n = strlen(*out);
     return TR_OK;
 }
 

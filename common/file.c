@@ -296,3 +296,35 @@ enum tr_status tr_file_write_atomic(const char *path, const void *buf, size_t n)
     }
     return tr_file_atomic_commit(&f);
 }
+
+enum tr_status tr_file_read_token(const char *path, const char *what, char **out)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        LOG_ERROR("cannot read %s '%s': %s", what, path, strerror(errno));
+        return TR_ERR_ARG;
+    }
+    char *buf = tr_malloc(TR_TOKEN_MAX + 2);
+    if (!buf) {
+        fclose(fp);
+        return TR_ERR_NOMEM;
+    }
+    size_t n = fread(buf, 1, TR_TOKEN_MAX + 1, fp);
+    const int bad = ferror(fp);
+    fclose(fp);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
+    buf[n] = '\0';
+    const char *why = bad ? "cannot be read" : n == 0 ? "is empty" : n > TR_TOKEN_MAX ? "is too long" : NULL;
+    for (size_t i = 0; !why && i < n; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+            why = "holds a control character";
+    if (why) {
+        LOG_ERROR("%s '%s' %s", what, path, why);
+        tr_free(buf);
+        return TR_ERR_ARG;
+    }
+    *out = buf;
+    return TR_OK;
+}

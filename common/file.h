@@ -78,6 +78,16 @@ void tr_file_atomic_abort(struct tr_file_atomic *f);
 /* open + write + commit of one buffer. */
 enum tr_status tr_file_write_atomic(const char *path, const void *buf, size_t n) TR_WUR;
 
+/* The longest secret token a token file may hold. */
+#define TR_TOKEN_MAX 4096
+
+/* Reads a secret token (a bearer token, a job token): the file's content less its
+ * trailing whitespace, 1 to TR_TOKEN_MAX bytes without control characters. *out
+ * gets it (tr_malloc'd, NUL-terminated). TR_ERR_ARG, logged in one line naming
+ * `what` (the flag, e.g. "--token_file") and the path: the file cannot be read,
+ * is empty, too long, or holds a control character; TR_ERR_NOMEM. */
+enum tr_status tr_file_read_token(const char *path, const char *what, char **out) TR_WUR;
+
 #ifdef __cplusplus
 }
 #endif

@@ -229,6 +229,7 @@ struct launch {
     /* progress */
     int64_t step, total, last_progress_step;
     double t_start, t_last_progress, samples_per_s, loss, auc;
+    double t_prev_step; /* wall time of the last step report */
     int have_auc, tty, drawn;
     enum stop_why stop;
     int stop_sent, hung;
@@ -641,6 +642,7 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     L->last_progress_step = -1;
     L->t_rank_lost = 0;
     L->step_killed = 0;
+    L->t_prev_step = 0;
     for (int r = 0; r < L->nranks; r++)
         memset(&L->ranks[r], 0, sizeof L->ranks[r]);
     return TR_OK;
@@ -760,11 +762,16 @@ static void on_event(struct launch *L, const json_t *m)
             if (json_object_get(d, names[i]))
                 db_try(L, db_metric_add(L->db, L->id, step, names[i], v, t), "a metric");
         }
-        L->step = step;
-        L->loss = jnum(d, "loss");
+        /* the display's rate: samples over the wall time between two reports (the
+         * worker's samples_per_s is its last step's) */
         double r = jnum(d, "samples_per_s");
+        if (L->t_prev_step > 0 && step > L->step && t > L->t_prev_step)
+            r = (double)(step - L->step) * (double)L->c->w.job.batch_size / (t - L->t_prev_step);
         if (isfinite(r))
             L->samples_per_s = r;
+        L->step = step;
+        L->t_prev_step = t;
+        L->loss = jnum(d, "loss");
         show_progress(L, 0);
         json_out(L, "step", json_pack("{s:I,s:O,s:O}", "step", (json_int_t)step, "loss",
                                       json_object_get(d, "loss") ? json_object_get(d, "loss") : json_null(),
@@ -1125,6 +1132,21 @@ static void check_hang(struct launch *L)
     kill_step(L);
 }
 
+/* Reads what the connections polled in pf[0 .. nc) have for us (by fd: a
+ * connection that closes leaves the array reordered). */
+static void read_ready(struct launch *L, const struct pollfd *pf, int nc, const char *token)
+{
+    for (int i = nc - 1; i >= 0; i--) {
+        if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        for (int j = 0; j < L->nconns; j++)
+            if (L->conns[j].fd == pf[i].fd) {
+                conn_read(L, j, token);
+                break;
+            }
+    }
+}
+
 /* Runs the loop until the current attempt's workers end. */
 static void supervise(struct launch *L, const char *token)
 {
@@ -1151,16 +1173,8 @@ static void supervise(struct launch *L, const char *token)
         }
         if (k > 0 && (pf[1].revents & POLLIN))
             accept_all(L);
-        /* connections by fd: conn_close reorders the array */
-        for (int i = nc - 1; k > 0 && i >= 0; i--) {
-            if (!(pf[2 + i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            for (int j = 0; j < L->nconns; j++)
-                if (L->conns[j].fd == pf[2 + i].fd) {
-                    conn_read(L, j, token);
-                    break;
-                }
-        }
+        if (k > 0)
+            read_ready(L, pf + 2, nc, token);
         tr_free(pf);
         proc_poll(&L->workers);
         if (L->stop && !L->stop_sent)
@@ -1192,13 +1206,8 @@ static void supervise(struct launch *L, const char *token)
             pf[i] = (struct pollfd){.fd = L->conns[i].fd, .events = POLLIN};
         const int nc = L->nconns;
         int k = poll(pf, (nfds_t)nc, 100);
-        for (int i = nc - 1; k > 0 && i >= 0; i--)
-            if (pf[i].revents)
-                for (int j = 0; j < L->nconns; j++)
-                    if (L->conns[j].fd == pf[i].fd) {
-                        conn_read(L, j, token);
-                        break;
-                    }
+        if (k > 0)
+            read_ready(L, pf, nc, token);
         tr_free(pf);
         if (k <= 0)
             break;
@@ -1259,6 +1268,12 @@ static enum tr_status check_flags(struct launch *L)
         LOG_ERROR("--workers: inside a SLURM allocation the allocation decides (%d tasks on %d nodes)", L->world,
                   L->nodes);
         LOG_HINT("use sbatch/salloc -N NODES -n TASKS (or --ntasks-per-node), without --workers");
+        return TR_ERR_ARG;
+    }
+    const char *cd = c->w.checkpoint_dir;
+    if (cd && (!strncmp(cd, "http://", 7) || !strncmp(cd, "https://", 8)) && !c->w.checkpoint_token_file) {
+        LOG_ERROR("--checkpoint_dir %s: a store's URL needs its --checkpoint_token_file", cd);
+        LOG_HINT("or leave --checkpoint_dir out: terarec train then runs a store of its own");
         return TR_ERR_ARG;
     }
     if (c->w.checkpoint_dir && *c->w.checkpoint_dir && strncmp(c->w.checkpoint_dir, "http://", 7) &&

@@ -24,11 +24,11 @@
 #include "../common/check.h"
 #include "../common/clock.h"
 #include "../common/evproto.h"
+#include "../common/file.h"
 #include "events.h"
 
 #define EVENT_WAIT_SEC 1.0   /* how long an event (hello, error, bye) waits for room */
 #define PARTIAL_WAIT_SEC 5.0 /* how long the rest of a line already begun may take */
-#define TOKEN_MAX 4096
 
 struct report {
     char *addr;                /* for messages */
@@ -179,7 +179,7 @@ static json_t *json_text(const char *s)
     return json_string(buf);
 }
 
-/* The token: the file's content less its trailing line ends. */
+/* The token: the file's content less its trailing whitespace. */
 static enum tr_status read_token(const char *file, char **out)
 {
     if (!file || !*file) {
@@ -187,33 +187,15 @@ static enum tr_status read_token(const char *file, char **out)
         LOG_HINT("terarec train sets both; run terarec-worker without --events_addr to train alone");
         return TR_ERR_ARG;
     }
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        LOG_ERROR("cannot read --events_token_file '%s': %s", file, strerror(errno));
-        LOG_HINT("terarec train writes it and sets --events_token_file");
+    TR_CHECK(tr_file_read_token(file, "--events_token_file", out));
+    json_t *utf8 = json_string(*out); /* a token JSON can carry */
+    if (!utf8) {
+        LOG_ERROR("--events_token_file '%s' is not UTF-8 text", file);
+        tr_free(*out);
+        *out = NULL;
         return TR_ERR_ARG;
     }
-    char *buf = tr_malloc(TOKEN_MAX + 2);
-    if (!buf) {
-        fclose(fp);
-        return TR_ERR_NOMEM;
-    }
-    size_t n = fread(buf, 1, TOKEN_MAX + 1, fp);
-    int bad = ferror(fp);
-    fclose(fp);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        n--;
-    buf[n] = '\0';
-    json_t *utf8 = json_string(buf); /* a token JSON can carry */
-    const char *why = bad ? "cannot be read" : n == 0 ? "is empty" : n > TOKEN_MAX ? "is too long"
-                      : !utf8 ? "is not UTF-8 text" : NULL;
     json_decref(utf8);
-    if (why) {
-        LOG_ERROR("--events_token_file '%s' %s", file, why);
-        tr_free(buf);
-        return TR_ERR_ARG;
-    }
-    *out = buf;
     return TR_OK;
 }
 

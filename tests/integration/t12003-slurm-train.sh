@@ -95,12 +95,15 @@ wait_job() { # JOBID SECS: until the job left the queue
     done
     return 1
 }
-# release JOBID: SLURM holds a requeued job back for 2 minutes (BeginTime); once it
-# is pending again, make it eligible now
+# release JOBID: SLURM holds a requeued job back for 2 minutes (BeginTime: the
+# lifetime of the old job's credential); once it is pending again, make it eligible
+# a few seconds later (a start in the second the old credential was revoked is
+# refused: "Job credential revoked")
 release() {
     local i
     for i in $(seq 1 600); do
         if [ "$(squeue -h -j "$1" -o %T 2>/dev/null)" = PENDING ]; then
+            sleep 3
             scontrol update JobId="$1" StartTime=now >/dev/null 2>&1
             return 0
         fi
