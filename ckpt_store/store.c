@@ -162,46 +162,6 @@ static enum tr_status write_atomic(const char *path, const void *buf, size_t n, 
     return tr_file_atomic_commit(&f);
 }
 
-/* Reads a whole file into a tr_malloc'd, NUL-terminated buffer. TR_ERR_NOT_FOUND
- * (not logged), TR_ERR_IO, TR_ERR_NOMEM. */
-static enum tr_status read_file(const char *path, char **text, size_t *n)
-{
-    *text = NULL;
-    *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return TR_ERR_NOT_FOUND;
-        LOG_ERROR("cannot open '%s': %s", path, strerror(errno));
-        return TR_ERR_IO;
-    }
-    enum tr_status rc = TR_OK;
-    struct stat st;
-    char *p = NULL;
-    int bad = fstat(fd, &st) != 0;
-    if (bad || !S_ISREG(st.st_mode)) {
-        LOG_ERROR("cannot read '%s': %s", path, bad ? strerror(errno) : "not a regular file");
-        rc = TR_ERR_IO;
-        goto exit;
-    }
-    p = tr_malloc((size_t)st.st_size + 1);
-    if (!p) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    rc = tr_file_pread_all(fd, p, (size_t)st.st_size, 0, path);
-    if (rc != TR_OK) {
-        tr_free(p);
-        goto exit;
-    }
-    p[st.st_size] = '\0';
-    *text = p;
-    *n = (size_t)st.st_size;
-exit:
-    close(fd);
-    return rc;
-}
-
 /* ---- the store --------------------------------------------------------------------- */
 
 enum tr_status ckpt_fs_open(struct ckpt_fs *fs, const char *root)
@@ -469,7 +429,7 @@ enum tr_status ckpt_fs_manifest_get(const struct ckpt_fs *fs, const char *run, i
     char *path = manifest_path(fs, run, step);
     if (!path)
         return TR_ERR_NOMEM;
-    enum tr_status rc = read_file(path, text, n);
+    enum tr_status rc = tr_file_read_all(path, text, n);
     tr_free(path);
     return rc;
 }
@@ -508,7 +468,7 @@ enum tr_status ckpt_fs_part_get(const struct ckpt_fs *fs, const char *run, int64
     char *path = part_path(fs, run, step, rank);
     if (!path)
         return TR_ERR_NOMEM;
-    enum tr_status rc = read_file(path, text, n);
+    enum tr_status rc = tr_file_read_all(path, text, n);
     tr_free(path);
     return rc;
 }
@@ -548,7 +508,7 @@ enum tr_status ckpt_fs_latest(const struct ckpt_fs *fs, const char *run, int64_t
         return TR_ERR_NOMEM;
     char *text = NULL;
     size_t n = 0;
-    enum tr_status rc = read_file(path, &text, &n);
+    enum tr_status rc = tr_file_read_all(path, &text, &n);
     if (rc == TR_OK) {
         int64_t v = 0;
         size_t i = 0;
@@ -826,7 +786,7 @@ static enum tr_status gc_run(const struct ckpt_fs *fs, const char *run, int keep
             size_t len = 0;
             struct ckpt_manifest m;
             memset(&m, 0, sizeof m);
-            r = read_file(p, &text, &len);
+            r = tr_file_read_all(p, &text, &len);
             if (r == TR_OK)
                 r = ckpt_manifest_parse(text, len, p, &m);
             tr_free(text);

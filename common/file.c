@@ -328,3 +328,41 @@ enum tr_status tr_file_read_token(const char *path, const char *what, char **out
     *out = buf;
     return TR_OK;
 }
+
+enum tr_status tr_file_read_all(const char *path, char **text, size_t *n)
+{
+    *text = NULL;
+    *n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return TR_ERR_NOT_FOUND;
+        LOG_ERROR("cannot open '%s': %s", path, strerror(errno));
+        return TR_ERR_IO;
+    }
+    enum tr_status rc = TR_OK;
+    struct stat st;
+    char *p = NULL;
+    int bad = fstat(fd, &st) != 0;
+    if (bad || !S_ISREG(st.st_mode)) {
+        LOG_ERROR("cannot read '%s': %s", path, bad ? strerror(errno) : "not a regular file");
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    p = tr_malloc((size_t)st.st_size + 1);
+    if (!p) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    rc = tr_file_pread_all(fd, p, (size_t)st.st_size, 0, path);
+    if (rc != TR_OK) {
+        tr_free(p);
+        goto exit;
+    }
+    p[st.st_size] = '\0';
+    *text = p;
+    *n = (size_t)st.st_size;
+exit:
+    close(fd);
+    return rc;
+}

@@ -78,6 +78,11 @@ void tr_file_atomic_abort(struct tr_file_atomic *f);
 /* open + write + commit of one buffer. */
 enum tr_status tr_file_write_atomic(const char *path, const void *buf, size_t n) TR_WUR;
 
+/* Reads the whole regular file at path into *text (tr_malloc'd, NUL-terminated;
+ * *n bytes). TR_ERR_NOT_FOUND (not logged: no such file), TR_ERR_IO (logged),
+ * TR_ERR_NOMEM. */
+enum tr_status tr_file_read_all(const char *path, char **text, size_t *n) TR_WUR;
+
 /* The longest secret token a token file may hold. */
 #define TR_TOKEN_MAX 4096
 

@@ -228,7 +228,7 @@ struct launch {
     int nranks;
     /* progress */
     int64_t step, total, last_progress_step;
-    double t_start, t_last_progress, samples_per_s, loss, auc;
+    double t_last_progress, samples_per_s, loss, auc;
     double t_prev_step; /* wall time of the last step report */
     int have_auc, tty, drawn;
     enum stop_why stop;
@@ -238,7 +238,6 @@ struct launch {
     int step_killed;
     char hung_reason[1024];
     json_t *final_metrics;
-    double t_attempt;
 };
 
 static double now_wall(void)
@@ -246,17 +245,16 @@ static double now_wall(void)
     return tr_clock_wall();
 }
 
-static void db_try(struct launch *L, enum tr_status rc, const char *what)
+static void db_try(enum tr_status rc, const char *what)
 {
     if (rc != TR_OK)
         LOG_WARN("run history: could not record %s (the run goes on)", what);
-    (void)L;
 }
 
 static void record_event(struct launch *L, const char *kind, json_t *data)
 {
     char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
-    db_try(L, db_event_add(L->db, L->id, now_wall(), kind, s), kind);
+    db_try(db_event_add(L->db, L->id, now_wall(), kind, s), kind);
     free(s);
     json_decref(data);
 }
@@ -302,25 +300,6 @@ static void make_id(char *out, size_t n)
     snprintf(out, n, "%s-%02x%02x%02x", ts, r[0], r[1], r[2]);
 }
 
-static enum tr_status make_dir_p(const char *path, mode_t mode)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-            break;
-        *p = '/';
-    }
-    if (mkdir(tmp, mode) != 0 && errno != EEXIST) {
-        LOG_ERROR("cannot create the directory '%s': %s", path, strerror(errno));
-        return TR_ERR_ARG;
-    }
-    return TR_OK;
-}
-
 static enum tr_status write_token(struct launch *L)
 {
     unsigned char r[24];
@@ -343,33 +322,6 @@ static enum tr_status write_token(struct launch *L)
     close(fd);
     snprintf(L->token, sizeof L->token, "%.*s", (int)(2 * sizeof r), hex);
     return TR_OK;
-}
-
-/* The whole file at path (NUL-terminated, tr_malloc'd); NULL when unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *s = tr_malloc(cap);
-    while (s) {
-        n += fread(s + n, 1, cap - n - 1, fp);
-        if (n < cap - 1)
-            break;
-        char *t = tr_realloc(s, 2 * cap);
-        if (!t) {
-            tr_free(s);
-            s = NULL;
-            break;
-        }
-        s = t;
-        cap *= 2;
-    }
-    fclose(fp);
-    if (s)
-        s[n] = 0;
-    return s;
 }
 
 /* The report listener: loopback locally, every address under SLURM (the ranks of
@@ -462,9 +414,10 @@ static enum tr_status wait_listening(struct launch *L, int n, char *url, size_t 
 {
     const double until = tr_clock_now() + 60;
     for (;;) {
-        char *text = slurp(L->ckpt.log);
+        char *text = NULL;
+        size_t len = 0;
         int seen = 0;
-        if (text) {
+        if (tr_file_read_all(L->ckpt.log, &text, &len) == TR_OK) {
             const char *key = "terarec-ckpt: listening on ";
             for (char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
                 if (!seen++) {
@@ -637,8 +590,7 @@ static enum tr_status start_attempt(struct launch *L, int resume)
         json_object_set_new(d, "start_position", json_string(pos));
     }
     record_event(L, L->attempt ? "restarted" : "started", d);
-    L->t_attempt = tr_clock_now();
-    L->t_last_progress = L->t_attempt;
+    L->t_last_progress = tr_clock_now();
     L->last_progress_step = -1;
     L->t_rank_lost = 0;
     L->step_killed = 0;
@@ -753,14 +705,14 @@ static void on_event(struct launch *L, const json_t *m)
         if (json_is_integer(ts))
             L->total = json_integer_value(ts);
         char *s = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
-        db_try(L, db_event_add(L->db, L->id, t, "params", s), "the parameters");
+        db_try(db_event_add(L->db, L->id, t, "params", s), "the parameters");
         free(s);
     } else if (!strcmp(kind, "step")) {
         const char *names[] = {"loss", "learning_rate", "step_time_ms", "samples_per_s"};
         for (size_t i = 0; i < TR_ARRAY_SIZE(names); i++) {
             double v = jnum(d, names[i]);
             if (json_object_get(d, names[i]))
-                db_try(L, db_metric_add(L->db, L->id, step, names[i], v, t), "a metric");
+                db_try(db_metric_add(L->db, L->id, step, names[i], v, t), "a metric");
         }
         /* the display's rate: samples over the wall time between two reports (the
          * worker's samples_per_s is its last step's) */
@@ -780,7 +732,7 @@ static void on_event(struct launch *L, const json_t *m)
                                                                           : json_null()));
     } else if (!strcmp(kind, "eval")) {
         double auc = jnum(d, "auc"), ll = jnum(d, "logloss");
-        db_try(L, db_eval_add(L->db, L->id, step, auc, ll, json_integer_value(json_object_get(d, "eval_samples")), t),
+        db_try(db_eval_add(L->db, L->id, step, auc, ll, json_integer_value(json_object_get(d, "eval_samples")), t),
                "an evaluation");
         L->auc = auc;
         L->have_auc = 1;
@@ -798,8 +750,7 @@ static void on_event(struct launch *L, const json_t *m)
         char url[PATH_MAX + 256];
         snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
                  (long long)step);
-        db_try(L,
-               db_ckpt_add(L->db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
+        db_try(db_ckpt_add(L->db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
                            jnum(d, "stall_seconds"), t),
                "a checkpoint");
         if (L->c->json) {
@@ -826,7 +777,6 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         return cn->rank >= 0;
     }
     const char *type = json_string_value(json_object_get(m, "type"));
-    int keep = 1;
     if (cn->rank < 0) {
         const char *tok = json_string_value(json_object_get(m, "token"));
         const int r = (int)json_integer_value(json_object_get(m, "rank"));
@@ -843,12 +793,13 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         rk->exit_code = -1;
         snprintf(rk->host, sizeof rk->host, "%s", json_string_value(json_object_get(m, "host")) ?: "?");
         rk->pid = (long)json_integer_value(json_object_get(m, "pid"));
-        db_try(L, db_process_add(L->db, L->id, L->attempt, r, rk->host, rk->pid, now_wall()), "a process");
+        db_try(db_process_add(L->db, L->id, L->attempt, r, rk->host, rk->pid, now_wall()), "a process");
         json_decref(m);
         return 1;
     }
     struct rank *rk = &L->ranks[cn->rank];
     if (!type) {
+        /* not ours to read: ignored */
     } else if (!strcmp(type, "beat")) {
         rk->last_beat = tr_clock_now();
         int64_t s = json_integer_value(json_object_get(m, "step"));
@@ -867,11 +818,10 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
     } else if (!strcmp(type, "bye")) {
         rk->bye = 1;
         rk->exit_code = (int)json_integer_value(json_object_get(m, "exit"));
-        db_try(L, db_process_exit(L->db, L->id, L->attempt, cn->rank, rk->exit_code, -1, now_wall()), "an exit");
-        keep = 1;
+        db_try(db_process_exit(L->db, L->id, L->attempt, cn->rank, rk->exit_code, -1, now_wall()), "an exit");
     }
     json_decref(m);
-    return keep;
+    return 1;
 }
 
 static void conn_close(struct launch *L, int i)
@@ -1400,7 +1350,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
         snprintf(L->run_dir, sizeof L->run_dir, "%s", c->run_dir);
     else
         snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
-    if (make_dir_p(L->run_dir, 0700) != TR_OK) {
+    if (tr_file_mkdir_p(L->run_dir) != TR_OK) {
         LOG_HINT("pass --run_dir DIR, a directory every node can write");
         tr_free(from_ckpt_url);
         return 2;
@@ -1495,7 +1445,6 @@ static int run_launch(struct launch *L, int argc, char **argv)
         snprintf(reason, sizeof reason, "the checkpoint store did not start (log: %s)", L->ckpt.log);
         goto done;
     }
-    L->t_start = tr_clock_now();
     for (;;) {
         if (start_attempt(L, resume) != TR_OK) {
             snprintf(reason, sizeof reason, "could not start the loader and workers (logs in %.1800s)", L->run_dir);
@@ -1506,7 +1455,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
         status = status_of(L, &exit_code, reason, sizeof reason);
         for (int r = 0; r < L->nranks; r++)
             if (L->ranks[r].hello && !L->ranks[r].bye)
-                db_try(L, db_process_exit(L->db, L->id, L->attempt, r, -1, L->hung ? SIGKILL : 0, now_wall()),
+                db_try(db_process_exit(L->db, L->id, L->attempt, r, -1, L->hung ? SIGKILL : 0, now_wall()),
                        "an exit");
         if (strcmp(status, DB_FAILED) || L->restarts >= c->max_restarts)
             break;
@@ -1519,7 +1468,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
                 L->attempt, reason, L->restarts + 1, c->max_restarts);
         L->restarts++;
         L->attempt++;
-        db_try(L, db_run_reopen(L->db, L->id, NULL), "the restart");
+        db_try(db_run_reopen(L->db, L->id, NULL), "the restart");
         resume = 1;
         proc_release(&L->workers);
         proc_release(&L->loader);
@@ -1538,7 +1487,7 @@ done:
     } else {
         record_event(L, status, json_pack("{s:s,s:I}", "reason", reason, "step", (json_int_t)L->step));
     }
-    db_try(L, db_run_finish(L->db, L->id, status, now_wall(), fm, *reason ? reason : NULL), "the end of the run");
+    db_try(db_run_finish(L->db, L->id, status, now_wall(), fm, *reason ? reason : NULL), "the end of the run");
     free(fm);
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
         slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
