@@ -57,6 +57,18 @@ enum kern_dtype {
 /* Direction of a copy between host memory and the backend's memory. */
 enum kern_copy_dir { KERN_H2D = 0, KERN_D2H = 1, KERN_D2D = 2 };
 enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
+/* What the GEMMs (and the interaction's products) multiply in; tensors stay fp32
+ * in memory and sums are fp32 in every mode (master weights, embeddings and
+ * optimizer state are always fp32):
+ *   FP32  exact fp32 (TF32 off), so parity with the CPU holds to 1e-5
+ *   TF32  fp32 inputs rounded to TF32 on tensor cores (--allow_tf32)
+ *   BF16  inputs rounded to bf16 on tensor cores (--amp, --amp bf16)
+ *   FP16  inputs rounded to fp16 on tensor cores (--amp fp16, with a loss scale)
+ * The CPU backend has FP32 only (TF32 is accepted and means FP32 there). */
+enum kern_precision { KERN_PREC_FP32 = 0, KERN_PREC_TF32 = 1, KERN_PREC_BF16 = 2, KERN_PREC_FP16 = 3 };
+
+/* Name of a precision ("fp32", "tf32", "bf16", "fp16"). */
+const char *kern_precision_name(enum kern_precision p);
 enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
 /* ROWWISE_ADAGRAD: Adagrad with one accumulator per embedding row (FBGEMM's
  * EXACT_ROWWISE_ADAGRAD, see emb_update); dense parameters take element-wise
@@ -66,8 +78,12 @@ enum kern_optim { KERN_OPT_SGD = 0, KERN_OPT_ADAGRAD = 1, KERN_OPT_ROWWISE_ADAGR
 /* Size in bytes of one element of `t`. */
 size_t kern_dtype_size(enum kern_dtype t);
 
-/* C (m, n) = alpha * op(A) op(B) + beta * C, op = transpose when trans_* is set.
- * A is (m, k) or, transposed, (k, m); B is (k, n) or (n, k). */
+/* C (m, n) = act(alpha * op(A) op(B) + beta * C + bias), op = transpose when
+ * trans_* is set. A is (m, k) or, transposed, (k, m); B is (k, n) or (n, k).
+ * The epilogue (bias (n) added to every row, then act) is optional: without a bias
+ * and with KERN_ACT_NONE the op is a plain GEMM. The CPU runs it as gemm followed by
+ * bias_act_fwd; CUDA fuses it into the cuBLASLt call where cuBLASLt has a kernel for
+ * it. The precision of the multiply is the instance's (kern_backend_opts.precision). */
 struct kern_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -78,6 +94,8 @@ struct kern_gemm_args {
     int64_t ldb;
     float *c;
     int64_t ldc;
+    const float *bias; /* (n) or NULL */
+    enum kern_act act;
 };
 
 /* In place: y = act(y + bias) for y (rows, cols). bias (cols) may be NULL. */
@@ -393,6 +411,10 @@ struct kern_backend_opts {
     int device;      /* CUDA: device ordinal; -1: local_rank mod the device count */
     int local_rank;  /* CUDA with device -1: this process's rank on its node */
     int quiet;       /* do not log why a backend cannot open (the status says it) */
+    int precision;   /* enum kern_precision of the GEMMs; TR_ERR_UNSUPPORTED when the
+                        backend lacks it (the CPU has FP32 and TF32-as-FP32 only) */
+    int sizing_only; /* an instance that only answers emb_update_ws_bytes (terarec plan
+                        on a machine without the device): no device, no memory, no ops */
 };
 
 /* Name of the k-th backend this build has, in preference order ("cuda", "cpu"
