@@ -35,6 +35,7 @@ struct kcu_ctx {
     size_t pinned_bytes;
     int sm_count;
     size_t smem_optin;        /* the most dynamic shared memory a block may opt in to */
+    void *dense_state;        /* dense.cu's own (its GEMM plan cache); kcu_dense_init/free */
 };
 
 /* The cuBLASLt workspace every GEMM may use (NVIDIA's recommendation for Hopper). */
@@ -90,7 +91,10 @@ cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c);
 
 /* ---- ops (kernels/cuda/<file>.cu); contracts in kern.h ------------------------------ */
 
-/* dense.cu */
+/* dense.cu; kcu_dense_init runs at open after the handles and the stream exist,
+ * kcu_dense_free at destroy (safe after a failed or no init). */
+enum tr_status kcu_dense_init(struct kcu_ctx *c);
+void kcu_dense_free(struct kcu_ctx *c);
 enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a);
 enum tr_status kcu_bias_act_fwd(struct kcu_ctx *c, const struct kern_bias_act_fwd_args *a);
 enum tr_status kcu_bias_act_bwd(struct kcu_ctx *c, const struct kern_bias_act_bwd_args *a);
