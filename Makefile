@@ -96,7 +96,7 @@ endif
 
 ifeq ($(CUDA),1)
 CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 ifeq ($(NCCL),1)
 CPPFLAGS += -DTR_HAVE_NCCL=1 -isystem $(dir $(NCCL_HOME))
@@ -259,7 +259,7 @@ ifeq ($(CUDA),1)
 	done
 	@# linked into a program with the C library they call (common/): every symbol must resolve
 	$(Q)printf 'int main(void) { return 0; }\n' > $(BUILD)/cuda/check_main.c
-	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_link $(BUILD)/cuda/check_main.c $(BUILD)/cuda/*.o $(LIBCOMMON) -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lcublas -lpthread -lm
+	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_link $(BUILD)/cuda/check_main.c $(BUILD)/cuda/*.o $(LIBCOMMON) -lcublasLt -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++ -lpthread -lm
 	@echo "check-cuda: $(words $(CU_SRCS)) .cu files compiled and linked (no GPU needed)"
 else
 	@echo "check-cuda: nvcc not found; only the C11 half ran" && false

@@ -746,20 +746,20 @@ int ckpt_server_main(int argc, char **argv)
     int want = 0;
     struct tr_opt opts[] = {
         {"root", TR_OPT_PATH, &root, NULL, "the store's directory (created if missing); required", TR_OPT_NOBOUNDS,
-         NULL, NULL, 0},
+         NULL, NULL, 0, NULL},
         {"listen", TR_OPT_STRING, &listen, "127.0.0.1:0",
          "ADDR:PORT to bind (port 0: the system picks one; 0.0.0.0 only if you mean it)", TR_OPT_NOBOUNDS, NULL,
-         NULL, 0},
+         NULL, 0, NULL},
         {"token_file", TR_OPT_PATH, &token_file, NULL,
-         "file holding the bearer token every request must carry; required", TR_OPT_NOBOUNDS, NULL, NULL, 0},
-        {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0},
+         "file holding the bearer token every request must carry; required", TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+        {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0, NULL},
         {"max_body", TR_OPT_BYTES, &cfg.max_body, "1G", "largest request body (a chunk or a manifest)", 1,
-         (double)(INT64_C(1) << 40), NULL, NULL, 0},
+         (double)(INT64_C(1) << 40), NULL, NULL, 0, NULL},
         {"term_grace", TR_OPT_DOUBLE, &term_grace, "0",
          "seconds to go on serving after a SIGTERM (the workers' last checkpoint when SLURM ends a job; SIGINT "
          "stops at once)",
-         0, 1e6, NULL, NULL, 0},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0},
+         0, 1e6, NULL, NULL, 0, NULL},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
     };
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {

@@ -27,6 +27,7 @@ enum job_ids { JOB_IDS_POWERLAW = 0, JOB_IDS_UNIFORM = 1 };
 enum job_nonfinite { JOB_NONFINITE_ERROR = 0, JOB_NONFINITE_ZERO = 1 };
 enum job_interaction { JOB_INTERACT_DOT = 0, JOB_INTERACT_DCNV2 = 1 };
 enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
+enum job_amp { JOB_AMP_OFF = 0, JOB_AMP_BF16 = 1, JOB_AMP_FP16 = 2 };
 
 struct job_cfg {
     /* JOB_DATA: where samples come from */
@@ -66,6 +67,9 @@ struct job_cfg {
     int columnwise_split, data_parallel_bottom_mlp;
     int threads;                  /* per worker; 0: the node's CPUs divided among its workers */
     int backend;                  /* enum job_backend */
+    int amp;                      /* enum job_amp: the GEMMs' reduced precision (cuda only) */
+    int allow_tf32;               /* fp32 GEMMs may round to TF32 (cuda; off: exact fp32) */
+    double loss_scale;            /* static loss scale of --amp fp16 (the seed's --loss_scale) */
     double collective_timeout;    /* seconds a collective waits for the other ranks (0: forever) */
     /* not a flag: the program sets it when the job saves checkpoints, so that the
      * memory plan counts the host staging copy of what each worker saves */
@@ -88,7 +92,7 @@ enum job_group {
  * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
  * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
  * and lists). Sets c->table = o: o must start the table and outlive job_check. */
-#define JOB_MAX_OPTS 40
+#define JOB_MAX_OPTS 48
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
 /* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
@@ -96,6 +100,10 @@ int64_t job_test_batch(const struct job_cfg *c);
 
 /* Name of an optimizer choice ("sgd", "adagrad", "rowwise_adagrad"). */
 const char *job_optim_name(int optimizer);
+
+/* The factor the loss gradient is multiplied by, and the parameter gradients
+ * divided by: --loss_scale under --amp fp16, else 1. */
+float job_loss_scale(const struct job_cfg *c);
 
 /* Name of a backend choice ("auto", "cpu", "cuda"). */
 const char *job_backend_name(int backend);

@@ -358,6 +358,15 @@ static char *canon(const char *arg, size_t len, char *buf, size_t n)
     return buf;
 }
 
+/* True if text names one of the choices of ENUM option o. */
+static int is_choice(const struct tr_opt *o, const char *text)
+{
+    for (int k = 0; o->choices[k]; k++)
+        if (!strcmp(o->choices[k], text))
+            return 1;
+    return 0;
+}
+
 enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *rest, int *want)
 {
     *want = 0;
@@ -447,6 +456,8 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
         if (!val) {
             if (o->type == TR_OPT_BOOL) {
                 val = "true";
+            } else if (o->type == TR_OPT_ENUM && o->bare && !(i + 1 < argc && is_choice(o, argv[i + 1]))) {
+                val = o->bare;
             } else if (i + 1 < argc) {
                 val = argv[++i];
             } else {
@@ -523,7 +534,7 @@ void tr_opt_print_help(const struct tr_opt *opts, const char *usage, FILE *fp)
         case TR_OPT_DOUBLE: arg = " X"; break;
         case TR_OPT_STRING: arg = " TEXT"; break;
         case TR_OPT_PATH: arg = " PATH"; break;
-        case TR_OPT_ENUM: arg = " CHOICE"; break;
+        case TR_OPT_ENUM: arg = o->bare ? " [CHOICE]" : " CHOICE"; break;
         case TR_OPT_INT_LIST: arg = " N,N,..."; break;
         case TR_OPT_END: break;
         }

@@ -28,7 +28,7 @@ const char *kern_backend_name(int k)
 
 enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be)
 {
-    static const struct kern_backend_opts defaults = {0, -1, 0, 0};
+    static const struct kern_backend_opts defaults = {0, -1, 0, 0, KERN_PREC_FP32, 0};
     memset(be, 0, sizeof *be);
     if (!o)
         o = &defaults;
@@ -43,7 +43,13 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
             if (rc == TR_ERR_NOMEM)
                 return rc;
         }
-        return TR_ERR_UNSUPPORTED; /* unreachable while cpu is registered */
+        /* only when the options fit no backend (--amp on a machine without a GPU) */
+        if (!o->quiet) {
+            LOG_ERROR("backend auto: no backend of this build opens with %s GEMMs here",
+                      kern_precision_name((enum kern_precision)o->precision));
+            LOG_HINT("--amp needs a CUDA device; drop it to train on the cpu backend");
+        }
+        return TR_ERR_UNSUPPORTED;
     }
     for (int k = 0; name && k < NREG; k++)
         if (!strcmp(name, registry[k].name))
@@ -60,6 +66,17 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
     LOG_ERROR("unknown backend '%s'", name ? name : "(null)");
     LOG_HINT("backends: cpu, cuda, auto");
     return TR_ERR_ARG;
+}
+
+const char *kern_precision_name(enum kern_precision p)
+{
+    switch (p) {
+    case KERN_PREC_FP32: return "fp32";
+    case KERN_PREC_TF32: return "tf32";
+    case KERN_PREC_BF16: return "bf16";
+    case KERN_PREC_FP16: return "fp16";
+    }
+    return "?";
 }
 
 void kern_backend_close(struct kern_backend *be)

@@ -58,6 +58,7 @@ void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables,
     }
     out->adagrad_init = (float)job->adagrad_init;
     out->adagrad_eps = (float)job->adagrad_eps;
+    out->loss_scale = job_loss_scale(job);
     out->seed = (uint64_t)job->seed;
     out->max_global = TR_MAX(job->batch_size, job_test_batch(job));
     out->max_batch = shard_slice_start(out->max_global, plan ? plan->world : 1, 1); /* the first slice is largest */
@@ -533,16 +534,22 @@ void dlrm_free(struct dlrm **pm)
 static enum tr_status gemm(struct dlrm *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                            int64_t lda, const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc};
+    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc, NULL, KERN_ACT_NONE};
     return m->be.i->gemm(m->be.ctx, &g);
 }
 
-/* y = act(x W + b) for one layer. */
+/* y = act(x W + b) for one layer: one GEMM with the bias and activation as its
+ * epilogue (fused on CUDA). */
 static enum tr_status layer_fwd(struct dlrm *m, struct dlrm_layer *L, int64_t B, const float *x, int64_t ldx)
 {
-    TR_CHECK(gemm(m, 0, 0, B, L->out, L->in, x, ldx, L->w, L->out, 0.0f, L->y, L->ldy));
-    struct kern_bias_act_fwd_args a = {B, L->out, L->y, L->ldy, L->b, L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
-    return m->be.i->bias_act_fwd(m->be.ctx, &a);
+    struct kern_gemm_args g = {0, 0, B, L->out, L->in, 1.0f, 0.0f, x, ldx, L->w, L->out, L->y, L->ldy, L->b,
+                               L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+    return m->be.i->gemm(m->be.ctx, &g);
+}
+
+float dlrm_grad_unscale(const struct dlrm *m)
+{
+    return m->cfg.loss_scale > 0.0f ? 1.0f / m->cfg.loss_scale : 1.0f;
 }
 
 /* Given dy (B, out) of the layer output (modified in place into dz), fills dw, db
@@ -676,6 +683,8 @@ float *dlrm_logits(const struct dlrm *m)
 enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale, double *loss_sum)
 {
     double t0 = dlrm_clock(m), sum = 0.0;
+    if (m->cfg.loss_scale > 0.0f)
+        grad_scale *= m->cfg.loss_scale; /* undone by dlrm_grad_unscale in every update */
     struct kern_bce_args a = {n, dlrm_logits(m), labels, &sum, m->dlogits, grad_scale};
     TR_CHECK(m->be.i->bce(m->be.ctx, &a));
     *loss_sum = sum;
@@ -722,7 +731,7 @@ enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int
         return TR_ERR_ARG;
     double t0 = dlrm_clock(m);
     struct kern_dense_update_args a = {p1 - p0, m->params + p0, m->grads + p0, m->accum ? m->accum + p0 : NULL,
-                                       1.0f, {m->cfg.optim, lr, m->cfg.adagrad_eps}};
+                                       dlrm_grad_unscale(m), {m->cfg.optim, lr, m->cfg.adagrad_eps}};
     TR_CHECK(m->be.i->dense_update(m->be.ctx, &a));
     m->t[DLRM_T_DENSE_UPDATE] += dlrm_clock(m) - t0;
     return TR_OK;

@@ -61,6 +61,8 @@ struct dlrm_cfg {
     enum kern_optim optim;
     float adagrad_init;      /* initial accumulator value */
     float adagrad_eps;
+    float loss_scale;        /* the loss gradient is scaled up by it and every parameter
+                                gradient down before its step (--amp fp16); 0 or 1: none */
     uint64_t seed;           /* initialisation seed */
     int64_t max_batch;       /* largest (local) batch the dense part will see */
     int64_t max_global;      /* largest global batch (embedding gathers, a model-parallel

@@ -97,6 +97,9 @@ double dlrm_clock(const struct dlrm *m);
 
 /* Logits of the last forward: (n) with stride 1. */
 float *dlrm_logits(const struct dlrm *m);
+/* The factor every parameter gradient is multiplied by before its step: 1 / the
+ * loss scale (--amp fp16), else 1. */
+float dlrm_grad_unscale(const struct dlrm *m);
 
 /* Dense part on a local slice of n samples: the bottom MLP (if this process runs
  * it data-parallel) writes row 0 of m->x from num (n, ldnum); then interaction and

@@ -573,8 +573,8 @@ static enum tr_status rowwise_sums(struct hybrid *h, const struct geom *g, float
         h->upd[t] = (struct kern_emb_update_args){
             .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
             .idx = blk_cat(h, t), .idx_dtype = KERN_I32, .nbags = g->n, .comb = KERN_COMB_SUM, .grad = grad,
-            .grad_ld = ld, .grad_scale = 1.0f, .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws,
-            .ws_bytes = m->emb_ws_bytes, .bad_pos = &h->bad_upd[t], .dim = h->p->dim,
+            .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m), .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps},
+            .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes, .bad_pos = &h->bad_upd[t], .dim = h->p->dim,
             .row_sumsq = m->emb_sumsq + (int64_t)t * g->n,
         };
     }
@@ -606,7 +606,7 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
         h->upd[nu++] = (struct kern_emb_update_args){
             .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
             .accum_ld = tb->width, .idx = blk_cat(h, v->table), .idx_dtype = KERN_I32, .nbags = g.n,
-            .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = 1.0f,
+            .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m),
             .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
             .dim = tb->width, /* a whole row: row-wise Adagrad sums its squares itself */
         };

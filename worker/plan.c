@@ -20,6 +20,17 @@ int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node)
     return job->threads > 0 ? job->threads : TR_MAX(1, cpus / TR_MAX(1, workers_per_node));
 }
 
+struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int threads, int local_rank, int sizing_only)
+{
+    struct kern_backend_opts o = {.threads = threads, .device = -1, .local_rank = local_rank};
+    o.precision = job->amp == JOB_AMP_BF16   ? KERN_PREC_BF16
+                  : job->amp == JOB_AMP_FP16 ? KERN_PREC_FP16
+                  : job->allow_tf32          ? KERN_PREC_TF32
+                                             : KERN_PREC_FP32;
+    o.sizing_only = sizing_only;
+    return o;
+}
+
 enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                  int world, int rank, struct plan_worker *w)
 {

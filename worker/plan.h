@@ -45,6 +45,11 @@ struct plan_worker {
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */
 int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node);
 
+/* The options a worker opens its backend with for this job: its threads, the
+ * device by local rank, the GEMM precision of --amp / --allow_tf32. sizing_only:
+ * for a plan, an instance that needs no device (kern_backend_opts). */
+struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int threads, int local_rank, int sizing_only);
+
 /* Fills *w with rank `rank`'s bytes of the job on `world` workers whose backend is
  * be (its workspace sizes; an instance like the workers'). TR_ERR_ARG on an
  * impossible shape (logged, naming the flag), TR_ERR_NOMEM. */

@@ -254,7 +254,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
     T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
-    struct kern_backend_opts bo = {.threads = T->threads, .device = -1, .local_rank = T->dist.local_rank};
+    struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
     TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
     T->comm.timeout = job->collective_timeout;

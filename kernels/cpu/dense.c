@@ -47,7 +47,7 @@ const char *kern_cpu_blas_name(void)
 #endif
 }
 
-enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a)
+static enum tr_status gemm_plain(const struct kern_gemm_args *a)
 {
     if (a->m < 0 || a->n < 0 || a->k < 0)
         return TR_ERR_ARG;
@@ -76,6 +76,16 @@ enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a)
                 (int)a->ldc);
 #endif
     return TR_OK;
+}
+
+/* The GEMM, then its optional epilogue as a second pass (kern.h). */
+enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a)
+{
+    TR_CHECK(gemm_plain(a));
+    if ((!a->bias && a->act == KERN_ACT_NONE) || a->m == 0 || a->n == 0)
+        return TR_OK;
+    struct kern_bias_act_fwd_args e = {a->m, a->n, a->c, a->ldc, a->bias, a->act};
+    return kern_cpu_bias_act_fwd(&e);
 }
 
 enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a)

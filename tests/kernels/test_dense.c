@@ -34,15 +34,20 @@ static void ref_gemm(const struct kern_gemm_args *g, const float *c_old, double 
         }
 }
 
-static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, uint64_t seed)
+/* epi: 0 a plain GEMM, 1 + bias, 2 + bias then ReLU, 3 ReLU alone (the epilogue of kern.h). */
+static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, uint64_t seed,
+                      int epi)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
     const int64_t lda = acols + 3, ldb = bcols + 1, ldc = n + 5;
-    struct kt_buf a, b, c;
+    struct kt_buf a, b, c, bias;
     kt_buf_init(&a, arows * lda);
     kt_buf_init(&b, brows * ldb);
     kt_buf_init(&c, m * ldc);
+    kt_buf_init(&bias, n);
+    kt_fill(&r, bias.h, n, -1, 1);
+    kt_upload(&bias);
     float *c_old = tr_malloc((size_t)(m * ldc) * sizeof(float));
     double *ref = tr_malloc((size_t)(m * n) * sizeof(double));
     kt_fill(&r, a.h, arows * lda, -1, 1);
@@ -56,14 +61,21 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     struct kern_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
                                .a = a.h, .lda = lda, .b = b.h, .ldb = ldb, .c = c.h, .ldc = ldc};
     ref_gemm(&g, c_old, ref); /* the same call on the host mirrors */
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double v = ref[i * n + j] + (epi == 1 || epi == 2 ? (double)bias.h[j] : 0.0);
+            ref[i * n + j] = (epi == 2 || epi == 3) && v < 0.0 ? 0.0 : v;
+        }
     g.a = a.d;
     g.b = b.d;
     g.c = c.d;
+    g.bias = epi == 1 || epi == 2 ? bias.d : NULL;
+    g.act = epi >= 2 ? KERN_ACT_RELU : KERN_ACT_NONE;
     enum tr_status rc = kt_be.i->gemm(kt_be.ctx, &g);
     kt_download(&c);
-    char what[96];
-    snprintf(what, sizeof what, "gemm %c%c m=%lld n=%lld k=%lld alpha=%g beta=%g", ta ? 'T' : 'N', tb ? 'T' : 'N',
-             (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta);
+    char what[112];
+    snprintf(what, sizeof what, "gemm %c%c m=%lld n=%lld k=%lld alpha=%g beta=%g epilogue %d", ta ? 'T' : 'N',
+             tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta, epi);
     TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
     /* float accumulation of k products of |x| <= 1: error grows like sqrt(k) eps */
     double atol = 1e-6 * (1.0 + sqrt((double)k)) * (fabs(alpha) + 1.0);
@@ -72,6 +84,7 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     TH_CHECKF(kt_buf_guard_ok(&c), "%s: wrote outside C", what);
     tr_free(ref);
     tr_free(c_old);
+    kt_buf_release(&bias);
     kt_buf_release(&c);
     kt_buf_release(&b);
     kt_buf_release(&a);
@@ -88,9 +101,24 @@ static void test_gemm(void)
     for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++);
-                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 0.75f, 0.5f, seed++);
-                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -2.0f, 1.0f, seed++);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++, 0);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 0.75f, 0.5f, seed++, 0);
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -2.0f, 1.0f, seed++, 0);
+            }
+}
+
+/* The optional epilogue: bias, bias + ReLU and ReLU alone after the product, with
+ * and without beta (the layer forward of the model is the first kind with ReLU). */
+static void test_gemm_epilogue(void)
+{
+    KT_NEED_OP(KERN_OP_GEMM);
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 17, 33}, {33, 5, 17}, {64, 128, 13}, {129, 65, 31}};
+    uint64_t seed = 5000;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int epi = 1; epi <= 3; epi++)
+            for (int t = 0; t < 4; t++) {
+                gemm_case(t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f, seed++, epi);
+                gemm_case(t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], 0.5f, 0.25f, seed++, epi);
             }
 }
 
@@ -399,6 +427,7 @@ static void test_fd_layer(void)
 static const struct th_case cases[] = {
     {"gemm", test_gemm},
     {"gemm_edges", test_gemm_edges},
+    {"gemm_epilogue", test_gemm_epilogue},
     {"bias_act_fwd", test_bias_act_fwd},
     {"bias_act_bwd", test_bias_act_bwd},
     {"fd_layer", test_fd_layer},

@@ -15,12 +15,14 @@
 int kern_cuda_kmath_eval(const float *in_host, int n, uint64_t seed, float *out_host);
 #endif
 
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
 /* The host side: the same km_probe the device kernel runs. */
 static void host_eval(const float *in, int n, uint64_t seed, float *out)
 {
     for (int i = 0; i < n; i++)
         km_probe(in[i], seed, i, out + (int64_t)i * 16);
 }
+#endif
 
 static void device_matches_host(void)
 {
