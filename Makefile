@@ -9,6 +9,10 @@
 #   make deps            installs the Debian packages that are missing (prints them)
 #   make run             the main job: terarec train (a local training run on synthetic data)
 #   make bench           builds the benchmarks (run them from bench/)
+#   make bundle          build/bundle/: the binaries and the shared libraries they need, relocatable
+#                        (RUNPATH $ORIGIN/../lib), for GPU nodes without the -dev packages;
+#                        BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries
+#   make sanitize-cuda   the CUDA kernel tests under compute-sanitizer memcheck and racecheck (GPU)
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
 # CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64).
@@ -213,7 +217,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run fuzz
+.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run fuzz bundle sanitize-cuda
 .SECONDARY:
 
 all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
@@ -230,6 +234,20 @@ test: all
 
 test-gpu: all
 	$(Q)TR_TEST_GPU=1 tests/run.sh $(BUILD)
+
+bundle: $(BINS)
+	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS)
+
+# every kernel test that runs on the CUDA backend, under both sanitizer tools; a
+# report fails the target (needs a GPU: the tests SKIP without one, which proves nothing)
+KERNEL_TEST_BINS := $(filter $(BUILD)/tests/kernels/%,$(TEST_BINS))
+sanitize-cuda: $(KERNEL_TEST_BINS)
+	$(Q)set -e; for t in $(KERNEL_TEST_BINS); do for tool in memcheck racecheck; do \
+	  echo "  SANITIZE $$tool $$(basename $$t)"; \
+	  TR_TEST_GPU=1 compute-sanitizer --tool $$tool --error-exitcode 99 $$t cuda > $(BUILD)/sanitize-$$tool-$$(basename $$t).log 2>&1 \
+	    || { tail -30 $(BUILD)/sanitize-$$tool-$$(basename $$t).log; exit 1; }; \
+	  grep -E 'ERROR SUMMARY|passed' $(BUILD)/sanitize-$$tool-$$(basename $$t).log | tail -2; \
+	done; done
 
 asan:
 	$(MAKE) SANITIZE=address BUILD=build-asan test
@@ -268,7 +286,7 @@ endif
 # Debian packages needed to build, test and benchmark; installs only what is missing
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
-  libsqlite3-dev libcairo2-dev libfontconfig-dev
+  libsqlite3-dev libcairo2-dev libfontconfig-dev patchelf
 DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang
 DEPS_BENCH := python3-torch python3-numpy
 deps:

@@ -68,6 +68,23 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
     return TR_ERR_ARG;
 }
 
+void kern_backends_print(FILE *fp, int parsable)
+{
+    int devices = -1;
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    devices = kern_cuda_device_count();
+#endif
+    fprintf(fp, parsable ? "backends:" : "backends: ");
+    for (int k = 0; k < NREG; k++) {
+        fprintf(fp, "%s%s", k ? (parsable ? "," : ", ") : "", registry[k].name);
+        if (!parsable && !strcmp(registry[k].name, "cuda"))
+            fprintf(fp, " (%d device%s visible)", devices, devices == 1 ? "" : "s");
+    }
+    fprintf(fp, "\n");
+    if (parsable && devices >= 0)
+        fprintf(fp, "cuda_devices:%d\n", devices);
+}
+
 const char *kern_precision_name(enum kern_precision p)
 {
     switch (p) {

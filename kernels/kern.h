@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common/status.h"
 
@@ -83,7 +84,9 @@ size_t kern_dtype_size(enum kern_dtype t);
  * The epilogue (bias (n) added to every row, then act) is optional: without a bias
  * and with KERN_ACT_NONE the op is a plain GEMM. The CPU runs it as gemm followed by
  * bias_act_fwd; CUDA fuses it into the cuBLASLt call where cuBLASLt has a kernel for
- * it. The precision of the multiply is the instance's (kern_backend_opts.precision). */
+ * it, whose ReLU is max(x, 0): a NaN before it becomes 0 there, where km_relu keeps
+ * it (the numeric guards still see NaN weights and gradients, which no ReLU touches).
+ * The precision of the multiply is the instance's (kern_backend_opts.precision). */
 struct kern_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -438,6 +441,10 @@ void kern_backend_close(struct kern_backend *be);
  * out-of-memory names the tensor and the size asked for. */
 enum tr_status kern_alloc(const struct kern_backend *be, size_t bytes, void **p, const char *what, ...) TR_WUR
     __attribute__((format(printf, 4, 5)));
+
+/* Prints the line "backends: cuda (N devices visible), cpu" (parsable: one
+ * "backends:cuda,cpu" and one "cuda_devices:N" line) for --version. */
+void kern_backends_print(FILE *fp, int parsable);
 
 /* Number of CPUs this process may run on (sched_getaffinity). */
 int kern_cpu_count(void);

@@ -69,6 +69,7 @@ int terarec_main(int argc, char **argv)
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
         int parsable = argc >= 3 && !strcmp(argv[2], "--parsable");
         tr_version_print(stdout, "terarec", parsable, kern_blas_info());
+        kern_backends_print(stdout, parsable);
         return 0;
     }
     return dispatch("terarec", top_cmds, sizeof top_cmds / sizeof top_cmds[0], argc, argv);

@@ -37,6 +37,7 @@ int main(int argc, char **argv)
                           stdout);
     } else if (rc == TR_OK && (want & TR_OPT_WANT_VERSION)) {
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
+        kern_backends_print(stdout, want & TR_OPT_WANT_PARSABLE);
     } else if (rc == TR_OK) {
         if (cfg.events_addr && *cfg.events_addr) {
             struct sigaction sa;

@@ -33,6 +33,9 @@
 
 #define REL_TOL 1e-5 /* ||c - ref||_2 / ||ref||_2 */
 #define ELEM_ATOL 1e-6 /* |c - ref| <= REL_TOL * max|ref| + ELEM_ATOL */
+
+/* The backend the cases run on (main runs them once per backend of the build). */
+static const char *gold_backend = "cpu";
 #define NSTEPS 3
 #define MAX_TABLES 64
 
@@ -544,7 +547,7 @@ static int model_setup(struct fx *f, enum kern_optim opt, int dcn)
     cfg.adagrad_eps = (float)gold_double(g, "cfg/adagrad_eps");
     cfg.seed = 12345;
     cfg.max_batch = f->B;
-    enum tr_status rc = kern_backend_open("cpu", NULL, &f->be);
+    enum tr_status rc = kern_backend_open(gold_backend, NULL, &f->be);
     if (rc == TR_OK) {
         f->open = 1;
         rc = solo_open(&f->s, &cfg, &f->be, 0);
@@ -1148,7 +1151,27 @@ static const struct th_case cases[] = {
     {"dcn_negative_control", test_dcn_negative_control},
 };
 
+static void enter_backend(void *arg)
+{
+    gold_backend = arg;
+}
+
+/* Every case on every backend of the build ("forward [cuda]"); the CUDA group is
+ * one SKIP without a device (a failure under make test-gpu). */
 int main(int argc, char **argv)
 {
-    return th_main(cases, TR_ARRAY_SIZE(cases), argc, argv);
+    struct th_group groups[4];
+    size_t ng = 0;
+    for (int k = 0; ng < TR_ARRAY_SIZE(groups) && kern_backend_name(k); k++) {
+        const char *name = kern_backend_name(k);
+        groups[ng] = (struct th_group){.tag = name, .enter = enter_backend, .arg = (void *)name};
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+        if (!strcmp(name, "cuda") && kern_cuda_device_count() == 0) {
+            groups[ng].skip = "cuda backend: no CUDA device";
+            groups[ng].needs_gpu = 1;
+        }
+#endif
+        ng++;
+    }
+    return th_main_groups(cases, TR_ARRAY_SIZE(cases), groups, ng, argc, argv);
 }

@@ -9,6 +9,7 @@ out=$($W --help 2>&1) && echo "$out" | grep -q -- '--batch_size N' && echo "$out
 out=$($W --version 2>&1) && echo "$out" | grep -qE '^terarec-worker [0-9]+\.[0-9]+\.[0-9]+ \(git ' \
     && ok "--version" || fail "--version" "$out"
 out=$($W --version --parsable 2>&1) && echo "$out" | grep -q '^blas:' && echo "$out" | grep -q '^cuda:' \
+    && echo "$out" | grep -qE '^backends:(cuda,)?cpu$' \
     && ok "--version --parsable" || fail "--version --parsable" "$out"
 
 # bad_input NAME EXPECTED_REGEX FLAGS...: exit 2, an error line matching, no log file

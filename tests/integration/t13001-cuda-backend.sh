@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# t13001: the CUDA backend from the command line.
+# On every machine (these run in CI, which has no GPU):
+# - --backend cuda without a device (or in a build without CUDA): exit 1 with one
+#   error line saying why and a hint, before any training;
+# - --amp on the cpu backend (or auto without a device) is refused the same way;
+#   a bad --amp value is bad input (exit 2); a bare --amp means bf16;
+# - terarec plan --backend cuda plans without a GPU (a sizing-only instance);
+# - make bundle's folder, moved elsewhere, runs with its own libraries: every
+#   non-system library resolves into its lib/, --version lists the backends, and
+#   a short training run completes from it.
+# With a GPU (each SKIPs without one; TR_TEST_GPU=1 makes that a failure):
+# - fp32 (TF32 off): the loss of each of 20 steps within 1e-5 of the cpu backend's
+#   and every final weight tensor within 1e-4 (compare_runs.py; t9001 says why 1e-4);
+# - 300 steps on the synthetic data: the final AUC within 0.002 of the cpu
+#   backend's, and with --amp bf16 and --amp fp16 within 0.003.
+. "$(dirname "$0")/lib.sh"
+W=$TR_BIN/terarec-worker
+cd "$TMP" || exit 1
+M="--batch_size 512 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 16 --bottom_mlp_dims 32,16
+   --top_mlp_dims 64,32,1 --learning_rate 0.5 --warmup_steps 0 --synthetic_dataset_valid_batches 4 --threads 2"
+devices=$($W --version --parsable 2>/dev/null | sed -n 's/^cuda_devices://p')
+devices=${devices:-0}
+has_cuda_build=0
+$W --version --parsable | grep -q '^cuda:yes' && has_cuda_build=1
+
+# ---- without a device ---------------------------------------------------------------
+if [ "$devices" -eq 0 ]; then
+    out=$($W $M --max_steps 5 --backend cuda 2>&1); rc=$?
+    if [ $rc -eq 1 ] && echo "$out" | grep -qE "error: backend 'cuda': (no CUDA device is visible|this build has no CUDA)" &&
+        echo "$out" | grep -q "hint: " && ! echo "$out" | grep -q "step 1"; then
+        ok "--backend cuda without a device: exit 1, the reason and a hint"
+    else
+        fail "--backend cuda without a device" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+    out=$($W $M --max_steps 5 --amp 2>&1); rc=$?
+    if [ $rc -eq 1 ] && echo "$out" | grep -q "error: backend auto: no backend of this build opens with bf16 GEMMs" &&
+        echo "$out" | grep -q "hint: --amp needs a CUDA device"; then
+        ok "a bare --amp (bf16) without a device is refused, naming --amp"
+    else
+        fail "--amp without a device" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+    out=$($W $M --max_steps 5 --backend cpu --amp fp16 2>&1); rc=$?
+    if [ $rc -eq 1 ] && echo "$out" | grep -q "error: backend 'cpu': computes in fp32 only; --amp (fp16 GEMMs)"; then
+        ok "--amp fp16 --backend cpu is refused"
+    else
+        fail "--amp fp16 --backend cpu" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+else
+    skip "--backend cuda without a device" "this machine has $devices CUDA device(s)"
+    skip "--amp without a device" "this machine has $devices CUDA device(s)"
+    skip "--amp fp16 --backend cpu" "this machine has $devices CUDA device(s)"
+fi
+out=$($W $M --max_steps 5 --amp bf61 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "unexpected argument 'bf61'" && ok "--amp with a word that is not a choice: exit 2" \
+    || fail "--amp bf61" "rc $rc: $(echo "$out" | tail -2)"
+out=$($W $M --max_steps 5 --amp=bf61 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "amp: 'bf61' is not one of off|bf16|fp16" && ok "--amp=bf61: exit 2 naming the choices" \
+    || fail "--amp=bf61" "rc $rc: $(echo "$out" | tail -2)"
+
+# ---- terarec plan --backend cuda without a GPU ----------------------------------------------
+if [ $has_cuda_build -eq 1 ]; then
+    out=$($TR_BIN/terarec plan --backend cuda --nodes 4 --gpus_per_node 8 --embedding_dim 512 \
+          --synthetic_dataset_cardinalities 26x1000000 --columnwise_split --data_parallel_bottom_mlp 2>&1); rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "backend cuda"; then
+        ok "terarec plan --backend cuda works without a GPU (4 nodes x 8)"
+    else
+        fail "terarec plan --backend cuda" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+else
+    skip "terarec plan --backend cuda" "built without CUDA (no nvcc)"
+fi
+
+# ---- make bundle ----------------------------------------------------------------------------
+if ! command -v patchelf >/dev/null; then
+    skip "make bundle" "patchelf is not installed (make deps installs it)"
+else
+    B=$TMP/moved/terarec-bundle
+    mkdir -p "$TMP/moved"
+    # BUNDLE_CUDA=0: the CUDA toolkit's libraries (cuBLASLt alone is 540 MB) stay with
+    # the machine, as on GPU nodes that have the CUDA runtime
+    out=$(BUNDLE_CUDA=0 "$TR_ROOT/tools/bundle.sh" "$TMP/bundle" "$TR_BIN/terarec-worker" "$TR_BIN/terarec" 2>&1) &&
+        mv "$TMP/bundle" "$B" || fail "bundle.sh" "$out"
+    if [ -x "$B/bin/terarec-worker" ]; then
+        # every library that is not the C runtime or the driver resolves inside the bundle
+        outside=$(ldd "$B/bin/terarec-worker" | awk '$2 == "=>" {print $1, $3}' |
+            grep -vE '^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda\.|libnvidia-)' |
+            grep -vE '^(libcudart|libcublas|libcublasLt|libnccl)\.' | grep -vE " $B/(bin/\.\./)?lib/" || true)
+        nlib=$(ls "$B/lib" | wc -l)
+        if [ -z "$outside" ] && [ "$nlib" -gt 5 ]; then
+            ok "bundle: the worker's $nlib non-system libraries all load from the moved bundle's lib/"
+        else
+            fail "bundle: libraries resolve inside the bundle" "outside: $outside (lib/ has $nlib)"
+        fi
+        ver=$("$B/bin/terarec-worker" --version 2>&1)
+        echo "$ver" | grep -qE '^backends: (cuda \([0-9]+ devices? visible\), )?cpu$' &&
+            ok "bundle: terarec-worker --version lists its backends ($(echo "$ver" | tail -1))" ||
+            fail "bundle: --version" "$ver"
+        out=$("$B/bin/terarec-worker" $M --max_steps 10 --backend cpu 2>&1) &&
+            ok "bundle: a 10-step training run from the moved bundle" ||
+            fail "bundle: training from the bundle" "$(echo "$out" | tail -3)"
+    fi
+fi
+
+# ---- with a GPU -----------------------------------------------------------------------------
+gpu_skip() { # NAME
+    if [ "${TR_TEST_GPU:-0}" = 1 ]; then
+        fail "$1" "no CUDA device, and TR_TEST_GPU=1 requires one"
+    else
+        skip "$1" "no CUDA device ($([ $has_cuda_build -eq 1 ] && echo "0 visible" || echo "built without CUDA"))"
+    fi
+}
+final_auc() { # LOG: the AUC of the last evaluation
+    python3 - "$1" <<'PY'
+import json, sys
+auc = None
+for line in open(sys.argv[1]):
+    if line.startswith("DLLL "):
+        d = json.loads(line[5:]).get("data", {})
+        if "auc" in d and "eval_samples" in d:
+            auc = d["auc"]
+print(auc)
+PY
+}
+train() { # NAME BACKEND STEPS EXTRA...: log.json and the weights in $TMP/NAME
+    local name=$1 be=$2 steps=$3; shift 3
+    mkdir -p "$TMP/$name"
+    local out
+    out=$($W $M --backend "$be" --max_steps "$steps" --print_freq 1 --log_path "$TMP/$name/log.json" \
+          --dump_weights "$TMP/$name" "$@" 2>&1) || { echo "$out" | tail -n 20 | sed 's/^/# /'; return 1; }
+}
+if [ "$devices" -eq 0 ]; then
+    gpu_skip "cuda fp32 equals cpu: 20 losses (1e-5) and the weights (1e-4)"
+    gpu_skip "cuda 300 steps: AUC within 0.002 of cpu"
+    gpu_skip "cuda --amp bf16 300 steps: AUC within 0.003 of cpu"
+    gpu_skip "cuda --amp fp16 300 steps: AUC within 0.003 of cpu"
+else
+    if train cpu20 cpu 20 && train cuda20 cuda 20 &&
+        out=$(python3 "$TR_ROOT/tests/integration/compare_runs.py" --wtol 1e-4 "$TMP/cpu20" "$TMP/cuda20" 2>&1); then
+        ok "cuda fp32 equals cpu: 20 losses (1e-5) and the weights (1e-4) ($(echo "$out" | tail -1))"
+    else
+        fail "cuda fp32 equals cpu" "$(echo "${out:-run failed}" | grep -v '^ok' | tail -8)"
+    fi
+    train cpu300 cpu 300 || fail "cpu 300 steps"
+    ref=$(final_auc "$TMP/cpu300/log.json")
+    for v in "fp32 0.002" "bf16 0.003" "fp16 0.003"; do
+        set -- $v
+        extra=""
+        [ "$1" != fp32 ] && extra="--amp $1"
+        name="cuda --amp $1 300 steps: AUC within $2 of cpu"
+        [ "$1" = fp32 ] && name="cuda 300 steps: AUC within $2 of cpu"
+        if train "cuda300$1" cuda 300 $extra; then
+            got=$(final_auc "$TMP/cuda300$1/log.json")
+            if python3 -c "import sys; sys.exit(0 if abs($got - $ref) <= $2 else 1)" 2>/dev/null; then
+                ok "$name (cpu $ref, cuda $got)"
+            else
+                fail "$name" "cpu $ref, cuda $got"
+            fi
+        else
+            fail "$name" "the run failed"
+        fi
+    done
+fi
+done_testing
