@@ -85,17 +85,6 @@ void kern_backends_print(FILE *fp, int parsable)
         fprintf(fp, "cuda_devices:%d\n", devices);
 }
 
-const char *kern_precision_name(enum kern_precision p)
-{
-    switch (p) {
-    case KERN_PREC_FP32: return "fp32";
-    case KERN_PREC_TF32: return "tf32";
-    case KERN_PREC_BF16: return "bf16";
-    case KERN_PREC_FP16: return "fp16";
-    }
-    return "?";
-}
-
 void kern_backend_close(struct kern_backend *be)
 {
     if (be->i && be->i->destroy)

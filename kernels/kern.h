@@ -68,8 +68,18 @@ enum kern_act { KERN_ACT_NONE = 0, KERN_ACT_RELU = 1 };
  * The CPU backend has FP32 only (TF32 is accepted and means FP32 there). */
 enum kern_precision { KERN_PREC_FP32 = 0, KERN_PREC_TF32 = 1, KERN_PREC_BF16 = 2, KERN_PREC_FP16 = 3 };
 
-/* Name of a precision ("fp32", "tf32", "bf16", "fp16"). */
-const char *kern_precision_name(enum kern_precision p);
+/* Name of a precision ("fp32", "tf32", "bf16", "fp16"); inline, so the CUDA files
+ * link without the CPU half of the backend library. */
+static inline const char *kern_precision_name(enum kern_precision p)
+{
+    switch (p) {
+    case KERN_PREC_FP32: return "fp32";
+    case KERN_PREC_TF32: return "tf32";
+    case KERN_PREC_BF16: return "bf16";
+    case KERN_PREC_FP16: return "fp16";
+    }
+    return "?";
+}
 enum kern_combiner { KERN_COMB_SUM = 0, KERN_COMB_MEAN = 1 };
 /* ROWWISE_ADAGRAD: Adagrad with one accumulator per embedding row (FBGEMM's
  * EXACT_ROWWISE_ADAGRAD, see emb_update); dense parameters take element-wise

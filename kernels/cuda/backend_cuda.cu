@@ -233,9 +233,6 @@ static const struct kern_backend_i cuda_iface = {
     .destroy = cu_destroy,
 };
 
-/* kern_precision_name's words; kept here so that this file links without the CPU backend */
-static const char *const prec_names[] = {"fp32", "tf32", "bf16", "fp16"};
-
 /* Sets up the device state of c on c->device; on error the caller destroys c. */
 static enum tr_status open_device(struct kcu_ctx *c)
 {
@@ -268,7 +265,7 @@ static enum tr_status open_device(struct kcu_ctx *c)
     TR_CHECK(kcu_dense_init(c));
     LOG_INFO(KERN, "backend cuda: device %d (%s, sm_%d%d, %d SMs, %.1f GiB), gemm precision %s", c->device, p.name,
              p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / 1073741824.0,
-             prec_names[c->prec]);
+             kern_precision_name(c->prec));
     return TR_OK;
 }
 
