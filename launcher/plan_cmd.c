@@ -88,6 +88,8 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
         json_object_set_new(e, "eval", json_integer(w[r].eval));
         json_object_set_new(e, "checkpoint_staging", json_integer(w[r].ckpt_staging));
         json_object_set_new(e, "total", json_integer(w[r].total));
+        if (w[r].device > 0)
+            json_object_set_new(e, "device", json_integer(w[r].device));
         json_array_append_new(arr, e);
     }
     json_object_set_new(j, "workers", arr);
@@ -121,6 +123,18 @@ static void print_table(const struct plan_cmd_cfg *c, int world, int threads, co
         printf("largest worker: rank %d, %.3f GiB of %.3f GiB\n", worst, gib(w[worst].total), gib(c->memory));
     else
         printf("largest worker: rank %d, %.3f GiB\n", worst, gib(w[worst].total));
+    int dworst = 0;
+    for (int r = 1; r < world; r++)
+        if (w[r].device > w[dworst].device)
+            dworst = r;
+    if (w[dworst].device > 0) /* the cuda backend: what each GPU holds */
+        printf("GPU memory: rank %d holds the most, %.3f GiB (embeddings %.3f, optimizer state %.3f, MLPs %.3f, "
+               "activations and buffers %.3f, backend %.3f; the CUDA context comes on top)\n",
+               dworst, gib(w[dworst].device), gib(w[dworst].embeddings), gib(w[dworst].opt_state),
+               gib(w[dworst].mlp),
+               gib(w[dworst].device - w[dworst].embeddings - w[dworst].opt_state - w[dworst].mlp -
+                   PLAN_CUDA_BACKEND_BYTES),
+               gib(PLAN_CUDA_BACKEND_BYTES));
 }
 
 /* The tables and numerical features to plan for: a preset, a dataset's

@@ -63,6 +63,9 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
         w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
                w->eval + w->ckpt_staging;
+    if (be && be->i && !strcmp(be->i->name, "cuda"))
+        w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
+                    batch_bytes(mc.max_global, s->num_features, s->ntables) + PLAN_CUDA_BACKEND_BYTES;
     shard_plan_release(&sp);
     return TR_OK;
 }

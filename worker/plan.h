@@ -39,7 +39,16 @@ struct plan_worker {
                                     its table slices and their state, and on rank 0 the dense
                                     parameters and their state */
     int64_t total;
+    int64_t device;              /* of total, what lives in GPU memory on the cuda backend (0 on
+                                    the cpu): all but the host staging, the logits kept for
+                                    evaluation and rank 0's host batch block, plus the CUDA
+                                    backend's own buffers (PLAN_CUDA_BACKEND_BYTES) */
 };
+
+/* The CUDA backend's buffers outside the model: the cuBLASLt workspace (32 MiB) and
+ * the op scratch the interaction's chunks use (about 64 MiB). Not counted: the CUDA
+ * context itself (driver memory, a few hundred MiB, outside the allocator). */
+#define PLAN_CUDA_BACKEND_BYTES ((int64_t)96 << 20)
 
 /* Threads per worker for a job on a node with `cpus` CPUs shared by
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */
