@@ -358,15 +358,6 @@ static char *canon(const char *arg, size_t len, char *buf, size_t n)
     return buf;
 }
 
-/* True if text names one of the choices of ENUM option o. */
-static int is_choice(const struct tr_opt *o, const char *text)
-{
-    for (int k = 0; o->choices[k]; k++)
-        if (!strcmp(o->choices[k], text))
-            return 1;
-    return 0;
-}
-
 enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *rest, int *want)
 {
     *want = 0;
@@ -456,7 +447,7 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
         if (!val) {
             if (o->type == TR_OPT_BOOL) {
                 val = "true";
-            } else if (o->type == TR_OPT_ENUM && o->bare && !(i + 1 < argc && is_choice(o, argv[i + 1]))) {
+            } else if (o->type == TR_OPT_ENUM && o->bare && !(i + 1 < argc && argv[i + 1][0] != '-')) {
                 val = o->bare;
             } else if (i + 1 < argc) {
                 val = argv[++i];

@@ -51,9 +51,9 @@ struct tr_opt {
     const char *const *choices;  /* ENUM: NULL-terminated list */
     const char *alias;           /* another accepted name, or NULL */
     int set_by;                  /* filled by parsing: 0 default, 1 env, 2 cli */
-    const char *bare;            /* ENUM: the choice a bare --name takes when the next
-                                    argument is not one of its choices (NULL: a value
-                                    is required) */
+    const char *bare;            /* ENUM: the choice a bare --name takes when no argument
+                                    follows or the next one is an option (NULL: a value is
+                                    required); "--amp fp16" still gives the value */
 };
 
 #define TR_OPT_NOBOUNDS 1.0, 0.0

@@ -168,6 +168,12 @@ static enum tr_status cpu_synchronize(void *ctx)
     return TR_OK;
 }
 
+static int64_t cpu_mem_peak(void *ctx)
+{
+    (void)ctx;
+    return -1; /* tr_big_alloc's bytes are in tr_alloc_get_stats */
+}
+
 static void cpu_destroy(void *ctx)
 {
     tr_free(ctx);
@@ -198,6 +204,7 @@ static const struct kern_backend_i cpu_iface = {
     .mark_rows = cpu_mark_rows,
     .queue = cpu_queue,
     .synchronize = cpu_synchronize,
+    .mem_peak = cpu_mem_peak,
     .destroy = cpu_destroy,
 };
 

@@ -407,6 +407,10 @@ struct kern_backend_i {
     void *(*queue)(void *ctx);
     /* Waits until everything queued so far has finished. */
     enum tr_status (*synchronize)(void *ctx);
+    /* The most backend memory this instance has held at once, its own buffers
+     * included (GPU memory on CUDA); -1 when its memory is host memory that the
+     * process allocator already counts (the CPU). */
+    int64_t (*mem_peak)(void *ctx);
     /* Frees the instance. */
     void (*destroy)(void *ctx);
 };

@@ -133,8 +133,8 @@ static void print_table(const struct plan_cmd_cfg *c, int world, int threads, co
                dworst, gib(w[dworst].device), gib(w[dworst].embeddings), gib(w[dworst].opt_state),
                gib(w[dworst].mlp),
                gib(w[dworst].device - w[dworst].embeddings - w[dworst].opt_state - w[dworst].mlp -
-                   PLAN_CUDA_BACKEND_BYTES),
-               gib(PLAN_CUDA_BACKEND_BYTES));
+                   w[dworst].backend),
+               gib(w[dworst].backend));
 }
 
 /* The tables and numerical features to plan for: a preset, a dataset's

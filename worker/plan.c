@@ -31,6 +31,18 @@ struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int thread
     return o;
 }
 
+int64_t plan_cuda_backend_bytes(int nfeatures, int64_t batch, int dot_interaction)
+{
+    int64_t scratch = 0;
+    if (dot_interaction && nfeatures > 1) { /* kernels/cuda/interact.cu's chunking */
+        const int64_t per = (int64_t)nfeatures * nfeatures * (int64_t)sizeof(float);
+        int64_t chunk = TR_MAX((int64_t)1, ((int64_t)64 << 20) / per);
+        chunk = TR_MIN(TR_MIN(chunk, (int64_t)65535), TR_MAX(batch, (int64_t)1));
+        scratch = chunk * per;
+    }
+    return ((int64_t)32 << 20) + scratch + scratch / 4;
+}
+
 enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                  int world, int rank, struct plan_worker *w)
 {
@@ -63,9 +75,12 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
         w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
                w->eval + w->ckpt_staging;
-    if (be && be->i && !strcmp(be->i->name, "cuda"))
+    if (be && be->i && !strcmp(be->i->name, "cuda")) {
+        w->backend = plan_cuda_backend_bytes(s->ntables + (s->num_features > 0), mc.max_batch,
+                                             mc.interaction == DLRM_INTERACT_DOT);
         w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
-                    batch_bytes(mc.max_global, s->num_features, s->ntables) + PLAN_CUDA_BACKEND_BYTES;
+                    batch_bytes(mc.max_global, s->num_features, s->ntables) + w->backend;
+    }
     shard_plan_release(&sp);
     return TR_OK;
 }

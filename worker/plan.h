@@ -42,13 +42,16 @@ struct plan_worker {
     int64_t device;              /* of total, what lives in GPU memory on the cuda backend (0 on
                                     the cpu): all but the host staging, the logits kept for
                                     evaluation and rank 0's host batch block, plus the CUDA
-                                    backend's own buffers (PLAN_CUDA_BACKEND_BYTES) */
+                                    backend's own buffers (plan_cuda_backend_bytes) */
+    int64_t backend;             /* of device, those backend buffers */
 };
 
-/* The CUDA backend's buffers outside the model: the cuBLASLt workspace (32 MiB) and
- * the op scratch the interaction's chunks use (about 64 MiB). Not counted: the CUDA
- * context itself (driver memory, a few hundred MiB, outside the allocator). */
-#define PLAN_CUDA_BACKEND_BYTES ((int64_t)96 << 20)
+/* The CUDA backend's buffers outside the model (kernels/cuda/): the cuBLASLt
+ * workspace (32 MiB) and the op scratch, whose largest user is the dot interaction's
+ * (chunk, n, n) products (chunks of at most 64 MiB and 65535 samples, the scratch
+ * taken with a quarter more room). Not counted: the CUDA context itself (driver
+ * memory, a few hundred MiB, outside the allocator). */
+int64_t plan_cuda_backend_bytes(int nfeatures, int64_t batch, int dot_interaction);
 
 /* Threads per worker for a job on a node with `cpus` CPUs shared by
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */

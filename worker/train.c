@@ -897,11 +897,21 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     int64_t *peaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!peaks)
         return TR_ERR_NOMEM;
+    /* the backend's own memory when it is not host memory (GPU memory on cuda) */
+    int64_t dev_peak = T->be.i->mem_peak ? T->be.i->mem_peak(T->be.ctx) : -1;
+    int64_t *dpeaks = tr_calloc((size_t)W, sizeof(int64_t));
+    if (!dpeaks) {
+        tr_free(peaks);
+        return TR_ERR_NOMEM;
+    }
     enum tr_status rc = comm_gather_host(&T->comm, &st.peak_bytes, sizeof st.peak_bytes, peaks, 0);
+    if (rc == TR_OK)
+        rc = comm_gather_host(&T->comm, &dev_peak, sizeof dev_peak, dpeaks, 0);
     if (rc == TR_OK && T->dist.rank == 0) {
         const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
                                          T->src.nsamples[BATCH_TEST]};
         json_t *m = json_object(), *pk = json_array(), *pl = json_array();
+        json_t *dpk = dpeaks[0] >= 0 ? json_array() : NULL, *dpl = dpeaks[0] >= 0 ? json_array() : NULL;
         for (int q = 0; q < W && rc == TR_OK; q++) {
             struct plan_worker pw;
             struct job_cfg job = T->c->job;
@@ -909,14 +919,27 @@ static enum tr_status memory_report(struct train *T, json_t **out)
             rc = plan_worker_bytes(&job, &shape, &T->be, W, q, &pw);
             json_array_append_new(pk, json_integer(peaks[q]));
             json_array_append_new(pl, json_integer(pw.total));
+            if (dpk) {
+                json_array_append_new(dpk, json_integer(dpeaks[q]));
+                json_array_append_new(dpl, json_integer(pw.device));
+            }
             if (q == 0)
                 LOG_RANK0("memory: rank 0 peak %.1f MiB allocated by terarec, plan %.1f MiB", peaks[0] / 1048576.0,
                           pw.total / 1048576.0);
+            if (q == 0 && dpk)
+                LOG_RANK0("memory: rank 0 GPU peak %.1f MiB, plan %.1f MiB (%+.1f%%)", dpeaks[0] / 1048576.0,
+                          pw.device / 1048576.0,
+                          dpeaks[0] > 0 ? 100.0 * ((double)pw.device - (double)dpeaks[0]) / (double)dpeaks[0] : 0.0);
         }
         json_object_set_new(m, "peak_bytes", pk);
         json_object_set_new(m, "plan_bytes", pl);
+        if (dpk) {
+            json_object_set_new(m, "device_peak_bytes", dpk);
+            json_object_set_new(m, "device_plan_bytes", dpl);
+        }
         *out = m;
     }
+    tr_free(dpeaks);
     tr_free(peaks);
     return rc;
 }

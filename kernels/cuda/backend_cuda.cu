@@ -23,6 +23,7 @@ enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p)
     /* earlier ops may still read the old buffer */
     TR_CHECK(kcu_sync(c));
     TR_CUDA_CHECK(cudaFree(c->scratch));
+    kcu_account(c, -(int64_t)c->scratch_bytes);
     c->scratch = NULL;
     c->scratch_bytes = 0;
     size_t want = n + n / 4; /* room to grow a little without another round trip */
@@ -33,6 +34,7 @@ enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p)
         return TR_ERR_NOMEM;
     }
     c->scratch_bytes = want;
+    kcu_account(c, (int64_t)want);
     *p = c->scratch;
     return TR_OK;
 }
@@ -107,6 +109,7 @@ static enum tr_status cu_mem_alloc(void *ctx, size_t n, void **p)
         *p = NULL;
         TR_CUDA_CHECK(z);
     }
+    kcu_account(c, (int64_t)n);
     return TR_OK;
 }
 
@@ -119,6 +122,7 @@ static void cu_mem_release(void *ctx, void *p, size_t n)
     /* queued work may still use it: cudaFree waits for the device, which is what we want */
     if (!TR_CUDA_OK_(cudaFree(p)))
         LOG_WARN("device %d: freeing %zu bytes failed", c->device, n);
+    kcu_account(c, -(int64_t)(n ? n : 1));
 }
 
 static enum tr_status cu_copy(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir)
@@ -182,6 +186,11 @@ static enum tr_status cu_synchronize(void *ctx)
     return kcu_sync((struct kcu_ctx *)ctx);
 }
 
+static int64_t cu_mem_peak(void *ctx)
+{
+    return ((struct kcu_ctx *)ctx)->mem_peak;
+}
+
 static void cu_destroy(void *ctx)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
@@ -230,6 +239,7 @@ static const struct kern_backend_i cuda_iface = {
     .mark_rows = cu_mark_rows,
     .queue = cu_queue,
     .synchronize = cu_synchronize,
+    .mem_peak = cu_mem_peak,
     .destroy = cu_destroy,
 };
 
@@ -262,6 +272,7 @@ static enum tr_status open_device(struct kcu_ctx *c)
         return TR_ERR_NOMEM;
     }
     c->lt_ws_bytes = KCU_LT_WS_BYTES;
+    kcu_account(c, (int64_t)KCU_LT_WS_BYTES);
     TR_CHECK(kcu_dense_init(c));
     LOG_INFO(KERN, "backend cuda: device %d (%s, sm_%d%d, %d SMs, %.1f GiB), gemm precision %s", c->device, p.name,
              p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / 1073741824.0,

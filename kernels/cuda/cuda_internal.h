@@ -36,7 +36,16 @@ struct kcu_ctx {
     int sm_count;
     size_t smem_optin;        /* the most dynamic shared memory a block may opt in to */
     void *dense_state;        /* dense.cu's own (its GEMM plan cache); kcu_dense_init/free */
+    int64_t mem_now, mem_peak; /* device bytes held: tensors, scratch, the cuBLASLt workspace */
 };
+
+/* Counts delta bytes of device memory taken (> 0) or given back (< 0). */
+static inline void kcu_account(struct kcu_ctx *c, int64_t delta)
+{
+    c->mem_now += delta;
+    if (c->mem_now > c->mem_peak)
+        c->mem_peak = c->mem_now;
+}
 
 /* The cuBLASLt workspace every GEMM may use (NVIDIA's recommendation for Hopper). */
 #define KCU_LT_WS_BYTES ((size_t)32 << 20)

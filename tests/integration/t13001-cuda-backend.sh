@@ -13,7 +13,8 @@
 # - fp32 (TF32 off): the loss of each of 20 steps within 1e-5 of the cpu backend's
 #   and every final weight tensor within 1e-4 (compare_runs.py; t9001 says why 1e-4);
 # - 300 steps on the synthetic data: the final AUC within 0.002 of the cpu
-#   backend's, and with --amp bf16 and --amp fp16 within 0.003.
+#   backend's, and with --amp bf16 and --amp fp16 within 0.003;
+# - the worker's GPU memory peak (the backend's own count) within 5% of its plan.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 cd "$TMP" || exit 1
@@ -52,7 +53,7 @@ else
     skip "--amp fp16 --backend cpu" "this machine has $devices CUDA device(s)"
 fi
 out=$($W $M --max_steps 5 --amp bf61 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "unexpected argument 'bf61'" && ok "--amp with a word that is not a choice: exit 2" \
+[ $rc -eq 2 ] && echo "$out" | grep -q "amp: 'bf61' is not one of off|bf16|fp16" && ok "--amp bf61: exit 2 naming the choices" \
     || fail "--amp bf61" "rc $rc: $(echo "$out" | tail -2)"
 out=$($W $M --max_steps 5 --amp=bf61 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "amp: 'bf61' is not one of off|bf16|fp16" && ok "--amp=bf61: exit 2 naming the choices" \
@@ -60,10 +61,15 @@ out=$($W $M --max_steps 5 --amp=bf61 2>&1); rc=$?
 
 # ---- terarec plan --backend cuda without a GPU ----------------------------------------------
 if [ $has_cuda_build -eq 1 ]; then
-    out=$($TR_BIN/terarec plan --backend cuda --nodes 4 --gpus_per_node 8 --embedding_dim 512 \
-          --synthetic_dataset_cardinalities 26x1000000 --columnwise_split --data_parallel_bottom_mlp 2>&1); rc=$?
-    if [ $rc -eq 0 ] && echo "$out" | grep -q "backend cuda"; then
-        ok "terarec plan --backend cuda works without a GPU (4 nodes x 8)"
+    # the seed's 1.68 TB example: Criteo Terabyte (day 0's vocabularies), dim 512,
+    # column-wise over 4 nodes x 8 GPUs
+    out=$($TR_BIN/terarec plan --backend cuda --preset criteo_tb_t0 --nodes 4 --gpus_per_node 8 \
+          --embedding_dim 512 --bottom_mlp_dims 512,256,512 --batch_size 65536 --columnwise_split \
+          --data_parallel_bottom_mlp 2>&1); rc=$?
+    gpu=$(echo "$out" | sed -n 's/^GPU memory: rank [0-9]* holds the most, \([0-9.]*\) GiB.*/\1/p')
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "882000000 embedding rows, dim 512" &&
+        python3 -c "import sys; sys.exit(0 if 40 < float('${gpu:-0}') < 80 else 1)"; then
+        ok "terarec plan --backend cuda without a GPU: the 1.68 TB model on 4 x 8 GPUs, $gpu GiB per GPU (< 80)"
     else
         fail "terarec plan --backend cuda" "rc $rc: $(echo "$out" | tail -3)"
     fi
@@ -134,7 +140,30 @@ if [ "$devices" -eq 0 ]; then
     gpu_skip "cuda 300 steps: AUC within 0.002 of cpu"
     gpu_skip "cuda --amp bf16 300 steps: AUC within 0.003 of cpu"
     gpu_skip "cuda --amp fp16 300 steps: AUC within 0.003 of cpu"
+    gpu_skip "cuda: GPU memory peak within 5% of the plan"
 else
+    # a model whose tables dominate (1.3 GB), so the check is about the plan, not the fixed buffers
+    mkdir -p "$TMP/mem"
+    if out=$($W --backend cuda --batch_size 4096 --synthetic_dataset_cardinalities 26x200000 --embedding_dim 64 \
+             --bottom_mlp_dims 128,64 --top_mlp_dims 256,1 --max_steps 5 --synthetic_dataset_valid_batches 1 \
+             --log_path "$TMP/mem/log.json" 2>&1) &&
+        cmp=$(python3 - "$TMP/mem/log.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("DLLL "):
+        m = json.loads(line[5:]).get("data", {}).get("memory")
+        if m and "device_peak_bytes" in m:
+            peak, plan = m["device_peak_bytes"][0], m["device_plan_bytes"][0]
+            print(f"peak {peak / 2**20:.1f} MiB, plan {plan / 2**20:.1f} MiB, {100 * (plan - peak) / peak:+.2f}%")
+            sys.exit(0 if abs(plan - peak) <= 0.05 * peak else 1)
+print("no device_peak_bytes in the summary")
+sys.exit(1)
+PY
+        ); then
+        ok "cuda: GPU memory peak within 5% of the plan ($cmp)"
+    else
+        fail "cuda: GPU memory peak within 5% of the plan" "${cmp:-$(echo "$out" | tail -3)}"
+    fi
     if train cpu20 cpu 20 && train cuda20 cuda 20 &&
         out=$(python3 "$TR_ROOT/tests/integration/compare_runs.py" --wtol 1e-4 "$TMP/cpu20" "$TMP/cuda20" 2>&1); then
         ok "cuda fp32 equals cpu: 20 losses (1e-5) and the weights (1e-4) ($(echo "$out" | tail -1))"

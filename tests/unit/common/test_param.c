@@ -305,7 +305,7 @@ static void test_enums(void)
     TH_EQ(t.c.optim, 0);
     /* without a bare choice the value is required */
     TH_EQ_ST(parse(&t, NULL, "--optim", NULL), TR_ERR_ARG);
-    /* with one (--amp): a bare flag takes it unless the next argument is a choice */
+    /* with one (--amp): a bare flag takes it when no value follows */
     tr_opt_find(t.opts, "optim")->bare = "adagrad";
     TH_EQ_ST_REQ(parse(&t, NULL, "--optim", NULL), TR_OK);
     TH_EQ(t.c.optim, 1);
@@ -316,8 +316,9 @@ static void test_enums(void)
     TH_EQ(t.c.seed, 3);
     TH_EQ_ST_REQ(parse(&t, NULL, "--optim=sgd", NULL), TR_OK);
     TH_EQ(t.c.optim, 0);
-    /* a word that is not a choice is not swallowed: it stays an unexpected argument */
+    /* a word that follows is the value, so a typo is named as one */
     TH_EQ_ST(parse(&t, NULL, "--optim", "adamw", NULL), TR_ERR_ARG);
+    TH_EQ(t.c.optim, 0);
     tr_opt_release(t.opts);
 }
 
