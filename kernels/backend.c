@@ -68,6 +68,35 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
     return TR_ERR_ARG;
 }
 
+enum tr_status kern_backend_check(const char *name, const struct kern_backend_opts *o)
+{
+    const int reduced = o->precision == KERN_PREC_BF16 || o->precision == KERN_PREC_FP16;
+    int devices = 0;
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    devices = kern_cuda_device_count();
+#endif
+    if (!strcmp(name, "cpu") && reduced) {
+        LOG_ERROR("backend 'cpu': computes in fp32 only; --amp (%s GEMMs) needs the cuda backend",
+                  kern_precision_name((enum kern_precision)o->precision));
+        LOG_HINT("drop --amp on a machine without a GPU, or run with --backend cuda on one");
+        return TR_ERR_UNSUPPORTED;
+    }
+    if (!strcmp(name, "cuda") || (!strcmp(name, "auto") && reduced)) {
+        if (devices > 0)
+            return TR_OK;
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+        LOG_ERROR("backend '%s'%s: no CUDA device is visible on this machine", name, reduced ? " with --amp" : "");
+        LOG_HINT("run where the GPUs are (or inside the SLURM allocation); --backend cpu without --amp runs here");
+#else
+        LOG_ERROR("backend '%s'%s: this build has no CUDA backend (nvcc was not found when it was built)", name,
+                  reduced ? " with --amp" : "");
+        LOG_HINT("use --backend cpu without --amp, or rebuild with nvcc on PATH (make CUDA=1)");
+#endif
+        return TR_ERR_UNSUPPORTED;
+    }
+    return TR_OK;
+}
+
 void kern_backends_print(FILE *fp, int parsable)
 {
     int devices = -1;

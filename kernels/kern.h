@@ -447,6 +447,12 @@ const char *kern_backend_name(int k);
  * TR_ERR_NOMEM. On error *be is zeroed. Not thread-safe. */
 enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be) TR_WUR;
 
+/* Whether kern_backend_open(name, o) could succeed on this machine, without opening
+ * anything (no device context): the build has the backend, a CUDA device is visible,
+ * the precision fits. Logs what open would log (error and hint) when it could not.
+ * For launchers that check a job before starting its workers on this machine. */
+enum tr_status kern_backend_check(const char *name, const struct kern_backend_opts *o) TR_WUR;
+
 /* Releases an instance opened by kern_backend_open; safe on a zeroed one. */
 void kern_backend_close(struct kern_backend *be);
 

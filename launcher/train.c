@@ -38,7 +38,9 @@
 #include "../common/version.h"
 #include "version_gen.h" /* TR_GIT_HASH */
 #include "../db/db.h"
+#include "../kernels/kern.h"
 #include "../loader_svc/loader.h"
+#include "../worker/plan.h"
 #include "../worker/worker.h"
 #include "proc.h"
 
@@ -1214,6 +1216,13 @@ static enum tr_status check_flags(struct launch *L)
         LOG_ERROR("--restore and --resume cannot be used together");
         LOG_HINT("--resume RUN continues a run of the history; --restore starts a new one from any checkpoint");
         return TR_ERR_ARG;
+    }
+    /* locally the workers run here: a GPU backend (or --amp) needs a device here; under
+     * SLURM the launcher may sit on a node the workers do not use, so they decide */
+    if (!L->slurm) {
+        struct kern_backend_opts bo = plan_backend_opts(&c->w.job, 1, 0, 0);
+        if (kern_backend_check(job_backend_name(c->w.job.backend), &bo) != TR_OK)
+            return TR_ERR_ARG;
     }
     if (L->slurm && tr_opt_given(L->opts, "workers")) {
         LOG_ERROR("--workers: inside a SLURM allocation the allocation decides (%d tasks on %d nodes)", L->world,

@@ -4,7 +4,8 @@
 # - --backend cuda without a device (or in a build without CUDA): exit 1 with one
 #   error line saying why and a hint, before any training;
 # - --amp on the cpu backend (or auto without a device) is refused the same way;
-#   a bad --amp value is bad input (exit 2); a bare --amp means bf16;
+#   a bad --amp value is bad input (exit 2); a bare --amp means bf16; terarec train
+#   refuses --amp here before it starts anything (exit 2, no run row);
 # - terarec plan --backend cuda plans without a GPU (a sizing-only instance);
 # - make bundle's folder, moved elsewhere, runs with its own libraries: every
 #   non-system library resolves into its lib/, --version lists the backends, and
@@ -47,10 +48,18 @@ if [ "$devices" -eq 0 ]; then
     else
         fail "--amp fp16 --backend cpu" "rc $rc: $(echo "$out" | tail -3)"
     fi
+    out=$($TR_BIN/terarec train --amp --db "$TMP/hist/runs.db" $M --max_steps 5 2>&1); rc=$?
+    if [ $rc -eq 2 ] && echo "$out" | grep -q "error: backend 'auto' with --amp: no CUDA device is visible" &&
+        [ ! -e "$TMP/hist/runs.db" ]; then
+        ok "terarec train --amp without a device: exit 2 before anything starts (no run row)"
+    else
+        fail "terarec train --amp without a device" "rc $rc: $(echo "$out" | tail -3)"
+    fi
 else
     skip "--backend cuda without a device" "this machine has $devices CUDA device(s)"
     skip "--amp without a device" "this machine has $devices CUDA device(s)"
     skip "--amp fp16 --backend cpu" "this machine has $devices CUDA device(s)"
+    skip "terarec train --amp without a device" "this machine has $devices CUDA device(s)"
 fi
 out=$($W $M --max_steps 5 --amp bf61 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "amp: 'bf61' is not one of off|bf16|fp16" && ok "--amp bf61: exit 2 naming the choices" \
