@@ -60,31 +60,39 @@ struct val_params {
     struct val_tab t[MAXT];
 };
 
-/* Grid (x, tables): block row y validates table y, grid-stride over its bags and ids. */
+/* Grid (x, tables): block row y validates table y, grid-stride over its bags
+ * (ids == 0) or, in a second launch, over its ids (ids == 1). The ids are read only
+ * when the first launch found the offsets fine, as the CPU does: offsets that are
+ * not monotone may still have a first and last entry that name positions past the
+ * end of idx, and reading there would be an illegal address, not TR_ERR_RANGE. */
 static __global__ void __launch_bounds__(THREADS) validate_kernel(const __grid_constant__ struct val_params P,
-                                                                  unsigned long long *res)
+                                                                  unsigned long long *res, int ids)
 {
     const struct val_tab *d = &P.t[blockIdx.y];
     unsigned long long *r = res + 4 * (size_t)blockIdx.y;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    int64_t base = 0, end = d->nbags;
-    if (d->off) {
-        const int64_t *o = d->off;
-        for (int64_t b = tid; b < d->nbags; b += stride)
-            if (o[b + 1] < o[b] || o[b] < 0)
-                atomicMin(&r[0], (unsigned long long)b);
-        base = d->nbags ? o[0] : 0;
-        end = d->nbags ? o[d->nbags] : 0;
-    }
-    if (tid == 0) {
-        r[2] = (unsigned long long)base;
-        r[3] = (unsigned long long)end;
-    }
-    /* a negative base or end < base means bad offsets for sure (found above): the
-     * ids they would name are not read */
-    if (base < 0 || end < base)
+    if (!ids) {
+        int64_t base = 0, end = d->nbags;
+        if (d->off) {
+            const int64_t *o = d->off;
+            for (int64_t b = tid; b < d->nbags; b += stride)
+                if (o[b + 1] < o[b] || o[b] < 0)
+                    atomicMin(&r[0], (unsigned long long)b);
+            base = d->nbags ? o[0] : 0;
+            end = d->nbags ? o[d->nbags] : 0;
+        }
+        if (tid == 0) {
+            r[2] = (unsigned long long)base;
+            r[3] = (unsigned long long)end;
+        }
         return;
+    }
+    /* the first launch (ordered before this one on the stream) found bad offsets:
+     * the ids they would name are not read */
+    if (r[0] != NONE)
+        return;
+    const int64_t base = (int64_t)r[2], end = (int64_t)r[3]; /* 0 <= base <= end: offsets fine */
     for (int64_t i = base + tid; i < end; i += stride) {
         int64_t id = load_id(d->idx, d->is64, i);
         if (id < 0 || id >= d->rows)
@@ -123,8 +131,10 @@ static enum tr_status validate_ids(struct kcu_ctx *c, const A *a, int n, const u
             most = est > most ? est : most;
         }
         dim3 grid(kcu_blocks(c, most, THREADS), (unsigned)nt);
-        validate_kernel<<<grid, THREADS, 0, c->stream>>>(P, res + 4 * (size_t)t0);
-        KCU_LAUNCHED();
+        for (int ids = 0; ids < 2; ids++) { /* offsets first, then the ids they name */
+            validate_kernel<<<grid, THREADS, 0, c->stream>>>(P, res + 4 * (size_t)t0, ids);
+            KCU_LAUNCHED();
+        }
     }
     TR_CUDA_CHECK(cudaMemcpyAsync(hres, res, bytes, cudaMemcpyDeviceToHost, c->stream));
     TR_CHECK(kcu_sync(c));
