@@ -71,6 +71,20 @@ enum tr_status kcu_sync(struct kcu_ctx *c)
 
 /* ---- the vtable --------------------------------------------------------------------- */
 
+/* Makes c's device the calling thread's current one (launches go to the current
+ * device; a process may hold instances on several). TR_ERR_UNSUPPORTED for a
+ * sizing-only instance, which runs no ops. */
+static enum tr_status cu_enter(struct kcu_ctx *c)
+{
+    if (c->sizing_only)
+        return TR_ERR_UNSUPPORTED;
+    int d = -1;
+    TR_CUDA_CHECK(cudaGetDevice(&d));
+    if (d != c->device)
+        TR_CUDA_CHECK(cudaSetDevice(c->device));
+    return TR_OK;
+}
+
 static int cu_supports(void *ctx, enum kern_op op, enum kern_dtype dt)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
@@ -87,8 +101,7 @@ static enum tr_status cu_mem_alloc(void *ctx, size_t n, void **p)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
     *p = NULL;
-    if (c->sizing_only)
-        return TR_ERR_UNSUPPORTED;
+    TR_CHECK(cu_enter(c));
     if (n == 0)
         n = 1; /* a valid, distinct pointer, as the CPU's allocator gives */
     cudaError_t e = cudaMalloc(p, n);
@@ -102,8 +115,11 @@ static enum tr_status cu_mem_alloc(void *ctx, size_t n, void **p)
         return TR_ERR_NOMEM; /* kern_alloc names the tensor */
     }
     TR_CUDA_CHECK(e);
-    /* zero-filled, as kern.h promises; queued, so it is ordered before any op */
+    /* zero-filled, as kern.h promises, and finished before it is handed out: another
+     * instance (another stream) may be the first to use it */
     cudaError_t z = cudaMemsetAsync(*p, 0, n, c->stream);
+    if (z == cudaSuccess)
+        z = cudaStreamSynchronize(c->stream);
     if (z != cudaSuccess) {
         (void)cudaFree(*p);
         *p = NULL;
@@ -132,6 +148,7 @@ static enum tr_status cu_copy(void *ctx, void *dst, const void *src, size_t n, e
         return TR_ERR_ARG;
     if (n == 0 || dst == src)
         return TR_OK;
+    TR_CHECK(cu_enter(c));
     static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
     TR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kinds[dir], c->stream));
     /* kern.h: when copy returns, an H2D source may be reused (an async copy from
@@ -146,18 +163,19 @@ static size_t cu_emb_ws(void *ctx, int64_t nidx, int64_t width, int ntables)
     return kcu_emb_update_ws_bytes((struct kcu_ctx *)ctx, nidx, width, ntables);
 }
 
-/* The ops run only on a full instance; a sizing-only one refuses them. */
 #define CU_WRAP(op, argt)                                                                 \
     static enum tr_status cu_##op(void *ctx, const struct argt *a)                        \
     {                                                                                     \
         struct kcu_ctx *c = (struct kcu_ctx *)ctx;                                        \
-        return c->sizing_only ? TR_ERR_UNSUPPORTED : kcu_##op(c, a);                      \
+        TR_CHECK(cu_enter(c));                                                            \
+        return kcu_##op(c, a);                                                            \
     }
 #define CU_WRAP_N(op, argt)                                                               \
     static enum tr_status cu_##op(void *ctx, const struct argt *a, int n)                 \
     {                                                                                     \
         struct kcu_ctx *c = (struct kcu_ctx *)ctx;                                        \
-        return c->sizing_only ? TR_ERR_UNSUPPORTED : kcu_##op(c, a, n);                   \
+        TR_CHECK(cu_enter(c));                                                            \
+        return kcu_##op(c, a, n);                                                         \
     }
 CU_WRAP(gemm, kern_gemm_args)
 CU_WRAP(bias_act_fwd, kern_bias_act_fwd_args)
