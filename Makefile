@@ -99,12 +99,23 @@ LDLIBS += $(shell pkg-config --libs pmix)
 endif
 
 ifeq ($(CUDA),1)
-CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# The CUDA backend is a plugin, $(BUILD)/lib/libterarec-cuda.so, that the backend
+# registry loads only where an NVIDIA device node exists: programs on CPU nodes never
+# map cuBLAS (540 MB of it) and run without the CUDA libraries installed. The plugin
+# calls back into the program (logging, allocator), hence -rdynamic; programs find it
+# through their RUNPATH ($ORIGIN/../lib in a bundle, this build's lib/ here).
+CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include -DTR_CUDA_PLUGIN='"libterarec-cuda.so"'
+CUDA_PLUGIN := $(BUILD)/lib/libterarec-cuda.so
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+LDFLAGS += -rdynamic -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,$(abspath $(BUILD))/lib
+LDLIBS += -ldl
+# tests of the CUDA and NCCL check macros call the runtimes themselves (linked as needed)
+TEST_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart $(if $(filter 1,$(NCCL)),-lnccl)
 endif
 ifeq ($(NCCL),1)
+# nothing calls NCCL yet (the NCCL communicator comes with multi-GPU training); it
+# will live in the CUDA plugin, which then links -lnccl
 CPPFLAGS += -DTR_HAVE_NCCL=1 -isystem $(dir $(NCCL_HOME))
-LDLIBS += -lnccl
 endif
 CPPFLAGS += -DTR_BLAS_NAME='"$(BLAS)"'
 
@@ -159,7 +170,7 @@ LIBDB := $(BUILD)/libdb.a
 ALL_LIBS := $(LIBLAUNCHER) $(LIBDB) $(LIBWORKER) $(LIBCKPT) $(LIBPREPARE) $(LIBLOADER) $(LIBKERNELS) $(LIBCOMMON)
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRCS))
-$(LIBKERNELS): $(call obj,$(KERN_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
+$(LIBKERNELS): $(call obj,$(KERN_SRCS))
 $(LIBLOADER): $(call obj,$(LOADER_SRCS))
 $(LIBPREPARE): $(call obj,$(PREPARE_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
@@ -182,6 +193,12 @@ NVCCFLAGS := -std=c++17 -O2 $(NVCC_GENCODE) -Xcompiler -fPIC -Werror all-warning
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
+
+ifeq ($(CUDA),1)
+$(CUDA_PLUGIN): $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ -lm
+endif
 
 BINS := $(BIN)/terarec-worker $(BIN)/terarec $(BIN)/terarec-loader $(if $(wildcard ckpt_store/main.c),$(BIN)/terarec-ckpt)
 
@@ -207,7 +224,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS)
 
 # ---- benchmarks --------------------------------------------------------------------
 BENCH_SRCS := $(wildcard bench/*.c)
@@ -220,13 +237,13 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 .PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run fuzz bundle sanitize-cuda
 .SECONDARY:
 
-all: $(BINS) $(TEST_BINS) $(BENCH_BINS)
+all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(BENCH_BINS)
 
 bench: $(BENCH_BINS)
 
 # the main job: `terarec train` with no model flags, a local training run of the built-in
 # demo model on synthetic data (its run history goes to the default file; TR_DB changes it)
-run: $(BINS)
+run: $(BINS) $(CUDA_PLUGIN)
 	$(BIN)/terarec train
 
 test: all
@@ -235,8 +252,8 @@ test: all
 test-gpu: all
 	$(Q)TR_TEST_GPU=1 tests/run.sh $(BUILD)
 
-bundle: $(BINS)
-	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS)
+bundle: $(BINS) $(CUDA_PLUGIN)
+	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS) $(CUDA_PLUGIN)
 
 # every kernel test that runs on the CUDA backend, under both sanitizer tools; a
 # report fails the target (needs a GPU: the tests SKIP without one, which proves nothing)

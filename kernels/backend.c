@@ -1,21 +1,91 @@
-/* backend.c: the backend registry: names, open by name (or "auto"), close. It
- * holds no state of its own; every open makes a new instance. */
+/* backend.c: the backend registry: names, open by name (or "auto"), close, and the
+ * loading of the CUDA plugin (its only state: the handle, loaded once). Every open
+ * makes a new instance. */
 #define TR_SUBSYS TR_SUB_KERN
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/check.h"
 #include "kern_impl.h"
 
 typedef enum tr_status (*open_fn)(const struct kern_backend_opts *o, int quiet, struct kern_backend *be);
 
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+/* ---- the CUDA plugin ------------------------------------------------------------------
+ * libterarec-cuda.so holds the CUDA backend and everything that links cuBLAS and the
+ * CUDA runtime. It is loaded on first need, and only on a machine with an NVIDIA
+ * device node, so CPU nodes never map those libraries (nor need them installed). */
+static void *cuda_plugin;
+static int cuda_plugin_tried;
+static char cuda_plugin_why[512];
+
+/* True when the machine has an NVIDIA driver's device node (bare metal and GPU
+ * containers: /dev/nvidiactl; WSL2: /dev/dxg). */
+static int nvidia_present(void)
+{
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
+}
+
+void *kern_cuda_plugin_symbol(const char *name)
+{
+    if (!cuda_plugin_tried) {
+        cuda_plugin_tried = 1;
+        /* found through the program's RUNPATH: $ORIGIN/../lib, then the build's lib/ */
+        cuda_plugin = dlopen(TR_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+        if (!cuda_plugin) {
+            const char *e = dlerror();
+            snprintf(cuda_plugin_why, sizeof cuda_plugin_why, "%s", e ? e : "dlopen failed");
+        }
+    }
+    return cuda_plugin ? dlsym(cuda_plugin, name) : NULL;
+}
+
+const char *kern_cuda_plugin_error(void)
+{
+    return cuda_plugin_why[0] ? cuda_plugin_why : NULL;
+}
+
+int kern_cuda_device_count(void)
+{
+    if (!nvidia_present())
+        return 0;
+    int (*count)(void) = (int (*)(void))kern_cuda_plugin_symbol("kern_cuda_plugin_device_count");
+    return count ? count() : 0;
+}
+
+static enum tr_status cuda_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
+{
+    if (!o->sizing_only && !nvidia_present()) {
+        if (!quiet) {
+            LOG_ERROR("backend 'cuda': no CUDA device is visible (no NVIDIA driver device node)");
+            LOG_HINT("use --backend cpu (or auto) on a machine without a GPU; check CUDA_VISIBLE_DEVICES and "
+                     "nvidia-smi");
+        }
+        return TR_ERR_UNSUPPORTED;
+    }
+    open_fn open = (open_fn)kern_cuda_plugin_symbol("kern_cuda_plugin_open");
+    if (!open) {
+        if (!quiet) {
+            LOG_ERROR("backend 'cuda': cannot load %s: %s", TR_CUDA_PLUGIN,
+                      kern_cuda_plugin_error() ? kern_cuda_plugin_error() : "it lacks kern_cuda_plugin_open");
+            LOG_HINT("the plugin sits in lib/ beside bin/ (make builds it, make bundle carries it) and needs the "
+                     "CUDA runtime and cuBLAS libraries");
+        }
+        return TR_ERR_UNSUPPORTED;
+    }
+    return open(o, quiet, be);
+}
+#endif
+
 static const struct {
     const char *name;
     open_fn open;
 } registry[] = {
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-    {"cuda", kern_cuda_open},
+    {"cuda", cuda_open},
 #endif
     {"cpu", kern_cpu_open},
 };
@@ -110,6 +180,10 @@ void kern_backends_print(FILE *fp, int parsable)
             fprintf(fp, " (%d device%s visible)", devices, devices == 1 ? "" : "s");
     }
     fprintf(fp, "\n");
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    if (kern_cuda_plugin_error())
+        fprintf(fp, parsable ? "cuda_plugin_error:%s\n" : "cuda plugin: %s\n", kern_cuda_plugin_error());
+#endif
     if (parsable && devices >= 0)
         fprintf(fp, "cuda_devices:%d\n", devices);
 }

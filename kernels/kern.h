@@ -473,8 +473,18 @@ int kern_cpu_count(void);
 const char *kern_blas_info(void);
 
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-/* Number of visible CUDA devices (0 when none or no driver). */
+/* Number of visible CUDA devices: 0 when none, when the machine has no NVIDIA
+ * device node (then nothing of CUDA is loaded) or when the CUDA plugin cannot be
+ * loaded (kern_cuda_plugin_error says why). */
 int kern_cuda_device_count(void);
+
+/* Why the CUDA plugin could not be loaded (dlerror's words), or NULL when it was,
+ * or was not needed yet. */
+const char *kern_cuda_plugin_error(void);
+
+/* A symbol of the CUDA plugin (libterarec-cuda.so), loading it on first use; NULL
+ * when it cannot be loaded or lacks the name. For the GPU tests. */
+void *kern_cuda_plugin_symbol(const char *name);
 #endif
 
 #ifdef __cplusplus

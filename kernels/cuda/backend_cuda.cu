@@ -298,7 +298,7 @@ static enum tr_status open_device(struct kcu_ctx *c)
     return TR_OK;
 }
 
-extern "C" enum tr_status kern_cuda_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
+extern "C" enum tr_status kern_cuda_plugin_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
 {
     memset(be, 0, sizeof *be);
     if (o->precision < KERN_PREC_FP32 || o->precision > KERN_PREC_FP16)
@@ -314,7 +314,7 @@ extern "C" enum tr_status kern_cuda_open(const struct kern_backend_opts *o, int 
         be->ctx = c;
         return TR_OK;
     }
-    int n = kern_cuda_device_count();
+    int n = kern_cuda_plugin_device_count();
     if (n == 0) {
         tr_free(c);
         if (!quiet) {

@@ -3,9 +3,9 @@
  * here aborts. It does not select or initialise a device. */
 #include <cuda_runtime.h>
 
-#include "../kern.h"
+#include "../kern_impl.h"
 
-extern "C" int kern_cuda_device_count(void)
+extern "C" int kern_cuda_plugin_device_count(void)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

@@ -8,8 +8,8 @@
 #   refuses --amp here before it starts anything (exit 2, no run row);
 # - terarec plan --backend cuda plans without a GPU (a sizing-only instance);
 # - make bundle's folder, moved elsewhere, runs with its own libraries: every
-#   non-system library resolves into its lib/, --version lists the backends, and
-#   a short training run completes from it.
+#   non-system library resolves into its lib/, --version lists the backends, a
+#   short training run completes from it, and the CUDA plugin loads from its lib/.
 # With a GPU (each SKIPs without one; TR_TEST_GPU=1 makes that a failure):
 # - fp32 (TF32 off): the loss of each of 20 steps within 1e-5 of the cpu backend's
 #   and every final weight tensor within 1e-4 (compare_runs.py; t9001 says why 1e-4);
@@ -94,7 +94,10 @@ else
     mkdir -p "$TMP/moved"
     # BUNDLE_CUDA=0: the CUDA toolkit's libraries (cuBLASLt alone is 540 MB) stay with
     # the machine, as on GPU nodes that have the CUDA runtime
-    out=$(BUNDLE_CUDA=0 "$TR_ROOT/tools/bundle.sh" "$TMP/bundle" "$TR_BIN/terarec-worker" "$TR_BIN/terarec" 2>&1) &&
+    plugin=$TR_BUILD/lib/libterarec-cuda.so
+    [ -f "$plugin" ] || plugin=
+    out=$(BUNDLE_CUDA=0 "$TR_ROOT/tools/bundle.sh" "$TMP/bundle" "$TR_BIN/terarec-worker" "$TR_BIN/terarec" \
+          $plugin 2>&1) &&
         mv "$TMP/bundle" "$B" || fail "bundle.sh" "$out"
     if [ -x "$B/bin/terarec-worker" ]; then
         # every library that is not the C runtime or the driver resolves inside the bundle
@@ -114,6 +117,18 @@ else
         out=$("$B/bin/terarec-worker" $M --max_steps 10 --backend cpu 2>&1) &&
             ok "bundle: a 10-step training run from the moved bundle" ||
             fail "bundle: training from the bundle" "$(echo "$out" | tail -3)"
+        if [ -n "$plugin" ]; then
+            # a cuda plan opens the backend sizing-only: the plugin loads from the bundle's lib/
+            out=$(LD_DEBUG=files "$B/bin/terarec" plan --backend cuda --synthetic_dataset_cardinalities 26x1000 2>&1)
+            if [ -f "$B/lib/libterarec-cuda.so" ] && echo "$out" | grep -q "GPU memory: rank 0" &&
+                echo "$out" | grep -qE "calling init: $B/(bin/\.\./)?lib/libterarec-cuda\.so"; then
+                ok "bundle: the CUDA plugin loads from the moved bundle (terarec plan --backend cuda)"
+            else
+                fail "bundle: the CUDA plugin loads from the bundle" "$(echo "$out" | grep -E 'terarec-cuda|error' | tail -4)"
+            fi
+        else
+            skip "bundle: the CUDA plugin loads from the moved bundle" "built without CUDA"
+        fi
     fi
 fi
 

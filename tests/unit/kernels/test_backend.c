@@ -116,8 +116,33 @@ static void check_macros(void)
 #endif
 }
 
+/* The CUDA backend is a plugin found through the program's RUNPATH; it loads (every
+ * symbol it takes from the program resolves) and answers without a device. */
+static void cuda_plugin_loads(void)
+{
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    int (*count)(void) = (int (*)(void))kern_cuda_plugin_symbol("kern_cuda_plugin_device_count");
+    TH_CHECKF(count != NULL, "libterarec-cuda.so: %s",
+              kern_cuda_plugin_error() ? kern_cuda_plugin_error() : "no kern_cuda_plugin_device_count");
+    TH_CHECK(kern_cuda_plugin_symbol("kern_cuda_plugin_open") != NULL);
+    TH_CHECK(kern_cuda_plugin_symbol("no_such_symbol") == NULL);
+    if (count)
+        TH_EQ(count(), kern_cuda_device_count());
+    /* a sizing-only instance needs no device: what terarec plan --backend cuda opens */
+    struct kern_backend be;
+    struct kern_backend_opts o = {.device = -1, .sizing_only = 1};
+    TH_EQ_ST_REQ(kern_backend_open("cuda", &o, &be), TR_OK);
+    TH_CHECK(be.i->emb_update_ws_bytes(be.ctx, 1000, 16, 4) > 0);
+    TH_EQ_ST(be.i->synchronize(be.ctx), TR_OK);
+    kern_backend_close(&be);
+#else
+    TH_SKIP("built without CUDA");
+#endif
+}
+
 static const struct th_case cases[] = {
     {"registry", registry},
+    {"cuda_plugin_loads", cuda_plugin_loads},
     {"instances_are_independent", instances_are_independent},
     {"check_macros", check_macros},
 };
