@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../common/check.h"
+#include "../kern_check.h"
 #include "../kmath.h"
 #include "../sort.h"
 #include "cpu_internal.h"
@@ -110,14 +111,6 @@ static enum tr_status emb_fwd_one(const struct kern_emb_fwd_args *a)
     return TR_OK;
 }
 
-static int bits_for(uint64_t v) /* bits needed to hold values 0..v */
-{
-    int b = 0;
-    while (b < 64 && (v >> b) != 0)
-        b++;
-    return b;
-}
-
 static size_t align64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
@@ -157,8 +150,8 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a, int r
     if (nidx == 0 || a->c1 == a->c0)
         return TR_OK;
     const int64_t w = a->c1 - a->c0, dim = a->dim > 0 ? a->dim : w;
-    const int posbits = bits_for((uint64_t)(nidx - 1));
-    const int rowbits = bits_for((uint64_t)(a->rows - 1));
+    const int posbits = kern_bits_for((uint64_t)(nidx - 1));
+    const int rowbits = kern_bits_for((uint64_t)(a->rows - 1));
     if (posbits + rowbits > 64 || nidx > INT32_MAX)
         return TR_ERR_UNSUPPORTED;
 
@@ -325,24 +318,6 @@ enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n)
     return bad_rc;
 }
 
-/* TR_ERR_ARG unless the fields the optimizer (or, rowsq, phase 1) reads fit it. */
-static enum tr_status check_optim(const struct kern_emb_update_args *a, int rowsq)
-{
-    const int64_t w = a->c1 - a->c0;
-    if (rowsq)
-        return a->row_sumsq && (a->dim == 0 || a->dim >= w) ? TR_OK : TR_ERR_ARG;
-    switch (a->hp.kind) {
-    case KERN_OPT_SGD: return TR_OK;
-    case KERN_OPT_ADAGRAD: return a->accum ? TR_OK : TR_ERR_ARG;
-    case KERN_OPT_ROWWISE_ADAGRAD:
-        if (!a->accum || a->dim < 0 || (a->dim > 0 && a->dim < w))
-            return TR_ERR_ARG;
-        /* without the other slices' sums, the columns must be the whole row */
-        return a->row_sumsq || a->dim == 0 || a->dim == w ? TR_OK : TR_ERR_ARG;
-    }
-    return TR_ERR_ARG;
-}
-
 static enum tr_status emb_update_n(const struct kern_emb_update_args *a, int n, int rowsq)
 {
     if (n < 1)
@@ -352,7 +327,7 @@ static enum tr_status emb_update_n(const struct kern_emb_update_args *a, int n, 
         int64_t base, nidx;
         if (a[t].c0 < 0 || a[t].c1 < a[t].c0 || a[t].c1 > a[t].ld)
             return TR_ERR_ARG;
-        TR_CHECK(check_optim(&a[t], rowsq));
+        TR_CHECK(kern_check_emb_optim(&a[t], rowsq));
         TR_CHECK(check_indices(a[t].idx, a[t].idx_dtype, a[t].offsets, a[t].nbags, a[t].rows, &base, &nidx,
                                a[t].bad_pos));
         if (nidx > INT32_MAX)

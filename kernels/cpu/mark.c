@@ -1,17 +1,15 @@
 /* mark.c: CPU mark_rows, the dirty-row bitmap of incremental checkpoints: one
  * byte per block of rows, set for every id of the batch. Setting a byte to 1 is
  * idempotent, so threads share a bitmap without atomics. */
+#define TR_SUBSYS TR_SUB_KERN
+#include "../../common/check.h"
+#include "../kern_check.h"
 #include "../kmath.h"
 #include "cpu_internal.h"
 
 enum tr_status kern_cpu_mark_rows(const struct kern_mark_rows_args *a, int n)
 {
-    if (n < 0)
-        return TR_ERR_ARG;
-    for (int k = 0; k < n; k++)
-        if (a[k].n < 0 || a[k].rows < 0 || a[k].block_rows < 1 || (a[k].n > 0 && (!a[k].idx || !a[k].dirty)) ||
-            (a[k].idx_dtype != KERN_I32 && a[k].idx_dtype != KERN_I64))
-            return TR_ERR_ARG;
+    TR_CHECK(kern_check_mark_rows(a, n));
     for (int k = 0; k < n; k++) {
         const struct kern_mark_rows_args *m = &a[k];
 #pragma omp parallel for schedule(static)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "../kern_check.h"
 #include "../kmath.h"
 
 #define MAXT 32                     /* tables per launch (descriptors passed by value) */
@@ -599,39 +600,14 @@ static __global__ void __launch_bounds__(THREADS) run_kernel(const __grid_consta
 
 /* ---- emb_update / emb_rowsq: host ------------------------------------------------------------ */
 
-static int bits_for(uint64_t v) /* bits needed to hold values 0..v */
-{
-    int b = 0;
-    while (b < 64 && (v >> b) != 0)
-        b++;
-    return b;
-}
-
-/* TR_ERR_ARG unless the fields the optimizer (or, rowsq, phase 1) reads fit it (the CPU's check). */
-static enum tr_status check_optim(const struct kern_emb_update_args *a, int rowsq)
-{
-    const int64_t w = a->c1 - a->c0;
-    if (rowsq)
-        return a->row_sumsq && (a->dim == 0 || a->dim >= w) ? TR_OK : TR_ERR_ARG;
-    switch (a->hp.kind) {
-    case KERN_OPT_SGD: return TR_OK;
-    case KERN_OPT_ADAGRAD: return a->accum ? TR_OK : TR_ERR_ARG;
-    case KERN_OPT_ROWWISE_ADAGRAD:
-        if (!a->accum || a->dim < 0 || (a->dim > 0 && a->dim < w))
-            return TR_ERR_ARG;
-        return a->row_sumsq || a->dim == 0 || a->dim == w ? TR_OK : TR_ERR_ARG;
-    }
-    return TR_ERR_ARG;
-}
-
 /* Sorts, finds the runs and steps (or, rowsq, writes the sums) for one table of nidx > 0
  * ids from base and w > 0 columns; bits and workspace were checked by the caller. */
 static enum tr_status update_one(struct kcu_ctx *c, const struct kern_emb_update_args *a, const struct ws_carve *W,
                                  int64_t base, int64_t nidx, int rowsq)
 {
     const int64_t w = a->c1 - a->c0;
-    const int posbits = bits_for((uint64_t)(nidx - 1));
-    const int rowbits = bits_for((uint64_t)(a->rows - 1));
+    const int posbits = kern_bits_for((uint64_t)(nidx - 1));
+    const int rowbits = kern_bits_for((uint64_t)(a->rows - 1));
     keys_kernel<<<kcu_blocks(c, nidx, THREADS), THREADS, 0, c->stream>>>(a->idx, a->idx_dtype == KERN_I64, base, nidx,
                                                                           posbits, W->k0);
     KCU_LAUNCHED();
@@ -695,7 +671,7 @@ static enum tr_status emb_update_n(struct kcu_ctx *c, const struct kern_emb_upda
     /* the CPU checks table by table and stops at the first failure: validate the ids
      * of the tables before the first one whose arguments are bad */
     int nval = 0;
-    while (nval < n && cols_ok(a[nval].c0, a[nval].c1, a[nval].ld) && check_optim(&a[nval], rowsq) == TR_OK &&
+    while (nval < n && cols_ok(a[nval].c0, a[nval].c1, a[nval].ld) && kern_check_emb_optim(&a[nval], rowsq) == TR_OK &&
            ids_args_ok(a[nval].idx_dtype, a[nval].nbags))
         nval++;
     const unsigned long long *res = NULL;
@@ -705,7 +681,7 @@ static enum tr_status emb_update_n(struct kcu_ctx *c, const struct kern_emb_upda
     for (int t = 0; t < n; t++) {
         if (!cols_ok(a[t].c0, a[t].c1, a[t].ld))
             return TR_ERR_ARG;
-        TR_CHECK(check_optim(&a[t], rowsq));
+        TR_CHECK(kern_check_emb_optim(&a[t], rowsq));
         if (t >= nval) { /* a bad dtype or nbags */
             if (a[t].bad_pos)
                 *a[t].bad_pos = -1;
@@ -737,7 +713,7 @@ static enum tr_status emb_update_n(struct kcu_ctx *c, const struct kern_emb_upda
         const int64_t nidx = (int64_t)res[4 * (size_t)t + 3] - (int64_t)res[4 * (size_t)t + 2];
         if (nidx == 0 || a[t].c1 == a[t].c0)
             continue;
-        const int bits = bits_for((uint64_t)(nidx - 1)) + bits_for((uint64_t)(a[t].rows - 1));
+        const int bits = kern_bits_for((uint64_t)(nidx - 1)) + kern_bits_for((uint64_t)(a[t].rows - 1));
         if (bits > 64)
             return TR_ERR_UNSUPPORTED;
         size_t q = 0;
@@ -798,12 +774,7 @@ static __global__ void __launch_bounds__(THREADS) mark_kernel(const __grid_const
 
 enum tr_status kcu_mark_rows(struct kcu_ctx *c, const struct kern_mark_rows_args *a, int n)
 {
-    if (n < 0)
-        return TR_ERR_ARG;
-    for (int k = 0; k < n; k++)
-        if (a[k].n < 0 || a[k].rows < 0 || a[k].block_rows < 1 || (a[k].n > 0 && (!a[k].idx || !a[k].dirty)) ||
-            (a[k].idx_dtype != KERN_I32 && a[k].idx_dtype != KERN_I64))
-            return TR_ERR_ARG;
+    TR_CHECK(kern_check_mark_rows(a, n));
     if (n == 0)
         return TR_OK;
     if (c->sizing_only)
