@@ -34,7 +34,7 @@
   function fmtNum(v, digits) {
     if (v === null || v === undefined) return '-';
     if (typeof v !== 'number') return String(v);
-    if (Number.isInteger(v)) return String(v);
+    if (Number.isInteger(v) || Math.abs(v) >= 1000) return String(Math.round(v));
     return v.toPrecision(digits || 6);
   }
   function fmtBytes(b) {
@@ -87,7 +87,7 @@
   /* Draws (or redraws) a chart into div; rows: [[x, y...]...]. Sets data-points to
    * the rows dygraphs holds once it has drawn them. */
   var graphs = {};
-  function draw(div, rows, labels, xlabel) {
+  function draw(div, rows, labels, xlabel, legend) {
     if (!chartsOk()) { div.textContent = NO_CHARTS; div.className += ' empty'; return; }
     if (!rows.length) {
       if (graphs[div.id]) { graphs[div.id].destroy(); delete graphs[div.id]; }
@@ -96,7 +96,7 @@
       return;
     }
     var opts = {
-      labels: labels, xlabel: xlabel, connectSeparatedPoints: true, legend: 'follow', labelsSeparateLines: true,
+      labels: labels, xlabel: xlabel, connectSeparatedPoints: true, legend: legend || 'follow', labelsSeparateLines: true,
       drawPoints: rows.length < 60, pointSize: rows.length < 4 ? 4 : 2, strokeWidth: 1.5, animatedZooms: false,
       axes: { y: { axisLabelWidth: 64 } },
       drawCallback: function (g) { div.setAttribute('data-points', String(g.numRows())); }
@@ -275,7 +275,7 @@
         var rows = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; }).map(function (s) {
           return [s].concat(steps[s]);
         });
-        draw($('chart-compare'), rows, labels, 'step');
+        draw($('chart-compare'), rows, labels, 'step', 'always');
         fillTable($('compare-runs'), ['run', 'name', 'status', 'points'], all.map(function (a) {
           return [link(runHref(a.run.id), a.run.id), a.run.name, a.run.status, a.rows.length];
         }));
