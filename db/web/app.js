@@ -252,7 +252,9 @@
     if (q.get('metric')) metric.value = q.get('metric');
     if (ids.length < 1) { msg('no runs: open /compare?run=ID&run=ID (or check runs on the list)'); return; }
     if (!chartsOk()) msg(NO_CHARTS);
+    var timer = null;
     function load() {
+      if (timer) { clearTimeout(timer); timer = null; }
       var m = metric.value, isEval = m === 'auc' || m === 'logloss';
       Promise.all(ids.map(function (id) {
         var enc = encodeURIComponent(id);
@@ -281,7 +283,7 @@
         }));
         msg(chartsOk() ? '' : NO_CHARTS);
         live(running);
-        if (running) setTimeout(load, POLL_MS);
+        if (running && m === metric.value) timer = setTimeout(load, POLL_MS);
       }).catch(function (e) { msg(String(e.message || e)); });
     }
     metric.addEventListener('change', load);

@@ -180,8 +180,9 @@ kill "$SPID"; wait "$SPID" 2>/dev/null
 
 # ---- dygraphs missing ----------------------------------------------------------------------------------
 TR_DYGRAPHS_DIR=$TMP/none serve $T runs serve --db "$DB" --listen 127.0.0.1:0
-b=$(curl -s -w ' %{http_code}' "$URL/static/dygraph.min.js")
-echo "$b" | tr '\n' ' ' | grep -q 'libjs-dygraphs.* 404$' && grep -q "libjs-dygraphs" "$SERR" &&
+b=$(curl -s "$URL/static/dygraph.min.js")
+[ "$(code "$URL/static/dygraph.min.js")" = 404 ] && echo "$b" | grep -q 'not installed.*libjs-dygraphs' &&
+    grep -q "libjs-dygraphs" "$SERR" &&
     ok "no dygraphs: 404 naming the package, and a warning at start" || fail "no dygraphs: 404 naming the package" "$b / $(cat "$SERR")"
 kill "$SPID"; wait "$SPID" 2>/dev/null
 

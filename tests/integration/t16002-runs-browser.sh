@@ -4,7 +4,8 @@
 # <script>, written with python3's sqlite3): after the pages' scripts have run,
 # the DOM holds one row per run with the hostile name as text, and the run page's
 # charts hold as many points as SQLite has rows (loss, samples/s, AUC, logloss),
-# its checkpoints, processes and events; the compare page overlays two runs.
+# its checkpoints, processes and events; a running run's page says it is live
+# (polling); the compare page overlays two runs.
 # Screenshots of the run page and the list go to $TR_BUILD/runs-serve-*.png.
 # Skipped only when chromium is not installed (not in CI, where it must run).
 . "$(dirname "$0")/lib.sh"
@@ -44,6 +45,10 @@ import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time) VALUES"
            " ('20261124-xss', '<script>document.title=\"pwned\"</script>', 'failed', 1, 1, 1764000000, 1764000010)")
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, slurm_job_id, start_time) VALUES"
+           " ('20261124-live', 'still-going', 'running', 2, 16, '777', 1764000100)")
+for step in range(10, 70, 10):
+    db.execute("INSERT INTO metrics VALUES ('20261124-live', ?, 'loss', ?, ?)", (step, 1.0 / step, 1764000100 + step))
 db.commit()
 PYEOF
 q() { $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])" "$DB" "$1"; }
@@ -78,7 +83,8 @@ grep -q "data-run=\"$R1\"" list.html && grep -q "href=\"/run/$R1\"" list.html &&
 grep -q '&lt;script&gt;document.title="pwned"&lt;/script&gt;' list.html && ! grep -q '<script>document.title' list.html &&
     grep -q '<title>terarec runs</title>' list.html && ok "list: a run named <script> is text, not a script" ||
     fail "list: a run named <script> is text" "$(grep -o '.\{80\}pwned.\{80\}' list.html)"
-grep -q 'status-completed' list.html && grep -q '1 × 2' list.html && ok "list: status and nodes × workers" ||
+grep -q 'status-completed' list.html && grep -q '1 × 2' list.html && grep -q '2 × 16' list.html &&
+    grep -q '<td class="c9">777</td>' list.html && ok "list: status, SLURM job, nodes × workers" ||
     fail "list: status and nodes × workers"
 chrome --dump-dom "$URL/?status=failed" >failed.html
 [ "$(grep -c 'class="run-row' failed.html)" = 1 ] && grep -q 'data-run="20261124-xss"' failed.html &&
@@ -120,6 +126,10 @@ PYEOF
 nproc=$(q "select count(*) from processes where run = '$R1'")
 [ "$got" = "$nck $nproc 1 1 1" ] && ok "run: checkpoints ($nck), processes ($nproc), events, config" ||
     fail "run: checkpoints, processes, events, config" "got '$got', want '$nck $nproc 1 1 1'"
+chrome --dump-dom "$URL/run/20261124-live" >live.html
+grep -q '<span id="live">live: updating every 3 s</span>' live.html &&
+    grep -q 'id="chart-loss"[^>]*data-points="6"' live.html && ok "a running run's page polls (live) and draws its 6 points" ||
+    fail "a running run's page polls (live)" "$(grep -o '<span id="live">[^<]*' live.html)"
 chrome --screenshot="$TR_BUILD/runs-serve-run.png" --window-size=1280,900 "$URL/run/$R1" >/dev/null
 chrome --screenshot="$TR_BUILD/runs-serve-list.png" --window-size=1280,900 "$URL/" >/dev/null
 for f in run list; do
