@@ -169,6 +169,7 @@
   function runPage() {
     var id = body.getAttribute('data-run'), enc = encodeURIComponent(id);
     var series = { loss: [], samples_per_s: [] }, after = { loss: -1, samples_per_s: -1 }, evals = [];
+    var children = [], lineage = false; /* the runs resumed from this one (read once) */
     var xaxis = $('xaxis');
     if (!chartsOk()) msg(NO_CHARTS);
     function rowsOf(list, key) {
@@ -199,6 +200,11 @@
         ['nodes \u00d7 workers', (r.nodes === null ? '-' : r.nodes) + ' \u00d7 ' + (r.workers === null ? '-' : r.workers)],
         ['hosts', r.hosts], ['SLURM job', r.slurm_job_id], ['restarts', r.restarts],
         ['resumed from', r.resumed_from ? link(runHref(r.resumed_from), r.resumed_from) : null],
+        ['resumed by', children.length ? children.reduce(function (span, c, i) {
+          if (i) span.appendChild(document.createTextNode(', '));
+          span.appendChild(link(runHref(c), c));
+          return span;
+        }, el('span', null, 'resumed-by')) : null],
         ['git', r.git_hash], ['command', r.cmdline], ['checkpoints at', r.ckpt_url],
         ['final metrics', r.final_metrics === null ? null : JSON.stringify(r.final_metrics)]
       ]);
@@ -230,7 +236,11 @@
     function refresh() {
       getJSON('/api/runs/' + enc).then(function (j) {
         evals = j.evals || [];
-        return Promise.all([fetchSeries('loss'), fetchSeries('samples_per_s')]).then(function () {
+        var kids = lineage ? null : getJSON('/api/runs?limit=0').then(function (all) {
+          children = all.filter(function (x) { return x.resumed_from === id; }).map(function (x) { return x.id; });
+          lineage = true;
+        });
+        return Promise.all([fetchSeries('loss'), fetchSeries('samples_per_s'), kids]).then(function () {
           msg(chartsOk() ? '' : NO_CHARTS);
           render(j);
           redraw();

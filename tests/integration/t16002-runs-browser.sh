@@ -4,7 +4,7 @@
 # <script>, written with python3's sqlite3): after the pages' scripts have run,
 # the DOM holds one row per run with the hostile name as text, and the run page's
 # charts hold as many points as SQLite has rows (loss, samples/s, AUC, logloss),
-# its checkpoints, processes and events; a running run's page says it is live
+# its checkpoints, processes, events and lineage; a running run's page says it is live
 # (polling); the compare page overlays two runs.
 # Screenshots of the run page and the list go to $TR_BUILD/runs-serve-*.png.
 # Skipped only when chromium is not installed (not in CI, where it must run).
@@ -47,6 +47,9 @@ db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_
            " ('20261124-xss', '<script>document.title=\"pwned\"</script>', 'failed', 1, 1, 1764000000, 1764000010)")
 db.execute("INSERT INTO runs (id, name, status, nodes, workers, slurm_job_id, start_time) VALUES"
            " ('20261124-live', 'still-going', 'running', 2, 16, '777', 1764000100)")
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time, restarts, resumed_from)"
+           " VALUES ('20261124-child', 'resumed-child', 'completed', 1, 2, 1764000200, 1764000300, 1,"
+           " (SELECT id FROM runs WHERE name = 'first'))")
 for step in range(10, 70, 10):
     db.execute("INSERT INTO metrics VALUES ('20261124-live', ?, 'loss', ?, ?)", (step, 1.0 / step, 1764000100 + step))
 db.commit()
@@ -126,6 +129,11 @@ PYEOF
 nproc=$(q "select count(*) from processes where run = '$R1'")
 [ "$got" = "$nck $nproc 1 1 1" ] && ok "run: checkpoints ($nck), processes ($nproc), events, config" ||
     fail "run: checkpoints, processes, events, config" "got '$got', want '$nck $nproc 1 1 1'"
+grep -q '<span class="resumed-by"><a href="/run/20261124-child">20261124-child</a></span>' run.html &&
+    ok "run: the runs resumed from it (lineage)" || fail "run: the runs resumed from it (lineage)"
+chrome --dump-dom "$URL/run/20261124-child" >child.html
+grep -q "<th>resumed from</th><td><a href=\"/run/$R1\">$R1</a></td>" child.html && grep -q '<th>restarts</th><td>1</td>' child.html &&
+    ok "run: the run it resumed from, and its restarts" || fail "run: the run it resumed from, and its restarts"
 chrome --dump-dom "$URL/run/20261124-live" >live.html
 grep -q '<span id="live">live: updating every 3 s</span>' live.html &&
     grep -q 'id="chart-loss"[^>]*data-points="6"' live.html && ok "a running run's page polls (live) and draws its 6 points" ||
