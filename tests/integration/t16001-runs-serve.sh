@@ -189,7 +189,7 @@ kill "$SPID"; wait "$SPID" 2>/dev/null
 # ---- token ---------------------------------------------------------------------------------------------
 printf 's3cret-token\n' >tok
 chmod 600 tok
-serve $T runs serve --db "$DB" --listen 127.0.0.1:0 --token_file tok
+serve $T runs serve --db "$DB" --listen 127.0.0.1:0 --token-file tok  # the issue spells it with a dash
 [ "$(code "$URL/api/runs")" = 401 ] && [ "$(code -H 'Authorization: Bearer wrong' "$URL/api/runs")" = 401 ] &&
     [ "$(code -H 'Authorization: Bearer s3cret-token-longer' "$URL/")" = 401 ] &&
     [ "$(code "$URL/?token=s3cret-toke")" = 401 ] && ok "--token_file: none, wrong, longer, shorter: 401" ||
