@@ -176,7 +176,7 @@ $(LIBPREPARE): $(call obj,$(PREPARE_SRCS))
 $(LIBWORKER): $(call obj,$(WORKER_SRCS))
 $(LIBLAUNCHER): $(call obj,$(LAUNCHER_SRCS))
 $(LIBCKPT): $(call obj,$(CKPT_SRCS))
-$(LIBDB): $(call obj,$(DB_SRCS))
+$(LIBDB): $(call obj,$(DB_SRCS)) $(BUILD)/obj/db/web_assets.o
 
 $(BUILD)/%.a:
 	@mkdir -p $(@D)
@@ -188,6 +188,22 @@ $(BUILD)/obj/kernels/%.o: CFLAGS += -O3
 $(BUILD)/obj/%.o: %.c $(BUILD)/gen/flags
 	@mkdir -p $(@D)
 	$(QUIET_CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# the pages of `terarec runs serve` (db/web/) as C strings, so the binary needs no
+# source tree at run time; two question marks in a row would be a C11 trigraph
+WEB_ASSETS := db/web/app.js db/web/style.css
+$(BUILD)/gen/web_assets.c: $(WEB_ASSETS) Makefile
+	@mkdir -p $(@D)
+	$(Q)if grep -n '??' $(WEB_ASSETS); then echo "db/web: '??' would be a C trigraph" >&2; exit 1; fi
+	$(Q){ echo '/* generated from db/web/ by the Makefile: do not edit */'; echo '#include "db_internal.h"'; \
+	  for f in $(WEB_ASSETS); do \
+	    echo "const char db_web_$$(basename $$f | tr . _)[] ="; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $$f; echo ';'; \
+	  done; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/db/web_assets.o: $(BUILD)/gen/web_assets.c $(BUILD)/gen/flags
+	@mkdir -p $(@D)
+	$(QUIET_CC)$(CC) $(CPPFLAGS) -I$(CURDIR)/db $(CFLAGS) -c $< -o $@
 
 NVCCFLAGS := -std=c++17 -O2 $(NVCC_GENCODE) -Xcompiler -fPIC -Werror all-warnings
 $(BUILD)/obj/%.o: %.cu
@@ -304,7 +320,7 @@ endif
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
   libsqlite3-dev libcairo2-dev libfontconfig-dev patchelf
-DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang
+DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang chromium libjs-dygraphs
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)

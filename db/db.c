@@ -506,6 +506,50 @@ fail:
     return rc;
 }
 
+enum tr_status db_open_readonly(const char *path, struct db **out)
+{
+    enum tr_status rc = TR_OK;
+    char def[4096];
+    *out = NULL;
+    if (!path && !(path = db_default_path(def, sizeof def)))
+        return TR_ERR_ARG;
+    TR_CHECK(check_file(path, 0));
+    struct db *db = tr_calloc(1, sizeof *db);
+    if (!db)
+        return TR_ERR_NOMEM;
+    db->journal = "delete";
+    db->path = tr_strdup(path);
+    if (!db->path) {
+        rc = TR_ERR_NOMEM;
+        goto fail;
+    }
+    if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        LOG_ERROR("cannot open the run history '%s': %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
+        rc = db->h ? TR_ERR_ARG : TR_ERR_NOMEM;
+        goto fail;
+    }
+    sqlite3_extended_result_codes(db->h, 1);
+    sqlite3_busy_timeout(db->h, DB_BUSY_MS);
+    int v = 0;
+    TR_CHECK_GOTO(user_version(db, &v), rc, fail);
+    if (v > DB_SCHEMA_VERSION) {
+        rc = newer_schema(db, v);
+        goto fail;
+    }
+    if (v < DB_SCHEMA_VERSION) {
+        LOG_ERROR("run history '%s' has schema version %d; this terarec reads version %d", path, v,
+                  DB_SCHEMA_VERSION);
+        LOG_HINT("run any 'terarec runs' command on it once, which brings it up to date");
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    *out = db;
+    return TR_OK;
+fail:
+    db_close(db);
+    return rc;
+}
+
 void db_close(struct db *db)
 {
     if (!db)

@@ -55,6 +55,12 @@ char *db_default_path(char *buf, size_t n);
  * network one (journal "delete"), for tests. A handle is for one thread at a time;
  * many processes may open one file. */
 enum tr_status db_open(const char *path, int create, struct db **out) TR_WUR;
+/* Opens the file at path (NULL: db_default_path) read-only (SQLITE_OPEN_READONLY):
+ * it never writes, migrates or takes a write lock, so a running job's writes are
+ * never blocked; readers see each committed transaction. The schema must be the
+ * current one (TR_ERR_ARG otherwise, logged with a hint); a missing file is
+ * TR_ERR_NOT_FOUND (logged). Busy timeout as db_open. */
+enum tr_status db_open_readonly(const char *path, struct db **out) TR_WUR;
 void db_close(struct db *db);
 const char *db_path(const struct db *db);
 /* "wal" or "delete": the journal mode chosen at open. */
@@ -123,7 +129,7 @@ enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int 
 enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data) TR_WUR;
 
 /* `terarec runs ...` (argv[0] is "runs"): list, show, metrics, compare, export,
- * rm, plot; each takes --db PATH (or TR_DB) and --json where it prints. Returns
+ * rm, plot, serve; each takes --db PATH (or TR_DB) and --json where it prints. Returns
  * the exit status (0, 2 bad input or unknown run, 1 other). */
 int runs_cmd_main(int argc, char **argv);
 

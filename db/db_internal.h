@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 
+#include <jansson.h>
 #include <sqlite3.h>
 
 #include "db.h"
@@ -26,6 +27,50 @@ enum tr_status db_preparev(struct db *db, sqlite3_stmt **st, const char *sql, co
 enum tr_status db_begin(struct db *db) TR_WUR;
 enum tr_status db_commit(struct db *db) TR_WUR;
 void db_rollback(struct db *db);
+
+/* ---- the JSON of `terarec runs ... --json`, shared with `terarec runs serve` (runs_cmd.c) ---- */
+
+/* Registers the SQL functions the queries below use (tr_time, tr_dur, tr_ended)
+ * on db's connection. TR_ERR_DB (logged). */
+enum tr_status db_sql_functions(struct db *db) TR_WUR;
+
+/* `runs list --json`: an array of runs, newest first; status (NULL: any), name (a
+ * part of the name or id; NULL: any), limit (-1: all). *out is the caller's
+ * (json_decref); NULL on error. TR_ERR_DB (logged), TR_ERR_NOMEM. */
+enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit,
+                            json_t **out) TR_WUR;
+
+/* `runs show --json` (all_metrics 0) / `runs export --format json` (1): the run
+ * and its tables as one object (the caller checks that the run exists).
+ * Ownership and errors as db_json_runs. */
+enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
+
+/* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
+ * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */
+enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after,
+                               json_t **out) TR_WUR;
+
+/* ---- `terarec runs serve` (serve.c) ---------------------------------------------------------- */
+
+struct db_serve_cfg {
+    const char *listen;     /* ADDR:PORT; NULL: 127.0.0.1:8321 */
+    const char *token_file; /* NULL: no token (then only a loopback address is accepted) */
+};
+
+/* Serves the pages and /api/ of the run history db (opened with db_open_readonly)
+ * until SIGINT or SIGTERM; prints "terarec runs serve: http://HOST:PORT/ ..." on
+ * stdout once listening. TR_ERR_ARG (logged with a hint): a bad --listen, a
+ * non-loopback address without a token, an unreadable token file; TR_ERR_IO: it
+ * cannot listen. Takes the process's SIGINT/SIGTERM while it runs. */
+enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg) TR_WUR;
+
+/* s with & < > " ' as HTML entities into out (n bytes, always NUL-terminated;
+ * cut at a whole entity when it does not fit). */
+void db_html_escape(const char *s, char *out, size_t n);
+
+/* The pages' script and style sheet (db/web/, made into C by the Makefile). */
+extern const char db_web_app_js[];
+extern const char db_web_style_css[];
 
 /* One series of a chart: n points (x ascending), label shown in the legend. */
 struct db_plot_series {

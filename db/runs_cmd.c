@@ -1,7 +1,8 @@
 /* runs_cmd.c: `terarec runs list | show | metrics | compare | export | rm | plot`
  * over the run history (db.h): tables for people, --json for programs, CSV and
- * JSON exports written atomically, charts through plot.c. Only `rm` writes (one
- * transaction); nothing here creates a history that is not there. */
+ * JSON exports written atomically, charts through plot.c, and `serve` (serve.c).
+ * Only `rm` writes (one transaction); nothing here creates a history that is not
+ * there. The --json builders (db_json_*) are shared with the web server. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"
@@ -27,7 +28,7 @@ enum { FMT_CSV = 0, FMT_JSON = 1 };
 static const char *const format_choices[] = {"csv", "json", NULL};
 
 struct runs_cfg {
-    char *db, *status, *name, *output, *metric, *title;
+    char *db, *status, *name, *output, *metric, *title, *listen, *token_file;
     int json, limit, format, width, height;
 };
 
@@ -39,10 +40,12 @@ struct ctx {
 };
 
 /* Which subcommands take an option (bits of subs[] below). */
-enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM = 32, S_PLOT = 64, S_ALL = 127 };
+enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM = 32, S_PLOT = 64, S_SERVE = 128,
+       S_ALL = 255 };
 
 static const unsigned opt_subs[] = {S_ALL,  S_LIST | S_SHOW | S_METRICS | S_COMPARE, S_LIST, S_LIST, S_METRICS,
-                                    S_EXPORT, S_EXPORT | S_PLOT, S_PLOT, S_PLOT, S_PLOT, S_PLOT};
+                                    S_EXPORT, S_EXPORT | S_PLOT, S_PLOT, S_PLOT, S_PLOT, S_PLOT,
+                                    S_SERVE,  S_SERVE};
 
 static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 {
@@ -65,6 +68,12 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
         {"title", TR_OPT_STRING, &c->title, NULL, "the chart's title (default: the metric)", 1, 0, NULL, NULL, 0, NULL},
         {"width", TR_OPT_INT, &c->width, "900", "chart width in pixels", 200, 10000, NULL, NULL, 0, NULL},
         {"height", TR_OPT_INT, &c->height, "540", "chart height in pixels", 150, 10000, NULL, NULL, 0, NULL},
+        {"listen", TR_OPT_STRING, &c->listen, "127.0.0.1:8321",
+         "ADDR:PORT to serve on (port 0: a free one); an address other than loopback needs --token_file", 1, 0,
+         NULL, NULL, 0, NULL},
+        {"token_file", TR_OPT_PATH, &c->token_file, NULL,
+         "a file holding a secret every request must carry (Authorization: Bearer, or ?token= once per browser)",
+         1, 0, NULL, NULL, 0, NULL},
     };
     _Static_assert(TR_ARRAY_SIZE(opts) == TR_ARRAY_SIZE(opt_subs), "one mask per option");
     memcpy(o, opts, sizeof opts);
@@ -155,6 +164,16 @@ static void sql_ended(sqlite3_context *c, int n, sqlite3_value **v)
         snprintf(buf, sizeof buf, "running");
     }
     sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
+}
+
+enum tr_status db_sql_functions(struct db *db)
+{
+    sqlite3 *h = db_sqlite(db);
+    if (sqlite3_create_function(h, "tr_time", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_time, NULL, NULL) ||
+        sqlite3_create_function(h, "tr_dur", 2, SQLITE_UTF8, NULL, sql_dur, NULL, NULL) ||
+        sqlite3_create_function(h, "tr_ended", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_ended, NULL, NULL))
+        return db_sql_error(db, "cannot register functions");
+    return TR_OK;
 }
 
 /* A text table: cells row-major, each tr_strdup'd. */
@@ -290,7 +309,7 @@ static json_t *cell_json(sqlite3_stmt *st, int c)
 }
 
 /* Steps st to its end: an array of objects, one per row, in *out. Finalizes st. */
-static enum tr_status stmt_json(struct ctx *x, sqlite3_stmt *st, json_t **out)
+static enum tr_status stmt_json(struct db *db, sqlite3_stmt *st, json_t **out)
 {
     enum tr_status rc = TR_OK;
     json_t *a = json_array();
@@ -307,7 +326,7 @@ static enum tr_status stmt_json(struct ctx *x, sqlite3_stmt *st, json_t **out)
     if (!a)
         rc = TR_ERR_NOMEM;
     else if (rc == TR_OK && s != SQLITE_DONE)
-        rc = db_sql_error(x->db, "cannot read");
+        rc = db_sql_error(db, "cannot read");
     sqlite3_finalize(st);
     if (rc != TR_OK) {
         json_decref(a);
@@ -317,16 +336,16 @@ static enum tr_status stmt_json(struct ctx *x, sqlite3_stmt *st, json_t **out)
     return rc;
 }
 
-static enum tr_status query_json(struct ctx *x, json_t **out, const char *sql, const char *types, ...)
+static enum tr_status query_json(struct db *db, json_t **out, const char *sql, const char *types, ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, types);
-    enum tr_status rc = db_preparev(x->db, &st, sql, types, ap);
+    enum tr_status rc = db_preparev(db, &st, sql, types, ap);
     va_end(ap);
     *out = NULL;
     TR_CHECK(rc);
-    return stmt_json(x, st, out);
+    return stmt_json(db, st, out);
 }
 
 static enum tr_status query_print(struct ctx *x, const char *indent, const char *sql, const char *types, ...)
@@ -391,6 +410,25 @@ static void free_ids(struct ctx *x, char **ids)
     "(SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'loss' ORDER BY step DESC, m.rowid DESC " \
     "LIMIT 1)"
 
+/* The runs of `list`: ?1 status (NULL: any), ?2 limit (-1: all), ?3 a part of the
+ * name or id (NULL: any). */
+#define LIST_WHERE                                                                                   \
+    " FROM runs r WHERE (?1 IS NULL OR r.status = ?1) AND (?3 IS NULL OR instr(r.id, ?3) > 0"        \
+    " OR instr(coalesce(r.name, ''), ?3) > 0) ORDER BY r.start_time DESC, r.rowid DESC LIMIT ?2"
+
+enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit, json_t **out)
+{
+    static const char sql[] =
+        "SELECT r.id, r.name, r.status, r.start_time, r.end_time,"
+        " coalesce(r.end_time, CAST(strftime('%s', 'now') AS REAL)) - r.start_time AS duration_s,"
+        " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " LAST_LOSS " AS last_loss,"
+        " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc,"
+        " (SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'samples_per_s'"
+        "  ORDER BY step DESC, m.rowid DESC LIMIT 1) AS samples_per_s, r.nodes, r.workers, r.hosts,"
+        " r.slurm_job_id, r.restarts, r.resumed_from" LIST_WHERE;
+    return query_json(db, out, sql, "tit", status, limit, name);
+}
+
 static enum tr_status cmd_list(struct ctx *x)
 {
     const struct runs_cfg *c = x->cfg;
@@ -399,31 +437,23 @@ static enum tr_status cmd_list(struct ctx *x)
         LOG_HINT("'terarec runs list' takes options only (--status, --limit, --json)");
         return TR_ERR_ARG;
     }
-    const char *where = " FROM runs r WHERE (?1 IS NULL OR r.status = ?1)"
-                        " ORDER BY r.start_time DESC, r.rowid DESC LIMIT ?2";
     const int64_t limit = c->limit > 0 ? c->limit : -1;
-    char sql[1024];
     if (c->json) {
-        snprintf(sql, sizeof sql,
-                 "SELECT r.id, r.name, r.status, r.start_time, r.end_time,"
-                 " coalesce(r.end_time, CAST(strftime('%%s', 'now') AS REAL)) - r.start_time AS duration_s,"
-                 " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, %s AS last_loss,"
-                 " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc, r.workers, r.hosts,"
-                 " r.slurm_job_id%s",
-                 LAST_LOSS, where);
         json_t *a = NULL;
-        TR_CHECK(query_json(x, &a, sql, "ti", c->status, limit));
+        TR_CHECK(db_json_runs(x->db, c->status, NULL, limit, &a));
         enum tr_status rc = emit_json(a, NULL);
         json_decref(a);
         return rc;
     }
+    const char *where = LIST_WHERE;
+    char sql[1024];
     snprintf(sql, sizeof sql,
              "SELECT r.id AS id, r.name AS name, r.status AS status, tr_time(r.start_time) AS start,"
              " tr_dur(r.start_time, r.end_time) AS duration, (SELECT max(step) FROM metrics WHERE run = r.id) AS steps,"
              " %s AS last_loss, (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc, r.workers AS workers,"
              " coalesce('slurm ' || r.slurm_job_id, r.hosts) AS 'hosts/job'%s",
              LAST_LOSS, where);
-    return query_print(x, "", sql, "ti", c->status, limit);
+    return query_print(x, "", sql, "tit", c->status, limit, (const char *)NULL);
 }
 
 /* ---- show / export ---------------------------------------------------------------------------- */
@@ -440,8 +470,7 @@ static enum tr_status cmd_list(struct ctx *x)
     " end_time FROM processes WHERE run = ? ORDER BY attempt, rank"
 #define Q_EVENTS "SELECT time, kind, data FROM events WHERE run = ? ORDER BY time, rowid"
 
-/* The run with its tables as one JSON object (all metrics, or the last of each). */
-static enum tr_status run_json(struct ctx *x, const char *id, int all_metrics, json_t **out)
+enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out)
 {
     static const char *const keys[] = {"metrics", "evals", "checkpoints", "processes", "events"};
     const char *queries[] = {all_metrics ? Q_METRICS : Q_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS};
@@ -450,10 +479,10 @@ static enum tr_status run_json(struct ctx *x, const char *id, int all_metrics, j
     *out = NULL;
     if (!o)
         return TR_ERR_NOMEM;
-    TR_CHECK_GOTO(query_json(x, &runs, Q_RUN, "t", id), rc, fail);
+    TR_CHECK_GOTO(query_json(db, &runs, Q_RUN, "t", id), rc, fail);
     json_object_set(o, "run", json_array_get(runs, 0));
     for (size_t i = 0; i < TR_ARRAY_SIZE(keys); i++) {
-        TR_CHECK_GOTO(query_json(x, &t, queries[i], "t", id), rc, fail);
+        TR_CHECK_GOTO(query_json(db, &t, queries[i], "t", id), rc, fail);
         json_object_set_new(o, i == 0 && !all_metrics ? "last_metrics" : keys[i], t);
         t = NULL;
     }
@@ -512,7 +541,7 @@ static enum tr_status cmd_show(struct ctx *x)
     for (int i = 0; rc == TR_OK && i < x->nargs; i++) {
         if (x->cfg->json) {
             json_t *j = NULL;
-            rc = run_json(x, ids[i], 0, &j);
+            rc = db_json_run(x->db, ids[i], 0, &j);
             if (rc == TR_OK)
                 rc = emit_json(j, NULL);
             json_decref(j);
@@ -578,7 +607,7 @@ static enum tr_status cmd_export(struct ctx *x)
         rc = export_csv(x, ids[0], x->cfg->output);
     } else if (rc == TR_OK) {
         json_t *j = NULL;
-        rc = run_json(x, ids[0], 1, &j);
+        rc = db_json_run(x->db, ids[0], 1, &j);
         if (rc == TR_OK)
             rc = emit_json(j, x->cfg->output);
         json_decref(j);
@@ -591,6 +620,14 @@ static enum tr_status cmd_export(struct ctx *x)
 
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
+enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after, json_t **out)
+{
+    return query_json(db, out,
+                      "SELECT step, name, value, time FROM metrics WHERE run = ?1 AND (?2 IS NULL OR name = ?2)"
+                      " AND step > ?3 ORDER BY step, name, rowid",
+                      "tti", id, name, after < 0 ? INT64_MIN : after);
+}
+
 static enum tr_status cmd_metrics(struct ctx *x)
 {
     char **ids = NULL;
@@ -601,7 +638,7 @@ static enum tr_status cmd_metrics(struct ctx *x)
         sqlite3_stmt *st = NULL;
         if (x->cfg->json) {
             json_t *a = NULL;
-            rc = query_json(x, &a, sql, "tt", ids[i], x->cfg->name);
+            rc = db_json_metrics(x->db, ids[i], x->cfg->name, -1, &a);
             if (rc == TR_OK)
                 rc = emit_json(a, NULL);
             json_decref(a);
@@ -687,7 +724,7 @@ static enum tr_status cmd_compare(struct ctx *x)
     }
     for (int i = 0; i < x->nargs; i++) {
         json_t *a = NULL;
-        TR_CHECK_GOTO(query_json(x, &a, Q_SUMMARY, "t", ids[i]), rc, exit);
+        TR_CHECK_GOTO(query_json(x->db, &a, Q_SUMMARY, "t", ids[i]), rc, exit);
         json_t *o = json_array_get(a, 0);
         json_t *cfg = json_object_get(o, "config");
         configs[i] = json_is_object(cfg) ? json_incref(cfg) : json_object();
@@ -908,6 +945,19 @@ exit:
     return rc;
 }
 
+/* ---- serve ------------------------------------------------------------------------------------------ */
+
+static enum tr_status cmd_serve(struct ctx *x)
+{
+    if (x->nargs > 0) {
+        LOG_ERROR("unexpected argument '%s'", x->args[0]);
+        LOG_HINT("'terarec runs serve' takes options only (--db, --listen, --token_file)");
+        return TR_ERR_ARG;
+    }
+    struct db_serve_cfg sc = {.listen = x->cfg->listen, .token_file = x->cfg->token_file};
+    return db_serve(x->db, &sc);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------------------ */
 
 struct runs_sub {
@@ -926,6 +976,7 @@ static const struct runs_sub subs[] = {
     {"export", cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
     {"rm", cmd_rm, S_RM, " RUN...", "delete runs and everything recorded about them"},
     {"plot", cmd_plot, S_PLOT, " RUN... -o FILE.png|.svg", "a metric of runs over steps, as a line chart"},
+    {"serve", cmd_serve, S_SERVE, "", "a read-only web page of the runs, their curves, checkpoints and events"},
 };
 
 static void usage(FILE *fp)
@@ -1035,15 +1086,11 @@ int runs_cmd_main(int argc, char **argv)
             goto exit;
         }
     }
-    TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
-    sqlite3 *h = db_sqlite(x.db);
-    if (sqlite3_create_function(h, "tr_time", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_time, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_dur", 2, SQLITE_UTF8, NULL, sql_dur, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_ended", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_ended, NULL,
-                                NULL)) {
-        rc = db_sql_error(x.db, "cannot register functions");
-        goto exit;
-    }
+    if (sub->bit == S_SERVE)
+        TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit); /* never blocks a job's writes */
+    else
+        TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
+    TR_CHECK_GOTO(db_sql_functions(x.db), rc, exit);
     rc = sub->fn(&x);
 exit:
     db_close(x.db);

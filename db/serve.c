@@ -1,0 +1,556 @@
+/* serve.c: `terarec runs serve`: a read-only web view of the run history over
+ * HTTP/1.1 with libmicrohttpd (one internal polling thread): three pages (runs,
+ * a run, a comparison) whose charts dygraphs draws in the browser, and the JSON
+ * they read (/api/...), built by the same functions as `terarec runs ... --json`.
+ * It never writes the database (opened SQLITE_OPEN_READONLY). No TLS; it binds to
+ * loopback unless told otherwise, and then only with a bearer token. */
+#define TR_SUBSYS TR_SUB_DB
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/file.h"
+#include "../common/log.h"
+#include "db_internal.h"
+
+#define DYGRAPHS_DIR "/usr/share/javascript/dygraphs"
+#define COOKIE "tr_token"
+
+struct server {
+    struct db *db;
+    pthread_mutex_t mu; /* one request at a time on the connection */
+    char *token;        /* NULL: none asked */
+    size_t token_len;
+    const char *dygraphs; /* the folder of dygraph.min.js */
+};
+
+/* One request's answer context. */
+struct req {
+    struct server *s;
+    struct MHD_Connection *c;
+    int head;
+    int set_cookie; /* the token came in ?token=: set it as a cookie */
+};
+
+/* ---- answers ------------------------------------------------------------------------- */
+
+static void free_cb(void *p)
+{
+    tr_free(p);
+}
+
+static void common_headers(struct req *q, struct MHD_Response *r, const char *type)
+{
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                            "img-src 'self' data:; frame-ancestors 'none'");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (q->set_cookie && q->s->token) {
+        char c[TR_TOKEN_MAX + 96];
+        snprintf(c, sizeof c, COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", q->s->token);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, c);
+    }
+}
+
+/* Takes body (tr_malloc'd). */
+static enum MHD_Result reply_owned(struct req *q, unsigned code, char *body, size_t n, const char *type)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(n, body, free_cb);
+    if (!r) {
+        tr_free(body);
+        return MHD_NO;
+    }
+    common_headers(q, r, type);
+    if (code == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result res = MHD_queue_response(q->c, code, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+static enum MHD_Result reply_static(struct req *q, unsigned code, const char *body, const char *type)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    common_headers(q, r, type);
+    enum MHD_Result res = MHD_queue_response(q->c, code, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+static enum MHD_Result reply_text(struct req *q, unsigned code, const char *text)
+{
+    size_t n = strlen(text);
+    char *b = tr_malloc(n + 2);
+    if (!b)
+        return MHD_NO;
+    memcpy(b, text, n);
+    b[n] = '\n';
+    b[n + 1] = '\0';
+    return reply_owned(q, code, b, n + 1, "text/plain; charset=utf-8");
+}
+
+static enum MHD_Result reply_json(struct req *q, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(j);
+    if (!s)
+        return reply_text(q, 503, "out of memory");
+    size_t n = strlen(s);
+    char *b = tr_malloc(n + 1);
+    if (b)
+        memcpy(b, s, n + 1);
+    free(s);
+    if (!b)
+        return reply_text(q, 503, "out of memory");
+    return reply_owned(q, 200, b, n, "application/json");
+}
+
+static enum MHD_Result reply_status(struct req *q, enum tr_status rc)
+{
+    if (rc == TR_ERR_NOMEM)
+        return reply_text(q, 503, "out of memory");
+    return reply_text(q, 500, "cannot read the run history (the server's log says why)");
+}
+
+/* ---- HTML ------------------------------------------------------------------------------ */
+
+void db_html_escape(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    if (!n)
+        return;
+    for (; s && *s; s++) {
+        const char *e = NULL;
+        char one[2] = {*s, 0};
+        switch (*s) {
+        case '&': e = "&amp;"; break;
+        case '<': e = "&lt;"; break;
+        case '>': e = "&gt;"; break;
+        case '"': e = "&quot;"; break;
+        case '\'': e = "&#39;"; break;
+        default: e = one;
+        }
+        size_t l = strlen(e);
+        if (k + l >= n)
+            break;
+        memcpy(out + k, e, l);
+        k += l;
+    }
+    out[k] = '\0';
+}
+
+/* The HTML of a page: the shared head, then body (its data-page, and for a run its
+ * escaped id and title). tr_malloc'd. */
+static char *page_html(const char *page, const char *run_attr, const char *title, const char *body)
+{
+    char *out = NULL;
+    if (asprintf(&out,
+                 "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+                 "<title>%s</title>\n<link rel=\"stylesheet\" href=\"/static/dygraph.min.css\">\n"
+                 "<link rel=\"stylesheet\" href=\"/static/style.css\">\n"
+                 "<script src=\"/static/dygraph.min.js\"></script>\n<script src=\"/static/app.js\" defer></script>\n"
+                 "</head>\n<body data-page=\"%s\" data-run=\"%s\">\n"
+                 "<header><a href=\"/\">terarec runs</a> <span id=\"live\"></span></header>\n<main>\n%s</main>\n"
+                 "</body></html>\n",
+                 title, page, run_attr, body) < 0)
+        return NULL;
+    char *b = tr_strdup(out); /* into the project's allocator, freed by reply_owned */
+    free(out);
+    return b;
+}
+
+static enum MHD_Result reply_page(struct req *q, const char *page, const char *run_attr, const char *title,
+                                  const char *body)
+{
+    char *h = page_html(page, run_attr, title, body);
+    if (!h)
+        return reply_text(q, 503, "out of memory");
+    return reply_owned(q, 200, h, strlen(h), "text/html; charset=utf-8");
+}
+
+/* ---- routes --------------------------------------------------------------------------------- */
+
+/* 1 when the run exists, 0 when not, -1 on a database error (logged). */
+static int run_exists(struct server *s, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    if (db_prepare(s->db, &st, "SELECT 1 FROM runs WHERE id = ?", "t", id) != TR_OK)
+        return -1;
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (r == SQLITE_ROW)
+        return 1;
+    if (r == SQLITE_DONE)
+        return 0;
+    (void)db_sql_error(s->db, "cannot read the run");
+    return -1;
+}
+
+/* A non-negative integer query argument (def when absent); -2 when malformed. */
+static int64_t arg_int(struct MHD_Connection *c, const char *name, int64_t def)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || x < 0)
+        return -2;
+    return x;
+}
+
+static const char *arg_text(struct MHD_Connection *c, const char *name)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    return v && *v ? v : NULL;
+}
+
+static enum MHD_Result api_runs(struct req *q)
+{
+    int64_t limit = arg_int(q->c, "limit", 20);
+    if (limit == -2)
+        return reply_text(q, 400, "limit: not a non-negative integer");
+    json_t *j = NULL;
+    enum tr_status rc =
+        db_json_runs(q->s->db, arg_text(q->c, "status"), arg_text(q->c, "name"), limit > 0 ? limit : -1, &j);
+    return rc == TR_OK ? reply_json(q, j) : reply_status(q, rc);
+}
+
+static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
+{
+    int e = run_exists(q->s, id);
+    if (e < 0)
+        return reply_status(q, TR_ERR_DB);
+    if (e == 0)
+        return reply_text(q, 404, "no such run");
+    json_t *j = NULL;
+    enum tr_status rc;
+    if (!rest) {
+        rc = db_json_run(q->s->db, id, 0, &j);
+    } else if (!strcmp(rest, "metrics")) {
+        int64_t after = arg_int(q->c, "after", -1);
+        if (after == -2)
+            return reply_text(q, 400, "after: not a non-negative integer");
+        rc = db_json_metrics(q->s->db, id, arg_text(q->c, "name"), after, &j);
+    } else if (!strcmp(rest, "export")) {
+        rc = db_json_run(q->s->db, id, 1, &j);
+    } else {
+        return reply_text(q, 404, "no such page");
+    }
+    return rc == TR_OK ? reply_json(q, j) : reply_status(q, rc);
+}
+
+static enum MHD_Result page_run(struct req *q, const char *id)
+{
+    int e = run_exists(q->s, id);
+    if (e < 0)
+        return reply_status(q, TR_ERR_DB);
+    if (e == 0)
+        return reply_text(q, 404, "no such run");
+    char *name = NULL;
+    if (db_run_get(q->s->db, id, "name", &name) != TR_OK)
+        return reply_status(q, TR_ERR_DB);
+    size_t n = 6 * (strlen(id) + (name ? strlen(name) : 0)) + 64;
+    char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 4096);
+    enum MHD_Result res;
+    if (!eid || !ename || !title || !body) {
+        res = reply_text(q, 503, "out of memory");
+        goto exit;
+    }
+    db_html_escape(id, eid, n);
+    db_html_escape(name ? name : "", ename, n);
+    snprintf(title, 2 * n, "run %s%s%s", eid, name ? " " : "", ename);
+    snprintf(body, 3 * n + 4096,
+             "<h1>run <span id=\"run-id\">%s</span> <span id=\"run-name\">%s</span> <span id=\"run-status\"></span></h1>\n"
+             "<p id=\"msg\"></p>\n"
+             "<section><h2>curves</h2><p>x axis: <select id=\"xaxis\"><option value=\"step\">step</option>"
+             "<option value=\"time\">wall time</option></select></p>\n"
+             "<div class=\"charts\">"
+             "<div class=\"chart-box\"><h3>loss</h3><div class=\"chart\" id=\"chart-loss\"></div></div>"
+             "<div class=\"chart-box\"><h3>AUC</h3><div class=\"chart\" id=\"chart-auc\"></div></div>"
+             "<div class=\"chart-box\"><h3>logloss</h3><div class=\"chart\" id=\"chart-logloss\"></div></div>"
+             "<div class=\"chart-box\"><h3>samples/s</h3><div class=\"chart\" id=\"chart-samples_per_s\"></div></div>"
+             "</div></section>\n"
+             "<section><h2>run</h2><table class=\"kv\" id=\"summary\"></table></section>\n"
+             "<section><h2>events</h2><table id=\"events\"></table></section>\n"
+             "<section><h2>checkpoints</h2><table id=\"checkpoints\"></table></section>\n"
+             "<section><h2>processes</h2><table id=\"processes\"></table></section>\n"
+             "<section><h2>config</h2><table class=\"kv\" id=\"config\"></table></section>\n",
+             eid, ename);
+    res = reply_page(q, "run", eid, title, body);
+exit:
+    tr_free(name);
+    tr_free(eid);
+    tr_free(ename);
+    tr_free(title);
+    tr_free(body);
+    return res;
+}
+
+static const char list_body[] =
+    "<h1>runs</h1>\n<form id=\"filter\">status <select id=\"status\"><option value=\"\">any</option>"
+    "<option>running</option><option>completed</option><option>failed</option><option>hung</option>"
+    "<option>preempted</option><option>cancelled</option></select>\n"
+    " name <input id=\"name\" type=\"search\" placeholder=\"part of a name or id\">\n"
+    " <button type=\"button\" id=\"compare\">compare checked</button></form>\n<p id=\"msg\"></p>\n"
+    "<table id=\"runs\"><thead><tr><th></th><th>id</th><th>name</th><th>status</th><th>start</th>"
+    "<th>duration</th><th>steps</th><th>samples/s</th><th>best AUC</th><th>SLURM job</th>"
+    "<th>nodes &times; workers</th></tr></thead><tbody></tbody></table>\n";
+
+static const char compare_body[] =
+    "<h1>compare</h1>\n<p id=\"msg\"></p>\n<p>metric: <select id=\"metric\"><option>loss</option><option>auc</option>"
+    "<option>logloss</option><option>samples_per_s</option><option>learning_rate</option></select></p>\n"
+    "<div class=\"chart wide\" id=\"chart-compare\"></div>\n<table id=\"compare-runs\"></table>\n";
+
+/* A file of the installed dygraphs. */
+static enum MHD_Result static_dygraphs(struct req *q, const char *file, const char *type)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", q->s->dygraphs, file);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        FILE *m = open_memstream(&buf, &n);
+        char tmp[65536];
+        size_t k;
+        while (m && (k = fread(tmp, 1, sizeof tmp, f)) > 0)
+            fwrite(tmp, 1, k, m);
+        if (m)
+            fclose(m);
+        fclose(f);
+    }
+    if (!buf) {
+        char t[4200];
+        snprintf(t, sizeof t, "%s: not installed (apt-get install libjs-dygraphs)", path);
+        return reply_text(q, 404, t);
+    }
+    char *b = tr_malloc(n + 1);
+    if (b)
+        memcpy(b, buf, n);
+    free(buf);
+    if (!b)
+        return reply_text(q, 503, "out of memory");
+    return reply_owned(q, 200, b, n, type);
+}
+
+/* Constant-time comparison of a presented token with ours. */
+static int token_ok(const struct server *s, const char *t)
+{
+    if (!t)
+        return 0;
+    size_t n = strnlen(t, TR_TOKEN_MAX + 1);
+    unsigned char diff = n != s->token_len;
+    for (size_t i = 0; i < s->token_len; i++)
+        diff |= (unsigned char)(s->token[i] ^ (i < n ? t[i] : 0));
+    return diff == 0;
+}
+
+/* The token from "Authorization: Bearer T", the tr_token cookie, or ?token=T. */
+static int authorized(struct req *q)
+{
+    if (!q->s->token)
+        return 1;
+    const char *h = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h && !strncmp(h, "Bearer ", 7) && token_ok(q->s, h + 7))
+        return 1;
+    if (token_ok(q->s, MHD_lookup_connection_value(q->c, MHD_COOKIE_KIND, COOKIE)))
+        return 1;
+    if (token_ok(q->s, MHD_lookup_connection_value(q->c, MHD_GET_ARGUMENT_KIND, "token"))) {
+        q->set_cookie = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result route(struct req *q, const char *url)
+{
+    if (!strcmp(url, "/") || !strcmp(url, "/runs"))
+        return reply_page(q, "list", "", "terarec runs", list_body);
+    if (!strcmp(url, "/compare"))
+        return reply_page(q, "compare", "", "terarec runs: compare", compare_body);
+    if (!strcmp(url, "/healthz"))
+        return reply_text(q, 200, "ok");
+    if (!strcmp(url, "/static/app.js"))
+        return reply_static(q, 200, db_web_app_js, "text/javascript; charset=utf-8");
+    if (!strcmp(url, "/static/style.css"))
+        return reply_static(q, 200, db_web_style_css, "text/css; charset=utf-8");
+    if (!strcmp(url, "/static/dygraph.min.js"))
+        return static_dygraphs(q, "dygraph.min.js", "text/javascript; charset=utf-8");
+    if (!strcmp(url, "/static/dygraph.min.css"))
+        return static_dygraphs(q, "dygraph.min.css", "text/css; charset=utf-8");
+    if (!strcmp(url, "/api/runs"))
+        return api_runs(q);
+    if (!strncmp(url, "/run/", 5) && url[5] && !strchr(url + 5, '/'))
+        return page_run(q, url + 5);
+    if (!strncmp(url, "/api/runs/", 10) && url[10]) {
+        char id[512];
+        const char *slash = strchr(url + 10, '/');
+        size_t n = slash ? (size_t)(slash - (url + 10)) : strlen(url + 10);
+        if (n == 0 || n >= sizeof id)
+            return reply_text(q, 404, "no such run");
+        memcpy(id, url + 10, n);
+        id[n] = '\0';
+        return api_run(q, id, slash ? slash + 1 : NULL);
+    }
+    return reply_text(q, 404, "no such page");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **req_cls)
+{
+    (void)version;
+    (void)upload;
+    struct server *s = cls;
+    if (*req_cls == NULL) { /* the headers; wait for the (ignored) body */
+        *req_cls = s;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        *upload_size = 0; /* a body is dropped: only GET and HEAD are answered */
+        return MHD_YES;
+    }
+    struct req q = {.s = s, .c = c, .head = !strcmp(method, "HEAD")};
+    if (strcmp(method, "GET") != 0 && !q.head) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(strlen("read-only: GET and HEAD only\n"),
+                                                                 (void *)"read-only: GET and HEAD only\n",
+                                                                 MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        common_headers(&q, r, "text/plain; charset=utf-8");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        enum MHD_Result res = MHD_queue_response(c, 405, r);
+        MHD_destroy_response(r);
+        return res;
+    }
+    if (!authorized(&q)) {
+        LOG_WARN("refused %s %.200s: 401 missing or wrong token", method, url);
+        return reply_text(&q, 401, "missing or wrong token (Authorization: Bearer, or ?token=)");
+    }
+    pthread_mutex_lock(&s->mu);
+    enum MHD_Result res = route(&q, url);
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+/* ---- start ------------------------------------------------------------------------------------ */
+
+static enum tr_status parse_listen(const char *text, struct sockaddr_storage *ss, int *v6, int *loopback)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text || (size_t)(colon - text) >= sizeof host)
+        return TR_ERR_ARG;
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || port < 0 || port > 65535)
+        return TR_ERR_ARG;
+    memset(ss, 0, sizeof *ss);
+    size_t hl = strlen(host);
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        host[hl - 1] = '\0';
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        *v6 = 1;
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            return TR_ERR_ARG;
+        *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+        return TR_OK;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    *v6 = 0;
+    if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+        return TR_ERR_ARG;
+    *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    return TR_OK;
+}
+
+enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
+{
+    enum tr_status rc = TR_OK;
+    struct sockaddr_storage ss;
+    int v6 = 0, loopback = 0;
+    const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:8321";
+    if (parse_listen(listen, &ss, &v6, &loopback) != TR_OK) {
+        LOG_ERROR("--listen: '%s' is not ADDR:PORT (an IPv4 address, or [IPv6], and a port 0-65535)", listen);
+        LOG_HINT("use --listen 127.0.0.1:8321, or 127.0.0.1:0 for a free port");
+        return TR_ERR_ARG;
+    }
+    struct server s = {.db = db};
+    if (cfg->token_file) {
+        TR_CHECK(tr_file_read_token(cfg->token_file, "--token_file", &s.token));
+        s.token_len = strlen(s.token);
+    } else if (!loopback) {
+        LOG_ERROR("--listen: '%s' is not a loopback address, and no --token_file was given", listen);
+        LOG_HINT("anyone who can reach it would read the run history: give --token_file FILE, or listen on "
+                 "127.0.0.1");
+        return TR_ERR_ARG;
+    }
+    const char *dir = getenv("TR_DYGRAPHS_DIR");
+    s.dygraphs = dir && *dir ? dir : DYGRAPHS_DIR;
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/dygraph.min.js", s.dygraphs);
+    if (access(probe, R_OK) != 0)
+        LOG_WARN("'%s' is not there: the pages will show no charts (hint: apt-get install libjs-dygraphs)",
+                 probe);
+    pthread_mutex_init(&s.mu, NULL);
+    /* SIGINT and SIGTERM end the server: blocked here (the daemon's thread inherits
+     * the mask) and waited for below */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | (v6 ? MHD_USE_IPv6 : 0);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                         MHD_OPTION_END);
+    if (!d) {
+        LOG_ERROR("cannot listen on '%s': %s", listen, strerror(errno));
+        LOG_HINT("is another server using that port? --listen 127.0.0.1:0 picks a free one");
+        rc = TR_ERR_IO;
+        goto exit;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char host[INET6_ADDRSTRLEN + 2];
+    const char *colon = strrchr(listen, ':');
+    snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+    printf("terarec runs serve: http://%s:%d/ (run history %s, read-only%s)\n", host, di ? (int)di->port : 0,
+           db_path(db), s.token ? ", token required" : "");
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "terarec runs serve: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_stop_daemon(d);
+exit:
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_mutex_destroy(&s.mu);
+    tr_free(s.token);
+    return rc;
+}
