@@ -102,12 +102,14 @@ ifeq ($(CUDA),1)
 # The CUDA backend is a plugin, $(BUILD)/lib/libterarec-cuda.so, that the backend
 # registry loads only where an NVIDIA device node exists: programs on CPU nodes never
 # map cuBLAS (540 MB of it) and run without the CUDA libraries installed. The plugin
-# calls back into the program (logging, allocator), hence -rdynamic; programs find it
-# through their RUNPATH ($ORIGIN/../lib in a bundle, this build's lib/ here).
+# calls back into the program (logging, allocator): the programs export exactly those
+# symbols (kernels/cuda/plugin.dynlist), and find the plugin through their RUNPATH
+# ($ORIGIN/../lib in a bundle, this build's lib/ here).
 CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include -DTR_CUDA_PLUGIN='"libterarec-cuda.so"'
 CUDA_PLUGIN := $(BUILD)/lib/libterarec-cuda.so
+CUDA_DYNLIST := kernels/cuda/plugin.dynlist
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
-LDFLAGS += -rdynamic -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,$(abspath $(BUILD))/lib
+LDFLAGS += -Wl,--dynamic-list=$(CUDA_DYNLIST) -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,$(abspath $(BUILD))/lib
 LDLIBS += -ldl
 # tests of the CUDA and NCCL check macros call the runtimes themselves (linked as needed)
 TEST_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart $(if $(filter 1,$(NCCL)),-lnccl)
@@ -211,9 +213,14 @@ $(BUILD)/obj/%.o: %.cu
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
 ifeq ($(CUDA),1)
-$(CUDA_PLUGIN): $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS))
+$(CUDA_PLUGIN): $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS)) $(CUDA_DYNLIST)
 	@mkdir -p $(@D)
-	$(QUIET_LINK)$(CC) -shared -o $@ $^ $(CUDA_LIBS) -lstdc++ -lm
+	$(QUIET_LINK)$(CC) -shared -o $@ $(filter %.o,$^) $(CUDA_LIBS) -lstdc++ -lm
+	@# every program symbol it calls must be one the programs export
+	$(Q)missing=$$(nm -D --undefined-only $@ | awk '$$2 ~ /^(tr_|kern_|km_)/ {print $$2}' | \
+	  while read -r sym; do grep -qw "$$sym" $(CUDA_DYNLIST) || echo "$$sym"; done); \
+	  if [ -n "$$missing" ]; then echo "$@ needs" $$missing "from the programs: add to $(CUDA_DYNLIST)" >&2; \
+	  rm -f $@; exit 1; fi
 endif
 
 BINS := $(BIN)/terarec-worker $(BIN)/terarec $(BIN)/terarec-loader $(if $(wildcard ckpt_store/main.c),$(BIN)/terarec-ckpt)
