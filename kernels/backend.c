@@ -80,6 +80,26 @@ static enum tr_status cuda_open(const struct kern_backend_opts *o, int quiet, st
 }
 #endif
 
+/* The CPU computes in fp32 only: --amp's precisions are refused (logged unless quiet). */
+static enum tr_status cpu_precision_ok(const struct kern_backend_opts *o, int quiet)
+{
+    if (o->precision != KERN_PREC_BF16 && o->precision != KERN_PREC_FP16)
+        return TR_OK;
+    if (!quiet) {
+        LOG_ERROR("backend 'cpu': computes in fp32 only; --amp (%s GEMMs) needs the cuda backend",
+                  kern_precision_name((enum kern_precision)o->precision));
+        LOG_HINT("drop --amp on a machine without a GPU, or run with --backend cuda on one");
+    }
+    return TR_ERR_UNSUPPORTED;
+}
+
+static enum tr_status cpu_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
+{
+    memset(be, 0, sizeof *be);
+    TR_CHECK(cpu_precision_ok(o, quiet));
+    return kern_cpu_open(o, quiet, be);
+}
+
 static const struct {
     const char *name;
     open_fn open;
@@ -87,7 +107,7 @@ static const struct {
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
     {"cuda", cuda_open},
 #endif
-    {"cpu", kern_cpu_open},
+    {"cpu", cpu_open},
 };
 #define NREG ((int)TR_ARRAY_SIZE(registry))
 
@@ -145,12 +165,8 @@ enum tr_status kern_backend_check(const char *name, const struct kern_backend_op
 #if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
     devices = kern_cuda_device_count();
 #endif
-    if (!strcmp(name, "cpu") && reduced) {
-        LOG_ERROR("backend 'cpu': computes in fp32 only; --amp (%s GEMMs) needs the cuda backend",
-                  kern_precision_name((enum kern_precision)o->precision));
-        LOG_HINT("drop --amp on a machine without a GPU, or run with --backend cuda on one");
-        return TR_ERR_UNSUPPORTED;
-    }
+    if (!strcmp(name, "cpu"))
+        return cpu_precision_ok(o, 0);
     if (!strcmp(name, "cuda") || (!strcmp(name, "auto") && reduced)) {
         if (devices > 0)
             return TR_OK;

@@ -210,15 +210,10 @@ static const struct kern_backend_i cpu_iface = {
 
 enum tr_status kern_cpu_open(const struct kern_backend_opts *o, int quiet, struct kern_backend *be)
 {
+    (void)quiet;
     memset(be, 0, sizeof *be);
-    if (o->precision == KERN_PREC_BF16 || o->precision == KERN_PREC_FP16) {
-        if (!quiet) {
-            LOG_ERROR("backend 'cpu': computes in fp32 only; --amp (%s GEMMs) needs the cuda backend",
-                      kern_precision_name((enum kern_precision)o->precision));
-            LOG_HINT("drop --amp on a machine without a GPU, or run with --backend cuda on one");
-        }
-        return TR_ERR_UNSUPPORTED;
-    }
+    if (o->precision == KERN_PREC_BF16 || o->precision == KERN_PREC_FP16)
+        return TR_ERR_UNSUPPORTED; /* the registry says why (backend.c) */
     struct cpu_ctx *c = tr_calloc(1, sizeof *c);
     if (!c)
         return TR_ERR_NOMEM;
