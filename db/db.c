@@ -458,14 +458,13 @@ static enum tr_status check_file(const char *path, int create)
     return TR_OK;
 }
 
-enum tr_status db_open(const char *path, int create, struct db **out)
+/* The start both opens share: the connection with `flags`, extended result codes,
+ * the busy timeout, and *v = its schema version, refused when newer than this
+ * terarec's. On error nothing is left open. */
+static enum tr_status open_conn(const char *path, int flags, struct db **out, int *v)
 {
     enum tr_status rc = TR_OK;
-    char def[4096];
     *out = NULL;
-    if (!path && !(path = db_default_path(def, sizeof def)))
-        return TR_ERR_ARG;
-    TR_CHECK(check_file(path, create));
     struct db *db = tr_calloc(1, sizeof *db);
     if (!db)
         return TR_ERR_NOMEM;
@@ -475,19 +474,36 @@ enum tr_status db_open(const char *path, int create, struct db **out)
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &db->h, flags, NULL) != SQLITE_OK) {
         LOG_ERROR("cannot open the run history '%s': %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
         rc = db->h ? TR_ERR_ARG : TR_ERR_NOMEM;
         goto fail;
     }
     sqlite3_extended_result_codes(db->h, 1);
     sqlite3_busy_timeout(db->h, DB_BUSY_MS);
-    int v = 0;
-    TR_CHECK_GOTO(user_version(db, &v), rc, fail);
-    if (v > DB_SCHEMA_VERSION) {
-        rc = newer_schema(db, v);
+    TR_CHECK_GOTO(user_version(db, v), rc, fail);
+    if (*v > DB_SCHEMA_VERSION) {
+        rc = newer_schema(db, *v);
         goto fail;
     }
+    *out = db;
+    return TR_OK;
+fail:
+    db_close(db);
+    return rc;
+}
+
+enum tr_status db_open(const char *path, int create, struct db **out)
+{
+    enum tr_status rc = TR_OK;
+    char def[4096];
+    *out = NULL;
+    if (!path && !(path = db_default_path(def, sizeof def)))
+        return TR_ERR_ARG;
+    TR_CHECK(check_file(path, create));
+    struct db *db;
+    int v = 0;
+    TR_CHECK(open_conn(path, SQLITE_OPEN_READWRITE, &db, &v));
     TR_CHECK_GOTO(exec(db, "PRAGMA foreign_keys=ON", "cannot enable foreign keys"), rc, fail);
     if (!sqlite3_db_readonly(db->h, "main")) {
         TR_CHECK_GOTO(set_journal(db, wal_wanted(path)), rc, fail);
@@ -514,28 +530,9 @@ enum tr_status db_open_readonly(const char *path, struct db **out)
     if (!path && !(path = db_default_path(def, sizeof def)))
         return TR_ERR_ARG;
     TR_CHECK(check_file(path, 0));
-    struct db *db = tr_calloc(1, sizeof *db);
-    if (!db)
-        return TR_ERR_NOMEM;
-    db->journal = "delete";
-    db->path = tr_strdup(path);
-    if (!db->path) {
-        rc = TR_ERR_NOMEM;
-        goto fail;
-    }
-    if (sqlite3_open_v2(path, &db->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-        LOG_ERROR("cannot open the run history '%s': %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
-        rc = db->h ? TR_ERR_ARG : TR_ERR_NOMEM;
-        goto fail;
-    }
-    sqlite3_extended_result_codes(db->h, 1);
-    sqlite3_busy_timeout(db->h, DB_BUSY_MS);
+    struct db *db;
     int v = 0;
-    TR_CHECK_GOTO(user_version(db, &v), rc, fail);
-    if (v > DB_SCHEMA_VERSION) {
-        rc = newer_schema(db, v);
-        goto fail;
-    }
+    TR_CHECK(open_conn(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, &db, &v));
     if (v < DB_SCHEMA_VERSION) {
         LOG_ERROR("run history '%s' has schema version %d; this terarec reads version %d", path, v,
                   DB_SCHEMA_VERSION);

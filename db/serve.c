@@ -21,6 +21,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/net.h"
 #include "../common/file.h"
 #include "../common/log.h"
 #include "db_internal.h"
@@ -454,49 +455,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- start ------------------------------------------------------------------------------------ */
 
-static enum tr_status parse_listen(const char *text, struct sockaddr_storage *ss, int *v6, int *loopback)
-{
-    char host[INET6_ADDRSTRLEN + 2];
-    const char *colon = strrchr(text, ':');
-    if (!colon || colon == text || (size_t)(colon - text) >= sizeof host)
-        return TR_ERR_ARG;
-    memcpy(host, text, (size_t)(colon - text));
-    host[colon - text] = '\0';
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno || *end || end == colon + 1 || port < 0 || port > 65535)
-        return TR_ERR_ARG;
-    memset(ss, 0, sizeof *ss);
-    size_t hl = strlen(host);
-    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        *v6 = 1;
-        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
-            return TR_ERR_ARG;
-        *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
-        return TR_OK;
-    }
-    struct sockaddr_in *a = (struct sockaddr_in *)ss;
-    a->sin_family = AF_INET;
-    a->sin_port = htons((uint16_t)port);
-    *v6 = 0;
-    if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-        return TR_ERR_ARG;
-    *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
-    return TR_OK;
-}
-
 enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
 {
     enum tr_status rc = TR_OK;
     struct sockaddr_storage ss;
     int v6 = 0, loopback = 0;
     const char *listen = cfg->listen ? cfg->listen : "127.0.0.1:8321";
-    if (parse_listen(listen, &ss, &v6, &loopback) != TR_OK) {
+    if (tr_net_parse_listen(listen, &ss, &v6, &loopback) != TR_OK) {
         LOG_ERROR("--listen: '%s' is not ADDR:PORT (an IPv4 address, or [IPv6], and a port 0-65535)", listen);
         LOG_HINT("use --listen 127.0.0.1:8321, or 127.0.0.1:0 for a free port");
         return TR_ERR_ARG;
