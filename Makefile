@@ -103,9 +103,10 @@ ifeq ($(CUDA),1)
 # registry loads only where an NVIDIA device node exists: programs on CPU nodes never
 # map cuBLAS (540 MB of it) and run without the CUDA libraries installed. The plugin
 # calls back into the program (logging, allocator): the programs export exactly those
-# symbols (kernels/cuda/plugin.dynlist), and find the plugin through their RUNPATH
-# ($ORIGIN/../lib in a bundle, this build's lib/ here).
-CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include -DTR_CUDA_PLUGIN='"libterarec-cuda.so"'
+# symbols (kernels/cuda/plugin.dynlist), and look for the plugin in lib/ beside
+# their bin/ (a bundle), then in this build's lib/ (kernels/backend.c).
+CPPFLAGS += -DTR_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include -DTR_CUDA_PLUGIN='"libterarec-cuda.so"' \
+  -DTR_CUDA_PLUGIN_DIR='"$(abspath $(BUILD))/lib"'
 CUDA_PLUGIN := $(BUILD)/lib/libterarec-cuda.so
 CUDA_DYNLIST := kernels/cuda/plugin.dynlist
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart

@@ -3,6 +3,7 @@
  * makes a new instance. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,16 +30,45 @@ static int nvidia_present(void)
     return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
 }
 
+/* Loads the plugin from, in order: lib/ beside the program's bin/ (a bundle, an
+ * install), this build's lib/ (TR_CUDA_PLUGIN_DIR: test programs sit deeper), then
+ * the loader's own search (LD_LIBRARY_PATH). Explicit paths, because a dlopen that
+ * a sanitizer intercepts no longer searches the program's RUNPATH. Keeps the error
+ * of the first candidate that exists (a missing dependency, say). */
+static void load_plugin(void)
+{
+    char exe[PATH_MAX], paths[3][PATH_MAX + 64];
+    int n = 0;
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(paths[n++], sizeof paths[0], "%s/../lib/%s", exe, TR_CUDA_PLUGIN);
+        }
+    }
+    snprintf(paths[n++], sizeof paths[0], "%s/%s", TR_CUDA_PLUGIN_DIR, TR_CUDA_PLUGIN);
+    snprintf(paths[n++], sizeof paths[0], "%s", TR_CUDA_PLUGIN);
+    for (int i = 0; i < n && !cuda_plugin; i++) {
+        const int last = i + 1 == n, exists = strchr(paths[i], '/') ? access(paths[i], F_OK) == 0 : 1;
+        if (!exists && !last)
+            continue;
+        cuda_plugin = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+        if (!cuda_plugin && !cuda_plugin_why[0]) {
+            const char *e = dlerror();
+            snprintf(cuda_plugin_why, sizeof cuda_plugin_why, "%s", e ? e : "dlopen failed");
+        }
+    }
+    if (cuda_plugin)
+        cuda_plugin_why[0] = '\0';
+}
+
 void *kern_cuda_plugin_symbol(const char *name)
 {
     if (!cuda_plugin_tried) {
         cuda_plugin_tried = 1;
-        /* found through the program's RUNPATH: $ORIGIN/../lib, then the build's lib/ */
-        cuda_plugin = dlopen(TR_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-        if (!cuda_plugin) {
-            const char *e = dlerror();
-            snprintf(cuda_plugin_why, sizeof cuda_plugin_why, "%s", e ? e : "dlopen failed");
-        }
+        load_plugin();
     }
     return cuda_plugin ? dlsym(cuda_plugin, name) : NULL;
 }
