@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "../common/alloc.h"
+#include "../common/check.h"
 #include "../common/clock.h"
 #include "../common/log.h"
 
@@ -180,4 +182,47 @@ void proc_release(struct proc *p)
 {
     tr_free(p->log);
     p->log = NULL;
+}
+
+void argv_add(struct argv *a, const char *s)
+{
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? 2 * a->cap : 32;
+        char **v = tr_realloc(a->v, (size_t)cap * sizeof *v);
+        TR_ASSERT(v);
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n] = tr_strdup(s);
+    TR_ASSERT(a->v[a->n]);
+    a->v[++a->n] = NULL;
+}
+
+void argv_addf(struct argv *a, const char *fmt, ...)
+{
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    argv_add(a, buf);
+}
+
+void argv_split(struct argv *a, const char *s)
+{
+    if (!s)
+        return;
+    char *t = tr_strdup(s), *save = NULL;
+    TR_ASSERT(t);
+    for (char *w = strtok_r(t, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        argv_add(a, w);
+    tr_free(t);
+}
+
+void argv_free(struct argv *a)
+{
+    for (int i = 0; i < a->n; i++)
+        tr_free(a->v[i]);
+    tr_free(a->v);
+    memset(a, 0, sizeof *a);
 }

@@ -50,6 +50,17 @@ char *proc_quote(char *const argv[]);
 
 void proc_release(struct proc *p);
 
+/* A growing NULL-terminated argument vector (each string owned). */
+struct argv {
+    char **v;
+    int n, cap;
+};
+void argv_add(struct argv *a, const char *s);
+void argv_addf(struct argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* the space-separated words of s (nothing when s is NULL) */
+void argv_split(struct argv *a, const char *s);
+void argv_free(struct argv *a);
+
 #ifdef __cplusplus
 }
 #endif

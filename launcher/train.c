@@ -42,6 +42,7 @@
 #include "../loader_svc/loader.h"
 #include "../worker/plan.h"
 #include "../worker/worker.h"
+#include "container.h"
 #include "proc.h"
 
 /* ---- options -------------------------------------------------------------------------- */
@@ -59,7 +60,14 @@ struct launch_cfg {
     int requeue;
     char *mpirun_args;
     char *srun_args;
+    char *container_image;
+    char *container_mounts;
+    int container_runtime; /* index into runtime_choices */
+    char *container_bin_dir;
+    int dry_run;
 };
+
+static const char *const runtime_choices[] = {"auto", "docker", "podman", NULL};
 
 /* worker flags the launcher sets itself */
 static const char *const managed[] = {"loader", "events_addr", "events_token_file", "run_name", "resume", NULL};
@@ -72,7 +80,7 @@ static int is_managed(const char *name)
     return 0;
 }
 
-#define LAUNCH_OWN_OPTS 12
+#define LAUNCH_OWN_OPTS 17
 
 /* `terarec train` without any model or data flag: a small model on synthetic data
  * (the same as `make run`) */
@@ -127,63 +135,30 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
         {"srun_args", TR_OPT_STRING, &c->srun_args, NULL,
          "extra srun arguments for the workers' step, space-separated (under SLURM)",
          TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+        {"container_image", TR_OPT_STRING, &c->container_image, NULL,
+         "IMAGE: run the store, the loader and the workers in this container image (built from "
+         "containers/Dockerfile): srun --container-image (pyxis/enroot) under SLURM, docker or podman run here. "
+         "Paths in the other flags are then the container's",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+        {"container_mounts", TR_OPT_STRING, &c->container_mounts, NULL,
+         "SRC[:DST[:FLAGS]][,...]: host paths mounted into the container (pyxis's syntax, FLAGS like ro or "
+         "ro+rprivate); the run's directory and its checkpoint store are mounted at their own paths",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+        {"container_runtime", TR_OPT_ENUM, &c->container_runtime, "auto",
+         "what runs the container outside SLURM (auto: docker, else podman)", TR_OPT_NOBOUNDS, runtime_choices, NULL,
+         0, NULL},
+        {"container_bin_dir", TR_OPT_PATH, &c->container_bin_dir, "/opt/terarec/bin",
+         "where terarec's programs are inside the image", 1, 0, NULL, NULL, 0, NULL},
+        {"dry_run", TR_OPT_BOOL, &c->dry_run, "false",
+         "print the commands that would start the store, the loader and the workers, one per line, and exit "
+         "without starting anything or writing the run history",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
     };
     TR_ASSERT(TR_ARRAY_SIZE(own) <= LAUNCH_OWN_OPTS);
     memcpy(o + k, own, sizeof own);
     c->w.job.table = o;
     return nw;
-}
-
-/* ---- argument vectors ------------------------------------------------------------------- */
-
-struct argv {
-    char **v;
-    int n, cap;
-};
-
-static void av_add(struct argv *a, const char *s)
-{
-    if (a->n + 2 > a->cap) {
-        int cap = a->cap ? 2 * a->cap : 32;
-        char **v = tr_realloc(a->v, (size_t)cap * sizeof *v);
-        TR_ASSERT(v);
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n] = tr_strdup(s);
-    TR_ASSERT(a->v[a->n]);
-    a->v[++a->n] = NULL;
-}
-
-static void av_addf(struct argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void av_addf(struct argv *a, const char *fmt, ...)
-{
-    char buf[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    av_add(a, buf);
-}
-
-/* space-separated words of s */
-static void av_split(struct argv *a, const char *s)
-{
-    if (!s)
-        return;
-    char *t = tr_strdup(s), *save = NULL;
-    for (char *w = strtok_r(t, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
-        av_add(a, w);
-    tr_free(t);
-}
-
-static void av_free(struct argv *a)
-{
-    for (int i = 0; i < a->n; i++)
-        tr_free(a->v[i]);
-    tr_free(a->v);
-    memset(a, 0, sizeof *a);
 }
 
 /* ---- the state of a launch ---------------------------------------------------------------- */
@@ -225,6 +200,7 @@ struct launch {
     int sfd, lfd;
     char events_addr[256];
     struct proc ckpt, loader, workers;
+    struct ctr ctr; /* --container-image (ctr.image NULL: none) */
     struct conn *conns;
     int nconns;
     struct rank *ranks;
@@ -276,7 +252,7 @@ static enum tr_status find_exe_dir(struct launch *L)
     if (s)
         *s = 0;
     const char *need[] = {"terarec-worker", "terarec-loader", "terarec-ckpt"};
-    for (size_t i = 0; i < TR_ARRAY_SIZE(need); i++) {
+    for (size_t i = 0; i < TR_ARRAY_SIZE(need) && !L->ctr.image; i++) { /* else they are the image's */
         char p[PATH_MAX + 32];
         snprintf(p, sizeof p, "%s/%s", L->exe_dir, need[i]);
         if (access(p, X_OK) != 0) {
@@ -382,7 +358,55 @@ static int env_int(const char *name, int def)
 
 static void exe(struct launch *L, struct argv *a, const char *name)
 {
-    av_addf(a, "%s/%s", L->exe_dir, name);
+    argv_addf(a, "%s/%s", L->ctr.image ? L->c->container_bin_dir : L->exe_dir, name);
+}
+
+/* a local container's name: terarec-RUN-WHAT (the store) or terarec-RUN-WHAT-ATTEMPT */
+static void ctr_name(struct launch *L, const char *what, char *name, size_t n)
+{
+    if (!strcmp(what, "ckpt"))
+        snprintf(name, n, "terarec-%s-%s", L->id, what);
+    else
+        snprintf(name, n, "terarec-%s-%s-%d", L->id, what, L->attempt);
+}
+
+/* locally, each program in a container of its own */
+static void ctr_local(struct launch *L, struct argv *a, const char *what, int gpus)
+{
+    if (!L->ctr.image || L->slurm)
+        return;
+    char name[160];
+    ctr_name(L, what, name, sizeof name);
+    ctr_run_prefix(&L->ctr, a, name, L->run_dir, gpus);
+}
+
+/* Removes a local run's container (after its client ended: a SIGKILLed `docker
+ * run` leaves its container running). */
+static void ctr_remove(struct launch *L, const char *what)
+{
+    if (!L->ctr.image || L->slurm || L->c->dry_run || !*L->id)
+        return;
+    char name[160];
+    ctr_name(L, what, name, sizeof name);
+    char *const argv[] = {(char *)L->ctr.runtime, "rm", "--force", name, NULL};
+    struct proc p;
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/container.log", L->run_dir);
+    if (proc_start(&p, "container removal", argv, log, &L->orig_mask) == TR_OK) {
+        const double until = tr_clock_now() + 30;
+        while (!proc_poll(&p) && tr_clock_now() < until) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        proc_stop(&p, 1);
+    }
+    proc_release(&p);
+}
+
+/* a GPU for a local container: where the host has one and the backend may use it */
+static int ctr_gpus(struct launch *L)
+{
+    return L->c->w.job.backend != JOB_BACKEND_CPU && access("/dev/nvidiactl", F_OK) == 0;
 }
 
 /* The given worker flags (not the managed ones), as --name=value; those the loader
@@ -404,11 +428,11 @@ static void forward_flags(struct launch *L, struct argv *worker, struct argv *lo
             !strcmp(o->name, "checkpoint_token_file"))
             continue; /* set by the launcher from the user's value */
         tr_opt_format(o, buf, sizeof buf);
-        av_addf(worker, "--%s=%s", o->name, buf);
+        argv_addf(worker, "--%s=%s", o->name, buf);
         if (loader)
             for (const struct tr_opt *l = lo; l->type != TR_OPT_END; l++)
                 if (!strcmp(l->name, o->name))
-                    av_addf(loader, "--%s=%s", o->name, buf);
+                    argv_addf(loader, "--%s=%s", o->name, buf);
     }
 }
 
@@ -445,29 +469,38 @@ static enum tr_status wait_listening(struct launch *L, int n, char *url, size_t 
     }
 }
 
+/* The stores' command: one per node under SLURM, on the port given. */
+static void ckpt_argv(struct launch *L, struct argv *a, int port)
+{
+    if (L->slurm) {
+        argv_add(a, "srun");
+        argv_add(a, "--overlap");
+        argv_add(a, "--mpi=none");
+        argv_addf(a, "--nodes=%d", L->nodes);
+        argv_add(a, "--ntasks-per-node=1");
+        argv_add(a, "--job-name=terarec-ckpt");
+        argv_add(a, "--kill-on-bad-exit=0");
+        if (L->ctr.image)
+            ctr_srun_flags(&L->ctr, a);
+    }
+    ctr_local(L, a, "ckpt", 0);
+    exe(L, a, "terarec-ckpt");
+    argv_addf(a, "--root=%s", L->ckpt_root);
+    argv_addf(a, "--token_file=%s", L->token_file);
+    argv_addf(a, "--listen=127.0.0.1:%d", port);
+    if (L->slurm)
+        argv_add(a, "--term_grace=600"); /* SLURM's SIGTERM to a job: the last checkpoint still goes through */
+}
+
 static enum tr_status start_ckpt(struct launch *L)
 {
     struct argv a = {0};
     char log[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/ckpt.log", L->run_dir);
     int port = L->slurm ? free_port() : 0;
-    if (L->slurm) {
-        av_add(&a, "srun");
-        av_add(&a, "--overlap");
-        av_add(&a, "--mpi=none");
-        av_addf(&a, "--nodes=%d", L->nodes);
-        av_add(&a, "--ntasks-per-node=1");
-        av_add(&a, "--job-name=terarec-ckpt");
-        av_add(&a, "--kill-on-bad-exit=0");
-    }
-    exe(L, &a, "terarec-ckpt");
-    av_addf(&a, "--root=%s", L->ckpt_root);
-    av_addf(&a, "--token_file=%s", L->token_file);
-    av_addf(&a, "--listen=127.0.0.1:%d", port);
-    if (L->slurm)
-        av_add(&a, "--term_grace=600"); /* SLURM's SIGTERM to a job: the last checkpoint still goes through */
+    ckpt_argv(L, &a, port);
     enum tr_status rc = proc_start(&L->ckpt, "checkpoint store", a.v, log, &L->orig_mask);
-    av_free(&a);
+    argv_free(&a);
     if (rc != TR_OK)
         return rc;
     char url[256] = "";
@@ -486,9 +519,14 @@ static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64
 {
     *pos = 0;
     *step = -1;
-    struct ckpt_client_opts o = {.token_file = L->ckpt_token, .retries = 3, .timeout = 60};
+    /* a store directory or token file the user gave is a path in the container */
+    char root[PATH_MAX], token[PATH_MAX];
+    ctr_host_path(&L->ctr, L->ckpt_root ? L->ckpt_root : L->ckpt_where, root, sizeof root);
+    if (L->ckpt_token)
+        ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
+    struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 3, .timeout = 60};
     struct ckpt_client *cl = NULL;
-    TR_CHECK(ckpt_client_open(L->ckpt_root ? L->ckpt_root : L->ckpt_where, &o, &cl));
+    TR_CHECK(ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl));
     int64_t s = -1;
     enum tr_status rc = ckpt_get_latest(cl, L->ckpt_run, &s);
     if (rc == TR_ERR_NOT_FOUND) {
@@ -516,6 +554,76 @@ static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64
     return rc;
 }
 
+/* The loader's and the workers' commands of one attempt (pos: the data position to
+ * start from, "" for the start). */
+static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const char *pos, int resume)
+{
+    char ring[96];
+    snprintf(ring, sizeof ring, "trl-%s-%d", L->id, L->attempt);
+    if (L->slurm && L->ctr.image) {
+        /* in the image too, as a one-task step on this node (rank 0's, whose ring it
+         * fills through /dev/shm, which enroot binds from the host) */
+        const char *node = getenv("SLURMD_NODENAME");
+        argv_add(l, "srun");
+        argv_add(l, "--overlap");
+        argv_add(l, "--mpi=none");
+        argv_add(l, "--nodes=1");
+        argv_add(l, "--ntasks=1");
+        argv_addf(l, "--nodelist=%s", node && *node ? node : L->host);
+        argv_add(l, "--job-name=terarec-loader");
+        argv_add(l, "--kill-on-bad-exit=0");
+        ctr_srun_flags(&L->ctr, l);
+    }
+    ctr_local(L, l, "loader", 0);
+    exe(L, l, "terarec-loader");
+    argv_addf(l, "--ring=%s", ring);
+    argv_add(l, "--attach_timeout=600");
+    if (L->slurm) {
+        argv_add(w, "srun");
+        argv_add(w, "--mpi=pmix");
+        argv_add(w, "--kill-on-bad-exit=1");
+        argv_add(w, "--job-name=terarec-worker");
+        if (L->ctr.image)
+            ctr_srun_flags(&L->ctr, w);
+        argv_split(w, L->c->srun_args);
+    } else {
+        ctr_local(L, w, "workers", ctr_gpus(L));
+    }
+    if (!L->slurm && L->world > 1) {
+        argv_add(w, "mpirun");
+        argv_addf(w, "-np");
+        argv_addf(w, "%d", L->world);
+        argv_add(w, "--bind-to");
+        argv_add(w, "none");
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (L->world > cpus)
+            argv_add(w, "--oversubscribe");
+        if (geteuid() == 0)
+            argv_add(w, "--allow-run-as-root");
+        argv_split(w, L->c->mpirun_args);
+    }
+    exe(L, w, "terarec-worker");
+    forward_flags(L, w, l, *pos != 0);
+    if (*pos) {
+        argv_addf(l, "--start_position=%s", pos);
+        argv_addf(w, "--start_position=%s", pos);
+    }
+    if (resume)
+        argv_add(w, "--resume");
+    argv_addf(w, "--loader=shm:%s", ring);
+    argv_addf(w, "--events_addr=%s", L->events_addr);
+    argv_addf(w, "--events_token_file=%s", L->token_file);
+    argv_addf(w, "--run_name=%s", L->ckpt_run);
+    argv_addf(w, "--checkpoint_dir=%s", L->ckpt_where);
+    if (L->ckpt_url)
+        argv_addf(w, "--checkpoint_token_file=%s", L->ckpt_token);
+    const struct tr_opt *lp = tr_opt_find(L->opts, "log_path");
+    if (lp && lp->set_by)
+        argv_addf(w, "--log_path=%s", L->c->w.log_path ? L->c->w.log_path : "");
+    else
+        argv_addf(w, "--log_path=%s/dlrm_tf_log.json", L->run_dir);
+}
+
 /* Starts the loader and the workers of one attempt (0: the first). */
 static enum tr_status start_attempt(struct launch *L, int resume)
 {
@@ -523,51 +631,8 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     int64_t from = -1;
     if (resume)
         TR_CHECK(ckpt_position(L, pos, sizeof pos, &from));
-    char ring[96];
-    snprintf(ring, sizeof ring, "trl-%s-%d", L->id, L->attempt);
     struct argv w = {0}, l = {0};
-    exe(L, &l, "terarec-loader");
-    av_addf(&l, "--ring=%s", ring);
-    av_add(&l, "--attach_timeout=600");
-    if (L->slurm) {
-        av_add(&w, "srun");
-        av_add(&w, "--mpi=pmix");
-        av_add(&w, "--kill-on-bad-exit=1");
-        av_add(&w, "--job-name=terarec-worker");
-        av_split(&w, L->c->srun_args);
-    } else if (L->world > 1) {
-        av_add(&w, "mpirun");
-        av_addf(&w, "-np");
-        av_addf(&w, "%d", L->world);
-        av_add(&w, "--bind-to");
-        av_add(&w, "none");
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (L->world > cpus)
-            av_add(&w, "--oversubscribe");
-        if (geteuid() == 0)
-            av_add(&w, "--allow-run-as-root");
-        av_split(&w, L->c->mpirun_args);
-    }
-    exe(L, &w, "terarec-worker");
-    forward_flags(L, &w, &l, *pos != 0);
-    if (*pos) {
-        av_addf(&l, "--start_position=%s", pos);
-        av_addf(&w, "--start_position=%s", pos);
-    }
-    if (resume)
-        av_add(&w, "--resume");
-    av_addf(&w, "--loader=shm:%s", ring);
-    av_addf(&w, "--events_addr=%s", L->events_addr);
-    av_addf(&w, "--events_token_file=%s", L->token_file);
-    av_addf(&w, "--run_name=%s", L->ckpt_run);
-    av_addf(&w, "--checkpoint_dir=%s", L->ckpt_where);
-    if (L->ckpt_url)
-        av_addf(&w, "--checkpoint_token_file=%s", L->ckpt_token);
-    const struct tr_opt *lp = tr_opt_find(L->opts, "log_path");
-    if (lp && lp->set_by)
-        av_addf(&w, "--log_path=%s", L->c->w.log_path ? L->c->w.log_path : "");
-    else
-        av_addf(&w, "--log_path=%s/dlrm_tf_log.json", L->run_dir);
+    attempt_argv(L, &w, &l, pos, resume);
 
     char llog[PATH_MAX + 32], wlog[PATH_MAX + 32];
     snprintf(llog, sizeof llog, "%s/loader.log", L->run_dir);
@@ -583,8 +648,8 @@ static enum tr_status start_attempt(struct launch *L, int resume)
         tr_free(q);
         rc = proc_start(&L->workers, "workers", w.v, wlog, &L->orig_mask);
     }
-    av_free(&w);
-    av_free(&l);
+    argv_free(&w);
+    argv_free(&l);
     if (rc != TR_OK)
         return rc;
     json_t *d = json_pack("{s:i,s:i,s:i}", "attempt", L->attempt, "workers", L->world, "nodes", L->nodes);
@@ -1195,15 +1260,104 @@ static int slurm_counts(struct launch *L)
     return L->world > 0;
 }
 
+/* Does srun take pyxis's --container-image? (srun --help lists a SPANK plugin's options) */
+static int srun_has_pyxis(void)
+{
+    FILE *fp = popen("srun --help 2>/dev/null", "r");
+    if (!fp)
+        return 0;
+    char line[512];
+    int found = 0;
+    while (fgets(line, sizeof line, fp))
+        if (strstr(line, "--container-image"))
+            found = 1;
+    pclose(fp);
+    return found;
+}
+
+/* --container-image and its companions */
+static enum tr_status check_container(struct launch *L)
+{
+    struct launch_cfg *c = L->c;
+    if (!c->container_image) {
+        const char *given[] = {"container_mounts", "container_runtime", "container_bin_dir"};
+        const char *shown[] = {"--container-mounts", "--container_runtime", "--container_bin_dir"};
+        for (size_t i = 0; i < TR_ARRAY_SIZE(given); i++)
+            if (tr_opt_given(L->opts, given[i])) {
+                LOG_ERROR("%s needs --container-image", shown[i]);
+                return TR_ERR_ARG;
+            }
+        return TR_OK;
+    }
+    if (!*c->container_image) {
+        LOG_ERROR("--container-image: empty");
+        LOG_HINT("a registry image (nvcr.io#org/terarec:0.1.0 for pyxis) or a squashfs file for pyxis; an image "
+                 "name for docker/podman");
+        return TR_ERR_ARG;
+    }
+    if (c->container_bin_dir[0] != '/') {
+        LOG_ERROR("--container_bin_dir %s: an absolute path inside the image", c->container_bin_dir);
+        return TR_ERR_ARG;
+    }
+    L->ctr.image = c->container_image;
+    L->ctr.bin_dir = c->container_bin_dir;
+    TR_CHECK(ctr_mounts_parse(&L->ctr, c->container_mounts));
+    if (L->slurm) {
+        if (tr_opt_given(L->opts, "container_runtime")) {
+            LOG_ERROR("--container_runtime: under SLURM the containers are pyxis's (srun --container-image)");
+            return TR_ERR_ARG;
+        }
+        if (!srun_has_pyxis()) {
+            if (!c->dry_run) {
+                LOG_ERROR("--container-image: this cluster's srun has no --container-image (pyxis is not installed)");
+                LOG_HINT("ask for pyxis and enroot (github.com/NVIDIA/pyxis), or run without --container-image");
+                return TR_ERR_ARG;
+            }
+            LOG_WARN("--container-image: this cluster's srun has no --container-image (pyxis is not installed)");
+        }
+    } else {
+        L->ctr.runtime = c->container_runtime ? runtime_choices[c->container_runtime] : ctr_runtime_find();
+        if (!L->ctr.runtime) {
+            LOG_ERROR("--container-image: neither docker nor podman is on PATH");
+            LOG_HINT("install one of them, or run inside a SLURM allocation with pyxis (srun --container-image)");
+            return TR_ERR_ARG;
+        }
+    }
+    const char *cd = c->w.checkpoint_dir;
+    if (cd && *cd && cd[0] != '/' && strncmp(cd, "http://", 7) && strncmp(cd, "https://", 8) &&
+        strncmp(cd, "serve:", 6)) {
+        LOG_ERROR("--checkpoint_dir %s: with --container-image, an absolute path as the container sees it", cd);
+        return TR_ERR_ARG;
+    }
+    return TR_OK;
+}
+
 static enum tr_status check_flags(struct launch *L)
 {
     struct launch_cfg *c = L->c;
     TR_CHECK(job_check(&c->w.job, JOB_ALL));
+    TR_CHECK(check_container(L));
     struct stat st;
-    if (c->w.job.dataset_type != JOB_DATA_SYNTHETIC && c->w.job.dataset_path &&
-        (stat(c->w.job.dataset_path, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        LOG_ERROR("--dataset_path %s: %s", c->w.job.dataset_path,
-                  errno && !S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+    char data[PATH_MAX];
+    /* the dataset as the workers will see it (in a container: through the mounts) */
+    int visible = c->w.job.dataset_path != NULL;
+    if (visible && L->ctr.image && !ctr_host_path(&L->ctr, c->w.job.dataset_path, data, sizeof data)) {
+        if (c->w.job.dataset_type != JOB_DATA_SYNTHETIC)
+            LOG_WARN("--dataset_path %s is under none of the --container-mounts: it must be in the image",
+                     c->w.job.dataset_path);
+        visible = 0;
+    } else if (visible && !L->ctr.image) {
+        snprintf(data, sizeof data, "%s", c->w.job.dataset_path);
+    }
+    int bad = 0;
+    if (c->w.job.dataset_type != JOB_DATA_SYNTHETIC && visible)
+        bad = stat(data, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (bad) {
+        if (strcmp(data, c->w.job.dataset_path))
+            LOG_ERROR("--dataset_path %s (%s on this machine, through --container-mounts): %s",
+                      c->w.job.dataset_path, data, strerror(bad));
+        else
+            LOG_ERROR("--dataset_path %s: %s", c->w.job.dataset_path, strerror(bad));
         LOG_HINT("give the directory 'terarec data prepare --output' wrote");
         return TR_ERR_ARG;
     }
@@ -1279,6 +1433,94 @@ static const char *status_of(struct launch *L, int *exit_code, char *reason, siz
     return DB_FAILED;
 }
 
+/* The checkpoint store, from where (--checkpoint_dir, or the resumed run's): a URL
+ * (an outside server), a path (written directly), or serve:ROOT or nothing (a
+ * terarec-ckpt per node that this launcher runs, *serve = 1; by default in
+ * checkpoints/ beside the run history, base). */
+static enum tr_status ckpt_setup(struct launch *L, const char *where, const char *base, int *serve)
+{
+    char root[PATH_MAX + 16];
+    *serve = 0;
+    L->ckpt_token = L->c->w.checkpoint_token_file;
+    if (where && (!strncmp(where, "http://", 7) || !strncmp(where, "https://", 8))) {
+        snprintf(L->ckpt_where, sizeof L->ckpt_where, "%s", where);
+        L->ckpt_url = 1;
+        if (!L->ckpt_token) {
+            LOG_ERROR("--checkpoint_dir %s: an outside store needs its --checkpoint_token_file", where);
+            return TR_ERR_ARG;
+        }
+    } else if (where && *where && strncmp(where, "serve:", 6)) {
+        snprintf(L->ckpt_where, sizeof L->ckpt_where, "%s", where);
+        L->ckpt_root = tr_strdup(where);
+    } else {
+        if (where && !strncmp(where, "serve:", 6))
+            snprintf(root, sizeof root, "%s", where + 6);
+        else
+            snprintf(root, sizeof root, "%s/checkpoints", base);
+        L->ckpt_root = tr_strdup(root);
+        L->ckpt_token = L->token_file;
+        *serve = 1;
+    }
+    return TR_OK;
+}
+
+/* the directory of the run history's file (runs/ and checkpoints/ go beside it) */
+static void history_base(const char *dbpath, char *base, size_t n)
+{
+    snprintf(base, n, "%s", dbpath);
+    char *sl = strrchr(base, '/');
+    if (sl)
+        *sl = 0;
+    else
+        snprintf(base, n, ".");
+}
+
+/* --dry_run: the commands of a new run, one per line ("store: ...", "loader: ...",
+ * "workers: ..."), with nothing created, started or recorded. */
+static int dry_run(struct launch *L, const char *dbpath)
+{
+    struct launch_cfg *c = L->c;
+    if (c->resume)
+        LOG_WARN("--dry_run does not look --resume %s up: the commands shown start from the beginning", c->resume);
+    make_id(L->id, sizeof L->id);
+    snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", L->id);
+    char base[PATH_MAX];
+    history_base(dbpath, base, sizeof base);
+    if (c->run_dir)
+        snprintf(L->run_dir, sizeof L->run_dir, "%s", c->run_dir);
+    else
+        snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
+    snprintf(L->token_file, sizeof L->token_file, "%s/token", L->run_dir);
+    int serve = 0;
+    if (ckpt_setup(L, c->w.checkpoint_dir, base, &serve) != TR_OK)
+        return 2;
+    if (L->ctr.image) {
+        ctr_mount_same(&L->ctr, L->run_dir);
+        if (serve)
+            ctr_mount_same(&L->ctr, L->ckpt_root);
+    }
+    snprintf(L->events_addr, sizeof L->events_addr, "tcp:%s:PORT", L->slurm ? L->host : "127.0.0.1");
+    struct argv a = {0}, w = {0}, l = {0};
+    if (serve) {
+        ckpt_argv(L, &a, L->slurm ? free_port() : 0);
+        snprintf(L->ckpt_where, sizeof L->ckpt_where, "http://127.0.0.1:PORT");
+        L->ckpt_url = 1;
+    }
+    attempt_argv(L, &w, &l, "", 0);
+    struct argv *cmds[] = {&a, &l, &w};
+    const char *what[] = {"store", "loader", "workers"};
+    for (int i = 0; i < 3; i++) {
+        if (!cmds[i]->n)
+            continue;
+        char *q = proc_quote(cmds[i]->v);
+        printf("%s: %s\n", what[i], q ? q : "");
+        tr_free(q);
+        argv_free(cmds[i]);
+    }
+    fflush(stdout);
+    return 0;
+}
+
 static int run_launch(struct launch *L, int argc, char **argv)
 {
     struct launch_cfg *c = L->c;
@@ -1301,6 +1543,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
     /* everything the workers would refuse, before anything is created */
     if (check_flags(L) != TR_OK || find_exe_dir(L) != TR_OK)
         return 2;
+    if (c->dry_run)
+        return dry_run(L, dbpath);
     if (db_open(dbpath, 1, &L->db) != TR_OK)
         return 2;
 
@@ -1350,12 +1594,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
 
     /* the run's directory, token and checkpoint store */
     char base[PATH_MAX];
-    snprintf(base, sizeof base, "%s", dbpath);
-    char *sl = strrchr(base, '/');
-    if (sl)
-        *sl = 0;
-    else
-        snprintf(base, sizeof base, ".");
+    history_base(dbpath, base, sizeof base);
     if (c->run_dir)
         snprintf(L->run_dir, sizeof L->run_dir, "%s", c->run_dir);
     else
@@ -1369,33 +1608,20 @@ static int run_launch(struct launch *L, int argc, char **argv)
         tr_free(from_ckpt_url);
         return 2;
     }
-    /* the checkpoint store: recorded as a URL (an outside server), a path (written
-     * directly), or serve:ROOT (a terarec-ckpt per node that this launcher runs) */
-    const char *where = from_ckpt_url ? from_ckpt_url : c->w.checkpoint_dir;
-    char root[PATH_MAX + 16];
     int serve = 0;
-    L->ckpt_token = c->w.checkpoint_token_file;
-    if (where && (!strncmp(where, "http://", 7) || !strncmp(where, "https://", 8))) {
-        snprintf(L->ckpt_where, sizeof L->ckpt_where, "%s", where);
-        L->ckpt_url = 1;
-        if (!L->ckpt_token) {
-            LOG_ERROR("--checkpoint_dir %s: an outside store needs its --checkpoint_token_file", where);
-            tr_free(from_ckpt_url);
-            return 2;
-        }
-    } else if (where && *where && strncmp(where, "serve:", 6)) {
-        snprintf(L->ckpt_where, sizeof L->ckpt_where, "%s", where);
-        L->ckpt_root = tr_strdup(where);
-    } else {
-        if (where && !strncmp(where, "serve:", 6))
-            snprintf(root, sizeof root, "%s", where + 6);
-        else
-            snprintf(root, sizeof root, "%s/checkpoints", base);
-        L->ckpt_root = tr_strdup(root);
-        L->ckpt_token = L->token_file;
-        serve = 1;
-    }
+    enum tr_status crc = ckpt_setup(L, from_ckpt_url ? from_ckpt_url : c->w.checkpoint_dir, base, &serve);
     tr_free(from_ckpt_url);
+    if (crc != TR_OK)
+        return 2;
+    /* in a container: the run's directory and the store's at their own paths */
+    if (L->ctr.image) {
+        ctr_mount_same(&L->ctr, L->run_dir);
+        /* a mount's source must exist (enroot and podman refuse it; docker would make it root's) */
+        if (serve && tr_file_mkdir_p(L->ckpt_root) != TR_OK)
+            return 2;
+        if (serve)
+            ctr_mount_same(&L->ctr, L->ckpt_root);
+    }
     if (open_listener(L) != TR_OK)
         return 1;
 
@@ -1462,6 +1688,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
         }
         supervise(L, L->token);
         proc_stop(&L->loader, 5);
+        ctr_remove(L, "loader");
+        ctr_remove(L, "workers");
         status = status_of(L, &exit_code, reason, sizeof reason);
         for (int r = 0; r < L->nranks; r++)
             if (L->ranks[r].hello && !L->ranks[r].bye)
@@ -1502,6 +1730,7 @@ done:
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
         slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
     proc_stop(&L->ckpt, 10);
+    ctr_remove(L, "ckpt");
     if (c->json) {
         json_out(L, "end", json_pack("{s:s,s:s,s:I}", "status", status, "reason", reason, "step", (json_int_t)L->step));
     } else {
@@ -1587,9 +1816,15 @@ int train_cmd_main(int argc, char **argv)
     }
     if (L.lfd >= 0)
         close(L.lfd);
-    proc_stop(&L.workers, 5);
-    proc_stop(&L.loader, 5);
-    proc_stop(&L.ckpt, 5);
+    struct proc *left[] = {&L.workers, &L.loader, &L.ckpt};
+    const char *what[] = {"workers", "loader", "ckpt"};
+    for (int i = 0; i < 3; i++) {
+        const int live = left[i]->pid > 0 && !left[i]->ended;
+        proc_stop(left[i], 5);
+        if (live)
+            ctr_remove(&L, what[i]);
+    }
+    ctr_release(&L.ctr);
     proc_release(&L.workers);
     proc_release(&L.loader);
     proc_release(&L.ckpt);

@@ -8,8 +8,10 @@
 #               starts the store, the loader and the workers itself (ARGS: this
 #               script's arguments)
 #   srun_flags  extra srun options (the seed's example: --mpi=pmix)
-#   cont        a container image for pyxis/enroot (--container-image); unset: bare metal
-#   mounts      SRC:DST[,...] for --container-mounts
+#   cont        a container image for pyxis/enroot (srun --container-image); unset: bare
+#               metal. Without cmd: terarec train --container-image=$cont (the launcher
+#               runs here, its programs in the image: containers/README.md)
+#   mounts      SRC:DST[:FLAGS][,...] for --container-mounts
 # Example (the 1.68 TB model on 4 nodes x 8 GPUs):
 #   cmd='terarec-worker --dataset_path /data/dlrm/full_criteo_data --columnwise_split
 #        --data_parallel_bottom_mlp --embedding_dim 512 --bottom_mlp_dims 512,256,512'
@@ -36,9 +38,10 @@ if [ -n "${cont:-}" ]; then
 fi
 
 if [ -z "${cmd:-}" ]; then
-    if [ ${#cont_flags[@]} -gt 0 ]; then
-        echo "slurm_multinode.sh: cont= needs cmd= (terarec train runs outside the container)" >&2
-        exit 2
+    # terarec train runs here, outside the container (it calls srun); the programs
+    # it starts (stores, loader, workers) run in the image
+    if [ -n "${cont:-}" ]; then
+        exec terarec train --container-image="$cont" ${mounts:+--container-mounts="$mounts"} "$@"
     fi
     exec terarec train "$@"
 fi

@@ -16,6 +16,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
+#include "../common/fabric.h"
 #include "../common/file.h"
 #include "../common/sysmem.h"
 #include "../common/version.h"
@@ -198,6 +199,27 @@ struct room_rec {
     char host[64];
 };
 
+/* GPU workers on several nodes: which network NCCL will find between them, said
+ * once per node, and a warning when it is TCP sockets (an image without
+ * libibverbs, a container without /dev/infiniband: NCCL does not say so itself). */
+static void check_fabric(const struct train *T)
+{
+    if (T->dist.nnodes < 2 || T->dist.local_rank != 0 || strcmp(T->be.i->name, "cuda"))
+        return;
+    struct tr_fabric f;
+    tr_fabric_probe(&f, NULL, NULL, NULL, NULL);
+    char line[512];
+    tr_fabric_describe(&f, line, sizeof line);
+    if (f.net == TR_NET_SOCKET && !f.forced) {
+        LOG_WARN("node %d (%s): NCCL will use TCP sockets between the %d nodes: %s", T->dist.node, T->dist.host,
+                 T->dist.nnodes, f.why);
+        LOG_HINT("install libibverbs1 (rdma-core) in the image and start it with the HCAs (enroot's 99-mellanox "
+                 "hook, docker --device /dev/infiniband); NCCL_NET=Socket makes sockets deliberate");
+    } else {
+        LOG_INFO(INIT, "node %d (%s): network between nodes: %s", T->dist.node, T->dist.host, line);
+    }
+}
+
 /* Every rank's plan against the memory left to it, decided on rank 0 (which
  * knows every rank's plan and, from the records, which ranks share a node or a
  * cgroup) before anything large is allocated; the verdict is shared. */
@@ -281,6 +303,8 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     LOG_INFO(INIT, "run %s: rank %d of %d (local %d of %d) on node %d of %d, host %s, backend %s", T->run_id, rank,
              W, T->dist.local_rank, T->dist.local_world, T->dist.node, T->dist.nnodes, T->dist.host,
              T->be.i->name);
+
+    check_fabric(T);
 
     TR_CHECK(open_source(T));
     const struct source *s = &T->src;
