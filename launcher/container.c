@@ -164,9 +164,11 @@ int ctr_host_path(const struct ctr *c, const char *path, char *out, size_t n)
     return 1;
 }
 
-void ctr_srun_flags(const struct ctr *c, struct argv *a)
+void ctr_srun_flags(const struct ctr *c, struct argv *a, const char *workdir)
 {
     argv_addf(a, "--container-image=%s", c->image);
+    if (workdir)
+        argv_addf(a, "--container-workdir=%s", workdir);
     if (!c->n)
         return;
     size_t len = 32;

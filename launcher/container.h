@@ -47,8 +47,9 @@ void ctr_release(struct ctr *c);
  * when none does (out is then the path as given: it is the image's own). */
 int ctr_host_path(const struct ctr *c, const char *path, char *out, size_t n);
 
-/* pyxis's flags for an srun step: --container-image=IMAGE --container-mounts=... */
-void ctr_srun_flags(const struct ctr *c, struct argv *a);
+/* pyxis's flags for an srun step: --container-image=IMAGE [--container-mounts=...]
+ * [--container-workdir=WORKDIR] */
+void ctr_srun_flags(const struct ctr *c, struct argv *a, const char *workdir);
 
 /* The start of a local run: RUNTIME run --rm --init --name NAME --network=host
  * --ipc=host --user UID:GID -w WORKDIR -v SRC:DST[:opts]... -e NAME... [GPUs]

@@ -481,7 +481,7 @@ static void ckpt_argv(struct launch *L, struct argv *a, int port)
         argv_add(a, "--job-name=terarec-ckpt");
         argv_add(a, "--kill-on-bad-exit=0");
         if (L->ctr.image)
-            ctr_srun_flags(&L->ctr, a);
+            ctr_srun_flags(&L->ctr, a, L->run_dir);
     }
     ctr_local(L, a, "ckpt", 0);
     exe(L, a, "terarec-ckpt");
@@ -572,7 +572,7 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         argv_addf(l, "--nodelist=%s", node && *node ? node : L->host);
         argv_add(l, "--job-name=terarec-loader");
         argv_add(l, "--kill-on-bad-exit=0");
-        ctr_srun_flags(&L->ctr, l);
+        ctr_srun_flags(&L->ctr, l, L->run_dir);
     }
     ctr_local(L, l, "loader", 0);
     exe(L, l, "terarec-loader");
@@ -584,7 +584,7 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         argv_add(w, "--kill-on-bad-exit=1");
         argv_add(w, "--job-name=terarec-worker");
         if (L->ctr.image)
-            ctr_srun_flags(&L->ctr, w);
+            ctr_srun_flags(&L->ctr, w, L->run_dir);
         argv_split(w, L->c->srun_args);
     } else {
         ctr_local(L, w, "workers", ctr_gpus(L));

@@ -112,15 +112,14 @@ slurm_env() {
 slurm_env $T train --db "$TMP/hist/runs.db" $M --max_steps 2 --dry_run --container-image "$IMG" \
     --container-mounts "$TMP/data:/data:ro" >drys.out 2>&1
 rc=$?
-mounts="--container-mounts=$TMP/data:/data:ro,"
 s_store=$(sed -n 's/^store: //p' drys.out)
 s_loader=$(sed -n 's/^loader: //p' drys.out)
 s_workers=$(sed -n 's/^workers: //p' drys.out)
-[ $rc -eq 0 ] && [[ $s_store == "srun --overlap "*"--nodes=2 --ntasks-per-node=1 "*"--container-image=$IMG $mounts"*" /opt/terarec/bin/terarec-ckpt "* ]] &&
-    ok "SLURM: a store per node, srun --container-image=IMAGE --container-mounts=..." || fail "SLURM store" "$(cat drys.out)"
-[[ $s_loader == "srun --overlap "*"--nodes=1 --ntasks=1 --nodelist=n1 "*"--container-image=$IMG $mounts"*" /opt/terarec/bin/terarec-loader "* ]] &&
+[ $rc -eq 0 ] && [[ $s_store == "srun --overlap "*"--nodes=2 --ntasks-per-node=1 "*"--container-image=$IMG --container-workdir=$TMP/hist/runs/"*" --container-mounts=$TMP/data:/data:ro,"*" /opt/terarec/bin/terarec-ckpt "* ]] &&
+    ok "SLURM: a store per node, srun --container-image=IMAGE --container-workdir=RUN_DIR --container-mounts=..." || fail "SLURM store" "$(cat drys.out)"
+[[ $s_loader == "srun --overlap "*"--nodes=1 --ntasks=1 --nodelist=n1 "*"--container-image=$IMG --container-workdir=$TMP/hist/runs/"*" --container-mounts=$TMP/data:/data:ro,"*" /opt/terarec/bin/terarec-loader "* ]] &&
     ok "SLURM: the loader in the image too, one task on this node (SLURMD_NODENAME)" || fail "SLURM loader" "$s_loader"
-[[ $s_workers == "srun --mpi=pmix "*"--container-image=$IMG $mounts"*" /opt/terarec/bin/terarec-worker "* ]] &&
+[[ $s_workers == "srun --mpi=pmix "*"--container-image=$IMG --container-workdir=$TMP/hist/runs/"*" --container-mounts=$TMP/data:/data:ro,"*" /opt/terarec/bin/terarec-worker "* ]] &&
     ok "SLURM: the workers' step, srun --mpi=pmix with pyxis's flags" || fail "SLURM workers" "$s_workers"
 s_run=$(printf '%s\n' "$s_workers" | sed -n 's/.*--log_path=\(.*\)\/dlrm_tf_log.json.*/\1/p')
 [[ $s_workers == *",$s_run:$s_run,$TMP/hist/checkpoints:$TMP/hist/checkpoints "* ]] &&
@@ -137,7 +136,7 @@ rc=$?
 slurm_env TR_BIN="$TR_BIN" cont="$IMG" mounts="$TMP/data:/data" bash "$TR_ROOT/slurm/slurm_multinode.sh" --db "$TMP/hist/runs.db" $M \
     --max_steps 2 --dry_run >sm.out 2>&1
 rc=$?
-[ $rc -eq 0 ] && [ "$(grep -c -- "--container-image=$IMG --container-mounts=$TMP/data:/data," sm.out)" = 3 ] &&
+[ $rc -eq 0 ] && [ "$(grep -c -- "--container-image=$IMG --container-workdir=[^ ]* --container-mounts=$TMP/data:/data," sm.out)" = 3 ] &&
     ok "slurm_multinode.sh cont= mounts=: terarec train --container-image --container-mounts" ||
     fail "slurm_multinode.sh cont" "exit $rc: $(cat sm.out)"
 

@@ -142,11 +142,12 @@ static void srun_and_run_arguments(void)
     TH_EQ_ST_REQ(ctr_mounts_parse(&c, spec), TR_OK);
 
     struct argv a = {0};
-    ctr_srun_flags(&c, &a);
-    TH_EQ_REQ(a.n, 2);
+    ctr_srun_flags(&c, &a, "/runs/x");
+    TH_EQ_REQ(a.n, 3);
     TH_EQ_STR(a.v[0], "--container-image=nvcr.io#org/terarec:1");
+    TH_EQ_STR(a.v[1], "--container-workdir=/runs/x");
     snprintf(want, sizeof want, "--container-mounts=%s/a:/data:ro+rprivate+nosuid,%s/a/b:%s/a/b", dir, dir, dir);
-    TH_EQ_STR(a.v[1], want);
+    TH_EQ_STR(a.v[2], want);
     argv_free(&a);
 
     setenv("NCCL_DEBUG", "INFO", 1);
