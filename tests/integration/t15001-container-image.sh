@@ -46,6 +46,8 @@ KEY=$(git -C "$TR_ROOT" rev-parse 'HEAD^{tree}' | cut -c1-12)-$dirty
 IMG=localhost/terarec-test:$KEY
 IMG_BUILD=localhost/terarec-test-build:$KEY
 IMG_CUDA0=localhost/terarec-test-cuda0:$KEY
+# (the CUDA Dockerfile's build stage is tagged only so that removing the tag removes its layers)
+IMG_CUDA0_BUILD=localhost/terarec-test-cuda0-build:$KEY
 echo "# source key $KEY (git $HASH), images $IMG, $IMG_BUILD, $IMG_CUDA0"
 
 CTRS=()
@@ -259,7 +261,8 @@ else
     check "containers/install_cuda.sh parses (bash -n; shellcheck is not installed)" bash -n "$TR_ROOT/containers/install_cuda.sh"
 fi
 t0=$SECONDS
-if build "$IMG_CUDA0" containers/Dockerfile --build-arg WITH_CUDA=0; then
+if build "$IMG_CUDA0" containers/Dockerfile --build-arg WITH_CUDA=0 &&
+    build "$IMG_CUDA0_BUILD" containers/Dockerfile --build-arg WITH_CUDA=0 --target build; then
     cached=$(grep -c '^--> Using cache' "$TMP/terarec-test-cuda0.log" 2>/dev/null)
     ok "containers/Dockerfile builds with WITH_CUDA=0 ($((SECONDS - t0)) s, ${cached:-0} steps from the cache)"
     ctr "$IMG_CUDA0" && ver=$(inside terarec --version 2>&1)
@@ -271,7 +274,7 @@ fi
 
 # ---- older images of this test ----------------------------------------------------------------
 old=$(podman images --format '{{.Repository}}:{{.Tag}}' |
-    grep -E '^localhost/terarec-test(-build|-cuda0)?:' | grep -v ":$KEY\$" || true)
+    grep -E '^localhost/terarec-test(-build|-cuda0|-cuda0-build)?:' | grep -v ":$KEY\$" || true)
 if [ -n "$old" ]; then
     # shellcheck disable=SC2086
     podman rmi $old >/dev/null 2>&1 || true
