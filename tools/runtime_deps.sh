@@ -42,7 +42,7 @@ while IFS= read -r line; do
     case $line in diversion*) continue ;; esac
     pkg=${line%%: /*}
     pkg_of[${line#*: }]=${pkg%%[:,]*}
-done < <(dpkg -S $(printf '%s\n' "${all[@]}" | sort -u) 2>/dev/null || true)
+done < <(readarray -t uniq < <(printf '%s\n' "${all[@]}" | sort -u); dpkg -S "${uniq[@]}" 2>/dev/null || true)
 
 pkgs=()
 for p in "${paths[@]}"; do
