@@ -3,7 +3,7 @@
 # made here with debootstrap (no registry is needed; cached in the repository's
 # build/containers/ and in podman's storage):
 # - containers/Dockerfile.cpu builds with podman (chroot isolation), tagged with a key
-#   of the source (HEAD's tree + the uncommitted changes): a later run of the same
+#   of the source (HEAD + the uncommitted changes): a later run of the same
 #   source (CI's ASan pass) reuses the images and runs every check again;
 # - its labels (version, revision = the git hash given), a non-root user, no compiler
 #   or -dev package, much smaller than its build stage, every library resolves;
@@ -39,10 +39,11 @@ BASE=localhost/terarec-base:debian12
 MIRROR=${TR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 VERSION=$(sed -n 's/^VERSION := //p' "$TR_ROOT/Makefile")
 HASH=$(git -C "$TR_ROOT" rev-parse --short=12 HEAD)
-# the source key: HEAD's tree, and a hash of what differs from it (changes, untracked files)
+# the source key: HEAD (not only its tree: the images carry the commit's hash, in the
+# label and in terarec --version), and a hash of what differs from it (changes, untracked files)
 dirty=$( (cd "$TR_ROOT" && git diff HEAD && git ls-files --others --exclude-standard -z |
     xargs -0 -r sha256sum) | sha256sum | cut -c1-8)
-KEY=$(git -C "$TR_ROOT" rev-parse 'HEAD^{tree}' | cut -c1-12)-$dirty
+KEY=$HASH-$dirty
 IMG=localhost/terarec-test:$KEY
 IMG_BUILD=localhost/terarec-test-build:$KEY
 IMG_CUDA0=localhost/terarec-test-cuda0:$KEY
