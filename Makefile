@@ -22,7 +22,8 @@
 #                        CUDA apt repository); see containers/README.md
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
-# CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64).
+# CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64),
+# PREFIX= / DESTDIR= (install), CONTAINER_ENGINE=podman|docker and IMAGE_BUILD_ARGS= (image targets).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
