@@ -13,9 +13,17 @@
 #                        (RUNPATH $ORIGIN/../lib), for GPU nodes without the -dev packages;
 #                        BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries
 #   make sanitize-cuda   the CUDA kernel tests under compute-sanitizer memcheck and racecheck (GPU)
+#   make test-unit       only the test binaries (unit, kernel parity, golden), no integration scripts
+#   make install         the programs into $(DESTDIR)$(PREFIX)/bin, the CUDA plugin (when built) into
+#                        .../lib (PREFIX=/usr/local); they find each other there
+#   make deps-build      installs only the packages needed to build (the container images' first layer)
+#   make image-cpu       the CPU container image terarec:VERSION-cpu (containers/Dockerfile.cpu)
+#   make image           the GPU container image terarec:VERSION (containers/Dockerfile; needs NVIDIA's
+#                        CUDA apt repository); see containers/README.md
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
-# CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64).
+# CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64),
+# PREFIX= / DESTDIR= (install), CONTAINER_ENGINE=podman|docker and IMAGE_BUILD_ARGS= (image targets).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -138,13 +146,13 @@ endif
 
 # Objects depend on the flags they were built with (a changed knob rebuilds), and
 # the git hash lives in a generated header that changes only when HEAD does.
-ifeq ($(filter clean deps deps-bench,$(MAKECMDGOALS)),)
+ifeq ($(filter clean deps deps-build deps-bench,$(MAKECMDGOALS)),)
 FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(shell mkdir -p $(BUILD)/gen; echo '$(subst ','\'',$(FLAGS_LINE))' | cmp -s - $(BUILD)/gen/flags || echo '$(subst ','\'',$(FLAGS_LINE))' > $(BUILD)/gen/flags)
 $(shell echo '#define TR_GIT_HASH "$(GIT_HASH)"' | cmp -s - $(BUILD)/gen/version_gen.h || echo '#define TR_GIT_HASH "$(GIT_HASH)"' > $(BUILD)/gen/version_gen.h)
 endif
 
-ifeq ($(filter clean deps,$(MAKECMDGOALS)),)
+ifeq ($(filter clean deps deps-build,$(MAKECMDGOALS)),)
 $(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) mpi=$(MPI) pmix=$(PMIX) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
 endif
 
@@ -258,7 +266,8 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-.PHONY: all test check-headers check-cuda deps deps-bench clean bench asan ubsan test-gpu run fuzz bundle sanitize-cuda
+.PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan test-gpu run fuzz bundle \
+  sanitize-cuda install image image-cpu
 .SECONDARY:
 
 all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(BENCH_BINS)
@@ -275,6 +284,31 @@ test: all
 
 test-gpu: all
 	$(Q)TR_TEST_GPU=1 tests/run.sh $(BUILD)
+
+test-unit: $(TEST_BINS) $(CUDA_PLUGIN)
+	$(Q)TR_TEST_ONLY=bins tests/run.sh $(BUILD)
+
+# the programs find each other beside /proc/self/exe (launcher/train.c) and the CUDA
+# plugin in ../lib (kernels/backend.c; the RUNPATH has $ORIGIN/../lib too)
+PREFIX ?= /usr/local
+DESTDIR ?=
+install: $(BINS) $(CUDA_PLUGIN)
+	$(Q)install -d $(DESTDIR)$(PREFIX)/bin
+	$(Q)install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+ifeq ($(CUDA),1)
+	$(Q)install -d $(DESTDIR)$(PREFIX)/lib
+	$(Q)install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/
+endif
+	@echo "install: $(notdir $(BINS) $(CUDA_PLUGIN)) into $(DESTDIR)$(PREFIX)"
+
+# container images (containers/README.md): podman where it is installed, else docker
+CONTAINER_ENGINE ?= $(or $(shell command -v podman 2>/dev/null),docker)
+IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg GIT_HASH=$(GIT_HASH) \
+  --build-arg BUILD_DATE=$(shell date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGE_BUILD_ARGS)
+image-cpu:
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -f containers/Dockerfile.cpu -t terarec:$(VERSION)-cpu .
+image:
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -f containers/Dockerfile -t terarec:$(VERSION) .
 
 bundle: $(BINS) $(CUDA_PLUGIN)
 	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS) $(CUDA_PLUGIN)
@@ -328,10 +362,14 @@ endif
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
   libsqlite3-dev libcairo2-dev libfontconfig-dev patchelf
-DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang chromium libjs-dygraphs
+DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang chromium libjs-dygraphs \
+  podman buildah debootstrap squashfs-tools
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)
+
+deps-build:
+	$(Q)tools/deps.sh $(DEPS_BUILD)
 
 deps-bench:
 	$(Q)tools/deps.sh $(DEPS_BENCH)

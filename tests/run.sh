@@ -3,6 +3,7 @@
 # tests/integration/t*.sh, shows their TAP output on failure (or always with
 # TR_TEST_VERBOSE=1), and ends with "total: N passed, N failed, N skipped".
 # A binary that crashes or prints no summary line counts as one failure.
+# TR_TEST_ONLY=bins runs only the test binaries (make test-unit).
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +46,7 @@ done < <(find "$root/$build/tests" -type f -name 'test_*' -perm -u+x | sort)
 
 for t in "$root"/tests/integration/t*.sh; do
     [ -e "$t" ] || continue
+    [ "${TR_TEST_ONLY:-}" = bins ] && break
     run_one "integration/$(basename "$t")" bash "$t"
 done
 
