@@ -111,6 +111,7 @@ build() {
 }
 if build "$IMG" containers/Dockerfile.cpu && build "$IMG_BUILD" containers/Dockerfile.cpu --target build; then
     ok "containers/Dockerfile.cpu builds (runtime and build stages)"
+    echo "$IMG" >"$CDIR/image-cpu" # for t15002, which runs terarec train's programs in it
 else
     fail "containers/Dockerfile.cpu builds"
     done_testing
