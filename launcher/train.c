@@ -1464,8 +1464,9 @@ static enum tr_status ckpt_setup(struct launch *L, const char *where, const char
     return TR_OK;
 }
 
-/* the directory of the run history's file (runs/ and checkpoints/ go beside it) */
-static void history_base(const char *dbpath, char *base, size_t n)
+/* The directory of the run history's file into base (runs/ and checkpoints/ go
+ * beside it), and the run's directory: --run_dir, else runs/<id> there. */
+static void run_paths(struct launch *L, const char *dbpath, char *base, size_t n)
 {
     snprintf(base, n, "%s", dbpath);
     char *sl = strrchr(base, '/');
@@ -1473,6 +1474,10 @@ static void history_base(const char *dbpath, char *base, size_t n)
         *sl = 0;
     else
         snprintf(base, n, ".");
+    if (L->c->run_dir)
+        snprintf(L->run_dir, sizeof L->run_dir, "%s", L->c->run_dir);
+    else
+        snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
 }
 
 /* --dry_run: the commands of a new run, one per line ("store: ...", "loader: ...",
@@ -1485,11 +1490,7 @@ static int dry_run(struct launch *L, const char *dbpath)
     make_id(L->id, sizeof L->id);
     snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", L->id);
     char base[PATH_MAX];
-    history_base(dbpath, base, sizeof base);
-    if (c->run_dir)
-        snprintf(L->run_dir, sizeof L->run_dir, "%s", c->run_dir);
-    else
-        snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
+    run_paths(L, dbpath, base, sizeof base);
     snprintf(L->token_file, sizeof L->token_file, "%s/token", L->run_dir);
     int serve = 0;
     if (ckpt_setup(L, c->w.checkpoint_dir, base, &serve) != TR_OK)
@@ -1594,11 +1595,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
 
     /* the run's directory, token and checkpoint store */
     char base[PATH_MAX];
-    history_base(dbpath, base, sizeof base);
-    if (c->run_dir)
-        snprintf(L->run_dir, sizeof L->run_dir, "%s", c->run_dir);
-    else
-        snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
+    run_paths(L, dbpath, base, sizeof base);
     if (tr_file_mkdir_p(L->run_dir) != TR_OK) {
         LOG_HINT("pass --run_dir DIR, a directory every node can write");
         tr_free(from_ckpt_url);
