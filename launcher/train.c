@@ -380,11 +380,11 @@ static void ctr_local(struct launch *L, struct argv *a, const char *what, int gp
     ctr_run_prefix(&L->ctr, a, name, L->run_dir, gpus);
 }
 
-/* Removes a local run's container (after its client ended: a SIGKILLed `docker
- * run` leaves its container running). */
-static void ctr_remove(struct launch *L, const char *what)
+/* Removes the local container of prog, a program started as WHAT (after its client
+ * ended: a SIGKILLed `docker run` leaves its container running). */
+static void ctr_remove(struct launch *L, const struct proc *prog, const char *what)
 {
-    if (!L->ctr.image || L->slurm || L->c->dry_run || !*L->id)
+    if (!L->ctr.image || L->slurm || prog->pid <= 0)
         return;
     char name[160];
     ctr_name(L, what, name, sizeof name);
@@ -521,7 +521,8 @@ static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64
     *step = -1;
     /* a store directory or token file the user gave is a path in the container */
     char root[PATH_MAX], token[PATH_MAX];
-    ctr_host_path(&L->ctr, L->ckpt_root ? L->ckpt_root : L->ckpt_where, root, sizeof root);
+    if (L->ckpt_root)
+        ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
     if (L->ckpt_token)
         ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
     struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 3, .timeout = 60};
@@ -589,7 +590,7 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
     } else {
         ctr_local(L, w, "workers", ctr_gpus(L));
     }
-    if (!L->slurm && L->world > 1) {
+    if (!L->slurm && L->world > 1) { /* in the workers' container, if any */
         argv_add(w, "mpirun");
         argv_addf(w, "-np");
         argv_addf(w, "%d", L->world);
@@ -1337,23 +1338,21 @@ static enum tr_status check_flags(struct launch *L)
     struct launch_cfg *c = L->c;
     TR_CHECK(job_check(&c->w.job, JOB_ALL));
     TR_CHECK(check_container(L));
-    struct stat st;
+    /* the dataset as the workers will see it: in a container, through the mounts
+     * (without a container there are none, and data is the path as given) */
+    const char *ds = c->w.job.dataset_type != JOB_DATA_SYNTHETIC ? c->w.job.dataset_path : NULL;
     char data[PATH_MAX];
-    /* the dataset as the workers will see it (in a container: through the mounts) */
-    int visible = c->w.job.dataset_path != NULL;
-    if (visible && L->ctr.image && !ctr_host_path(&L->ctr, c->w.job.dataset_path, data, sizeof data)) {
-        if (c->w.job.dataset_type != JOB_DATA_SYNTHETIC)
-            LOG_WARN("--dataset_path %s is under none of the --container-mounts: it must be in the image",
-                     c->w.job.dataset_path);
-        visible = 0;
-    } else if (visible && !L->ctr.image) {
-        snprintf(data, sizeof data, "%s", c->w.job.dataset_path);
+    int mapped = 0, bad = 0;
+    if (ds) {
+        mapped = ctr_host_path(&L->ctr, ds, data, sizeof data);
+        struct stat st;
+        if (L->ctr.image && !mapped)
+            LOG_WARN("--dataset_path %s is under none of the --container-mounts: it must be in the image", ds);
+        else
+            bad = stat(data, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
     }
-    int bad = 0;
-    if (c->w.job.dataset_type != JOB_DATA_SYNTHETIC && visible)
-        bad = stat(data, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
     if (bad) {
-        if (strcmp(data, c->w.job.dataset_path))
+        if (mapped)
             LOG_ERROR("--dataset_path %s (%s on this machine, through --container-mounts): %s",
                       c->w.job.dataset_path, data, strerror(bad));
         else
@@ -1480,6 +1479,21 @@ static void run_paths(struct launch *L, const char *dbpath, char *base, size_t n
         snprintf(L->run_dir, sizeof L->run_dir, "%.*s/runs/%s", PATH_MAX - 128, base, L->id);
 }
 
+/* In a container: the run's directory and the store's (serve) at their own paths;
+ * create: make the store's first (a mount's source must exist: enroot and podman
+ * refuse it, docker would make it root's). */
+static enum tr_status ctr_mount_run(struct launch *L, int serve, int create)
+{
+    if (!L->ctr.image)
+        return TR_OK;
+    ctr_mount_same(&L->ctr, L->run_dir);
+    if (serve && create)
+        TR_CHECK(tr_file_mkdir_p(L->ckpt_root));
+    if (serve)
+        ctr_mount_same(&L->ctr, L->ckpt_root);
+    return TR_OK;
+}
+
 /* --dry_run: the commands of a new run, one per line ("store: ...", "loader: ...",
  * "workers: ..."), with nothing created, started or recorded. */
 static int dry_run(struct launch *L, const char *dbpath)
@@ -1495,11 +1509,7 @@ static int dry_run(struct launch *L, const char *dbpath)
     int serve = 0;
     if (ckpt_setup(L, c->w.checkpoint_dir, base, &serve) != TR_OK)
         return 2;
-    if (L->ctr.image) {
-        ctr_mount_same(&L->ctr, L->run_dir);
-        if (serve)
-            ctr_mount_same(&L->ctr, L->ckpt_root);
-    }
+    (void)ctr_mount_run(L, serve, 0);
     snprintf(L->events_addr, sizeof L->events_addr, "tcp:%s:PORT", L->slurm ? L->host : "127.0.0.1");
     struct argv a = {0}, w = {0}, l = {0};
     if (serve) {
@@ -1610,15 +1620,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
     tr_free(from_ckpt_url);
     if (crc != TR_OK)
         return 2;
-    /* in a container: the run's directory and the store's at their own paths */
-    if (L->ctr.image) {
-        ctr_mount_same(&L->ctr, L->run_dir);
-        /* a mount's source must exist (enroot and podman refuse it; docker would make it root's) */
-        if (serve && tr_file_mkdir_p(L->ckpt_root) != TR_OK)
-            return 2;
-        if (serve)
-            ctr_mount_same(&L->ctr, L->ckpt_root);
-    }
+    if (ctr_mount_run(L, serve, 1) != TR_OK)
+        return 2;
     if (open_listener(L) != TR_OK)
         return 1;
 
@@ -1685,8 +1688,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
         }
         supervise(L, L->token);
         proc_stop(&L->loader, 5);
-        ctr_remove(L, "loader");
-        ctr_remove(L, "workers");
+        ctr_remove(L, &L->loader, "loader");
+        ctr_remove(L, &L->workers, "workers");
         status = status_of(L, &exit_code, reason, sizeof reason);
         for (int r = 0; r < L->nranks; r++)
             if (L->ranks[r].hello && !L->ranks[r].bye)
@@ -1727,7 +1730,7 @@ done:
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
         slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
     proc_stop(&L->ckpt, 10);
-    ctr_remove(L, "ckpt");
+    ctr_remove(L, &L->ckpt, "ckpt");
     if (c->json) {
         json_out(L, "end", json_pack("{s:s,s:s,s:I}", "status", status, "reason", reason, "step", (json_int_t)L->step));
     } else {
@@ -1819,7 +1822,7 @@ int train_cmd_main(int argc, char **argv)
         const int live = left[i]->pid > 0 && !left[i]->ended;
         proc_stop(left[i], 5);
         if (live)
-            ctr_remove(&L, what[i]);
+            ctr_remove(&L, left[i], what[i]);
     }
     ctr_release(&L.ctr);
     proc_release(&L.workers);
