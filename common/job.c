@@ -19,6 +19,7 @@ static const char *const nonfinite_choices[] = {"error", "zero", NULL};
 static const char *const interaction_choices[] = {"dot", "dcnv2", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const amp_choices[] = {"off", "bf16", "fp16", NULL};
+static const char *const comm_choices[] = {"auto", "nccl", "mpi", NULL}; /* enum comm_choice's order */
 
 struct job_decl {
     unsigned group;
@@ -120,6 +121,17 @@ static const struct job_decl decls[] = {
     {JOB_PARALLEL, F(loss_scale), {"loss_scale", TR_OPT_DOUBLE, NULL, "1024",
         "static loss scale of --amp fp16 (the seed's default; bf16 and fp32 need none)", 1, 16777216, NULL, NULL,
         0, NULL}},
+    {JOB_PARALLEL, F(comm), {"comm", TR_OPT_ENUM, NULL, "auto",
+        "collectives between workers: nccl (GPU memory), mpi (Open MPI; GPU buffers staged through pinned host "
+        "memory unless it is CUDA-aware), or auto (nccl on the cuda backend when built with it, else mpi)", 1, 0,
+        comm_choices, NULL, 0, NULL}},
+    {JOB_PARALLEL, F(overlap), {"overlap", TR_OPT_BOOL, NULL, "true",
+        "overlap the all-to-alls and the dense all-reduce with compute (bottom MLP during the all-to-all, top MLP "
+        "gradients reduced during the rest of the backward); results are the same either way", 1, 0, NULL, NULL, 0,
+        NULL}},
+    {JOB_PARALLEL, F(gpus_per_node), {"gpus_per_node", TR_OPT_INT, NULL, "0",
+        "cuda: GPUs each node uses, local rank -> device local_rank mod N; refused when fewer are visible (0: every "
+        "visible device)", 0, 1024, NULL, NULL, 0, NULL}},
     {JOB_PARALLEL, F(collective_timeout), {"collective_timeout", TR_OPT_DOUBLE, NULL, "300",
         "seconds a collective waits for the other ranks before the job ends naming the silent ones (0: forever)",
         0, 1e9, NULL, NULL, 0, NULL}},

@@ -71,6 +71,9 @@ struct job_cfg {
     int allow_tf32;               /* fp32 GEMMs may round to TF32 (cuda; off: exact fp32) */
     double loss_scale;            /* static loss scale of --amp fp16 (the seed's --loss_scale) */
     double collective_timeout;    /* seconds a collective waits for the other ranks (0: forever) */
+    int comm;                     /* enum comm_choice (worker/comm.h): --comm auto|nccl|mpi */
+    int overlap;                  /* overlap the step's collectives with compute */
+    int gpus_per_node;            /* cuda: devices per node (0: every visible one) */
     /* not a flag: the program sets it when the job saves checkpoints, so that the
      * memory plan counts the host staging copy of what each worker saves */
     int ckpt_staging;

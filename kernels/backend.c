@@ -148,7 +148,7 @@ const char *kern_backend_name(int k)
 
 enum tr_status kern_backend_open(const char *name, const struct kern_backend_opts *o, struct kern_backend *be)
 {
-    static const struct kern_backend_opts defaults = {0, -1, 0, 0, KERN_PREC_FP32, 0};
+    static const struct kern_backend_opts defaults = {0, -1, 0, 0, KERN_PREC_FP32, 0, 0};
     memset(be, 0, sizeof *be);
     if (!o)
         o = &defaults;

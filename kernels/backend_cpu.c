@@ -110,6 +110,21 @@ static void cpu_mem_release(void *ctx, void *p, size_t n)
     tr_big_free(p, n);
 }
 
+/* host memory is the CPU's memory: staging needs nothing special */
+static enum tr_status cpu_host_alloc(void *ctx, size_t n, void **p)
+{
+    (void)ctx;
+    *p = tr_malloc(n ? n : 1);
+    return *p ? TR_OK : TR_ERR_NOMEM;
+}
+
+static void cpu_host_release(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    (void)n;
+    tr_free(p);
+}
+
 static enum tr_status cpu_copy(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir)
 {
     (void)ctx;
@@ -184,6 +199,8 @@ static const struct kern_backend_i cpu_iface = {
     .supports = cpu_supports,
     .mem_alloc = cpu_mem_alloc,
     .mem_release = cpu_mem_release,
+    .host_alloc = cpu_host_alloc,
+    .host_release = cpu_host_release,
     .copy = cpu_copy,
     .emb_update_ws_bytes = cpu_emb_ws,
     .gemm = cpu_gemm,

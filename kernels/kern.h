@@ -372,6 +372,11 @@ struct kern_backend_i {
     enum tr_status (*mem_alloc)(void *ctx, size_t n, void **p);
     /* Releases what mem_alloc returned (n as allocated); NULL is ignored. */
     void (*mem_release)(void *ctx, void *p, size_t n);
+    /* n bytes of host memory that copy() moves to and from the backend's memory
+     * fastest (page-locked on CUDA), for staging; not zero-filled. TR_ERR_NOMEM. */
+    enum tr_status (*host_alloc)(void *ctx, size_t n, void **p);
+    /* Releases what host_alloc returned (n as allocated); NULL is ignored. */
+    void (*host_release)(void *ctx, void *p, size_t n);
     /* Copies n bytes, queued after earlier work. When it returns, an H2D source may
      * be reused and a D2H destination holds the data. */
     enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir);
@@ -432,6 +437,8 @@ struct kern_backend_opts {
                         backend lacks it (the CPU has FP32 and TF32-as-FP32 only) */
     int sizing_only; /* an instance that only answers emb_update_ws_bytes (terarec plan
                         on a machine without the device): no device, no memory, no ops */
+    int gpus;        /* CUDA with device -1: devices per node (--gpus_per_node), the device
+                        is local_rank mod gpus; more than are visible is refused (0: all) */
 };
 
 /* Name of the k-th backend this build has, in preference order ("cuda", "cpu"

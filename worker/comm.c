@@ -4,6 +4,7 @@
 #include "comm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -86,6 +87,8 @@ static const struct comm_i self_iface = {
     .group_end = self_nothing,
     .split = self_split,
     .synchronize = self_nothing,
+    .start = NULL,
+    .wait = NULL,
     .abort = NULL,
     .destroy = self_destroy,
     .host_buffers = 0,
@@ -100,16 +103,87 @@ void comm_open_self(const struct kern_backend *be, struct comm *c)
     c->size = 1;
 }
 
-enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
+const char *comm_choice_name(int choice)
 {
-    if (d->world <= 1) {
+    switch (choice) {
+    case COMM_CHOICE_NCCL: return "nccl";
+    case COMM_CHOICE_MPI: return "mpi";
+    default: return "auto";
+    }
+}
+
+const char *comm_resolve(int choice, const struct kern_backend *be, int world)
+{
+    if (choice == COMM_CHOICE_NCCL)
+        return "nccl"; /* even for a world of 1: what the NCCL tests run */
+    if (world <= 1)
+        return "self";
+    if (choice == COMM_CHOICE_MPI)
+        return "mpi";
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+    if (be->i->queue(be->ctx) != NULL)
+        return "nccl";
+#else
+    (void)be;
+#endif
+    return "mpi";
+}
+
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+static enum tr_status share_blob(void *arg, const char *key, int root, void *blob, int bytes)
+{
+    return dist_share_blob((const struct dist_info *)arg, key, root, blob, bytes);
+}
+
+static void abort_job(void *arg, int code, const char *why)
+{
+    dist_abort((struct dist_info *)arg, code, why);
+}
+
+static enum tr_status open_nccl(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
+{
+    if (be->i->queue(be->ctx) == NULL) {
+        LOG_ERROR("--comm nccl: backend '%s' keeps its buffers in host memory; NCCL needs GPU memory", be->i->name);
+        LOG_HINT("use --backend cuda on a machine with GPUs, or --comm mpi (auto picks it for the cpu backend)");
+        return TR_ERR_UNSUPPORTED;
+    }
+    comm_nccl_open_fn open = (comm_nccl_open_fn)kern_cuda_plugin_symbol("comm_nccl_open");
+    if (!open) {
+        LOG_ERROR("--comm nccl: the CUDA plugin has no NCCL communicator (%s)",
+                  kern_cuda_plugin_error() ? kern_cuda_plugin_error() : "comm_nccl_open not found");
+        LOG_HINT("rebuild with NCCL installed (make prints nccl=1), or use --comm mpi");
+        return TR_ERR_UNSUPPORTED;
+    }
+    const struct comm_nccl_env env = {
+        .rank = d->world > 1 ? d->rank : 0, .world = d->world > 1 ? d->world : 1, .node = d->node, .host = d->host,
+        .share = share_blob, .abort_job = abort_job, .arg = (void *)d,
+    };
+    return open(&env, be, c);
+}
+#endif
+
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice, struct comm *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *lib = comm_resolve(choice, be, d->world);
+    if (!strcmp(lib, "self")) {
         comm_open_self(be, c);
         return TR_OK;
     }
-#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
-    return comm_open_mpi(d, be, c);
+    if (!strcmp(lib, "nccl")) {
+#if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
+        return open_nccl(d, be, c);
 #else
-    memset(c, 0, sizeof *c);
+        LOG_ERROR("--comm nccl: this build has no NCCL (nccl.h was not found when it was built)");
+        LOG_HINT("install NCCL beside the CUDA toolkit and rebuild (make prints nccl=1), or use --comm mpi");
+        return TR_ERR_UNSUPPORTED;
+#endif
+    }
+#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
+    const char *env = getenv("TR_COMM_STAGE");
+    const int stage = (env && !strcmp(env, "1")) || be->i->queue(be->ctx) != NULL;
+    return comm_open_mpi(d, be, stage, c);
+#else
     LOG_ERROR("a world of %d workers needs MPI, and this build has none", d->world);
     LOG_HINT("install libopenmpi-dev and rebuild (make deps && make)");
     return TR_ERR_UNSUPPORTED;
@@ -226,6 +300,75 @@ enum tr_status comm_group_end(struct comm *c)
 enum tr_status comm_synchronize(struct comm *c)
 {
     return c->i->synchronize(c);
+}
+
+/* Starts op in a free slot, or runs it whole when the library has no split
+ * phase; the caller counts the traffic. */
+static enum tr_status istart(struct comm *c, const struct comm_op *op, struct comm_req *r)
+{
+    r->slot = -1;
+    r->kind = op->kind;
+    if (c->group_depth) {
+        LOG_ERROR("a split-phase collective inside a group");
+        return TR_ERR_ARG;
+    }
+    TR_CHECK(before(c, &r->t0));
+    if (!c->i->start) {
+        if (op->kind == COMM_ALLTOALL)
+            return c->i->alltoallv(c, op->send, op->scounts, op->sdispls, op->buf, op->rcounts, op->rdispls, op->t);
+        return c->i->allreduce_sum(c, op->buf, op->n, op->t);
+    }
+    int slot = 0;
+    while (slot < COMM_SLOTS && (c->slots_busy & (1u << slot)))
+        slot++;
+    if (slot == COMM_SLOTS) {
+        LOG_ERROR("more than %d split-phase collectives in flight", COMM_SLOTS);
+        return TR_ERR_ARG;
+    }
+    TR_CHECK(c->i->start(c, op, slot));
+    c->slots_busy |= 1u << slot;
+    r->slot = slot;
+    return TR_OK;
+}
+
+enum tr_status comm_ialltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
+                               void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t,
+                               struct comm_req *r)
+{
+    const struct comm_op op = {.kind = COMM_ALLTOALL, .send = send, .buf = recv, .scounts = scounts,
+                               .sdispls = sdispls, .rcounts = rcounts, .rdispls = rdispls, .t = t};
+    TR_CHECK(istart(c, &op, r));
+    int64_t n = 0;
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank)
+            n += scounts[q];
+    c->stat[COMM_ALLTOALL].calls++;
+    c->stat[COMM_ALLTOALL].bytes += n * (int64_t)kern_dtype_size(t);
+    c->stat[COMM_ALLTOALL].seconds += tr_clock_now() - r->t0;
+    return TR_OK;
+}
+
+enum tr_status comm_iallreduce_sum(struct comm *c, void *buf, int64_t n, enum kern_dtype t, struct comm_req *r)
+{
+    const struct comm_op op = {.kind = COMM_ALLREDUCE, .buf = buf, .n = n, .t = t};
+    TR_CHECK(istart(c, &op, r));
+    c->stat[COMM_ALLREDUCE].calls++;
+    c->stat[COMM_ALLREDUCE].bytes += c->size > 1 ? n * (int64_t)kern_dtype_size(t) : 0;
+    c->stat[COMM_ALLREDUCE].seconds += tr_clock_now() - r->t0;
+    return TR_OK;
+}
+
+enum tr_status comm_wait(struct comm *c, struct comm_req *r)
+{
+    if (r->slot < 0)
+        return TR_OK;
+    const double t0 = tr_clock_now();
+    const int slot = r->slot;
+    r->slot = -1;
+    c->slots_busy &= ~(1u << slot);
+    TR_CHECK(c->i->wait(c, slot));
+    c->stat[r->kind].seconds += tr_clock_now() - t0;
+    return TR_OK;
 }
 
 /* A temporary buffer in the backend's memory. */

@@ -1,7 +1,8 @@
 /* comm.h: the collectives the hybrid-parallel step needs, behind one interface:
- * Open MPI for the CPU backend, a self communicator for a world of 1 (and NCCL for
- * GPUs later, in the same table). A communicator is a handle: the world, or a
- * sub-communicator split from it (e.g. the workers of one node).
+ * NCCL for GPU buffers (the CUDA plugin), Open MPI for host buffers (and for GPU
+ * buffers staged through page-locked host memory when Open MPI is not CUDA-aware),
+ * and a self communicator for a world of 1. A communicator is a handle: the world,
+ * or a sub-communicator split from it (e.g. the workers of one node).
  *
  * Buffers are in the memory of the backend the communicator was opened with. A
  * collective is ordered after the work queued on that backend's queue before the
@@ -9,8 +10,12 @@
  * communicator's own queued work (nothing to wait for with MPI or self).
  * Calls between comm_group_begin and comm_group_end may be fused into one launch
  * (NCCL's ncclGroupStart/End); the result is the same as without the group.
- * Every call is collective over the communicator: all its ranks call the same
- * functions in the same order. Counts and displacements are in elements of `t`. */
+ * Split-phase calls (comm_ialltoallv, comm_iallreduce_sum, then comm_wait) let the
+ * caller queue independent work while the data travels: NCCL runs them on a
+ * stream of its own, MPI as non-blocking collectives; the result is the same as
+ * the blocking call's. Every call is collective over the communicator: all its
+ * ranks call the same functions in the same order. Counts and displacements are
+ * in elements of `t`. */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
@@ -25,6 +30,34 @@ extern "C" {
 #endif
 
 struct comm;
+
+/* One collective, for the split-phase entry points (comm_i.start). */
+enum comm_kind { COMM_ALLTOALL = 0, COMM_ALLREDUCE, COMM_BCAST, COMM_GATHER, COMM_BARRIER, COMM_KINDS_ };
+struct comm_op {
+    enum comm_kind kind;        /* COMM_ALLTOALL or COMM_ALLREDUCE */
+    const void *send;           /* all-to-all */
+    void *buf;                  /* all-to-all: recv; all-reduce: the buffer (in place) */
+    const int64_t *scounts, *sdispls, *rcounts, *rdispls; /* all-to-all (read during start only) */
+    int64_t n;                  /* all-reduce: elements */
+    enum kern_dtype t;
+};
+
+/* Split-phase calls in flight on one communicator at once, at most. */
+#define COMM_SLOTS 4
+
+/* A started split-phase collective (comm_ialltoallv ...); comm_wait ends it. */
+struct comm_req {
+    int slot;                   /* -1: none in flight (a finished or never started request) */
+    enum comm_kind kind;
+    double t0;                  /* when it started */
+};
+
+/* --comm: which library carries the collectives of a world of more than one. */
+enum comm_choice {
+    COMM_CHOICE_AUTO = 0, /* NCCL for a backend with device memory (when built with it), else MPI */
+    COMM_CHOICE_NCCL = 1,
+    COMM_CHOICE_MPI = 2,
+};
 
 struct comm_i {
     const char *name;
@@ -45,11 +78,17 @@ struct comm_i {
      * (out->be is set by the caller). */
     enum tr_status (*split)(struct comm *c, int color, int key, struct comm *out);
     enum tr_status (*synchronize)(struct comm *c);
+    /* Split-phase (NULL: comm.c runs the blocking call at start): start queues op
+     * in slot (0 <= slot < COMM_SLOTS, free); wait makes work queued afterwards on
+     * the backend see its result (host buffers: the data is there on return). */
+    enum tr_status (*start)(struct comm *c, const struct comm_op *op, int slot);
+    enum tr_status (*wait)(struct comm *c, int slot);
     /* Ends every process of the job with exit code `code` (NULL: a world of 1,
      * nothing to end but this process). Does not return. */
     void (*abort)(struct comm *c, int code);
     void (*destroy)(struct comm *c); /* frees c->ctx */
-    int host_buffers; /* buffers must be host memory: the backend is synchronized first */
+    int host_buffers; /* the library reads the buffers directly from the host side:
+                         the backend is synchronized before each call */
 };
 
 /* Traffic and time of one kind of collective, for benchmarks and logs. Inside a
@@ -62,8 +101,6 @@ struct comm_stat {
     double seconds;
 };
 
-enum comm_kind { COMM_ALLTOALL = 0, COMM_ALLREDUCE, COMM_BCAST, COMM_GATHER, COMM_BARRIER, COMM_KINDS_ };
-
 struct comm {
     const struct comm_i *i;
     void *ctx;
@@ -74,15 +111,26 @@ struct comm {
                                past it, the call names the silent ranks and fails with
                                TR_ERR_TIMEOUT */
     int failed;             /* this rank failed: close without the collective shutdown */
+    unsigned slots_busy;    /* split-phase slots in flight (bit k: slot k) */
     struct comm_stat stat[COMM_KINDS_];
 };
 
 /* Opens the world communicator for d over backend be (borrowed; it must outlive
- * the communicator): Open MPI when d->world > 1, the self communicator otherwise.
- * Checks that MPI's rank and size agree with PMIx's. Errors: TR_ERR_UNSUPPORTED
- * (built without MPI, or a backend whose memory MPI cannot reach), TR_ERR_MPI,
- * TR_ERR_NOMEM; all logged. */
-enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, struct comm *c) TR_WUR;
+ * the communicator): for d->world > 1, NCCL or Open MPI as `choice` (enum
+ * comm_choice) says, else the self communicator. MPI over a backend with device
+ * memory stages every collective through page-locked host buffers unless Open MPI
+ * is CUDA-aware (MPIX_Query_cuda_support); TR_COMM_STAGE=1 in the environment
+ * stages even host memory (what tests use to run the staging path on the CPU).
+ * Checks that the library's rank and size agree with PMIx's. Errors:
+ * TR_ERR_UNSUPPORTED (the build or the backend lacks the choice), TR_ERR_MPI,
+ * TR_ERR_NCCL, TR_ERR_NOMEM; all logged. */
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice,
+                         struct comm *c) TR_WUR;
+
+/* The name of a --comm choice ("auto", "nccl", "mpi"), and which library `choice`
+ * gives for backend be ("nccl", "mpi" or "self" for a world of 1). */
+const char *comm_choice_name(int choice);
+const char *comm_resolve(int choice, const struct kern_backend *be, int world);
 
 /* The communicator of the ranks of c on the same node as this one (d->node),
  * ordered by rank: what node-local collectives run on. Collective over c.
@@ -104,6 +152,20 @@ enum tr_status comm_barrier(struct comm *c) TR_WUR;
 enum tr_status comm_group_begin(struct comm *c) TR_WUR;
 enum tr_status comm_group_end(struct comm *c) TR_WUR;
 enum tr_status comm_synchronize(struct comm *c) TR_WUR;
+
+/* Split-phase all-to-all and all-reduce: the same results as comm_alltoallv and
+ * comm_allreduce_sum once comm_wait(r) returns. Between the start and the wait
+ * the buffers belong to the communicator (neither written nor, for the receive
+ * side, read); count arrays may be reused once the start returns. At most
+ * COMM_SLOTS in flight (TR_ERR_ARG past that); not inside a group. The time
+ * counted is the start's and the wait's: the communication left exposed. */
+enum tr_status comm_ialltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
+                               void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t,
+                               struct comm_req *r) TR_WUR;
+enum tr_status comm_iallreduce_sum(struct comm *c, void *buf, int64_t n, enum kern_dtype t,
+                                   struct comm_req *r) TR_WUR;
+/* Ends r (a no-op on a finished one: r->slot == -1). */
+enum tr_status comm_wait(struct comm *c, struct comm_req *r) TR_WUR;
 
 /* comm_bcast and comm_gatherv for small control messages in host memory (shapes,
  * results, counters): staged through temporary buffers in the backend's memory.
@@ -148,9 +210,27 @@ void comm_open_self(const struct kern_backend *be, struct comm *c);
 
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
 /* Open MPI over MPI_COMM_WORLD (duplicated); MPI_Init_thread(FUNNELED) unless MPI
- * is already initialised. */
-enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, struct comm *c) TR_WUR;
+ * is already initialised. stage: copy device buffers through host ones (see
+ * comm_open). */
+enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, int stage,
+                             struct comm *c) TR_WUR;
 #endif
+
+/* What the NCCL communicator (worker/comm_nccl.c, inside the CUDA plugin) needs
+ * from the worker: its place in the job, a way to share NCCL's unique id among the
+ * ranks (PMIx: dist_share_blob), and a way to end the whole job. */
+struct comm_nccl_env {
+    int rank, world, node;
+    const char *host;
+    double timeout;                                     /* --collective_timeout (0: forever) */
+    enum tr_status (*share)(void *arg, const char *key, int root, void *blob, int bytes);
+    void (*abort_job)(void *arg, int code, const char *why);
+    void *arg;
+};
+/* The plugin's entry point (dlsym "comm_nccl_open"): a communicator over NCCL on
+ * backend be (a CUDA instance), the world of env. */
+typedef enum tr_status (*comm_nccl_open_fn)(const struct comm_nccl_env *env, const struct kern_backend *be,
+                                            struct comm *c);
 
 #ifdef __cplusplus
 }

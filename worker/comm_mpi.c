@@ -14,9 +14,19 @@
  * collective that timed out cannot be cancelled: the communicator is then broken
  * and the caller ends the job (comm_abort).
  *
+ * Split-phase calls (comm_ialltoallv, comm_iallreduce_sum) are the same
+ * non-blocking collectives, started in a slot of their own (with their own count
+ * arrays, which MPI reads until completion) and waited for by comm_wait.
+ *
+ * Staging: over a backend with device memory, and unless Open MPI is CUDA-aware
+ * (Debian's is not), every collective copies its send side into page-locked host
+ * buffers (the backend's host_alloc; one pair per slot, grown as needed), runs on
+ * those, and copies the received segments back into device memory when it ends.
+ * Only the segments: the gaps between them in the receive buffer stay untouched.
+ *
  * Counts and displacements are converted to MPI's int; messages beyond INT_MAX
  * elements per peer are refused (TR_ERR_UNSUPPORTED) rather than silently
- * truncated. It does not overlap communication with compute. */
+ * truncated. */
 #define TR_SUBSYS TR_SUB_COMM
 #define _POSIX_C_SOURCE 200809L
 #include "comm.h"
@@ -24,6 +34,9 @@
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
 #include <limits.h>
 #include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* MPIX_Query_cuda_support */
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -40,10 +53,26 @@
 
 enum { TAG_PROBE = 1, TAG_ALIVE = 2 };
 
+/* One collective in flight: the blocking calls use slot BLOCKING, split-phase
+ * ones the slots below it. */
+#define BLOCKING COMM_SLOTS
+struct slot {
+    MPI_Request req;
+    int *sc, *sd, *rc, *rd;  /* (size) int copies of counts and displacements */
+    void *hs, *hr;           /* staging: host send and receive buffers */
+    size_t hs_cap, hr_cap;
+    enum comm_kind kind;     /* what it ends with (staging: which copy back) */
+    void *dst;               /* staging: the device buffer the result goes to */
+    int64_t n;               /* all-reduce: elements */
+    size_t es;               /* element size */
+    const char *what;        /* the MPI call, for messages */
+};
+
 struct mpi_ctx {
     MPI_Comm comm, ctl;     /* collectives; control messages */
     int size;
-    int *sc, *sd, *rc, *rd; /* (size) int copies of counts and displacements */
+    int stage;              /* copy through host buffers (see the file comment) */
+    struct slot slot[COMM_SLOTS + 1];
     int finalize;           /* this communicator called MPI_Init: its close finalizes */
     int broken;             /* a collective timed out or failed: never free or finalize */
     int64_t seq;            /* collectives started on this communicator */
@@ -244,7 +273,8 @@ static enum tr_status m_wait(struct comm *c, MPI_Request *req, const char *what)
     }
 }
 
-static enum tr_status started(struct comm *c, int err, MPI_Request *req, const char *what)
+/* A started MPI call: counts it, and marks the communicator broken on an error. */
+static enum tr_status issued(struct comm *c, int err, const char *what)
 {
     struct mpi_ctx *m = c->ctx;
     m->seq++;
@@ -252,33 +282,142 @@ static enum tr_status started(struct comm *c, int err, MPI_Request *req, const c
         m->broken = 1;
         return mpi_fail(what, err);
     }
-    return m_wait(c, req, what);
+    return TR_OK;
+}
+
+/* Host staging buffer *p of at least `need` bytes (grows; contents not kept). */
+static enum tr_status host_buf(struct comm *c, void **p, size_t *cap, size_t need)
+{
+    if (*cap >= need && *p)
+        return TR_OK;
+    const struct kern_backend *be = &c->be;
+    if (*p)
+        be->i->host_release(be->ctx, *p, *cap);
+    *p = NULL;
+    *cap = 0;
+    size_t want = TR_MAX(need, (size_t)4096);
+    TR_CHECK(be->i->host_alloc(be->ctx, want, p));
+    *cap = want;
+    return TR_OK;
+}
+
+static int64_t extent(const int64_t *cnt, const int64_t *dsp, int n)
+{
+    int64_t e = 0;
+    for (int q = 0; q < n; q++)
+        if (cnt[q] > 0)
+            e = TR_MAX(e, dsp[q] + cnt[q]);
+    return e;
+}
+
+/* Device -> host staging (the copy is ordered after the backend's queued work and
+ * the data is there when it returns). */
+static enum tr_status to_host(struct comm *c, void *h, const void *d, size_t bytes)
+{
+    return bytes ? c->be.i->copy(c->be.ctx, h, d, bytes, KERN_D2H) : TR_OK;
+}
+
+/* Host staging -> device, segment by segment (adjacent ones in one copy). */
+static enum tr_status segs_to_dev(struct comm *c, char *dst, const char *h, const int *cnt, const int *dsp, int n,
+                                  size_t es)
+{
+    for (int q = 0; q < n;) {
+        if (cnt[q] <= 0) {
+            q++;
+            continue;
+        }
+        int64_t a = dsp[q], b = a + cnt[q];
+        for (q++; q < n && cnt[q] > 0 && dsp[q] == b; q++)
+            b += cnt[q];
+        TR_CHECK(c->be.i->copy(c->be.ctx, dst + (size_t)a * es, h + (size_t)a * es, (size_t)(b - a) * es, KERN_H2D));
+    }
+    return TR_OK;
+}
+
+/* Starts op in slot k (see struct slot). */
+static enum tr_status m_start(struct comm *c, const struct comm_op *op, int k)
+{
+    struct mpi_ctx *m = c->ctx;
+    struct slot *s = &m->slot[k];
+    const size_t es = kern_dtype_size(op->t);
+    const MPI_Datatype dt = mpi_type(op->t);
+    s->kind = op->kind;
+    s->dst = op->buf;
+    s->es = es;
+    s->req = MPI_REQUEST_NULL;
+    if (op->kind == COMM_ALLTOALL) {
+        if (to_int(op->scounts, s->sc, m->size) || to_int(op->sdispls, s->sd, m->size) ||
+            to_int(op->rcounts, s->rc, m->size) || to_int(op->rdispls, s->rd, m->size))
+            return TR_ERR_UNSUPPORTED;
+        const void *sb = op->send;
+        void *rb = op->buf;
+        if (m->stage) {
+            const size_t sbytes = (size_t)extent(op->scounts, op->sdispls, m->size) * es;
+            const size_t rbytes = (size_t)extent(op->rcounts, op->rdispls, m->size) * es;
+            TR_CHECK(host_buf(c, &s->hs, &s->hs_cap, sbytes));
+            TR_CHECK(host_buf(c, &s->hr, &s->hr_cap, rbytes));
+            TR_CHECK(to_host(c, s->hs, op->send, sbytes));
+            sb = s->hs;
+            rb = s->hr;
+        }
+        s->what = "MPI_Ialltoallv";
+        return issued(c, MPI_Ialltoallv(sb, s->sc, s->sd, dt, rb, s->rc, s->rd, dt, m->comm, &s->req), s->what);
+    }
+    if (op->t != KERN_F32 && op->t != KERN_F64 && op->t != KERN_I64 && op->t != KERN_I32)
+        return TR_ERR_ARG;
+    if (op->n < 0 || op->n > INT_MAX)
+        return TR_ERR_UNSUPPORTED; /* the blocking call splits it into chunks */
+    s->n = op->n;
+    void *b = op->buf;
+    if (m->stage) {
+        TR_CHECK(host_buf(c, &s->hs, &s->hs_cap, (size_t)op->n * es));
+        TR_CHECK(to_host(c, s->hs, op->buf, (size_t)op->n * es));
+        b = s->hs;
+    }
+    s->what = "MPI_Iallreduce";
+    return issued(c, MPI_Iallreduce(MPI_IN_PLACE, b, (int)op->n, dt, MPI_SUM, m->comm, &s->req), s->what);
+}
+
+/* Waits for slot k and, when staging, copies its result into device memory. */
+static enum tr_status m_finish(struct comm *c, int k)
+{
+    struct mpi_ctx *m = c->ctx;
+    struct slot *s = &m->slot[k];
+    TR_CHECK(m_wait(c, &s->req, s->what));
+    if (!m->stage)
+        return TR_OK;
+    if (s->kind == COMM_ALLTOALL)
+        return segs_to_dev(c, s->dst, s->hr, s->rc, s->rd, m->size, s->es);
+    return s->n ? c->be.i->copy(c->be.ctx, s->dst, s->hs, (size_t)s->n * s->es, KERN_H2D) : TR_OK;
+}
+
+static enum tr_status m_istart(struct comm *c, const struct comm_op *op, int slot)
+{
+    return m_start(c, op, slot);
+}
+
+static enum tr_status m_iwait(struct comm *c, int slot)
+{
+    return m_finish(c, slot);
 }
 
 static enum tr_status m_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                   void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
 {
-    struct mpi_ctx *m = c->ctx;
-    if (to_int(scounts, m->sc, m->size) || to_int(sdispls, m->sd, m->size) || to_int(rcounts, m->rc, m->size) ||
-        to_int(rdispls, m->rd, m->size))
-        return TR_ERR_UNSUPPORTED;
-    MPI_Request r = MPI_REQUEST_NULL;
-    int err = MPI_Ialltoallv(send, m->sc, m->sd, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), m->comm, &r);
-    return started(c, err, &r, "MPI_Ialltoallv");
+    const struct comm_op op = {.kind = COMM_ALLTOALL, .send = send, .buf = recv, .scounts = scounts,
+                               .sdispls = sdispls, .rcounts = rcounts, .rdispls = rdispls, .t = t};
+    TR_CHECK(m_start(c, &op, BLOCKING));
+    return m_finish(c, BLOCKING);
 }
 
 static enum tr_status m_allreduce(struct comm *c, void *buf, int64_t n, enum kern_dtype t)
 {
-    struct mpi_ctx *m = c->ctx;
-    if (t != KERN_F32 && t != KERN_F64 && t != KERN_I64 && t != KERN_I32)
-        return TR_ERR_ARG;
-    MPI_Datatype dt = mpi_type(t);
     size_t es = kern_dtype_size(t);
     for (int64_t off = 0; off < n;) { /* chunks of at most INT_MAX elements */
-        int cnt = (int)TR_MIN(n - off, (int64_t)INT_MAX);
-        MPI_Request r = MPI_REQUEST_NULL;
-        int err = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * es, cnt, dt, MPI_SUM, m->comm, &r);
-        TR_CHECK(started(c, err, &r, "MPI_Iallreduce"));
+        const int64_t cnt = TR_MIN(n - off, (int64_t)INT_MAX);
+        const struct comm_op op = {.kind = COMM_ALLREDUCE, .buf = (char *)buf + off * es, .n = cnt, .t = t};
+        TR_CHECK(m_start(c, &op, BLOCKING));
+        TR_CHECK(m_finish(c, BLOCKING));
         off += cnt;
     }
     return TR_OK;
@@ -287,11 +426,21 @@ static enum tr_status m_allreduce(struct comm *c, void *buf, int64_t n, enum ker
 static enum tr_status m_bcast(struct comm *c, void *buf, int64_t bytes, int root)
 {
     struct mpi_ctx *m = c->ctx;
+    struct slot *s = &m->slot[BLOCKING];
     for (int64_t off = 0; off < bytes;) {
         int cnt = (int)TR_MIN(bytes - off, (int64_t)INT_MAX);
-        MPI_Request r = MPI_REQUEST_NULL;
-        int err = MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, m->comm, &r);
-        TR_CHECK(started(c, err, &r, "MPI_Ibcast"));
+        char *b = (char *)buf + off;
+        if (m->stage) {
+            TR_CHECK(host_buf(c, &s->hs, &s->hs_cap, (size_t)cnt));
+            if (c->rank == root)
+                TR_CHECK(to_host(c, s->hs, b, (size_t)cnt));
+            b = s->hs;
+        }
+        s->req = MPI_REQUEST_NULL;
+        TR_CHECK(issued(c, MPI_Ibcast(b, cnt, MPI_BYTE, root, m->comm, &s->req), "MPI_Ibcast"));
+        TR_CHECK(m_wait(c, &s->req, "MPI_Ibcast"));
+        if (m->stage && c->rank != root)
+            TR_CHECK(c->be.i->copy(c->be.ctx, (char *)buf + off, s->hs, (size_t)cnt, KERN_H2D));
         off += cnt;
     }
     return TR_OK;
@@ -301,21 +450,39 @@ static enum tr_status m_gatherv(struct comm *c, const void *send, int64_t scount
                                 const int64_t *rdispls, enum kern_dtype t, int root)
 {
     struct mpi_ctx *m = c->ctx;
-    if (scount > INT_MAX)
+    struct slot *s = &m->slot[BLOCKING];
+    const size_t es = kern_dtype_size(t);
+    if (scount < 0 || scount > INT_MAX)
         return TR_ERR_UNSUPPORTED;
-    if (c->rank == root && (to_int(rcounts, m->rc, m->size) || to_int(rdispls, m->rd, m->size)))
+    if (c->rank == root && (to_int(rcounts, s->rc, m->size) || to_int(rdispls, s->rd, m->size)))
         return TR_ERR_UNSUPPORTED;
-    MPI_Request r = MPI_REQUEST_NULL;
-    int err = MPI_Igatherv(send, (int)scount, mpi_type(t), recv, m->rc, m->rd, mpi_type(t), root, m->comm, &r);
-    return started(c, err, &r, "MPI_Igatherv");
+    const void *sb = send;
+    void *rb = recv;
+    if (m->stage) {
+        TR_CHECK(host_buf(c, &s->hs, &s->hs_cap, (size_t)scount * es));
+        TR_CHECK(to_host(c, s->hs, send, (size_t)scount * es));
+        sb = s->hs;
+        if (c->rank == root) {
+            TR_CHECK(host_buf(c, &s->hr, &s->hr_cap, (size_t)extent(rcounts, rdispls, m->size) * es));
+            rb = s->hr;
+        }
+    }
+    s->req = MPI_REQUEST_NULL;
+    TR_CHECK(issued(c, MPI_Igatherv(sb, (int)scount, mpi_type(t), rb, s->rc, s->rd, mpi_type(t), root, m->comm,
+                                    &s->req),
+                    "MPI_Igatherv"));
+    TR_CHECK(m_wait(c, &s->req, "MPI_Igatherv"));
+    if (m->stage && c->rank == root)
+        TR_CHECK(segs_to_dev(c, recv, s->hr, s->rc, s->rd, m->size, es));
+    return TR_OK;
 }
 
 static enum tr_status m_barrier(struct comm *c)
 {
     struct mpi_ctx *m = c->ctx;
     MPI_Request r = MPI_REQUEST_NULL;
-    int err = MPI_Ibarrier(m->comm, &r);
-    return started(c, err, &r, "MPI_Ibarrier");
+    TR_CHECK(issued(c, MPI_Ibarrier(m->comm, &r), "MPI_Ibarrier"));
+    return m_wait(c, &r, "MPI_Ibarrier");
 }
 
 /* MPI calls complete before they return: there is nothing to group and nothing queued. */
@@ -352,7 +519,14 @@ static void m_destroy(struct comm *c)
         if (m->comm != MPI_COMM_NULL)
             MPI_Comm_free(&m->comm);
     }
-    tr_free(m->sc);
+    for (int k = 0; k <= COMM_SLOTS; k++) {
+        struct slot *sl = &m->slot[k];
+        if (c->be.i && sl->hs)
+            c->be.i->host_release(c->be.ctx, sl->hs, sl->hs_cap);
+        if (c->be.i && sl->hr)
+            c->be.i->host_release(c->be.ctx, sl->hr, sl->hr_cap);
+        tr_free(sl->sc);
+    }
     tr_free(m->answer);
     tr_free(m->answer_req);
     tr_free(m->hosts);
@@ -364,7 +538,7 @@ static void m_destroy(struct comm *c)
         MPI_Finalize();
 }
 
-static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c);
+static enum tr_status wrap(MPI_Comm comm, int finalize, int stage, struct comm *c);
 static void gather_hosts(struct comm *c, const char *host);
 
 static enum tr_status m_split(struct comm *c, int color, int key, struct comm *out)
@@ -374,7 +548,7 @@ static enum tr_status m_split(struct comm *c, int color, int key, struct comm *o
     int err = MPI_Comm_split(m->comm, color, key, &sub);
     if (err != MPI_SUCCESS)
         return mpi_fail("MPI_Comm_split", err);
-    enum tr_status rc = wrap(sub, 0, out);
+    enum tr_status rc = wrap(sub, 0, m->stage, out);
     if (rc != TR_OK)
         MPI_Comm_free(&sub);
     else
@@ -393,14 +567,36 @@ static const struct comm_i mpi_iface = {
     .group_end = m_nothing,
     .split = m_split,
     .synchronize = m_nothing,
+    .start = m_istart,
+    .wait = m_iwait,
     .abort = m_abort,
     .destroy = m_destroy,
     .host_buffers = 1,
 };
 
+/* The same, staging through host buffers: the copies order themselves after the
+ * backend's queued work, so nothing needs synchronising first. */
+static const struct comm_i mpi_staged_iface = {
+    .name = "mpi",
+    .alltoallv = m_alltoallv,
+    .allreduce_sum = m_allreduce,
+    .bcast = m_bcast,
+    .gatherv = m_gatherv,
+    .barrier = m_barrier,
+    .group_begin = m_nothing,
+    .group_end = m_nothing,
+    .split = m_split,
+    .synchronize = m_nothing,
+    .start = m_istart,
+    .wait = m_iwait,
+    .abort = m_abort,
+    .destroy = m_destroy,
+    .host_buffers = 0,
+};
+
 /* A struct comm around an MPI communicator it now owns (collective over it:
  * duplicates it for control messages). */
-static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c)
+static enum tr_status wrap(MPI_Comm comm, int finalize, int stage, struct comm *c)
 {
     memset(c, 0, sizeof *c);
     int rank, size, err;
@@ -408,12 +604,23 @@ static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c)
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     struct mpi_ctx *m = tr_calloc(1, sizeof *m);
-    int *ints = tr_malloc((size_t)size * 4 * sizeof(int));
     int64_t *answer = tr_calloc((size_t)size, sizeof(int64_t));
     MPI_Request *areq = tr_malloc((size_t)size * sizeof(MPI_Request));
-    if (!m || !ints || !answer || !areq) {
+    int nomem = !m || !answer || !areq;
+    for (int k = 0; !nomem && k <= COMM_SLOTS; k++) {
+        int *ints = tr_malloc((size_t)size * 4 * sizeof(int));
+        struct slot *sl = &m->slot[k];
+        sl->sc = ints;
+        sl->sd = ints ? ints + size : NULL;
+        sl->rc = ints ? ints + 2 * size : NULL;
+        sl->rd = ints ? ints + 3 * size : NULL;
+        sl->req = MPI_REQUEST_NULL;
+        nomem = !ints;
+    }
+    if (nomem) {
+        for (int k = 0; m && k <= COMM_SLOTS; k++)
+            tr_free(m->slot[k].sc);
         tr_free(m);
-        tr_free(ints);
         tr_free(answer);
         tr_free(areq);
         return TR_ERR_NOMEM;
@@ -425,12 +632,9 @@ static enum tr_status wrap(MPI_Comm comm, int finalize, struct comm *c)
     m->answer = answer;
     m->answer_req = areq;
     m->size = size;
-    m->sc = ints;
-    m->sd = ints + size;
-    m->rc = ints + 2 * size;
-    m->rd = ints + 3 * size;
+    m->stage = stage;
     m->finalize = finalize;
-    c->i = &mpi_iface;
+    c->i = stage ? &mpi_staged_iface : &mpi_iface;
     c->ctx = m;
     c->rank = rank;
     c->size = size;
@@ -459,15 +663,20 @@ static void gather_hosts(struct comm *c, const char *host)
     }
 }
 
-enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
+/* Whether this Open MPI reads and writes CUDA device memory itself (checked after
+ * MPI_Init: the answer can depend on the runtime's configuration). */
+static int cuda_aware(void)
+{
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support() == 1;
+#else
+    return 0;
+#endif
+}
+
+enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backend *be, int stage, struct comm *c)
 {
     memset(c, 0, sizeof *c);
-    if (be->i->queue(be->ctx) != NULL) {
-        LOG_ERROR("backend '%s' keeps its buffers in device memory; the MPI collectives need host memory",
-                  be->i->name);
-        LOG_HINT("use --backend cpu with several workers until the NCCL collectives exist");
-        return TR_ERR_UNSUPPORTED;
-    }
     int inited = 0, provided = 0, err;
     MPI_Initialized(&inited);
     if (!inited && (err = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
@@ -490,7 +699,15 @@ enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backen
             MPI_Finalize();
         return rc;
     }
-    enum tr_status rc = wrap(dup, !inited, c);
+    const int device = be->i->queue(be->ctx) != NULL;
+    if (device && cuda_aware()) {
+        stage = 0;
+        if (d->rank == 0)
+            LOG_INFO(COMM, "Open MPI is CUDA-aware: the collectives read and write GPU memory directly");
+    } else if (device && d->rank == 0) {
+        LOG_INFO(COMM, "Open MPI is not CUDA-aware: the collectives are staged through page-locked host memory");
+    }
+    enum tr_status rc = wrap(dup, !inited, stage, c);
     if (rc != TR_OK) {
         MPI_Comm_free(&dup);
         if (!inited)

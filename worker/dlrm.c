@@ -650,13 +650,20 @@ static enum tr_status cross_backward(struct dlrm *m, int64_t n)
     return TR_OK;
 }
 
-enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+enum tr_status dlrm_forward_bottom_dp(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
 {
-    const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
     if (n < 0 || n > m->cfg.max_batch)
         return TR_ERR_ARG;
-    if (m->dp_bottom)
-        TR_CHECK(dlrm_bottom_forward(m, num, ldnum, n, m->x, ldx));
+    if (!m->dp_bottom)
+        return TR_OK;
+    return dlrm_bottom_forward(m, num, ldnum, n, m->x, (int64_t)m->n * m->cfg.emb_dim);
+}
+
+enum tr_status dlrm_forward_top(struct dlrm *m, int64_t n)
+{
+    const int64_t D = m->cfg.emb_dim;
+    if (n < 0 || n > m->cfg.max_batch)
+        return TR_ERR_ARG;
     double t2 = dlrm_clock(m);
     if (m->cfg.ncross) {
         TR_CHECK(cross_forward(m, n));
@@ -673,6 +680,12 @@ enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnu
     }
     m->t[DLRM_T_TOP_FWD] += dlrm_clock(m) - t3;
     return TR_OK;
+}
+
+enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+{
+    TR_CHECK(dlrm_forward_bottom_dp(m, num, ldnum, n));
+    return dlrm_forward_top(m, n);
 }
 
 float *dlrm_logits(const struct dlrm *m)
@@ -692,10 +705,8 @@ enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, f
     return TR_OK;
 }
 
-enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+enum tr_status dlrm_backward_top(struct dlrm *m, int64_t n)
 {
-    const int64_t D = m->cfg.emb_dim, ldx = (int64_t)m->n * D;
-    const struct kern_backend *be = &m->be;
     double t0 = dlrm_clock(m);
     /* top MLP: dy of the last layer is dlogits; ping-pong through dbuf */
     float *dy = m->dlogits;
@@ -710,19 +721,42 @@ enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldn
         dy = dx;
         lddy = lddx;
     }
+    m->t[DLRM_T_TOP_BWD] += dlrm_clock(m) - t0;
+    return TR_OK;
+}
+
+enum tr_status dlrm_backward_interact(struct dlrm *m, int64_t n)
+{
+    const int64_t D = m->cfg.emb_dim;
     double t1 = dlrm_clock(m);
-    m->t[DLRM_T_TOP_BWD] += t1 - t0;
     if (m->cfg.ncross) {
         TR_CHECK(cross_backward(m, n));
     } else {
         struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
-        TR_CHECK(be->i->interact_bwd(be->ctx, &ia));
+        TR_CHECK(m->be.i->interact_bwd(m->be.ctx, &ia));
     }
     m->t[DLRM_T_INTERACT_BWD] += dlrm_clock(m) - t1;
-    /* bottom MLP (data-parallel): its output's gradient is row 0 of dx */
-    if (m->dp_bottom)
-        TR_CHECK(dlrm_bottom_backward(m, num, ldnum, n, m->dx, ldx));
     return TR_OK;
+}
+
+enum tr_status dlrm_backward_bottom_dp(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+{
+    /* the bottom output's gradient is row 0 of dx */
+    if (!m->dp_bottom)
+        return TR_OK;
+    return dlrm_bottom_backward(m, num, ldnum, n, m->dx, (int64_t)m->n * m->cfg.emb_dim);
+}
+
+enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n)
+{
+    TR_CHECK(dlrm_backward_top(m, n));
+    TR_CHECK(dlrm_backward_interact(m, n));
+    return dlrm_backward_bottom_dp(m, num, ldnum, n);
+}
+
+int64_t dlrm_top_mlp_param0(const struct dlrm *m)
+{
+    return m->cfg.ntop > 0 ? (int64_t)(m->top[0].w - m->params) : m->nparams;
 }
 
 enum tr_status dlrm_update_dense_range(struct dlrm *m, float lr, int64_t p0, int64_t p1)

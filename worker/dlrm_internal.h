@@ -106,6 +106,12 @@ float dlrm_grad_unscale(const struct dlrm *m);
  * top MLP. m->x rows of the tables must hold the embeddings. */
 enum tr_status dlrm_forward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
 
+/* dlrm_forward_dense in two parts, for a caller that overlaps the all-to-all with
+ * the first: the data-parallel bottom MLP (nothing unless m->dp_bottom; it writes
+ * only row 0 of m->x), then interaction and top MLP. */
+enum tr_status dlrm_forward_bottom_dp(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+enum tr_status dlrm_forward_top(struct dlrm *m, int64_t n) TR_WUR;
+
 /* Loss over n samples of the last forward: *loss_sum (host) = sum of per-sample
  * BCE; m->dlogits = grad_scale * d loss / d logit. */
 enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, float grad_scale,
@@ -114,6 +120,17 @@ enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, f
 /* Backward of the dense part: top MLP, interaction (m->dx), and the bottom MLP when
  * data-parallel. Gradients go to m->grads. */
 enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+
+/* dlrm_backward_dense in three parts, for a caller that overlaps collectives with
+ * them: the top MLP (its gradients are final afterwards: from
+ * dlrm_top_mlp_param0 to nparams), the interaction or cross layers (m->dx and
+ * the cross gradients), then the data-parallel bottom MLP (nothing unless
+ * m->dp_bottom; it modifies row 0 of m->dx in place). */
+enum tr_status dlrm_backward_top(struct dlrm *m, int64_t n) TR_WUR;
+enum tr_status dlrm_backward_interact(struct dlrm *m, int64_t n) TR_WUR;
+enum tr_status dlrm_backward_bottom_dp(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
+/* The first parameter of the top MLP (after the bottom MLP and any cross layers). */
+int64_t dlrm_top_mlp_param0(const struct dlrm *m);
 
 /* The bottom MLP alone over n samples, its output written to out (n, ldout): the
  * model-parallel bottom MLP of table-wise mode. Backward from dout (n, lddout)

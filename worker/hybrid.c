@@ -13,7 +13,16 @@
  * A world of 1 runs the same code: its own slice is the whole batch, so nothing
  * is packed and the all-to-all moves nothing. Every byte of backend memory is
  * touched by backend ops or collectives; the host holds only the batch header.
- * It does not overlap communication with compute. */
+ *
+ * Overlap (hybrid_set_overlap, on by default): the same operations, with the
+ * collectives split in two (start, wait) around work that does not depend on
+ * them: the data-parallel bottom MLP runs while the forward all-to-all is in
+ * flight; the top MLP's gradients are reduced while the interaction and the
+ * bottom MLP run backward, and the backward all-to-all travels beside the bottom
+ * MLP's backward. Nothing reads a buffer a collective in flight writes, so the
+ * results are those of the serial order (the all-reduce runs on two ranges
+ * instead of one, which can change the summation order of MPI's algorithm for
+ * three or more ranks; two ranks sum the same way). */
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "hybrid.h"
 
@@ -54,6 +63,7 @@ struct hybrid {
     uint8_t **dirty;            /* (ntables) backend memory, (dirty_n[t]) bytes each, or NULL: */
     int64_t *dirty_n, *dirty_rows; /*   the touched row blocks of each table held (hybrid_track_dirty) */
     struct kern_mark_rows_args *mark; /* host: (ntables) */
+    int overlap;                /* split the collectives around independent work */
     double t[HYBRID_T_COUNT_];
 };
 
@@ -173,6 +183,7 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
         return TR_ERR_NOMEM;
     h->m = m;
     h->c = c;
+    h->overlap = 1;
     h->p = p;
     const int T = p->ntables, D = p->dim, W = p->world;
     const int64_t G = m->cfg.max_global > 0 ? m->cfg.max_global : m->cfg.max_batch;
@@ -433,18 +444,33 @@ enum tr_status hybrid_forward(struct hybrid *h)
         TR_CHECK(copy_rows(h, k));
     }
 
-    /* 2. exchange: each rank receives its slice of every other rank's vectors */
+    /* 2. exchange: each rank receives its slice of every other rank's vectors
+     * (with overlap, the data-parallel bottom MLP runs meanwhile: it writes row 0
+     * of X, the exchange only the tables' rows) */
     set_counts(h, &g);
-    double t1 = dlrm_clock(m);
-    TR_CHECK(comm_alltoallv(h->c, h->sbuf, h->scnt, h->sdsp, h->rbuf, h->rcnt, h->rdsp, KERN_F32));
-    double t2 = dlrm_clock(m);
+    const float *num = blk_num(h) + g.lo * h->hdr.num_ld;
+    double t1 = dlrm_clock(m), t2;
+    if (h->overlap) {
+        struct comm_req r;
+        TR_CHECK(comm_ialltoallv(h->c, h->sbuf, h->scnt, h->sdsp, h->rbuf, h->rcnt, h->rdsp, KERN_F32, &r));
+        double tb = dlrm_clock(m);
+        TR_CHECK(dlrm_forward_bottom_dp(m, num, h->hdr.num_ld, g.nl));
+        double tc = dlrm_clock(m);
+        TR_CHECK(comm_wait(h->c, &r));
+        t2 = dlrm_clock(m);
+        h->t[HYBRID_T_EXCHANGE] += (tb - t1) + (t2 - tc);
+    } else {
+        TR_CHECK(comm_alltoallv(h->c, h->sbuf, h->scnt, h->sdsp, h->rbuf, h->rcnt, h->rdsp, KERN_F32));
+        t2 = dlrm_clock(m);
+        h->t[HYBRID_T_EXCHANGE] += t2 - t1;
+    }
     TR_CHECK(copy_rows(h, add_exchange_copies(h, &g, m->x, 1, 0)));
-    double t3 = dlrm_clock(m);
-    h->t[HYBRID_T_EXCHANGE] += t2 - t1;
-    h->t[HYBRID_T_PACK] += t3 - t2;
+    h->t[HYBRID_T_PACK] += dlrm_clock(m) - t2;
 
     /* 3. the dense part on the local slice */
-    return dlrm_forward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl);
+    if (h->overlap)
+        return dlrm_forward_top(m, g.nl);
+    return dlrm_forward_dense(m, num, h->hdr.num_ld, g.nl);
 }
 
 /* Where the gradient of vector v lives after the backward, for all n samples. */
@@ -452,6 +478,92 @@ static float *vector_grad(const struct hybrid *h, const struct geom *g, const st
 {
     *ld = g->direct ? g->ldx : g->ws;
     return g->direct ? h->m->dx + v->xoff : h->sbuf + v->soff;
+}
+
+/* The row copies that pack the gradients of X for the backward all-to-all: the
+ * other ranks' vectors into rbuf, this rank's own slice into sbuf beside what the
+ * others send back (unless the slice is the whole batch: then the update reads
+ * dX itself). Returns how many. */
+static int pack_dx(struct hybrid *h, const struct geom *g)
+{
+    struct dlrm *m = h->m;
+    int k = add_exchange_copies(h, g, m->dx, 0, 0);
+    if (!g->direct) {
+        const int nv = rank_vectors(h, g->r, h->vec);
+        for (int j = 0; j < nv; j++) {
+            const struct vec *v = &h->vec[j];
+            TR_ASSERT(k < h->cp_cap);
+            h->cp[k++] = (struct kern_copy_rows_args){h->sbuf + g->lo * g->ws + v->soff, g->ws, m->dx + v->xoff,
+                                                      g->ldx, g->nl, v->width};
+        }
+    }
+    return k;
+}
+
+/* The numeric guard of the last backward (see hybrid_get_guard): NaN for the loss
+ * sum when this rank's gradients of X are not finite. */
+static enum tr_status guard_dx(struct hybrid *h, const struct geom *g, double *lsum)
+{
+    const struct kern_backend *be = &h->m->be;
+    double xsq = 0.0;
+    struct kern_sumsq_args xa = {.x = h->m->dx, .rows = g->nl, .cols = g->ldx, .ld = g->ldx, .out = &xsq};
+    TR_CHECK(be->i->sumsq(be->ctx, &xa, 1));
+    h->guard.local_loss_sum = *lsum;
+    h->guard.emb_grad_nonfinite = !isfinite(xsq);
+    if (h->guard.emb_grad_nonfinite)
+        *lsum = NAN;
+    return TR_OK;
+}
+
+/* hybrid_backward with its collectives overlapped (see the file comment). The
+ * order of the starts is the same on every rank: the top MLP's gradients, the
+ * all-to-all, the remaining data-parallel gradients, the loss sum. */
+static enum tr_status backward_overlapped(struct hybrid *h, const struct geom *g, double lsum, double *loss)
+{
+    struct dlrm *m = h->m;
+    const struct kern_backend *be = &m->be;
+    const float *num = blk_num(h) + g->lo * h->hdr.num_ld;
+    const int64_t p0 = m->dp_bottom || !m->has_bottom ? 0 : m->top_param0, p1 = dlrm_top_mlp_param0(m);
+    struct comm_req rtop = {.slot = -1}, ra2a = {.slot = -1}, rrest = {.slot = -1}, rloss = {.slot = -1};
+    double tx = 0.0, ta;
+
+    TR_CHECK(dlrm_backward_top(m, g->nl));
+    ta = dlrm_clock(m);
+    if (p1 < m->nparams)
+        TR_CHECK(comm_iallreduce_sum(h->c, m->grads + p1, m->nparams - p1, KERN_F32, &rtop));
+    tx += dlrm_clock(m) - ta;
+    TR_CHECK(dlrm_backward_interact(m, g->nl));
+
+    double t1 = dlrm_clock(m);
+    TR_CHECK(copy_rows(h, pack_dx(h, g)));
+    double t2 = dlrm_clock(m);
+    h->t[HYBRID_T_PACK] += t2 - t1;
+    TR_CHECK(comm_ialltoallv(h->c, h->rbuf, h->rcnt, h->rdsp, h->sbuf, h->scnt, h->sdsp, KERN_F32, &ra2a));
+    tx += dlrm_clock(m) - t2;
+    TR_CHECK(dlrm_backward_bottom_dp(m, num, h->hdr.num_ld, g->nl));
+    TR_CHECK(guard_dx(h, g, &lsum));
+
+    TR_CHECK(be->i->copy(be->ctx, h->dloss, &lsum, sizeof lsum, KERN_H2D));
+    ta = dlrm_clock(m);
+    if (p0 < p1)
+        TR_CHECK(comm_iallreduce_sum(h->c, m->grads + p0, p1 - p0, KERN_F32, &rrest));
+    TR_CHECK(comm_iallreduce_sum(h->c, h->dloss, 1, KERN_F64, &rloss));
+    TR_CHECK(comm_wait(h->c, &rtop));
+    TR_CHECK(comm_wait(h->c, &ra2a));
+    TR_CHECK(comm_wait(h->c, &rrest));
+    TR_CHECK(comm_wait(h->c, &rloss));
+    tx += dlrm_clock(m) - ta;
+    h->t[HYBRID_T_EXCHANGE] += tx;
+    TR_CHECK(be->i->copy(be->ctx, &lsum, h->dloss, sizeof lsum, KERN_D2H));
+    *loss = g->n ? lsum / (double)g->n : 0.0;
+
+    if (m->mp_bottom) { /* vector 0 came back as the bottom output's gradient */
+        rank_vectors(h, g->r, h->vec);
+        int64_t ld;
+        float *grad = vector_grad(h, g, &h->vec[0], &ld);
+        TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g->n, grad, ld));
+    }
+    return TR_OK;
 }
 
 enum tr_status hybrid_backward(struct hybrid *h, double *loss)
@@ -464,17 +576,13 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
     /* loss: mean over the global batch, so gradients are those of one process */
     double lsum = 0.0;
     TR_CHECK(dlrm_loss_dense(m, blk_labels(h) + g.lo, g.nl, g.n ? 1.0f / (float)g.n : 0.0f, &lsum));
+    if (h->overlap)
+        return backward_overlapped(h, &g, lsum, loss);
     TR_CHECK(dlrm_backward_dense(m, blk_num(h) + g.lo * h->hdr.num_ld, h->hdr.num_ld, g.nl));
 
     /* numeric guard: this rank's gradients of X (one pass over the slice); a NaN
      * or inf there travels to every rank as a NaN loss */
-    double xsq = 0.0;
-    struct kern_sumsq_args xa = {.x = m->dx, .rows = g.nl, .cols = g.ldx, .ld = g.ldx, .out = &xsq};
-    TR_CHECK(be->i->sumsq(be->ctx, &xa, 1));
-    h->guard.local_loss_sum = lsum;
-    h->guard.emb_grad_nonfinite = !isfinite(xsq);
-    if (h->guard.emb_grad_nonfinite)
-        lsum = NAN;
+    TR_CHECK(guard_dx(h, &g, &lsum));
 
     /* data-parallel gradients (top MLP, and the bottom MLP when data-parallel) and
      * the loss sum: one group, so a backend that can fuses them into one launch */
@@ -488,21 +596,9 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
     TR_CHECK(be->i->copy(be->ctx, &lsum, h->dloss, sizeof lsum, KERN_D2H));
     *loss = g.n ? lsum / (double)g.n : 0.0;
 
-    /* embedding gradients back to their owners: the other ranks' through rbuf, this
-     * rank's own slice into sbuf beside what the others send back (unless the
-     * slice is the whole batch: then the update reads dX itself) */
+    /* embedding gradients back to their owners */
     double t1 = dlrm_clock(m);
-    int k = add_exchange_copies(h, &g, m->dx, 0, 0);
-    if (!g.direct) {
-        const int nv = rank_vectors(h, g.r, h->vec);
-        for (int j = 0; j < nv; j++) {
-            const struct vec *v = &h->vec[j];
-            TR_ASSERT(k < h->cp_cap);
-            h->cp[k++] = (struct kern_copy_rows_args){h->sbuf + g.lo * g.ws + v->soff, g.ws, m->dx + v->xoff, g.ldx,
-                                                      g.nl, v->width};
-        }
-    }
-    TR_CHECK(copy_rows(h, k));
+    TR_CHECK(copy_rows(h, pack_dx(h, &g)));
     double t2 = dlrm_clock(m);
     TR_CHECK(comm_alltoallv(h->c, h->rbuf, h->rcnt, h->rdsp, h->sbuf, h->scnt, h->sdsp, KERN_F32));
     double t3 = dlrm_clock(m);
@@ -516,6 +612,11 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
         TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g.n, grad, ld));
     }
     return TR_OK;
+}
+
+void hybrid_set_overlap(struct hybrid *h, int on)
+{
+    h->overlap = on != 0;
 }
 
 void hybrid_get_guard(const struct hybrid *h, struct hybrid_guard *g)

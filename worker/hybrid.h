@@ -36,6 +36,10 @@ int64_t hybrid_buffer_bytes(const struct shard_plan *p, int ntables, int dim, in
 enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_plan *p, struct hybrid **out) TR_WUR;
 void hybrid_free(struct hybrid **h);
 
+/* Overlap the step's collectives with compute (hybrid.c explains what with what):
+ * on by default; off runs every collective to its end where it is called. */
+void hybrid_set_overlap(struct hybrid *h, int on);
+
 /* Bytes of the step's batch block: batch_bytes(max_global, num_features, ntables). */
 int64_t hybrid_batch_bytes(const struct hybrid *h);
 

@@ -28,6 +28,7 @@ struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int thread
                   : job->allow_tf32          ? KERN_PREC_TF32
                                              : KERN_PREC_FP32;
     o.sizing_only = sizing_only;
+    o.gpus = job->gpus_per_node;
     return o;
 }
 

@@ -278,7 +278,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    TR_CHECK(comm_open(&T->dist, &T->be, &T->comm));
+    TR_CHECK(comm_open(&T->dist, &T->be, job->comm, &T->comm));
     T->comm.timeout = job->collective_timeout;
     /* the launcher (terarec train) hears from every rank from here on: a rank
      * that cannot reach it stops the job, all ranks together */
@@ -336,6 +336,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     double t_init = tr_clock_now();
     TR_CHECK(dlrm_new(&mc, &T->be, &T->m));
     TR_CHECK(hybrid_new(T->m, &T->comm, &T->plan, &T->h));
+    hybrid_set_overlap(T->h, job->overlap);
     {
         struct dlrm_bytes mb;
         struct dlrm_info mi;

@@ -9,6 +9,7 @@
 #define TR_SUBSYS TR_SUB_KERN
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../common/alloc.h"
 #include "../kern_impl.h"
@@ -141,6 +142,30 @@ static void cu_mem_release(void *ctx, void *p, size_t n)
     kcu_account(c, -(int64_t)(n ? n : 1));
 }
 
+/* page-locked, so copies on the stream run at the link's speed (staging for MPI) */
+static enum tr_status cu_host_alloc(void *ctx, size_t n, void **p)
+{
+    struct kcu_ctx *c = (struct kcu_ctx *)ctx;
+    *p = NULL;
+    TR_CHECK(cu_enter(c));
+    cudaError_t e = cudaHostAlloc(p, n ? n : 1, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        LOG_ERROR("out of pinned host memory: %zu bytes", n);
+        return TR_ERR_NOMEM;
+    }
+    TR_CUDA_CHECK(e);
+    return TR_OK;
+}
+
+static void cu_host_release(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    if (p && !TR_CUDA_OK_(cudaFreeHost(p)))
+        LOG_WARN("freeing %zu bytes of pinned host memory failed", n);
+}
+
 static enum tr_status cu_copy(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
@@ -237,6 +262,8 @@ static const struct kern_backend_i cuda_iface = {
     .supports = cu_supports,
     .mem_alloc = cu_mem_alloc,
     .mem_release = cu_mem_release,
+    .host_alloc = cu_host_alloc,
+    .host_release = cu_host_release,
     .copy = cu_copy,
     .emb_update_ws_bytes = cu_emb_ws,
     .gemm = cu_gemm,
@@ -324,7 +351,19 @@ extern "C" enum tr_status kern_cuda_plugin_open(const struct kern_backend_opts *
         }
         return TR_ERR_UNSUPPORTED;
     }
-    c->device = o->device >= 0 ? o->device : (o->local_rank > 0 ? o->local_rank : 0) % n;
+    if (o->device < 0 && o->gpus > n) {
+        tr_free(c);
+        if (!quiet) {
+            char host[64] = "this node";
+            gethostname(host, sizeof host - 1);
+            LOG_ERROR("--gpus_per_node %d, but %d CUDA device(s) are visible on %s", o->gpus, n, host);
+            LOG_HINT("check CUDA_VISIBLE_DEVICES, the allocation's --gpus-per-node and nvidia-smi; or lower "
+                     "--gpus_per_node");
+        }
+        return TR_ERR_ARG;
+    }
+    const int per_node = o->gpus > 0 ? o->gpus : n;
+    c->device = o->device >= 0 ? o->device : (o->local_rank > 0 ? o->local_rank : 0) % per_node;
     if (c->device >= n) {
         tr_free(c);
         if (!quiet) {

@@ -61,6 +61,20 @@ static void self_collectives(void)
     TH_EQ(c.group_depth, 0);
     TH_EQ_ST(comm_group_end(&c), TR_ERR_ARG); /* no group open */
     TH_EQ_ST(comm_synchronize(&c), TR_OK);
+    /* split-phase on a world of 1: done at the start, the wait has nothing left;
+     * not inside a group */
+    struct comm_req rq;
+    float recv3[8] = {0};
+    rc[0] = 3;
+    TH_EQ_ST(comm_ialltoallv(&c, send, sc, sd, recv3, rc, rd, KERN_F32, &rq), TR_OK);
+    TH_CHECK(recv3[4] == 3 && recv3[6] == 5);
+    TH_EQ_ST(comm_wait(&c, &rq), TR_OK);
+    TH_EQ_ST(comm_iallreduce_sum(&c, sum, 2, KERN_F64, &rq), TR_OK);
+    TH_EQ_ST(comm_wait(&c, &rq), TR_OK);
+    TH_EQ_ST(comm_group_begin(&c), TR_OK);
+    TH_EQ_ST(comm_iallreduce_sum(&c, sum, 2, KERN_F64, &rq), TR_ERR_ARG);
+    TH_EQ_ST(comm_group_end(&c), TR_OK);
+    TH_EQ_ST(comm_wait(&c, &rq), TR_OK);
     /* host staging gives the same results */
     int64_t h[3] = {4, 5, 6};
     TH_EQ_ST(comm_bcast_host(&c, h, sizeof h, 0), TR_OK);
@@ -71,7 +85,7 @@ static void self_collectives(void)
     TH_EQ(g[1], 7);
     TH_EQ(g[2], 9);
     /* accounting: calls are counted; a world of 1 sends nothing to anybody */
-    TH_EQ(c.stat[COMM_ALLTOALL].calls, 1);
+    TH_EQ(c.stat[COMM_ALLTOALL].calls, 2);
     TH_EQ(c.stat[COMM_ALLTOALL].bytes, 0);
     TH_EQ(c.stat[COMM_ALLREDUCE].bytes, 0);
     TH_EQ(c.stat[COMM_BCAST].calls, 2); /* the refused one is not counted */
@@ -91,7 +105,7 @@ static void self_collectives(void)
     TH_CHECK(c.i == NULL);
     comm_close(&c); /* twice is fine */
     /* comm_open with a world of 1 gives the self communicator */
-    TH_EQ_ST(comm_open(&d, &be, &c), TR_OK);
+    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_AUTO, &c), TR_OK);
     TH_EQ_STR(c.i->name, "self");
     comm_close(&c);
     kern_backend_close(&be);
@@ -114,7 +128,7 @@ static int mpi_child(void)
         return 1;
     struct kern_backend be = open_cpu();
     struct comm c;
-    if (comm_open(&d, &be, &c) != TR_OK)
+    if (comm_open(&d, &be, COMM_CHOICE_AUTO, &c) != TR_OK)
         return 1;
     const int W = c.size, r = c.rank;
     CHILD_CHECK(W == 3 && r == d.rank && !strcmp(c.i->name, "mpi"));
@@ -146,6 +160,36 @@ static int mpi_child(void)
     for (int q = 0; q < W; q++)
         others += q == r ? 0 : sc[q];
     CHILD_CHECK(c.stat[COMM_ALLTOALL].bytes == others * 4);
+    /* TR_COMM_STAGE=1: the same collectives staged through host buffers */
+    const char *stage = getenv("TR_COMM_STAGE");
+    CHILD_CHECK(c.i->host_buffers == (stage && !strcmp(stage, "1") ? 0 : 1));
+    /* split-phase: an all-to-all (into a buffer with gaps between the segments,
+     * which stay untouched) and two all-reduces in flight at once give the
+     * blocking calls' results */
+    {
+        float recv2[16], x2[3] = {(float)r, 0.5f, 2.0f};
+        double y2 = r + 0.25;
+        int64_t rd2[3];
+        for (int q = 0; q < W; q++)
+            rd2[q] = q * (r + 2);
+        for (int k = 0; k < 16; k++)
+            recv2[k] = -7.0f;
+        struct comm_req ra, rb, rz;
+        CHILD_CHECK(comm_ialltoallv(&c, send, sc, sd, recv2, rc, rd2, KERN_F32, &ra) == TR_OK);
+        CHILD_CHECK(comm_iallreduce_sum(&c, x2, 3, KERN_F32, &rb) == TR_OK);
+        CHILD_CHECK(comm_iallreduce_sum(&c, &y2, 1, KERN_F64, &rz) == TR_OK);
+        CHILD_CHECK(c.slots_busy == 7u && ra.slot == 0 && rb.slot == 1 && rz.slot == 2);
+        CHILD_CHECK(comm_wait(&c, &rb) == TR_OK && comm_wait(&c, &ra) == TR_OK && comm_wait(&c, &rz) == TR_OK);
+        CHILD_CHECK(c.slots_busy == 0u && ra.slot == -1);
+        CHILD_CHECK(comm_wait(&c, &ra) == TR_OK); /* a finished request: nothing */
+        for (int q = 0; q < W; q++) {
+            for (int k = 0; k < r + 1; k++)
+                CHILD_CHECK(recv2[rd2[q] + k] == (float)(100 * q + r));
+            CHILD_CHECK(recv2[rd2[q] + r + 1] == -7.0f);
+        }
+        CHILD_CHECK(x2[0] == 3.0f && x2[1] == 1.5f && x2[2] == 6.0f && y2 == 3.75);
+        CHILD_CHECK(c.stat[COMM_ALLTOALL].calls == 2 && c.stat[COMM_ALLTOALL].bytes == 2 * others * 4);
+    }
     /* all-reduce: every rank gets bitwise the same sum */
     float x[3] = {(float)r, 0.1f * (float)(r + 1), 1.0f};
     CHILD_CHECK(comm_allreduce_sum(&c, x, 3, KERN_F32) == TR_OK);
@@ -211,17 +255,17 @@ static int mpi_child(void)
 
 static const char *self_path;
 
-static void mpi_collectives(void)
+static void mpi_run(const char *env)
 {
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
         TH_SKIP("mpirun not found (install openmpi-bin: make deps)");
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+             "%s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
              "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
-             "timeout 120 mpirun -np 3 '%s' --mpi-child </dev/null 2>&1",
-             self_path);
+             "timeout 120 mpirun -np 3 -x TR_COMM_STAGE '%s' --mpi-child </dev/null 2>&1",
+             env, self_path);
     FILE *p = popen(cmd, "r");
     TH_REQUIRE(p != NULL);
     char line[512];
@@ -236,13 +280,27 @@ static void mpi_collectives(void)
     TH_EQ(st, 0);
     TH_EQ(passed, 3);
 #else
+    (void)env;
     TH_SKIP("built without MPI");
 #endif
+}
+
+static void mpi_collectives(void)
+{
+    mpi_run("TR_COMM_STAGE=0");
+}
+
+/* every collective copied through host staging buffers: the path GPU buffers
+ * take when Open MPI is not CUDA-aware, run here on the CPU backend */
+static void mpi_collectives_staged(void)
+{
+    mpi_run("TR_COMM_STAGE=1");
 }
 
 static const struct th_case cases[] = {
     {"self_collectives", self_collectives},
     {"mpi_collectives", mpi_collectives},
+    {"mpi_collectives_staged", mpi_collectives_staged},
 };
 
 int main(int argc, char **argv)
