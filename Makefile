@@ -124,9 +124,11 @@ LDLIBS += -ldl
 TEST_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart $(if $(filter 1,$(NCCL)),-lnccl)
 endif
 ifeq ($(NCCL),1)
-# nothing calls NCCL yet (the NCCL communicator comes with multi-GPU training); it
-# will live in the CUDA plugin, which then links -lnccl
+# the NCCL communicator (worker/comm_nccl.c) lives in the CUDA plugin, which links
+# -lnccl; the worker finds it with dlsym (worker/comm.c)
 CPPFLAGS += -DTR_HAVE_NCCL=1 -isystem $(dir $(NCCL_HOME))
+NCCL_OBJ := $(BUILD)/obj/plugin/worker/comm_nccl.o
+CUDA_LIBS += -lnccl
 endif
 CPPFLAGS += -DTR_BLAS_NAME='"$(BLAS)"'
 
@@ -162,7 +164,7 @@ KERN_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
 KERN_CU_SRCS := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
 LOADER_SRCS := $(filter-out loader_svc/main.c,$(wildcard loader_svc/*.c))
 PREPARE_SRCS := $(wildcard prepare/*.c)
-WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c))
+WORKER_SRCS := $(filter-out worker/main.c worker/comm_nccl.c,$(wildcard worker/*.c))
 LAUNCHER_SRCS := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
 CKPT_SRCS := $(filter-out ckpt_store/main.c,$(wildcard ckpt_store/*.c))
 DB_SRCS := $(wildcard db/*.c)
@@ -222,7 +224,12 @@ $(BUILD)/obj/%.o: %.cu
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
 ifeq ($(CUDA),1)
-$(CUDA_PLUGIN): $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS)) $(CUDA_DYNLIST)
+# C files of the plugin: position-independent, beside the programs' own objects
+$(BUILD)/obj/plugin/%.o: %.c $(BUILD)/gen/flags
+	@mkdir -p $(@D)
+	$(QUIET_CC)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c $< -o $@
+
+$(CUDA_PLUGIN): $(patsubst %.cu,$(BUILD)/obj/%.o,$(KERN_CU_SRCS)) $(NCCL_OBJ) $(CUDA_DYNLIST)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) -shared -o $@ $(filter %.o,$^) $(CUDA_LIBS) -lstdc++ -lm
 	@# every program symbol it calls must be one the programs export

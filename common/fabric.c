@@ -150,3 +150,37 @@ void tr_fabric_describe(const struct tr_fabric *f, char *buf, size_t n)
     default: snprintf(buf, n, "TCP sockets: %s", f->why); break;
     }
 }
+
+/* Copies the name at p (up to the end of the line, trailing blanks dropped). */
+static void copy_name(const char *p, const char *stop, char *name, size_t n)
+{
+    while (*p == ' ')
+        p++;
+    size_t k = 0;
+    while (p + k < stop && p[k] && p[k] != '\n' && p[k] != '\r')
+        k++;
+    while (k && p[k - 1] == ' ')
+        k--;
+    snprintf(name, n, "%.*s", (int)k, p);
+}
+
+int tr_fabric_nccl_net(const char *log, char *name, size_t n)
+{
+    const char *u = strstr(log, "NCCL INFO Using network ");
+    if (u) {
+        copy_name(u + strlen("NCCL INFO Using network "), u + strlen(u), name, n);
+        return name[0] != '\0';
+    }
+    for (const char *p = log; (p = strstr(p, "NCCL INFO NET/")) != NULL; p++) {
+        const char *a = p + strlen("NCCL INFO NET/"), *e = a;
+        while (*e && *e != ' ' && *e != ':' && *e != '\n')
+            e++;
+        const char *eol = strchr(a, '\n');
+        const char *using = strstr(e, " : Using ");
+        if (e > a && strncmp(a, "Plugin", (size_t)(e - a)) != 0 && using && (!eol || using < eol)) {
+            copy_name(a, e, name, n);
+            return 1;
+        }
+    }
+    return 0;
+}

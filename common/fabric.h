@@ -41,6 +41,14 @@ void tr_fabric_probe(struct tr_fabric *f, const char *sys, const char *dev, cons
  * libnccl-net.so", "TCP sockets: <why>". */
 void tr_fabric_describe(const struct tr_fabric *f, char *buf, size_t n);
 
+/* NCCL's own word on the network it chose, from its debug output (NCCL_DEBUG=INFO,
+ * NCCL_DEBUG_SUBSYS with INIT or NET): the name in "NCCL INFO Using network IB"
+ * (the line NCCL writes once it has picked one), else in "NCCL INFO NET/Socket :
+ * Using [0]eth0..." ("NET/Plugin" lines about loading a plugin do not count).
+ * Returns 1 and writes the name ("IB", "Socket", a plugin's) into name, or 0 when
+ * the text has neither. */
+int tr_fabric_nccl_net(const char *log, char *name, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -202,8 +202,31 @@ struct room_rec {
 /* GPU workers on several nodes: which network NCCL will find between them, said
  * once per node, and a warning when it is TCP sockets (an image without
  * libibverbs, a container without /dev/infiniband: NCCL does not say so itself). */
-static void check_fabric(const struct train *T)
+static void check_fabric(struct train *T)
 {
+    if (T->nccl_log[0]) { /* what NCCL itself chose, once it has started */
+        char *text = NULL, name[64];
+        size_t len = 0;
+        FILE *fp = fopen(T->nccl_log, "r");
+        if (fp) {
+            text = tr_malloc(1 << 20);
+            len = text ? fread(text, 1, (1 << 20) - 1, fp) : 0;
+            fclose(fp);
+        }
+        unlink(T->nccl_log);
+        if (text)
+            text[len] = '\0';
+        if (T->dist.local_rank == 0) {
+            if (!text || !tr_fabric_nccl_net(text, name, sizeof name))
+                LOG_INFO(INIT, "node %d (%s): NCCL did not say which network it chose", T->dist.node, T->dist.host);
+            else if (!strcmp(name, "Socket"))
+                LOG_WARN("node %d (%s): NCCL chose TCP sockets between the %d nodes", T->dist.node, T->dist.host,
+                         T->dist.nnodes);
+            else
+                LOG_INFO(INIT, "node %d (%s): NCCL chose the network %s", T->dist.node, T->dist.host, name);
+        }
+        tr_free(text);
+    }
     if (T->dist.nnodes < 2 || T->dist.local_rank != 0 || strcmp(T->be.i->name, "cuda"))
         return;
     struct tr_fabric f;
@@ -278,7 +301,26 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
+    const char *lib = comm_resolve(job->comm, &T->be, W);
+    if (T->dist.nnodes > 1 && !strcmp(lib, "nccl") && !getenv("NCCL_DEBUG")) {
+        /* NCCL's INIT and NET lines into a file of their own: check_fabric reads
+         * which network it chose */
+        snprintf(T->nccl_log, sizeof T->nccl_log, "/tmp/terarec-nccl-%ld.log", (long)getpid());
+        setenv("NCCL_DEBUG", "INFO", 1);
+        setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+        setenv("NCCL_DEBUG_FILE", T->nccl_log, 1);
+    }
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    if (!strcmp(T->be.i->name, "cuda") && T->dist.local_rank == 0) {
+        const int gpus = job->gpus_per_node > 0 ? job->gpus_per_node : kern_cuda_device_count();
+        if (gpus > 0 && T->dist.local_world > gpus)
+            LOG_INFO(INIT, "node %d (%s): %d workers share %d GPU(s)", T->dist.node, T->dist.host,
+                     T->dist.local_world, gpus);
+    }
+#endif
     TR_CHECK(comm_open(&T->dist, &T->be, job->comm, &T->comm));
+    if (rank == 0)
+        LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
     T->comm.timeout = job->collective_timeout;
     /* the launcher (terarec train) hears from every rank from here on: a rank
      * that cannot reach it stops the job, all ranks together */

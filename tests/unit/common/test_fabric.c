@@ -152,7 +152,32 @@ static void nccl_settings_first(void)
     cleanup();
 }
 
+/* NCCL's debug output (lines as NCCL 2.2x writes them) names the network it chose */
+static void nccl_log_parsed(void)
+{
+    char name[32];
+    const char *ib = "n1:77:77 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network "
+                     "plugin.\n"
+                     "n1:77:77 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB ib0:10.0.0.1<0>\n"
+                     "n1:77:77 [0] NCCL INFO Using network IB\n";
+    TH_CHECK(tr_fabric_nccl_net(ib, name, sizeof name) == 1);
+    TH_EQ_STR(name, "IB");
+    /* without the "Using network" line, the transport's own "NET/X : Using" line */
+    const char *sock = "n2:9:9 [1] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.\n"
+                       "n2:9:9 [1] NCCL INFO NET/Socket : Using [0]eth0:192.168.1.2<0>\n";
+    TH_CHECK(tr_fabric_nccl_net(sock, name, sizeof name) == 1);
+    TH_EQ_STR(name, "Socket");
+    TH_CHECK(tr_fabric_nccl_net("n1:1:1 [0] NCCL INFO Using network AWS Libfabric \r\n", name, sizeof name) == 1);
+    TH_EQ_STR(name, "AWS Libfabric");
+    /* a plugin line alone, or nothing about the network, says nothing */
+    TH_CHECK(tr_fabric_nccl_net("n1:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.\n", name,
+                                sizeof name) == 0);
+    TH_CHECK(tr_fabric_nccl_net("n1:1:1 [0] NCCL INFO cudaDriverVersion 12040\n", name, sizeof name) == 0);
+    TH_CHECK(tr_fabric_nccl_net("", name, sizeof name) == 0);
+}
+
 static const struct th_case cases[] = {
+    {"nccl_log_parsed", nccl_log_parsed},
     {"sockets_each_piece_named", sockets_each_piece_named},
     {"infiniband_and_roce", infiniband_and_roce},
     {"nccl_settings_first", nccl_settings_first},
