@@ -591,7 +591,14 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         ctr_local(L, w, "workers", ctr_gpus(L));
     }
     if (!L->slurm && L->world > 1) { /* in the workers' container, if any */
-        argv_add(w, "mpirun");
+        /* a bundle's own Open MPI (make bundle: bin/mpirun sets OPAL_PREFIX) before
+         * the one on PATH, so a bundle runs on nodes that have none */
+        char mpirun[PATH_MAX + 16];
+        snprintf(mpirun, sizeof mpirun, "%s/mpirun", L->exe_dir);
+        if (!L->ctr.image && access(mpirun, X_OK) == 0)
+            argv_add(w, mpirun);
+        else
+            argv_add(w, "mpirun");
         argv_addf(w, "-np");
         argv_addf(w, "%d", L->world);
         argv_add(w, "--bind-to");
