@@ -111,6 +111,9 @@ release() {
     done
     return 1
 }
+# what a failure reports of a job: its errors (the launcher copies the workers' log
+# tail into the job's output) and its last lines
+job_tail() { grep -E "error|warn|hint|exited|signal" "$TMP/$1.out" | tail -n 16; echo "# ..."; tail -n 4 "$TMP/$1.out"; }
 sb() { sbatch --parsable -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
 rank_proc() { q "select p.pid || ' ' || p.host from processes p join runs r on r.id = p.run where r.name = '$1'
                  and p.rank = $2 order by p.attempt desc limit 1"; }
@@ -121,7 +124,7 @@ job=$(sb --wait -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_e
       --dump_weights "$TMP/full")
 row=$(q "select status, nodes, workers, slurm_job_id = '$job', hosts from runs where name = 'full'")
 [ "$row" = "completed|2|4|1|trnode[1-2]" ] && ok "sbatch -N 2 -n 4 terarec.sbatch: $row" ||
-    fail "sbatch end to end" "$row $(tail -n 8 "$TMP/$job.out")"
+    fail "sbatch end to end" "$row $(job_tail "$job")"
 [ "$(q "select count(*), count(distinct host) from processes p join runs r on r.id = p.run where r.name = 'full'
        and exit_code = 0")" = "4|2" ] && ok "4 ranks on 2 nodes, each ended with exit 0" ||
     fail "processes" "$(q 'select * from processes')"
@@ -146,11 +149,11 @@ if wait_step pre 100 120; then
         [ $same = 1 ] && ok "the requeued run ends with the uninterrupted run's weights, bit for bit" ||
             fail "same weights after requeue" "$(ls -l full pre)"
     else
-        fail "USR1: the job did not complete" "$(q "select status, reason from runs where name = 'pre'") $(tail -n 8 "$TMP/$job.out")"
+        fail "USR1: the job did not complete" "$(q "select status, reason from runs where name = 'pre'") $(job_tail "$job")"
         scancel "$job"
     fi
 else
-    fail "USR1: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    fail "USR1: no progress" "$(job_tail "$job")"
     scancel "$job"
 fi
 
@@ -174,11 +177,11 @@ if wait_step rq 100 120; then
         [ $same = 1 ] && ok "scontrol requeue: the same weights as the uninterrupted run, bit for bit" ||
             fail "same weights after scontrol requeue" "$(ls -l full rq)"
     else
-        fail "scontrol requeue: the job did not complete" "$(q "select status, reason from runs where name = 'rq'") $(tail -n 8 "$TMP/$job.out")"
+        fail "scontrol requeue: the job did not complete" "$(q "select status, reason from runs where name = 'rq'") $(job_tail "$job")"
         scancel "$job"
     fi
 else
-    fail "scontrol requeue: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    fail "scontrol requeue: no progress" "$(job_tail "$job")"
     scancel "$job"
 fi
 
@@ -193,10 +196,10 @@ if wait_step k9 20 120; then
     row=$(q "select status, reason from runs where name = 'k9'")
     echo "$row" | grep -qE "^failed\|rank 3 on $host .*(signal 9|Killed)" && [ "$host" = trnode2 ] &&
         awk "BEGIN{exit !($secs <= 10)}" && ok "kill -9 of rank 3: failed in $secs s: $row" ||
-        fail "kill -9 of rank 3 ($host)" "$secs s: $row $(tail -n 8 "$TMP/$job.out")"
+        fail "kill -9 of rank 3 ($host)" "$secs s: $row $(job_tail "$job")"
     wait_job "$job" 30
 else
-    fail "kill -9: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    fail "kill -9: no progress" "$(job_tail "$job")"
     scancel "$job"
 fi
 
@@ -209,10 +212,10 @@ if wait_step k9r 120 120; then
     row=$(q "select status, restarts, (select max(step) from metrics m where m.run = runs.id) from runs
              where name = 'k9r'")
     [ "$row" = "completed|1|1000" ] && ok "--max_restarts 1: resumed and completed after kill -9" ||
-        fail "--max_restarts 1 under SLURM" "$row $(tail -n 8 "$TMP/$job.out")"
+        fail "--max_restarts 1 under SLURM" "$row $(job_tail "$job")"
     wait_job "$job" 30
 else
-    fail "--max_restarts: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    fail "--max_restarts: no progress" "$(job_tail "$job")"
     scancel "$job"
 fi
 
@@ -234,7 +237,7 @@ if wait_step hang 20 120; then
     kill -0 "$pid" 2>/dev/null && { fail "the stopped worker is still there"; kill -9 "$pid"; } ||
         ok "the stopped worker was killed"
 else
-    fail "hang: no progress" "$(tail -n 8 "$TMP/$job.out")"
+    fail "hang: no progress" "$(job_tail "$job")"
     scancel "$job"
 fi
 
