@@ -48,8 +48,9 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
         {"test_samples", TR_OPT_INT64, &c->test_samples, "0",
          "samples in the test split (rank 0 keeps their logits)", 0, 1e15, NULL, NULL, 0, NULL},
         {"nodes", TR_OPT_INT, &c->nodes, "1", "nodes", 1, 1e6, NULL, NULL, 0, NULL},
-        {"workers_per_node", TR_OPT_INT, &c->per_node, "1", "workers (GPUs or CPU slots) per node", 1, 4096, NULL,
-         "gpus_per_node", 0, NULL},
+        {"workers_per_node", TR_OPT_INT, &c->per_node, "1",
+         "workers (GPUs or CPU slots) per node (default: --gpus_per_node when given, else 1)", 1, 4096, NULL, NULL,
+         0, NULL},
         {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
          0, 9.2e18, NULL, NULL, 0, NULL},
         {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL},
@@ -214,6 +215,17 @@ int plan_cmd_main(int argc, char **argv)
                           "allocated; exits 1 when a worker would not fit --memory_per_worker",
                           stdout);
         goto exit;
+    }
+    /* --gpus_per_node (the workers' flag: one worker per GPU) gives the workers of a node */
+    if (job->gpus_per_node > 0) {
+        if (tr_opt_given(opts, "workers_per_node") && c.per_node != job->gpus_per_node) {
+            LOG_ERROR("--workers_per_node %d and --gpus_per_node %d disagree: a worker per GPU", c.per_node,
+                      job->gpus_per_node);
+            LOG_HINT("give one of them");
+            rc = TR_ERR_ARG;
+            goto exit;
+        }
+        c.per_node = job->gpus_per_node;
     }
     struct plan_shape sh = {0};
     TR_CHECK_GOTO(plan_shape_of(&c, opts, &fs, &split, &sh), rc, exit);

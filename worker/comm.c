@@ -294,7 +294,10 @@ enum tr_status comm_group_end(struct comm *c)
         return TR_ERR_ARG;
     }
     c->group_depth--;
-    return c->i->group_end(c);
+    TR_CHECK(c->i->group_end(c));
+    /* like a single call outside a group: done when it returns (NCCL: waited for
+     * with the communicator's error and timeout checks) */
+    return c->group_depth == 0 ? c->i->synchronize(c) : TR_OK;
 }
 
 enum tr_status comm_synchronize(struct comm *c)

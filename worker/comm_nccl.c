@@ -100,9 +100,10 @@ static void n_break(struct nccl_ctx *n)
     (void)ncclCommAbort(n->comm);
 }
 
-/* Waits until the communicator's queued calls are accepted (a non-blocking
- * communicator answers ncclInProgress at first). */
-static enum tr_status n_settle(struct comm *c, ncclResult_t r, const char *what, int peer)
+/* Waits until NCCL has accepted the calls queued on comm (a non-blocking
+ * communicator answers ncclInProgress at first); logs a failure with the peer
+ * (-1: none) and aborts c's communicator. */
+static enum tr_status n_settle_on(struct comm *c, ncclComm_t comm, ncclResult_t r, const char *what, int peer)
 {
     struct nccl_ctx *n = c->ctx;
     const double t0 = now(), limit = c->timeout > 0 ? c->timeout : INIT_TIMEOUT;
@@ -114,7 +115,7 @@ static enum tr_status n_settle(struct comm *c, ncclResult_t r, const char *what,
             return TR_ERR_TIMEOUT;
         }
         nap(50e-6);
-        if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess)
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess)
             break;
     }
     if (r == ncclSuccess)
@@ -128,6 +129,11 @@ static enum tr_status n_settle(struct comm *c, ncclResult_t r, const char *what,
              "NCCL_DEBUG=WARN's output");
     n_break(n);
     return TR_ERR_NCCL;
+}
+
+static enum tr_status n_settle(struct comm *c, ncclResult_t r, const char *what, int peer)
+{
+    return n_settle_on(c, ((struct nccl_ctx *)c->ctx)->comm, r, what, peer);
 }
 
 /* Polls ev (NULL: the communicator's stream) until it completes, an asynchronous
@@ -282,9 +288,12 @@ static enum tr_status n_group_begin(struct comm *c)
     return n_settle(c, ncclGroupStart(), "ncclGroupStart", -1);
 }
 
+/* The group's collectives are queued only now: their done event, and the
+ * backend's stream after it (comm.c then waits for them, as for a single call). */
 static enum tr_status n_group_end(struct comm *c)
 {
-    return n_settle(c, ncclGroupEnd(), "ncclGroupEnd", -1);
+    TR_CHECK(n_settle(c, ncclGroupEnd(), "ncclGroupEnd", -1));
+    return n_leave(c->ctx, BLOCKING, 1);
 }
 
 static enum tr_status n_synchronize(struct comm *c)
@@ -360,7 +369,15 @@ static enum tr_status n_split(struct comm *c, int color, int key, struct comm *o
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t sub = NULL;
-    TR_CHECK(n_settle(c, ncclCommSplit(n->comm, color, key, &sub, &cfg), "ncclCommSplit", -1));
+    ncclResult_t r = ncclCommSplit(n->comm, color, key, &sub, &cfg);
+    if (!sub)
+        return n_settle(c, r == ncclSuccess ? ncclInternalError : r, "ncclCommSplit", -1);
+    /* a non-blocking split is finished when the new communicator says so */
+    enum tr_status st = n_settle_on(c, sub, r, "ncclCommSplit", -1);
+    if (st != TR_OK) {
+        (void)ncclCommAbort(sub);
+        return st;
+    }
     memset(out, 0, sizeof *out);
     out->timeout = c->timeout;
     enum tr_status rc = wrap(out, &n->env, n->compute, sub, host_of(n, n->rank));
