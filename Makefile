@@ -10,8 +10,9 @@
 #   make run             the main job: terarec train (a local training run on synthetic data)
 #   make bench           builds the benchmarks (run them from bench/)
 #   make bundle          build/bundle/: the binaries and the shared libraries they need, relocatable
-#                        (RUNPATH $ORIGIN/../lib), for GPU nodes without the -dev packages;
-#                        BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries
+#                        (RUNPATH $ORIGIN/../lib), for GPU nodes without the -dev packages, and
+#                        Open MPI + PMIx relocated into it (bin/mpirun, env.sh) for nodes without
+#                        them; BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries, BUNDLE_MPI=0 Open MPI
 #   make sanitize-cuda   the CUDA kernel tests under compute-sanitizer memcheck and racecheck (GPU)
 #   make test-unit       only the test binaries (unit, kernel parity, golden), no integration scripts
 #   make install         the programs into $(DESTDIR)$(PREFIX)/bin, the CUDA plugin (when built) into
