@@ -12,6 +12,8 @@
 # - every object mpirun and the ranks load (LD_DEBUG=files) comes from the bundle or
 #   the C runtime: Open MPI's components from its lib/openmpi3, PMIx's from lib/pmix;
 #   ompi_info from the bundle puts every Open MPI path there, also after env.sh;
+# - terarec train --workers 2 from the bundle (the launcher takes the bundle's
+#   bin/mpirun beside itself) completes a run with its loader and checkpoint store;
 # - bad input: a missing binary is one error line and exit 2; BUNDLE_MPI=0 carries
 #   no Open MPI.
 # Needs root (mount namespaces), patchelf, unshare, dpkg and Open MPI with its
@@ -24,7 +26,7 @@ PKGS="openmpi-bin libopenmpi3 openmpi-common libopenmpi-dev libpmix2 libpmix-dev
 NAMES=("bad input: a missing binary" "BUNDLE_MPI=0" "bundle.sh carries Open MPI and PMIx"
        "the node: the system's mpirun fails" "the node: ldd resolves nothing masked"
        "the node: 2 ranks from bin/mpirun equal 1 worker" "the node: everything loads from the bundle"
-       "the node: ompi_info paths inside the bundle")
+       "the node: ompi_info paths inside the bundle" "the node: terarec train --workers 2 from the bundle")
 skip_all() { # REASON
     local n
     for n in "${NAMES[@]}"; do skip "$n" "$1"; done
@@ -60,7 +62,7 @@ rm -rf "$TMP/nompi"
 # ---- the bundle, moved ----------------------------------------------------------------------
 # BUNDLE_CUDA=0: the CUDA toolkit's libraries are not what this test is about
 t0=$(date +%s.%N)
-out=$(BUNDLE_CUDA=0 "$BUNDLE" "$TMP/bundle" "$W" 2>&1); rc=$?
+out=$(BUNDLE_CUDA=0 "$BUNDLE" "$TMP/bundle" "$W" "$TR_BIN/terarec" "$TR_BIN/terarec-loader" "$TR_BIN/terarec-ckpt" 2>&1); rc=$?
 t1=$(date +%s.%N)
 B=$TMP/elsewhere/tr-bundle
 mkdir -p "$TMP/elsewhere"
@@ -121,6 +123,9 @@ step r2 step_ld timeout 120 "$B/bin/mpirun" -np 2 --oversubscribe --allow-run-as
 cd "$TMP/ns"
 step paths "$B/bin/ompi_info" --path all --parsable
 step envsh bash -c '. "$1/env.sh" && command -v mpirun && ompi_info --path all --parsable' _ "$B"
+# the launcher with its loader and store, as users start a run
+mkdir -p "$TMP/tr" && cd "$TMP/tr"
+step train timeout 180 "$B/bin/terarec" train --workers 2 --db "$TMP/tr/runs.db" $M --data_parallel_bottom_mlp
 EOF
 t0=$(date +%s.%N)
 unshare -m --propagation private bash node.sh "$TMP" "$B" "$W" "$PKGS" "$M" >ns/node.log 2>&1
@@ -210,6 +215,12 @@ if [ "$(src paths)" = 0 ] && pb=$(paths_ok ns/paths.out) && [ "$(src envsh)" = 0
     ok "the node: ompi_info paths inside the bundle (pkglibdir $(sed -n 's/^path:pkglibdir://p' ns/paths.out | head -n 1 | sed "s|^$TMP|\$TMP|"), also after env.sh)"
 else
     fail "the node: ompi_info paths inside the bundle" "paths $(src paths):${pb:-} env.sh $(src envsh):${pe:-} $(head -n 1 ns/envsh.out 2>/dev/null)"
+fi
+if [ "$(src train)" = 0 ] && grep -q "^terarec: run .* completed" ns/train.out &&
+    grep -q "^workers: .*$B/bin/mpirun" <("$B/bin/terarec" train --workers 2 --dry_run $M 2>&1); then
+    ok "the node: terarec train --workers 2 from the bundle: $(grep -m1 '^terarec: run' ns/train.out) (through its bin/mpirun)"
+else
+    fail "the node: terarec train --workers 2 from the bundle" "exit $(src train): $(tail -n 6 ns/train.out 2>/dev/null)"
 fi
 echo "# the node's steps took $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s: $(tr '\n' ' ' <ns/times 2>/dev/null)"
 done_testing
