@@ -575,24 +575,8 @@ static const struct comm_i mpi_iface = {
 };
 
 /* The same, staging through host buffers: the copies order themselves after the
- * backend's queued work, so nothing needs synchronising first. */
-static const struct comm_i mpi_staged_iface = {
-    .name = "mpi",
-    .alltoallv = m_alltoallv,
-    .allreduce_sum = m_allreduce,
-    .bcast = m_bcast,
-    .gatherv = m_gatherv,
-    .barrier = m_barrier,
-    .group_begin = m_nothing,
-    .group_end = m_nothing,
-    .split = m_split,
-    .synchronize = m_nothing,
-    .start = m_istart,
-    .wait = m_iwait,
-    .abort = m_abort,
-    .destroy = m_destroy,
-    .host_buffers = 0,
-};
+ * backend's queued work, so nothing needs synchronising first (set up by wrap). */
+static struct comm_i mpi_staged_iface;
 
 /* A struct comm around an MPI communicator it now owns (collective over it:
  * duplicates it for control messages). */
@@ -634,6 +618,10 @@ static enum tr_status wrap(MPI_Comm comm, int finalize, int stage, struct comm *
     m->size = size;
     m->stage = stage;
     m->finalize = finalize;
+    if (stage) {
+        mpi_staged_iface = mpi_iface;
+        mpi_staged_iface.host_buffers = 0;
+    }
     c->i = stage ? &mpi_staged_iface : &mpi_iface;
     c->ctx = m;
     c->rank = rank;
