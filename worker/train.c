@@ -1026,8 +1026,9 @@ enum tr_status train_report(struct train *T)
         o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
                               per * dlrm_phase_seconds(T->m, p));
     if (W > 1 && o < sizeof phases)
-        snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f", per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE),
-                 per * hybrid_seconds(T->h, HYBRID_T_PACK));
+        snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f%s",
+                 per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE), per * hybrid_seconds(T->h, HYBRID_T_PACK),
+                 T->c->job.overlap ? " (exchange: what the overlap left exposed)" : "");
     LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
               "ms/step: data=%.2f %s",
               (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc, per * T->t_data, phases);
@@ -1056,6 +1057,8 @@ enum tr_status train_report(struct train *T)
         json_object_set_new(ph, "pack", events_num(per * hybrid_seconds(T->h, HYBRID_T_PACK)));
         /* traffic of the training steps (evaluation excluded: counted before it) */
         json_t *cj = json_object();
+        json_object_set_new(cj, "library", json_string(T->comm.i->name));
+        json_object_set_new(cj, "overlap", json_boolean(T->c->job.overlap));
         json_object_set_new(cj, "alltoall_bytes_per_step", events_num(T->a2a_bytes / (double)res->steps));
         json_object_set_new(cj, "allreduce_payload_bytes_per_step", events_num(T->ar_bytes / (double)res->steps));
         json_object_set_new(cj, "alltoall_ms_per_step", events_num(per * T->a2a_sec));
