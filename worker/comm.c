@@ -103,15 +103,6 @@ void comm_open_self(const struct kern_backend *be, struct comm *c)
     c->size = 1;
 }
 
-const char *comm_choice_name(int choice)
-{
-    switch (choice) {
-    case COMM_CHOICE_NCCL: return "nccl";
-    case COMM_CHOICE_MPI: return "mpi";
-    default: return "auto";
-    }
-}
-
 const char *comm_resolve(int choice, const struct kern_backend *be, int world)
 {
     if (choice == COMM_CHOICE_NCCL)
@@ -140,7 +131,8 @@ static void abort_job(void *arg, int code, const char *why)
     dist_abort((struct dist_info *)arg, code, why);
 }
 
-static enum tr_status open_nccl(const struct dist_info *d, const struct kern_backend *be, struct comm *c)
+static enum tr_status open_nccl(const struct dist_info *d, const struct kern_backend *be, double timeout,
+                                struct comm *c)
 {
     if (be->i->queue(be->ctx) == NULL) {
         LOG_ERROR("--comm nccl: backend '%s' keeps its buffers in host memory; NCCL needs GPU memory", be->i->name);
@@ -156,38 +148,42 @@ static enum tr_status open_nccl(const struct dist_info *d, const struct kern_bac
     }
     const struct comm_nccl_env env = {
         .rank = d->world > 1 ? d->rank : 0, .world = d->world > 1 ? d->world : 1, .node = d->node, .host = d->host,
-        .share = share_blob, .abort_job = abort_job, .arg = (void *)d,
+        .timeout = timeout, .share = share_blob, .abort_job = abort_job, .arg = (void *)d,
     };
     return open(&env, be, c);
 }
 #endif
 
-enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice, struct comm *c)
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice, double timeout,
+                         struct comm *c)
 {
     memset(c, 0, sizeof *c);
     const char *lib = comm_resolve(choice, be, d->world);
+    enum tr_status rc = TR_OK;
     if (!strcmp(lib, "self")) {
         comm_open_self(be, c);
-        return TR_OK;
-    }
-    if (!strcmp(lib, "nccl")) {
+    } else if (!strcmp(lib, "nccl")) {
 #if defined(TR_HAVE_NCCL) && TR_HAVE_NCCL
-        return open_nccl(d, be, c);
+        rc = open_nccl(d, be, timeout, c);
 #else
         LOG_ERROR("--comm nccl: this build has no NCCL (nccl.h was not found when it was built)");
         LOG_HINT("install NCCL beside the CUDA toolkit and rebuild (make prints nccl=1), or use --comm mpi");
-        return TR_ERR_UNSUPPORTED;
+        rc = TR_ERR_UNSUPPORTED;
+#endif
+    } else {
+#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
+        const char *env = getenv("TR_COMM_STAGE");
+        const int stage = (env && !strcmp(env, "1")) || be->i->queue(be->ctx) != NULL;
+        rc = comm_open_mpi(d, be, stage, c);
+#else
+        LOG_ERROR("a world of %d workers needs MPI, and this build has none", d->world);
+        LOG_HINT("install libopenmpi-dev and rebuild (make deps && make)");
+        rc = TR_ERR_UNSUPPORTED;
 #endif
     }
-#if defined(TR_HAVE_MPI) && TR_HAVE_MPI
-    const char *env = getenv("TR_COMM_STAGE");
-    const int stage = (env && !strcmp(env, "1")) || be->i->queue(be->ctx) != NULL;
-    return comm_open_mpi(d, be, stage, c);
-#else
-    LOG_ERROR("a world of %d workers needs MPI, and this build has none", d->world);
-    LOG_HINT("install libopenmpi-dev and rebuild (make deps && make)");
-    return TR_ERR_UNSUPPORTED;
-#endif
+    if (rc == TR_OK)
+        c->timeout = timeout;
+    return rc;
 }
 
 enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out)

@@ -117,19 +117,19 @@ struct comm {
 
 /* Opens the world communicator for d over backend be (borrowed; it must outlive
  * the communicator): for d->world > 1, NCCL or Open MPI as `choice` (enum
- * comm_choice) says, else the self communicator. MPI over a backend with device
+ * comm_choice) says, else the self communicator; `timeout` becomes c->timeout
+ * (NCCL's setup waits for it too, or for 600 s when it is 0). MPI over a backend with device
  * memory stages every collective through page-locked host buffers unless Open MPI
  * is CUDA-aware (MPIX_Query_cuda_support); TR_COMM_STAGE=1 in the environment
  * stages even host memory (what tests use to run the staging path on the CPU).
  * Checks that the library's rank and size agree with PMIx's. Errors:
  * TR_ERR_UNSUPPORTED (the build or the backend lacks the choice), TR_ERR_MPI,
  * TR_ERR_NCCL, TR_ERR_NOMEM; all logged. */
-enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice,
+enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *be, int choice, double timeout,
                          struct comm *c) TR_WUR;
 
-/* The name of a --comm choice ("auto", "nccl", "mpi"), and which library `choice`
- * gives for backend be ("nccl", "mpi" or "self" for a world of 1). */
-const char *comm_choice_name(int choice);
+/* Which library `choice` gives for backend be and a world of `world` ranks:
+ * "nccl", "mpi", or "self" for a world of 1. */
 const char *comm_resolve(int choice, const struct kern_backend *be, int world);
 
 /* The communicator of the ranks of c on the same node as this one (d->node),
@@ -222,7 +222,7 @@ enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backen
 struct comm_nccl_env {
     int rank, world, node;
     const char *host;
-    double timeout;                                     /* --collective_timeout (0: forever) */
+    double timeout;                                     /* --collective_timeout (0: none) */
     enum tr_status (*share)(void *arg, const char *key, int root, void *blob, int bytes);
     void (*abort_job)(void *arg, int code, const char *why);
     void *arg;

@@ -318,10 +318,9 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
                      T->dist.local_world, gpus);
     }
 #endif
-    TR_CHECK(comm_open(&T->dist, &T->be, job->comm, &T->comm));
+    TR_CHECK(comm_open(&T->dist, &T->be, job->comm, job->collective_timeout, &T->comm));
     if (rank == 0)
         LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
-    T->comm.timeout = job->collective_timeout;
     /* the launcher (terarec train) hears from every rank from here on: a rank
      * that cannot reach it stops the job, all ranks together */
     const struct report_who who = {rank, W, T->dist.local_rank};

@@ -105,7 +105,7 @@ static void self_collectives(void)
     TH_CHECK(c.i == NULL);
     comm_close(&c); /* twice is fine */
     /* comm_open with a world of 1 gives the self communicator */
-    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_AUTO, &c), TR_OK);
+    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_AUTO, 0.0, &c), TR_OK);
     TH_EQ_STR(c.i->name, "self");
     comm_close(&c);
     kern_backend_close(&be);
@@ -128,7 +128,7 @@ static int mpi_child(void)
         return 1;
     struct kern_backend be = open_cpu();
     struct comm c;
-    if (comm_open(&d, &be, COMM_CHOICE_AUTO, &c) != TR_OK)
+    if (comm_open(&d, &be, COMM_CHOICE_AUTO, 0.0, &c) != TR_OK)
         return 1;
     const int W = c.size, r = c.rank;
     CHILD_CHECK(W == 3 && r == d.rank && !strcmp(c.i->name, "mpi"));
