@@ -104,9 +104,21 @@ static void self_collectives(void)
     comm_close(&c);
     TH_CHECK(c.i == NULL);
     comm_close(&c); /* twice is fine */
-    /* comm_open with a world of 1 gives the self communicator */
-    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_AUTO, 0.0, &c), TR_OK);
+    /* which library --comm gives: MPI for host memory (auto), NCCL only when asked
+     * for (then even for a world of 1), self for a world of 1 otherwise */
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_AUTO, &be, 4), "mpi");
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_MPI, &be, 4), "mpi");
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_AUTO, &be, 1), "self");
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_MPI, &be, 1), "self");
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_NCCL, &be, 1), "nccl");
+    TH_EQ_STR(comm_resolve(COMM_CHOICE_NCCL, &be, 4), "nccl");
+    /* --comm nccl on host memory is refused, naming the flag */
+    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_NCCL, 0.0, &c), TR_ERR_UNSUPPORTED);
+    TH_CHECK(c.i == NULL);
+    /* comm_open with a world of 1 gives the self communicator, with the timeout */
+    TH_EQ_ST(comm_open(&d, &be, COMM_CHOICE_AUTO, 2.5, &c), TR_OK);
     TH_EQ_STR(c.i->name, "self");
+    TH_CHECK(c.timeout == 2.5);
     comm_close(&c);
     kern_backend_close(&be);
 }
