@@ -391,16 +391,6 @@ static enum tr_status m_finish(struct comm *c, int k)
     return s->n ? c->be.i->copy(c->be.ctx, s->dst, s->hs, (size_t)s->n * s->es, KERN_H2D) : TR_OK;
 }
 
-static enum tr_status m_istart(struct comm *c, const struct comm_op *op, int slot)
-{
-    return m_start(c, op, slot);
-}
-
-static enum tr_status m_iwait(struct comm *c, int slot)
-{
-    return m_finish(c, slot);
-}
-
 static enum tr_status m_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                   void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
 {
@@ -567,8 +557,8 @@ static const struct comm_i mpi_iface = {
     .group_end = m_nothing,
     .split = m_split,
     .synchronize = m_nothing,
-    .start = m_istart,
-    .wait = m_iwait,
+    .start = m_start,
+    .wait = m_finish,
     .abort = m_abort,
     .destroy = m_destroy,
     .host_buffers = 1,

@@ -480,6 +480,18 @@ static float *vector_grad(const struct hybrid *h, const struct geom *g, const st
     return g->direct ? h->m->dx + v->xoff : h->sbuf + v->soff;
 }
 
+/* After the backward all-to-all, the model-parallel bottom MLP (rank 0, the whole
+ * batch): vector 0 came back as its output's gradient. Nothing otherwise. */
+static enum tr_status mp_bottom_backward(struct hybrid *h, const struct geom *g)
+{
+    if (!h->m->mp_bottom)
+        return TR_OK;
+    rank_vectors(h, g->r, h->vec);
+    int64_t ld;
+    float *grad = vector_grad(h, g, &h->vec[0], &ld);
+    return dlrm_bottom_backward(h->m, blk_num(h), h->hdr.num_ld, g->n, grad, ld);
+}
+
 /* The row copies that pack the gradients of X for the backward all-to-all: the
  * other ranks' vectors into rbuf, this rank's own slice into sbuf beside what the
  * others send back (unless the slice is the whole batch: then the update reads
@@ -557,13 +569,7 @@ static enum tr_status backward_overlapped(struct hybrid *h, const struct geom *g
     TR_CHECK(be->i->copy(be->ctx, &lsum, h->dloss, sizeof lsum, KERN_D2H));
     *loss = g->n ? lsum / (double)g->n : 0.0;
 
-    if (m->mp_bottom) { /* vector 0 came back as the bottom output's gradient */
-        rank_vectors(h, g->r, h->vec);
-        int64_t ld;
-        float *grad = vector_grad(h, g, &h->vec[0], &ld);
-        TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g->n, grad, ld));
-    }
-    return TR_OK;
+    return mp_bottom_backward(h, g);
 }
 
 enum tr_status hybrid_backward(struct hybrid *h, double *loss)
@@ -605,13 +611,7 @@ enum tr_status hybrid_backward(struct hybrid *h, double *loss)
     h->t[HYBRID_T_EXCHANGE] += (t1 - t0) + (t3 - t2);
     h->t[HYBRID_T_PACK] += t2 - t1;
 
-    if (m->mp_bottom) { /* vector 0 came back as the bottom output's gradient */
-        rank_vectors(h, g.r, h->vec);
-        int64_t ld;
-        float *grad = vector_grad(h, &g, &h->vec[0], &ld);
-        TR_CHECK(dlrm_bottom_backward(m, blk_num(h), h->hdr.num_ld, g.n, grad, ld));
-    }
-    return TR_OK;
+    return mp_bottom_backward(h, &g);
 }
 
 void hybrid_set_overlap(struct hybrid *h, int on)
