@@ -325,12 +325,7 @@ bundle: $(BINS) $(CUDA_PLUGIN)
 # report fails the target (needs a GPU: the tests SKIP without one, which proves nothing)
 KERNEL_TEST_BINS := $(filter $(BUILD)/tests/kernels/%,$(TEST_BINS))
 sanitize-cuda: $(KERNEL_TEST_BINS)
-	$(Q)set -e; for t in $(KERNEL_TEST_BINS); do for tool in memcheck racecheck; do \
-	  echo "  SANITIZE $$tool $$(basename $$t)"; \
-	  TR_TEST_GPU=1 compute-sanitizer --tool $$tool --error-exitcode 99 $$t cuda > $(BUILD)/sanitize-$$tool-$$(basename $$t).log 2>&1 \
-	    || { tail -30 $(BUILD)/sanitize-$$tool-$$(basename $$t).log; exit 1; }; \
-	  grep -E 'ERROR SUMMARY|passed' $(BUILD)/sanitize-$$tool-$$(basename $$t).log | tail -2; \
-	done; done
+	$(Q)tools/sanitize_cuda.sh $(BUILD)
 
 asan:
 	$(MAKE) SANITIZE=address BUILD=build-asan test

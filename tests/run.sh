@@ -3,7 +3,9 @@
 # tests/integration/t*.sh, shows their TAP output on failure (or always with
 # TR_TEST_VERBOSE=1), and ends with "total: N passed, N failed, N skipped".
 # A binary that crashes or prints no summary line counts as one failure.
-# TR_TEST_ONLY=bins runs only the test binaries (make test-unit).
+# TR_TEST_ONLY=bins runs only the test binaries (make test-unit); any other value is
+# an extended regular expression: only the tests whose name (as printed) matches it
+# run, e.g. TR_TEST_ONLY='kernels/|t1300'.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,8 +14,11 @@ tp=0 tf=0 ts=0
 logdir="$root/$build/test-logs"
 mkdir -p "$logdir"
 
+only=${TR_TEST_ONLY:-}
+[ "$only" = bins ] && only=
 run_one() { # name, command...
     local name=$1; shift
+    [ -n "$only" ] && ! [[ $name =~ $only ]] && return 0
     local log="$logdir/$(echo "$name" | tr '/' '_').log"
     local t0=$(date +%s.%N)
     "$@" >"$log" 2>&1 </dev/null

@@ -28,7 +28,8 @@
 # help texts (Debian's layout is mirrored by one symlink), but not the parameter files
 # (Debian's sysconfdir /etc/openmpi is absolute) nor PMIx's (all its paths are).
 # BUNDLE_CUDA=0 leaves the CUDA toolkit's libraries (cudart, cuBLAS, cuBLASLt,
-# NCCL) out, for nodes that have the CUDA runtime installed.
+# NCCL) out, for nodes that have the CUDA runtime installed. BUNDLE_DEPS_OF="PROGRAM
+# ..." carries the libraries of more programs (test programs, say) without them.
 set -euo pipefail
 out=${1:?usage: bundle.sh OUT BINARY|PLUGIN.so...}
 shift
@@ -168,6 +169,11 @@ for b in "$@"; do
         note "bin/${b##*/} <- $b" ;;
     esac
 done
+for b in ${BUNDLE_DEPS_OF:-}; do
+    [ -f "$b" ] || { echo "bundle: $b (BUNDLE_DEPS_OF): no such file" >&2; exit 2; }
+    deps "$b"
+    note "the libraries of $b"
+done
 nbin=0
 for b in "$@"; do case "$b" in *.so) ;; *) nbin=$((nbin + 1)) ;; esac; done
 
@@ -188,6 +194,9 @@ if [ -n "$libmpi" ] && [ "${BUNDLE_MPI:-1}" != 0 ]; then
     # Open MPI's programs: the real ones in libexec/openmpi/, scripts in bin/ (below)
     progs=()
     for p in orterun orted ompi_info; do
+        # Open MPI from a bundle (this script's bin/ wrappers): its real programs
+        grep -qs '(written by tools/bundle.sh)' "${od[bindir]}/$p" && [ -x "${od[prefix]}/libexec/openmpi/$p" ] &&
+            od[bindir]=${od[prefix]}/libexec/openmpi
         [ -x "${od[bindir]}/$p" ] || {
             echo "bundle: ${od[bindir]}/$p: no such program (Open MPI's bindir, from ompi_info)" >&2
             echo "hint: apt-get install openmpi-bin, or BUNDLE_MPI=0 to bundle without mpirun" >&2

@@ -99,9 +99,12 @@ else
     out=$(BUNDLE_CUDA=0 "$TR_ROOT/tools/bundle.sh" "$TMP/bundle" "$TR_BIN/terarec-worker" "$TR_BIN/terarec" \
           $plugin 2>&1) &&
         mv "$TMP/bundle" "$B" || fail "bundle.sh" "$out"
+    # the moved bundle runs as on a node with nothing set: an LD_LIBRARY_PATH (one of
+    # tools/gpu_kit.sh, say) would hide what its RUNPATH finds
+    bare() { env -u LD_LIBRARY_PATH "$@"; }
     if [ -x "$B/bin/terarec-worker" ]; then
         # every library that is not the C runtime or the driver resolves inside the bundle
-        outside=$(ldd "$B/bin/terarec-worker" | awk '$2 == "=>" {print $1, $3}' |
+        outside=$(bare ldd "$B/bin/terarec-worker" | awk '$2 == "=>" {print $1, $3}' |
             grep -vE '^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda\.|libnvidia-)' |
             grep -vE '^(libcudart|libcublas|libcublasLt|libnccl)\.' | grep -vE " $B/(bin/\.\./)?lib/" || true)
         nlib=$(ls "$B/lib" | wc -l)
@@ -110,16 +113,16 @@ else
         else
             fail "bundle: libraries resolve inside the bundle" "outside: $outside (lib/ has $nlib)"
         fi
-        ver=$("$B/bin/terarec-worker" --version 2>&1)
+        ver=$(bare "$B/bin/terarec-worker" --version 2>&1)
         echo "$ver" | grep -qE '^backends: (cuda \([0-9]+ devices? visible\), )?cpu$' &&
             ok "bundle: terarec-worker --version lists its backends ($(echo "$ver" | tail -1))" ||
             fail "bundle: --version" "$ver"
-        out=$("$B/bin/terarec-worker" $M --max_steps 10 --backend cpu 2>&1) &&
+        out=$(bare "$B/bin/terarec-worker" $M --max_steps 10 --backend cpu 2>&1) &&
             ok "bundle: a 10-step training run from the moved bundle" ||
             fail "bundle: training from the bundle" "$(echo "$out" | tail -3)"
         if [ -n "$plugin" ]; then
             # a cuda plan opens the backend sizing-only: the plugin loads from the bundle's lib/
-            out=$(LD_DEBUG=files "$B/bin/terarec" plan --backend cuda --synthetic_dataset_cardinalities 26x1000 2>&1)
+            out=$(LD_DEBUG=files bare "$B/bin/terarec" plan --backend cuda --synthetic_dataset_cardinalities 26x1000 2>&1)
             if [ -f "$B/lib/libterarec-cuda.so" ] && echo "$out" | grep -q "GPU memory: rank 0" &&
                 echo "$out" | grep -qE "calling init: $B/(bin/\.\./)?lib/libterarec-cuda\.so"; then
                 ok "bundle: the CUDA plugin loads from the moved bundle (terarec plan --backend cuda)"
