@@ -28,6 +28,15 @@ B=4096 T=26 D=16 ROWS=100000 THREADS="--threads 1"
 if [ "$backend" = cuda ]; then # the seed's single-GPU shape, a smaller batch so two workers fit one GPU
     B=16384 D=128 ROWS=1000000 THREADS="--gpus_per_node 1"
 fi
+if [ "$backend" = cuda ] && [ "$comm" = nccl ]; then
+    gpus=$($W --version --parsable | sed -n 's/^cuda_devices://p')
+    [ "${gpus:-0}" -ge 2 ] || {
+        echo "bench_hybrid.sh: --comm nccl needs a GPU for each of the 2 workers; this machine has ${gpus:-0}" >&2
+        echo "hint: --comm mpi runs 2 workers on one GPU" >&2
+        exit 2
+    }
+    THREADS="--gpus_per_node 2" # NCCL: a GPU for each worker
+fi
 MODEL="--batch_size $B --synthetic_dataset_cardinalities ${T}x$ROWS --embedding_dim $D --bottom_mlp_dims 512,256,$D
        --top_mlp_dims 512,256,1 --learning_rate 0.1 --warmup_steps 0 --max_steps $steps --print_freq $steps
        --benchmark_warmup_steps 20 --synthetic_dataset_valid_batches 1 --synthetic_dataset_train_batches 50
@@ -37,13 +46,14 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 if [ "$backend" = cuda ]; then
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
 fi
-run() { # name n extra...
-    local name=$1 n=$2; shift 2
+run() { # name n extra...: a failed run shows the end of its output
+    local name=$1 n=$2 rc=0; shift 2
     if [ "$n" -eq 1 ]; then
-        $W $MODEL "$@" --log_path "$tmp/$name.json" >"$tmp/$name.out" 2>&1
+        $W $MODEL "$@" --log_path "$tmp/$name.json" >"$tmp/$name.out" 2>&1 || rc=$?
     else
-        mpirun -np "$n" $W $MODEL "$@" --log_path "$tmp/$name.json" >"$tmp/$name.out" 2>&1
+        mpirun -np "$n" $W $MODEL "$@" --log_path "$tmp/$name.json" >"$tmp/$name.out" 2>&1 || rc=$?
     fi
+    [ $rc -eq 0 ] || { echo "bench_hybrid.sh: run $name failed (exit $rc):" >&2; tail -n 15 "$tmp/$name.out" >&2; exit 1; }
 }
 run n1 1 --comm "$comm"
 for ov in true false; do

@@ -20,7 +20,9 @@
  * NCCL's own message; a silent peer ends it at the timeout. Either way the
  * communicator is aborted (ncclCommAbort releases the kernels still waiting on the
  * device) and the caller ends the job (comm_abort -> the env's abort_job). A
- * failed send or receive names the peer and its host. */
+ * send or receive that NCCL refuses names the peer and its host; a transfer that
+ * fails later shows NCCL's message and last error, and the launcher names the
+ * rank that died. After an abort every call answers TR_ERR_NCCL at once. */
 #define TR_SUBSYS TR_SUB_COMM
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
@@ -100,18 +102,34 @@ static void n_break(struct nccl_ctx *n)
     (void)ncclCommAbort(n->comm);
 }
 
+/* After a failure on comm: c's own communicator is broken (n_break); another one
+ * (a split's new communicator, not yet c's) is aborted. */
+static void n_fail(struct nccl_ctx *n, ncclComm_t comm)
+{
+    if (comm == n->comm) {
+        n_break(n);
+        return;
+    }
+    const char *last = ncclGetLastError(comm);
+    if (last && *last)
+        LOG_ERROR("NCCL's last error on rank %d (%s): %s", n->rank, host_of(n, n->rank), last);
+    (void)ncclCommAbort(comm);
+}
+
 /* Waits until NCCL has accepted the calls queued on comm (a non-blocking
  * communicator answers ncclInProgress at first); logs a failure with the peer
- * (-1: none) and aborts c's communicator. */
+ * (-1: none) and aborts comm (n_fail). */
 static enum tr_status n_settle_on(struct comm *c, ncclComm_t comm, ncclResult_t r, const char *what, int peer)
 {
     struct nccl_ctx *n = c->ctx;
+    if (n->broken && comm == n->comm)
+        return TR_ERR_NCCL;
     const double t0 = now(), limit = c->timeout > 0 ? c->timeout : INIT_TIMEOUT;
     while (r == ncclInProgress) {
         if (now() - t0 > limit) {
             LOG_ERROR("%s: NCCL still busy after %.3g s on rank %d (%s)", what, now() - t0, n->rank,
                       host_of(n, n->rank));
-            n_break(n);
+            n_fail(n, comm);
             return TR_ERR_TIMEOUT;
         }
         nap(50e-6);
@@ -127,7 +145,7 @@ static enum tr_status n_settle_on(struct comm *c, ncclComm_t comm, ncclResult_t 
         LOG_ERROR("%s failed on rank %d (%s): %s", what, n->rank, host_of(n, n->rank), ncclGetErrorString(r));
     LOG_HINT("a peer that died or a broken network ends NCCL's collectives; see the other ranks' logs and "
              "NCCL_DEBUG=WARN's output");
-    n_break(n);
+    n_fail(n, comm);
     return TR_ERR_NCCL;
 }
 
@@ -141,6 +159,8 @@ static enum tr_status n_settle(struct comm *c, ncclResult_t r, const char *what,
 static enum tr_status n_poll(struct comm *c, cudaEvent_t ev, const char *what)
 {
     struct nccl_ctx *n = c->ctx;
+    if (n->broken)
+        return TR_ERR_NCCL;
     const double t0 = now();
     double pause = 0.0;
     for (int spins = 0;; spins++) {
@@ -175,6 +195,8 @@ static enum tr_status n_poll(struct comm *c, cudaEvent_t ev, const char *what)
 /* The communicator's stream waits for the backend's queued work (slot k's event). */
 static enum tr_status n_enter(struct nccl_ctx *n, int k)
 {
+    if (n->broken)
+        return TR_ERR_NCCL;
     TR_CUDA_CHECK(cudaEventRecord(n->ready[k], n->compute));
     TR_CUDA_CHECK(cudaStreamWaitEvent(n->stream, n->ready[k], 0));
     return TR_OK;
@@ -190,6 +212,29 @@ static enum tr_status n_leave(struct nccl_ctx *n, int k, int order)
     return TR_OK;
 }
 
+/* The first call of a group that NCCL refused. */
+struct refusal {
+    ncclResult_t r;
+    const char *what;
+    int peer;
+};
+
+static void refused(struct refusal *no, ncclResult_t r, const char *what, int peer)
+{
+    if (r != ncclSuccess && r != ncclInProgress && !no->what)
+        *no = (struct refusal){r, what, peer};
+}
+
+/* Ends a group of sends and receives; a refused call's error (naming its peer)
+ * comes after the group is closed. */
+static enum tr_status group_end(struct comm *c, const struct refusal *no, const char *what)
+{
+    const ncclResult_t r = ncclGroupEnd();
+    if (no->what)
+        return n_settle(c, no->r, no->what, no->peer);
+    return n_settle(c, r, what, -1);
+}
+
 /* Queues an all-to-all with per-rank counts: grouped sends and receives. */
 static enum tr_status q_alltoallv(struct comm *c, const void *send, const int64_t *scounts, const int64_t *sdispls,
                                   void *recv, const int64_t *rcounts, const int64_t *rdispls, enum kern_dtype t)
@@ -200,19 +245,20 @@ static enum tr_status q_alltoallv(struct comm *c, const void *send, const int64_
         return TR_ERR_ARG;
     const size_t es = kern_dtype_size(t);
     TR_CHECK(n_settle(c, ncclGroupStart(), "ncclGroupStart", -1));
-    for (int q = 0; q < n->size; q++) {
+    /* inside the group the calls only queue; one NCCL refuses ends the group
+     * before the communicator is aborted */
+    struct refusal no = {ncclSuccess, NULL, -1};
+    for (int q = 0; q < n->size && !no.what; q++) {
         if (scounts[q] > 0)
-            TR_CHECK(n_settle(c,
-                              ncclSend((const char *)send + (size_t)sdispls[q] * es, (size_t)scounts[q], dt, q,
-                                       n->comm, n->stream),
-                              "ncclSend", q));
-        if (rcounts[q] > 0)
-            TR_CHECK(n_settle(c,
-                              ncclRecv((char *)recv + (size_t)rdispls[q] * es, (size_t)rcounts[q], dt, q, n->comm,
-                                       n->stream),
-                              "ncclRecv", q));
+            refused(&no, ncclSend((const char *)send + (size_t)sdispls[q] * es, (size_t)scounts[q], dt, q, n->comm,
+                                  n->stream),
+                    "ncclSend", q);
+        if (rcounts[q] > 0 && !no.what)
+            refused(&no, ncclRecv((char *)recv + (size_t)rdispls[q] * es, (size_t)rcounts[q], dt, q, n->comm,
+                                  n->stream),
+                    "ncclRecv", q);
     }
-    return n_settle(c, ncclGroupEnd(), "the all-to-all (ncclGroupEnd)", -1);
+    return group_end(c, &no, "the all-to-all (ncclGroupEnd)");
 }
 
 static enum tr_status q_allreduce(struct comm *c, void *buf, int64_t count, enum kern_dtype t)
@@ -263,16 +309,15 @@ static enum tr_status n_gatherv(struct comm *c, const void *send, int64_t scount
     const size_t es = kern_dtype_size(t);
     TR_CHECK(n_enter(n, BLOCKING));
     TR_CHECK(n_settle(c, ncclGroupStart(), "ncclGroupStart", -1));
+    struct refusal no = {ncclSuccess, NULL, -1};
     if (scount > 0)
-        TR_CHECK(n_settle(c, ncclSend(send, (size_t)scount, dt, root, n->comm, n->stream), "ncclSend (gather)",
-                          root));
-    for (int q = 0; n->rank == root && q < n->size; q++)
+        refused(&no, ncclSend(send, (size_t)scount, dt, root, n->comm, n->stream), "ncclSend (gather)", root);
+    for (int q = 0; n->rank == root && q < n->size && !no.what; q++)
         if (rcounts[q] > 0)
-            TR_CHECK(n_settle(c,
-                              ncclRecv((char *)recv + (size_t)rdispls[q] * es, (size_t)rcounts[q], dt, q, n->comm,
-                                       n->stream),
-                              "ncclRecv (gather)", q));
-    TR_CHECK(n_settle(c, ncclGroupEnd(), "the gather (ncclGroupEnd)", -1));
+            refused(&no, ncclRecv((char *)recv + (size_t)rdispls[q] * es, (size_t)rcounts[q], dt, q, n->comm,
+                                  n->stream),
+                    "ncclRecv (gather)", q);
+    TR_CHECK(group_end(c, &no, "the gather (ncclGroupEnd)"));
     return n_leave(n, BLOCKING, 1);
 }
 
@@ -285,6 +330,8 @@ static enum tr_status n_barrier(struct comm *c)
 
 static enum tr_status n_group_begin(struct comm *c)
 {
+    if (((struct nccl_ctx *)c->ctx)->broken)
+        return TR_ERR_NCCL;
     return n_settle(c, ncclGroupStart(), "ncclGroupStart", -1);
 }
 
@@ -369,21 +416,26 @@ static enum tr_status n_split(struct comm *c, int color, int key, struct comm *o
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t sub = NULL;
+    if (n->broken)
+        return TR_ERR_NCCL;
     ncclResult_t r = ncclCommSplit(n->comm, color, key, &sub, &cfg);
-    if (!sub)
-        return n_settle(c, r == ncclSuccess ? ncclInternalError : r, "ncclCommSplit", -1);
-    /* a non-blocking split is finished when the new communicator says so */
-    enum tr_status st = n_settle_on(c, sub, r, "ncclCommSplit", -1);
-    if (st != TR_OK) {
-        (void)ncclCommAbort(sub);
-        return st;
+    /* non-blocking: until the new communicator exists, the parent carries the
+     * split's state (NCCL may hand the new one out only at the end) */
+    if (!sub || r != ncclInProgress)
+        TR_CHECK(n_settle(c, r == ncclSuccess ? ncclInProgress : r, "ncclCommSplit", -1));
+    if (!sub) {
+        LOG_ERROR("ncclCommSplit gave rank %d (%s) no communicator (color %d)", n->rank, host_of(n, n->rank),
+                  color);
+        return TR_ERR_NCCL;
     }
+    /* then the new one is ready when it says so */
+    ncclResult_t a = ncclInProgress;
+    if (ncclCommGetAsyncError(sub, &a) != ncclSuccess)
+        a = ncclInternalError;
+    TR_CHECK(n_settle_on(c, sub, a, "ncclCommSplit (the new communicator)", -1));
     memset(out, 0, sizeof *out);
     out->timeout = c->timeout;
-    enum tr_status rc = wrap(out, &n->env, n->compute, sub, host_of(n, n->rank));
-    if (rc != TR_OK)
-        (void)ncclCommAbort(sub);
-    return rc;
+    return wrap(out, &n->env, n->compute, sub, host_of(n, n->rank));
 }
 
 static const struct comm_i nccl_iface = {
@@ -405,7 +457,8 @@ static const struct comm_i nccl_iface = {
 };
 
 /* A struct comm around an NCCL communicator it now owns: its stream, events,
- * and every rank's host name (an all-gather). */
+ * and every rank's host name (an all-gather). On failure the communicator is
+ * aborted here (once) and c is zeroed. */
 static enum tr_status wrap(struct comm *c, const struct comm_nccl_env *env, cudaStream_t compute, ncclComm_t comm,
                            const char *host)
 {
@@ -452,7 +505,9 @@ static enum tr_status wrap(struct comm *c, const struct comm_nccl_env *env, cuda
     TR_CHECK_GOTO(n_poll(c, NULL, "the host-name exchange"), rc, fail);
     return TR_OK;
 fail:
-    n->comm = NULL; /* the caller aborts it */
+    if (!n->broken)
+        (void)ncclCommAbort(comm);
+    n->comm = NULL;
     n_destroy(c);
     memset(c, 0, sizeof *c);
     return rc;
@@ -498,11 +553,7 @@ enum tr_status comm_nccl_open(const struct comm_nccl_env *env, const struct kern
     }
     c->be = *be;
     c->timeout = env->timeout;
-    rc = wrap(c, env, compute, comm, env->host);
-    if (rc != TR_OK) {
-        (void)ncclCommAbort(comm);
-        return rc;
-    }
+    TR_CHECK(wrap(c, env, compute, comm, env->host));
     if (env->rank == 0)
         LOG_INFO(COMM, "NCCL %d.%d.%d: %d ranks", version / 10000, version / 100 % 100, version % 100, env->world);
     return TR_OK;

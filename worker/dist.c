@@ -78,28 +78,15 @@ enum tr_status dist_init(struct dist_info *d)
 #endif
 }
 
-enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob, int bytes)
-{
-    if (bytes < 0 || bytes > 4096 || root < 0 || root >= d->world)
-        return TR_ERR_ARG;
-    if (!d->pmix)
-        return TR_OK; /* world of 1: the blob is already where it belongs */
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+/* Puts v under `full` (v NULL: nothing), commits, and waits in a fence of the
+ * whole job that collects the data: after it every rank's Get of the key is local. */
+static enum tr_status put_fence(const char *full, pmix_value_t *v)
+{
     pmix_status_t rc;
-    char full[128];
-    snprintf(full, sizeof full, "terarec.%s", key);
-    if (d->rank == root) {
-        pmix_value_t v;
-        PMIX_VALUE_CONSTRUCT(&v);
-        v.type = PMIX_BYTE_OBJECT;
-        v.data.bo.bytes = blob;
-        v.data.bo.size = (size_t)bytes;
-        rc = PMIx_Put(PMIX_GLOBAL, full, &v);
-        v.data.bo.bytes = NULL; /* not ours to free */
-        if (rc != PMIX_SUCCESS) {
-            LOG_ERROR("PMIx_Put(%s) failed: %s", full, PMIx_Error_string(rc));
-            return TR_ERR_MPI;
-        }
+    if (v && (rc = PMIx_Put(PMIX_GLOBAL, full, v)) != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Put(%s) failed: %s", full, PMIx_Error_string(rc));
+        return TR_ERR_MPI;
     }
     if ((rc = PMIx_Commit()) != PMIX_SUCCESS) {
         LOG_ERROR("PMIx_Commit failed: %s", PMIx_Error_string(rc));
@@ -117,14 +104,42 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
         LOG_ERROR("PMIx_Fence failed: %s", PMIx_Error_string(rc));
         return TR_ERR_MPI;
     }
+    return TR_OK;
+}
+
+/* The value of `full` that rank `r` put; release it with PMIX_VALUE_RELEASE. */
+static enum tr_status get_from(int r, const char *full, pmix_value_t **got)
+{
     pmix_proc_t src;
-    PMIX_LOAD_PROCID(&src, me.nspace, (pmix_rank_t)root);
-    pmix_value_t *got = NULL;
-    if ((rc = PMIx_Get(&src, full, NULL, 0, &got)) != PMIX_SUCCESS) {
-        LOG_ERROR("PMIx_Get(%s) from rank %d failed: %s", full, root, PMIx_Error_string(rc));
+    PMIX_LOAD_PROCID(&src, me.nspace, (pmix_rank_t)r);
+    pmix_status_t rc = PMIx_Get(&src, full, NULL, 0, got);
+    if (rc != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Get(%s) from rank %d failed: %s", full, r, PMIx_Error_string(rc));
         return TR_ERR_MPI;
     }
-    enum tr_status st = TR_OK;
+    return TR_OK;
+}
+#endif
+
+enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob, int bytes)
+{
+    if (bytes < 0 || bytes > 4096 || root < 0 || root >= d->world)
+        return TR_ERR_ARG;
+    if (!d->pmix)
+        return TR_OK; /* world of 1: the blob is already where it belongs */
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    char full[128];
+    snprintf(full, sizeof full, "terarec.%s", key);
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.bytes = blob;
+    v.data.bo.size = (size_t)bytes;
+    enum tr_status st = put_fence(full, d->rank == root ? &v : NULL);
+    v.data.bo.bytes = NULL; /* not ours to free */
+    pmix_value_t *got = NULL;
+    if (st != TR_OK || (st = get_from(root, full, &got)) != TR_OK)
+        return st;
     if (got->type != PMIX_BYTE_OBJECT || got->data.bo.size != (size_t)bytes) {
         LOG_ERROR("PMIx key %s has the wrong type or size", full);
         st = TR_ERR_MPI;
@@ -133,6 +148,36 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
     }
     PMIX_VALUE_RELEASE(got);
     return st;
+#else
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+enum tr_status dist_any(const struct dist_info *d, const char *key, int flag, int *any)
+{
+    *any = flag != 0;
+    if (!d->pmix)
+        return TR_OK;
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    char full[128];
+    snprintf(full, sizeof full, "terarec.%s", key);
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_INT;
+    v.data.integer = flag != 0;
+    TR_CHECK(put_fence(full, &v));
+    for (int r = 0; r < d->world && !*any; r++) {
+        pmix_value_t *got = NULL;
+        TR_CHECK(get_from(r, full, &got));
+        const int bad = got->type != PMIX_INT;
+        *any = !bad && got->data.integer != 0;
+        PMIX_VALUE_RELEASE(got);
+        if (bad) {
+            LOG_ERROR("PMIx key %s of rank %d is not an int", full, r);
+            return TR_ERR_MPI;
+        }
+    }
+    return TR_OK;
 #else
     return TR_ERR_UNSUPPORTED;
 #endif

@@ -34,6 +34,12 @@ enum tr_status dist_init(struct dist_info *d) TR_WUR;
 enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob,
                                int bytes) TR_WUR;
 
+/* Whether `flag` is set on any rank of the job: each rank puts its own, one fence,
+ * then reads the others' (PMIx; reads stop at the first set). On a world of 1, flag
+ * itself. For decisions every rank must take alike before a communicator exists.
+ * TR_ERR_MPI on a PMIx error. */
+enum tr_status dist_any(const struct dist_info *d, const char *key, int flag, int *any) TR_WUR;
+
 /* For a failure before the communicator exists (the other ranks may already wait
  * in its collective setup): on a PMIx launch of several ranks, logs and asks the
  * launcher to end every process of the job with exit code `code` (PMIx_Abort);

@@ -288,6 +288,44 @@ exit:
     return rc;
 }
 
+/* NCCL needs a GPU of its own for each rank (it refuses two ranks on one device).
+ * When the workers of some node outnumber its GPUs (--gpus_per_node, else the
+ * devices it sees), --comm auto takes MPI, staged through host memory, and --comm
+ * nccl is refused; every rank learns it from every node (dist_any), so all pick
+ * the same library or stop together. *choice: what comm_open gets. */
+static enum tr_status pick_comm(const struct train *T, const struct job_cfg *job, int *choice)
+{
+    *choice = job->comm;
+    if (T->dist.world <= 1 || job->comm == COMM_CHOICE_MPI || T->be.i->queue(T->be.ctx) == NULL)
+        return TR_OK;
+    int gpus = 0;
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    gpus = job->gpus_per_node > 0 ? job->gpus_per_node : kern_cuda_device_count();
+#endif
+    const int shared = gpus > 0 && T->dist.local_world > gpus;
+    if (shared && T->dist.local_rank == 0)
+        LOG_INFO(INIT, "node %d (%s): %d workers share %d GPU(s)", T->dist.node, T->dist.host, T->dist.local_world,
+                 gpus);
+    int any;
+    TR_CHECK(dist_any(&T->dist, "gpu_shared", shared, &any));
+    if (!any)
+        return TR_OK;
+    if (job->comm == COMM_CHOICE_AUTO) {
+        *choice = COMM_CHOICE_MPI;
+        if (T->dist.rank == 0)
+            LOG_INFO(INIT, "--comm auto: MPI, since workers share GPUs (NCCL needs a GPU for each)");
+        return TR_OK;
+    }
+    if (shared)
+        LOG_ERROR("--comm nccl: node %d (%s) runs %d workers on %d GPU(s), and NCCL needs a GPU for each worker",
+                  T->dist.node, T->dist.host, T->dist.local_world, gpus);
+    else
+        LOG_ERROR("--comm nccl: the workers of another node share GPUs, and NCCL needs a GPU for each worker");
+    LOG_HINT("--comm mpi (or auto) runs workers that share GPUs; or start at most %s workers per node",
+             shared ? "one per GPU" : "as many as the GPUs");
+    return TR_ERR_ARG;
+}
+
 enum tr_status train_open(struct train *T, const struct worker_cfg *c)
 {
     memset(T, 0, sizeof *T);
@@ -301,7 +339,9 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    const char *lib = comm_resolve(job->comm, &T->be, W);
+    int choice;
+    TR_CHECK(pick_comm(T, job, &choice));
+    const char *lib = comm_resolve(choice, &T->be, W);
     if (T->dist.nnodes > 1 && !strcmp(lib, "nccl") && !getenv("NCCL_DEBUG")) {
         /* NCCL's INIT and NET lines into a file of their own: check_fabric reads
          * which network it chose */
@@ -310,15 +350,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
         setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
         setenv("NCCL_DEBUG_FILE", T->nccl_log, 1);
     }
-#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-    if (!strcmp(T->be.i->name, "cuda") && T->dist.local_rank == 0) {
-        const int gpus = job->gpus_per_node > 0 ? job->gpus_per_node : kern_cuda_device_count();
-        if (gpus > 0 && T->dist.local_world > gpus)
-            LOG_INFO(INIT, "node %d (%s): %d workers share %d GPU(s)", T->dist.node, T->dist.host,
-                     T->dist.local_world, gpus);
-    }
-#endif
-    TR_CHECK(comm_open(&T->dist, &T->be, job->comm, job->collective_timeout, &T->comm));
+    TR_CHECK(comm_open(&T->dist, &T->be, choice, job->collective_timeout, &T->comm));
     if (rank == 0)
         LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
     /* the launcher (terarec train) hears from every rank from here on: a rank

@@ -14,8 +14,10 @@
 # - a peer killed (SIGKILL) while the ranks train (two all-to-alls a step): every
 #   other rank exits within 30 s and mpirun names the killed rank.
 # With a GPU (each SKIPs without one; TR_TEST_GPU=1 makes that a failure):
-# - N = 2 and 3 workers sharing the one device with --comm mpi train the same
-#   model as N = 1 on the GPU and as the cpu backend, both split modes;
+# - N = 2 and 3 workers sharing the one device with --comm mpi (N = 2: --comm auto,
+#   which takes MPI there and says so) train the same model as N = 1 on the GPU and
+#   as the cpu backend, both split modes; --comm nccl there is refused (NCCL needs
+#   a GPU for each worker) with the node named and a hint;
 # - --comm nccl on a world of 1 (and on every device when there are several)
 #   passes the same comparison;
 # - the killed peer, with the cuda backend.
@@ -41,7 +43,8 @@ run() {
     local name=$1 n=$2; shift 2
     mkdir -p "$TMP/$name"
     if [ "$n" -eq 1 ]; then
-        $W $(base 8) "$@" --log_path "$TMP/$name/log.json" --dump_weights "$TMP/$name" >"$TMP/$name/out.txt" 2>&1
+        timeout 300 $W $(base 8) "$@" --log_path "$TMP/$name/log.json" --dump_weights "$TMP/$name" \
+            >"$TMP/$name/out.txt" 2>&1
     else
         timeout 300 mpirun -np "$n" -x TR_COMM_STAGE $W $(base 8) "$@" --log_path "$TMP/$name/log.json" \
             --dump_weights "$TMP/$name" >"$TMP/$name/out.txt" 2>&1
@@ -49,11 +52,14 @@ run() {
 }
 equiv() { # NAME REF N EXTRA...: runs, compares with REF
     local name=$1 ref=$2 n=$3; shift 3
+    if run "$name" "$n" "$@"; then same "$name" "$ref" "$n"; else fail "$name: N=$n equals $ref" "run failed"; fi
+}
+same() { # NAME REF N: the run NAME (N workers) trained the model of REF
     local out
-    if run "$name" "$n" "$@" && out=$($CMP $CMP_EXTRA "$TMP/$ref" "$TMP/$name" 2>&1); then
-        ok "$name: N=$n equals $ref ($(echo "$out" | tail -n 1))"
+    if out=$($CMP $CMP_EXTRA "$TMP/$2" "$TMP/$1" 2>&1); then
+        ok "$1: N=$3 equals $2 ($(echo "$out" | tail -n 1))"
     else
-        fail "$name: N=$n equals $ref" "$(echo "${out:-run failed}" | grep -v '^ok' | tail -n 8)"
+        fail "$1: N=$3 equals $2" "$(echo "$out" | grep -v '^ok' | tail -n 8)"
     fi
 }
 comm_stat() { # NAME KEY: the summary's comm.KEY
@@ -198,21 +204,41 @@ if [ "$devices" -eq 0 ]; then
         gpu_skip "cuda, $m: N=2 and 3 sharing one GPU (--comm mpi) equal N=1 on the GPU and the cpu backend"
     done
     gpu_skip "cuda --comm nccl: world of 1 (and every device) equals the cpu backend"
+    gpu_skip "--comm nccl with 2 workers on one GPU is refused"
     gpu_skip "cuda: a killed peer ends the job within 30 s"
 else
     export TR_COMM_STAGE=0
     run gref-col 1 $COL --backend cuda || fail "cuda reference run, column-wise"
     run gref-tab 1 --data_parallel_bottom_mlp --backend cuda || fail "cuda reference run, table-wise"
-    for ref in gref ref; do
-        for n in 2 3; do
-            equiv "gpu-col-n$n-vs-$ref" "$ref-col" "$n" $COL --backend cuda --comm mpi
-            equiv "gpu-tab-n$n-vs-$ref" "$ref-tab" "$n" --data_parallel_bottom_mlp --backend cuda --comm mpi
+    # each GPU run once, compared with the GPU's reference and the cpu backend's;
+    # --comm auto (the default) takes MPI where workers share a GPU
+    for n in 2 3; do
+        for m in col tab; do
+            if [ $m = col ]; then x=$COL; else x=--data_parallel_bottom_mlp; fi
+            [ $n = 2 ] && c= || c="--comm mpi"
+            if TR_LOG=info run "gpu-$m-n$n" "$n" $x --backend cuda $c; then
+                same "gpu-$m-n$n" "gref-$m" "$n"
+                same "gpu-$m-n$n" "ref-$m" "$n"
+            else
+                fail "gpu-$m-n$n: N=$n on one GPU (${c:---comm auto})" "run failed"
+            fi
         done
     done
-    if grep -q "collectives are staged through page-locked host memory\|CUDA-aware" "$TMP/gpu-col-n2-vs-gref/out.txt"; then
-        ok "cuda with --comm mpi: the worker says whether Open MPI is CUDA-aware"
+    if grep -q "collectives are staged through page-locked host memory\|CUDA-aware" "$TMP/gpu-col-n2/out.txt" &&
+        grep -q -- "--comm auto: MPI, since workers share GPUs" "$TMP/gpu-col-n2/out.txt"; then
+        ok "cuda, 2 workers on one GPU: --comm auto takes MPI and says whether Open MPI is CUDA-aware"
     else
-        fail "cuda with --comm mpi names the staging" "$(grep -i mpi "$TMP/gpu-col-n2-vs-gref/out.txt" | head -3)"
+        fail "cuda, 2 workers on one GPU: --comm auto takes MPI, names the staging" \
+            "$(grep -iE "mpi|comm" "$TMP/gpu-col-n2/out.txt" | head -3)"
+    fi
+    if [ "$devices" -lt 2 ]; then
+        out=$(timeout 300 mpirun -np 2 $W $(base 8) --backend cuda --comm nccl --max_steps 2 2>&1); rc=$?
+        if [ $rc -ne 0 ] && echo "$out" | grep -q "error: --comm nccl: node 0 (.*) runs 2 workers on 1 GPU(s)" &&
+            echo "$out" | grep -q "hint: --comm mpi" && ! echo "$out" | grep -q "step=1,"; then
+            ok "--comm nccl with 2 workers on one GPU: refused before training, naming the node and a hint"
+        else
+            fail "--comm nccl with 2 workers on one GPU is refused" "rc $rc: $(echo "$out" | grep -E 'error|hint' | head -3)"
+        fi
     fi
     equiv "nccl-col-n1" ref-col 1 $COL --backend cuda --comm nccl
     equiv "nccl-tab-n1" ref-tab 1 --data_parallel_bottom_mlp --backend cuda --comm nccl

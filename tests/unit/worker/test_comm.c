@@ -146,6 +146,11 @@ static int mpi_child(void)
     CHILD_CHECK(W == 3 && r == d.rank && !strcmp(c.i->name, "mpi"));
     /* PMIx: rank and size agree with MPI's; a blob put by rank 1 reaches everybody */
     CHILD_CHECK(d.pmix == 1 && d.world == 3 && d.local_world == 3 && d.nnodes == 1);
+    /* dist_any: what every rank learns alike (how the GPU-sharing check picks MPI) */
+    int any = -1;
+    CHILD_CHECK(dist_any(&d, "t.none", 0, &any) == TR_OK && any == 0);
+    CHILD_CHECK(dist_any(&d, "t.one", r == 2, &any) == TR_OK && any == 1);
+    CHILD_CHECK(dist_any(&d, "t.all", 1, &any) == TR_OK && any == 1);
     char blob[32];
     snprintf(blob, sizeof blob, "from rank %d", r);
     CHILD_CHECK(dist_share_blob(&d, "test_comm", 1, blob, (int)sizeof blob) == TR_OK);
