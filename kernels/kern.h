@@ -1,7 +1,7 @@
 /* kern.h: the compute backend interface. A backend is a vtable of ops, each taking
  * one args struct (new fields never break a signature), opened by name from a
  * registry with per-instance state: `cpu` always exists; `cuda` is compiled in when
- * nvcc is found (TR_HAVE_CUDA) and answers TR_ERR_UNSUPPORTED until its kernels land.
+ * nvcc is found (TR_HAVE_CUDA), as a plugin loaded where an NVIDIA device exists.
  *
  * Memory and ordering belong to the backend. Pointers given to ops are in the
  * backend's memory (host memory for the CPU, device memory for CUDA) and every

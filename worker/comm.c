@@ -374,7 +374,7 @@ enum tr_status comm_wait(struct comm *c, struct comm_req *r)
 static enum tr_status stage(struct comm *c, size_t bytes, void **p)
 {
     *p = NULL;
-    return c->be.i->mem_alloc(c->be.ctx, bytes ? bytes : 1, p);
+    return kern_alloc(&c->be, bytes ? bytes : 1, p, "a staging buffer of a collective");
 }
 
 enum tr_status comm_bcast_host(struct comm *c, void *buf, int64_t bytes, int root)

@@ -774,7 +774,7 @@ enum tr_status hybrid_track_dirty(struct hybrid *h, const int64_t *block_rows)
         h->dirty_rows[t] = block_rows[t];
         h->dirty_n[t] = n > 0 ? n : 1;
         void *d = NULL;
-        rc = be->i->mem_alloc(be->ctx, (size_t)h->dirty_n[t], &d);
+        rc = kern_alloc(be, (size_t)h->dirty_n[t], &d, "the touched-row bitmap of table %d", t);
         if (rc != TR_OK)
             break;
         h->dirty[t] = d;

@@ -168,9 +168,9 @@ static __global__ void k_adagrad(int64_t n, float *p, float *acc, const float *g
 
 /* ---- kcu_compute_type, state ---------------------------------------------------------- */
 
-cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c)
+static cublasComputeType_t compute_type(enum kern_precision p)
 {
-    switch (c->prec) {
+    switch (p) {
     case KERN_PREC_TF32:
         return CUBLAS_COMPUTE_32F_FAST_TF32;
     case KERN_PREC_BF16:
@@ -181,6 +181,11 @@ cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c)
     default:
         return CUBLAS_COMPUTE_32F;
     }
+}
+
+cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c)
+{
+    return compute_type(c->prec);
 }
 
 /* Epilogue kinds of a plan (bit 0: bias, bit 1: ReLU). */
@@ -290,7 +295,7 @@ static enum tr_status plan_build(struct kcu_ctx *c, const struct plan_key *k, co
         epi = CUBLASLT_EPILOGUE_RELU;
     else if (k->epi == EPI_RELU_BIAS)
         epi = CUBLASLT_EPILOGUE_RELU_BIAS;
-    LT_TRY(cublasLtMatmulDescCreate(&p->desc, kcu_compute_type(c), CUDA_R_32F));
+    LT_TRY(cublasLtMatmulDescCreate(&p->desc, compute_type((enum kern_precision)k->prec), CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     if (k->epi != EPI_NONE) {
@@ -425,6 +430,16 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
     /* plain matmul, then the epilogue as bias_act_fwd */
     key.epi = EPI_NONE;
     TR_CHECK(plan_get(c, &key, NULL, &p));
+    if (!p->ok && key.prec != KERN_PREC_FP32) {
+        /* a shape the reduced-precision kernels do not take (an odd K, say) runs in
+         * fp32, which is exact, rather than not at all */
+        key.prec = KERN_PREC_FP32;
+        TR_CHECK(plan_get(c, &key, NULL, &p));
+        if (p->ok)
+            LOG_DEBUG(KERN, "gemm %c%c m=%lld n=%lld k=%lld runs in fp32: cuBLASLt has no %s algorithm for it",
+                      a->trans_a ? 'T' : 'N', a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n,
+                      (long long)a->k, kern_precision_name(c->prec));
+    }
     if (!p->ok) {
         tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "cuBLASLt has no algorithm for gemm %c%c m=%lld n=%lld k=%lld (%s)",
                      a->trans_a ? 'T' : 'N', a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n,

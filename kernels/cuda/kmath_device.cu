@@ -23,6 +23,8 @@ extern "C" int kern_cuda_kmath_eval(const float *in_host, int n, uint64_t seed, 
 {
     float *in = NULL, *out = NULL;
     int rc = -1;
+    if (n <= 0)
+        return n == 0 ? 0 : -1;
     if (cudaMalloc(&in, (size_t)n * sizeof(float)) != cudaSuccess)
         goto done;
     if (cudaMalloc(&out, (size_t)n * 16 * sizeof(float)) != cudaSuccess)
