@@ -5,7 +5,8 @@
 # A binary that crashes or prints no summary line counts as one failure.
 # TR_TEST_ONLY=bins runs only the test binaries (make test-unit); any other value is
 # an extended regular expression: only the tests whose name (as printed) matches it
-# run, e.g. TR_TEST_ONLY='kernels/|t1300'.
+# run, e.g. TR_TEST_ONLY='kernels/|t1300'. TR_TEST_EXCLUDE (a regular expression too)
+# leaves the matching tests out; each is named on a "--" line and counted nowhere.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +20,10 @@ only=${TR_TEST_ONLY:-}
 run_one() { # name, command...
     local name=$1; shift
     [ -n "$only" ] && ! [[ $name =~ $only ]] && return 0
+    if [ -n "${TR_TEST_EXCLUDE:-}" ] && [[ $name =~ $TR_TEST_EXCLUDE ]]; then
+        printf -- '--   %-48s not run (TR_TEST_EXCLUDE)\n' "$name"
+        return 0
+    fi
     local log="$logdir/$(echo "$name" | tr '/' '_').log"
     local t0=$(date +%s.%N)
     "$@" >"$log" 2>&1 </dev/null

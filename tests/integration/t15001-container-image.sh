@@ -4,7 +4,8 @@
 # build/containers/ and in podman's storage):
 # - containers/Dockerfile.cpu builds with podman (chroot isolation), tagged with a key
 #   of the source (HEAD + the uncommitted changes): a later run of the same
-#   source (CI's ASan pass) reuses the images and runs every check again;
+#   source reuses the images and runs every check again (CI runs this test once:
+#   its ASan pass leaves it out, TR_TEST_EXCLUDE);
 # - its labels (version, revision = the git hash given), a non-root user, no compiler
 #   or -dev package, much smaller than its build stage, every library resolves;
 # - inside it (buildah run): terarec --version prints the label's hash, the built-in
