@@ -79,10 +79,13 @@ enum tr_status dist_init(struct dist_info *d)
 }
 
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
-/* Puts v under `full` (v NULL: nothing), commits, and waits in a fence of the
- * whole job that collects the data: after it every rank's Get of the key is local. */
-static enum tr_status put_fence(const char *full, pmix_value_t *v)
+#define KEY_LEN 128
+/* Puts v under "terarec.<key>" (v NULL: nothing), commits, and waits in a fence of
+ * the whole job that collects the data: after it every rank's Get is local. */
+static enum tr_status put_fence(const char *key, pmix_value_t *v)
 {
+    char full[KEY_LEN];
+    snprintf(full, sizeof full, "terarec.%s", key);
     pmix_status_t rc;
     if (v && (rc = PMIx_Put(PMIX_GLOBAL, full, v)) != PMIX_SUCCESS) {
         LOG_ERROR("PMIx_Put(%s) failed: %s", full, PMIx_Error_string(rc));
@@ -107,9 +110,11 @@ static enum tr_status put_fence(const char *full, pmix_value_t *v)
     return TR_OK;
 }
 
-/* The value of `full` that rank `r` put; release it with PMIX_VALUE_RELEASE. */
-static enum tr_status get_from(int r, const char *full, pmix_value_t **got)
+/* The value of "terarec.<key>" that rank r put; release it with PMIX_VALUE_RELEASE. */
+static enum tr_status get_from(int r, const char *key, pmix_value_t **got)
 {
+    char full[KEY_LEN];
+    snprintf(full, sizeof full, "terarec.%s", key);
     pmix_proc_t src;
     PMIX_LOAD_PROCID(&src, me.nspace, (pmix_rank_t)r);
     pmix_status_t rc = PMIx_Get(&src, full, NULL, 0, got);
@@ -128,20 +133,18 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
     if (!d->pmix)
         return TR_OK; /* world of 1: the blob is already where it belongs */
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
-    char full[128];
-    snprintf(full, sizeof full, "terarec.%s", key);
     pmix_value_t v;
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_BYTE_OBJECT;
     v.data.bo.bytes = blob;
     v.data.bo.size = (size_t)bytes;
-    enum tr_status st = put_fence(full, d->rank == root ? &v : NULL);
+    enum tr_status st = put_fence(key, d->rank == root ? &v : NULL);
     v.data.bo.bytes = NULL; /* not ours to free */
     pmix_value_t *got = NULL;
-    if (st != TR_OK || (st = get_from(root, full, &got)) != TR_OK)
+    if (st != TR_OK || (st = get_from(root, key, &got)) != TR_OK)
         return st;
     if (got->type != PMIX_BYTE_OBJECT || got->data.bo.size != (size_t)bytes) {
-        LOG_ERROR("PMIx key %s has the wrong type or size", full);
+        LOG_ERROR("PMIx key terarec.%s has the wrong type or size", key);
         st = TR_ERR_MPI;
     } else if (d->rank != root) {
         memcpy(blob, got->data.bo.bytes, (size_t)bytes);
@@ -149,6 +152,8 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
     PMIX_VALUE_RELEASE(got);
     return st;
 #else
+    (void)key;
+    (void)blob;
     return TR_ERR_UNSUPPORTED;
 #endif
 }
@@ -159,26 +164,25 @@ enum tr_status dist_any(const struct dist_info *d, const char *key, int flag, in
     if (!d->pmix)
         return TR_OK;
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
-    char full[128];
-    snprintf(full, sizeof full, "terarec.%s", key);
     pmix_value_t v;
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_INT;
     v.data.integer = flag != 0;
-    TR_CHECK(put_fence(full, &v));
+    TR_CHECK(put_fence(key, &v));
     for (int r = 0; r < d->world && !*any; r++) {
         pmix_value_t *got = NULL;
-        TR_CHECK(get_from(r, full, &got));
+        TR_CHECK(get_from(r, key, &got));
         const int bad = got->type != PMIX_INT;
         *any = !bad && got->data.integer != 0;
         PMIX_VALUE_RELEASE(got);
         if (bad) {
-            LOG_ERROR("PMIx key %s of rank %d is not an int", full, r);
+            LOG_ERROR("PMIx key terarec.%s of rank %d is not an int", key, r);
             return TR_ERR_MPI;
         }
     }
     return TR_OK;
 #else
+    (void)key;
     return TR_ERR_UNSUPPORTED;
 #endif
 }
