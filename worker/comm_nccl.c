@@ -463,8 +463,10 @@ static enum tr_status wrap(struct comm *c, const struct comm_nccl_env *env, cuda
                            const char *host)
 {
     struct nccl_ctx *n = tr_calloc(1, sizeof *n);
-    if (!n)
+    if (!n) {
+        (void)ncclCommAbort(comm);
         return TR_ERR_NOMEM;
+    }
     n->comm = comm;
     n->compute = compute;
     n->env = *env;
