@@ -13,7 +13,8 @@
 #       that pack already, then runs each STAGE (default: probe tests sanitize):
 #         probe     the GPU (nvidia-smi), every library resolves (ldd), --version
 #         tests     tests/run.sh with TR_TEST_GPU=1 (a GPU test that cannot run
-#                   fails); TR_TEST_ONLY picks tests as in tests/run.sh
+#                   fails), 4 tests at once (TR_TEST_JOBS); TR_TEST_ONLY picks
+#                   tests as in tests/run.sh
 #         sanitize  compute-sanitizer memcheck and racecheck on every kernel test's
 #                   CUDA cases (tools/sanitize_cuda.sh, what make sanitize-cuda runs)
 #         bench     bench/gpu_train_bench.sh, then bench/bench_hybrid.sh --backend
@@ -21,7 +22,9 @@
 #       Each stage's output goes to stdout and to OUT/STAGE.log (OUT: $OUT where set,
 #       else build/gpu-kit); the stage's files (test logs, bench tables) to
 #       OUT/STAGE-files.tar.xz. Exits 1 when a stage failed, after running the others.
-#       GPU_KIT_TIMEOUT (seconds, default 540) bounds each stage.
+#       GPU_KIT_BUDGET (seconds, default 560) bounds the whole run, so that it ends
+#       with its logs inside a call that allows 600 s: each stage gets what is left
+#       of it, and a stage that would get under 30 s is not started.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -89,10 +92,10 @@ out=${OUT:-$root/build/gpu-kit}
 mkdir -p "$out"
 # the pack's libraries first (the test programs' RUNPATH names the build machine's
 # paths), its mpirun and Open MPI's relocation (env.sh), the machine's CUDA libraries
-. build/env.sh
+[ -f build/env.sh ] && . build/env.sh
 export LD_LIBRARY_PATH="$root/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-limit=${GPU_KIT_TIMEOUT:-540}
+deadline=$(( $(date +%s) + ${GPU_KIT_BUDGET:-560} ))
 
 probe() {
     nvidia-smi -L || echo "gpu_kit: nvidia-smi failed (no GPU or no driver)"
@@ -110,16 +113,10 @@ probe() {
     return $missing
 }
 tests() {
-    TR_TEST_GPU=${TR_TEST_GPU:-1} tests/run.sh build
-    local rc=$?
-    tar -C build -cJf "$out/tests-files.tar.xz" test-logs
-    return $rc
+    TR_TEST_GPU=${TR_TEST_GPU:-1} TR_TEST_JOBS=${TR_TEST_JOBS:-4} tests/run.sh build
 }
 sanitize() {
     tools/sanitize_cuda.sh build
-    local rc=$?
-    tar -C build -cJf "$out/sanitize-files.tar.xz" sanitize
-    return $rc
 }
 bench() {
     local rc=0
@@ -130,7 +127,6 @@ bench() {
     else
         echo "gpu_kit: bench_hybrid.sh --comm nccl left out: NCCL needs a GPU for each of its 2 workers"
     fi
-    tar -C build -cJf "$out/bench-files.tar.xz" bench_gpu
     return $rc
 }
 
@@ -138,12 +134,26 @@ failed=()
 for s in "${stages[@]}"; do
     echo "=== gpu_kit: $s ($(date -u +%H:%M:%S))"
     t0=$(date +%s)
+    limit=$(( deadline - t0 ))
+    if [ "$limit" -lt 30 ]; then
+        echo "gpu_kit: $s not started: ${limit} s of GPU_KIT_BUDGET left" | tee "$out/$s.log"
+        failed+=("$s")
+        continue
+    fi
     # a stage runs in a subshell under timeout, so a hung GPU run still leaves the others
     export -f probe tests sanitize bench
     export out root
     timeout -k 10 "$limit" bash -c "$s" 2>&1 | tee "$out/$s.log"
     rc=${PIPESTATUS[0]}
     [ "$rc" -eq 124 ] && echo "gpu_kit: $s ran past $limit s and was stopped" | tee -a "$out/$s.log"
+    # its files, also when it was stopped
+    case $s in
+    tests) files=test-logs ;;
+    sanitize) files=sanitize ;;
+    bench) files=bench_gpu ;;
+    *) files= ;;
+    esac
+    [ -n "$files" ] && [ -d "build/$files" ] && tar -C build -cJf "$out/$s-files.tar.xz" "$files"
     echo "=== gpu_kit: $s: exit $rc, $(( $(date +%s) - t0 )) s"
     [ "$rc" -eq 0 ] || failed+=("$s")
 done

@@ -12,6 +12,7 @@
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming it;
 # - slurm/slurm_multinode.sh with the seed's variables (cmd, srun_flags).
 # SKIPs without root, namespaces or the SLURM/munge commands; under CI=true a SKIP fails.
+# run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 SL=$TR_ROOT/slurm

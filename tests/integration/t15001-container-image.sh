@@ -20,6 +20,8 @@
 #   (by shellcheck where installed). Its CUDA parts cannot run here (no CUDA repository).
 # Older terarec-test images (other source keys) are removed. SKIPs only when podman,
 # buildah, debootstrap or mksquashfs are missing or this is not root.
+# run.sh: long
+# run.sh: holds podman (its storage; t15002 runs the image this test leaves)
 . "$(dirname "$0")/lib.sh"
 
 reason=

@@ -20,6 +20,7 @@
 #   since no container engine can run here); it completes, the workers ran the
 #   image's programs, the checkpoint lands in the host's store, and each container is
 #   removed afterwards. SKIPs when t15001's image is absent.
+# run.sh: holds podman (the image t15001 leaves, podman's storage)
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 cd "$TMP" || exit 1

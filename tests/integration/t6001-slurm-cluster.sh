@@ -5,6 +5,7 @@
 # the tasks really spread over both nodes; then the cluster is stopped (also when the
 # test is interrupted) and nothing it started is left. SKIPs without root, namespaces
 # or the SLURM/munge commands (make deps installs them); under CI=true a SKIP is a failure.
+# run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 SL=$TR_ROOT/slurm
