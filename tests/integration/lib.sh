@@ -8,6 +8,17 @@ TR_BUILD=${TR_BUILD:-$TR_ROOT/build}
 TR_BIN=$TR_BUILD/bin
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/terarec-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# every process this test starts carries its tag (tests may run at once: TR_TEST_JOBS)
+export TR_TEST_TAG=$TMP
+# own_pids PATTERN: the processes whose command line matches PATTERN (pgrep -f) that
+# this test started, never another test's
+own_pids() {
+    local p
+    for p in $(pgrep -f "$1" || true); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "TR_TEST_TAG=$TR_TEST_TAG" && echo "$p"
+    done
+    return 0
+}
 _n=0 _pass=0 _fail=0 _skip=0
 ok() { _n=$((_n + 1)); _pass=$((_pass + 1)); echo "ok $_n - $1"; }
 fail() { _n=$((_n + 1)); _fail=$((_fail + 1)); echo "not ok $_n - $1"; [ $# -gt 1 ] && echo "# $2"; return 0; }

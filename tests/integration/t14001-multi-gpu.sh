@@ -163,7 +163,7 @@ killed() {
         --synthetic_dataset_train_batches 1000000 >"$TMP/$name/out.txt" 2>&1 &
     local job=$! victim="" t0 t1 w
     for _ in $(seq 1 600); do # up to 60 s for the ranks to start stepping
-        for p in $(pgrep -f "terarec-worker.*--backend $be" || true); do
+        for p in $(own_pids "terarec-worker.*--backend $be"); do
             if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$p; fi
         done
         [ -n "$victim" ] && grep -q "step=2," "$TMP/$name/out.txt" && break
@@ -179,7 +179,7 @@ killed() {
     wait $job
     t1=$(date +%s.%N)
     w=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
-    left=$(pgrep -f "terarec-worker.*--backend $be" | wc -l)
+    left=$(own_pids "terarec-worker.*--backend $be" | wc -l)
     if python3 -c "import sys; sys.exit(0 if $t1 - $t0 < 30 else 1)" && [ "$left" -eq 0 ] &&
         grep -qE "rank 1 .*(exited on signal 9|killed)" "$TMP/$name/out.txt"; then
         ok "$name: rank 1 killed mid-training: the others gone in $w s, mpirun names rank 1"

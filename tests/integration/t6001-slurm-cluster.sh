@@ -150,7 +150,7 @@ if [ $up = 1 ]; then
     job=$! victim=""
     for _ in $(seq 300); do
         sleep 0.1
-        for p in $(pgrep -f "^$W .*--collective_timeout 5"); do
+        for p in $(own_pids "^$W .*--collective_timeout 5"); do
             [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^PMIX_RANK=//p')" = 3 ] && victim=$p
         done
         [ -n "$victim" ] && grep -q '^model: ' "$TMP/stop.out" && break

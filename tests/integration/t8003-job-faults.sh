@@ -159,7 +159,7 @@ victim="" others=""
 for _ in $(seq 100); do # up to 10 s for the three ranks to start training
     sleep 0.1
     grep -q '^model: ' "$TMP/stop.out" || continue
-    for p in $(pgrep -f "^$W --batch_size 256 .*--collective_timeout $TO"); do
+    for p in $(own_pids "^$W --batch_size 256 .*--collective_timeout $TO"); do
         r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
         if [ "$r" = 1 ]; then victim=$p; else others="$others $p"; fi
     done
