@@ -11,7 +11,9 @@
 # Lines in a script's header schedule it: "# run.sh: holds NAME..." (no two tests
 # that hold the same NAME run at once, and of those the earlier in order runs
 # first: a SLURM cluster's ports, podman's storage and the image one test leaves
-# for the next); "# run.sh: long" starts it before the others.
+# for the next); "# run.sh: long" starts it before the others; "# run.sh: alone"
+# runs it after the others, with none beside it (a time bound that load would
+# break: a checkpoint within SLURM's grace period, say).
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -70,7 +72,7 @@ report() {
     rm -f "$log.report" "$log.count"
 }
 
-declare -A running=() held=() holder=() # pid -> test; resource -> test; test -> its resources
+declare -A running=() held=() holder=() alone=() # pid -> test; resource -> test; test -> its resources
 reap() { # waits for one running test to end, then reports it and frees what it held
     local pid='' p r
     wait -n -p pid
@@ -90,14 +92,22 @@ queue=()
 mapfile -t bins < <(find "$root/$build/tests" -type f -name 'test_*' -perm -u+x | sort)
 for bin in "${bins[@]}"; do queue+=("${bin#$root/$build/tests/} bin $bin"); done
 if [ "${TR_TEST_ONLY:-}" != bins ]; then
-    long=() rest=()
+    long=() rest=() last=()
     for t in "$root"/tests/integration/t*.sh; do
         [ -e "$t" ] || continue
         e="integration/${t##*/} sh $t"
-        if head -n 40 "$t" | grep -q '^# run.sh: long'; then long+=("$e"); else rest+=("$e"); fi
-        holder["integration/${t##*/}"]=$(head -n 40 "$t" | sed -n 's/^# run.sh: holds \([^(]*\).*/\1/p')
+        head=$(head -n 40 "$t")
+        if grep -q '^# run.sh: long' <<<"$head"; then
+            long+=("$e")
+        elif grep -q '^# run.sh: alone' <<<"$head"; then
+            last+=("$e")
+            alone["integration/${t##*/}"]=1
+        else
+            rest+=("$e")
+        fi
+        holder["integration/${t##*/}"]=$(sed -n 's/^# run.sh: holds \([^(]*\).*/\1/p' <<<"$head")
     done
-    queue=("${long[@]}" "${queue[@]}" "${rest[@]}")
+    queue=("${long[@]}" "${queue[@]}" "${rest[@]}" "${last[@]}")
 fi
 # the filters
 todo=()
@@ -110,17 +120,28 @@ for e in "${queue[@]}"; do
     fi
     todo+=("$e")
 done
-# the first test whose resources are free starts when a slot is; else one ends
+# the first test whose resources are free starts when a slot is; else one ends. A
+# test that runs alone waits for the running ones, and nothing starts beside it.
 free() { # NAME: none of its resources is held by a running test
     local r
     for r in ${holder[$1]:-}; do [ -z "${held[$r]:-}" ] || return 1; done
 }
+solo=
 while [ ${#todo[@]} -gt 0 ]; do
     started=-1
-    if [ ${#running[@]} -lt "$jobs" ]; then
+    [ -n "$solo" ] && [ -z "${running[$solo]:-}" ] && solo=
+    if [ ${#running[@]} -lt "$jobs" ] && [ -z "$solo" ]; then
         wanted=" "
         for i in "${!todo[@]}"; do
             read -r name kind path <<<"${todo[$i]}"
+            if [ -n "${alone[$name]:-}" ]; then
+                [ ${#running[@]} -eq 0 ] || break
+                run "$name" bash "$path" &
+                running[$!]=$name
+                solo=$!
+                started=$i
+                break
+            fi
             ok=1
             free "$name" || ok=0
             for r in ${holder[$name]:-}; do [[ $wanted == *" $r "* ]] && ok=0; done

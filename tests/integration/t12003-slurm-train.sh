@@ -13,6 +13,8 @@
 # - slurm/slurm_multinode.sh with the seed's variables (cmd, srun_flags).
 # SKIPs without root, namespaces or the SLURM/munge commands; under CI=true a SKIP fails.
 # run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
+# run.sh: alone (a checkpoint within SLURM's grace period after scontrol requeue: a
+# second test's load made it miss, once)
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 SL=$TR_ROOT/slurm
