@@ -128,7 +128,9 @@ else
 fi
 
 # ---- ... and with --max_restarts 1 it completes -----------------------------------------------------------
-$T train --db "$DB" --workers 2 $M --max_steps 400 --print_freq 10 --checkpoint_every 50 --max_restarts 1 \
+# (2000 steps: at about 300 steps a second, 400 could end between seeing step 120 and
+# the kill, which then found no process)
+$T train --db "$DB" --workers 2 $M --max_steps 2000 --print_freq 10 --checkpoint_every 50 --max_restarts 1 \
     --name restart >restart.out 2>&1 &
 lp=$!
 if wait_step restart 120; then
@@ -138,7 +140,7 @@ if wait_step restart 120; then
     row=$(q "select status, restarts from runs where name = 'restart'")
     ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'restart'")
     [ $rc -eq 0 ] && [ "$row" = "completed|1" ] && echo "$ev" | grep -q 'failed_attempt,restarted' &&
-        [ "$(q "select max(step) from metrics m join runs r on r.id = m.run where r.name = 'restart'")" = 400 ] &&
+        [ "$(q "select max(step) from metrics m join runs r on r.id = m.run where r.name = 'restart'")" = 2000 ] &&
         ok "--max_restarts 1: restarted from the checkpoint and completed ($ev)" ||
         fail "--max_restarts 1" "exit $rc: $row; $ev; $(tail -n 5 restart.out)"
 else
