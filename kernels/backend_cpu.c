@@ -38,6 +38,7 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_CROSS_FWD] = "cross_fwd",
     [KERN_OP_CROSS_BWD] = "cross_bwd",
     [KERN_OP_MARK_ROWS] = "mark_rows",
+    [KERN_OP_METRICS] = "metrics",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -170,6 +171,7 @@ CPU_WRAP_N(emb_rowsq, kern_emb_update_args)
 CPU_WRAP_N(copy_rows, kern_copy_rows_args)
 CPU_WRAP_N(sumsq, kern_sumsq_args)
 CPU_WRAP_N(mark_rows, kern_mark_rows_args)
+CPU_WRAP(metrics, kern_metrics_args)
 
 static void *cpu_queue(void *ctx)
 {
@@ -219,6 +221,7 @@ static const struct kern_backend_i cpu_iface = {
     .cross_fwd = cpu_cross_fwd,
     .cross_bwd = cpu_cross_bwd,
     .mark_rows = cpu_mark_rows,
+    .metrics = cpu_metrics,
     .queue = cpu_queue,
     .synchronize = cpu_synchronize,
     .mem_peak = cpu_mem_peak,

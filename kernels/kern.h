@@ -45,6 +45,7 @@ enum kern_op {
     KERN_OP_CROSS_FWD,
     KERN_OP_CROSS_BWD,
     KERN_OP_MARK_ROWS,
+    KERN_OP_METRICS,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -321,6 +322,37 @@ struct kern_mark_rows_args {
     uint8_t *dirty;            /* (ceil(rows / block_rows)) */
 };
 
+/* Evaluation metrics of a whole test set held in backend memory, for the host:
+ *   *nonfinite, *first_nonfinite  how many scores are NaN or inf, and the position
+ *                                 of the first (-1 when none);
+ *   *auc      exact ROC AUC (Mann-Whitney, a tie between a positive and a negative
+ *             worth 1/2: kmath.h's integer count, so every backend gives the same
+ *             bits); NaN when a class is empty, n is 0 or a score is not finite;
+ *   *logloss  mean km_bce_logit of the scores (logits), summed in double in an order
+ *             fixed for the backend and the device; NaN when n is 0 or a score is
+ *             not finite.
+ * Returns when the outputs (host memory) are written. Errors: TR_ERR_ARG for a
+ * label other than 0 or 1 (logged with its position) or bad arguments,
+ * TR_ERR_NOMEM (working memory: 32 bytes per sample on CUDA, allocated and freed
+ * inside the call; kern_metrics_ws_bytes). */
+struct kern_metrics_args {
+    int64_t n;
+    const float *scores; /* (n) logits */
+    const float *labels; /* (n) 0 or 1 */
+    int64_t *nonfinite;       /* host */
+    int64_t *first_nonfinite; /* host */
+    double *auc;              /* host */
+    double *logloss;          /* host */
+};
+
+/* Backend memory a metrics call on n samples allocates for its duration, at most
+ * (CUDA: four 8-byte arrays and CUB's temporary storage; the CPU: kern_auc_exact's
+ * 16 bytes per sample of host memory). For plans. */
+static inline int64_t kern_metrics_ws_bytes(int64_t n)
+{
+    return 32 * (n > 0 ? n : 0) + ((int64_t)16 << 20);
+}
+
 /* The element-wise "cross combine" of a low-rank cross layer (DCNv2, TorchRec's
  * LowRankCrossNet): x_{l+1} = x0 * (U (V x_l) + b) + x_l. The model runs the two
  * GEMMs and the bias with gemm and bias_act_fwd; this op finishes the layer:
@@ -407,6 +439,7 @@ struct kern_backend_i {
     enum tr_status (*cross_fwd)(void *ctx, const struct kern_cross_fwd_args *a);
     enum tr_status (*cross_bwd)(void *ctx, const struct kern_cross_bwd_args *a);
     enum tr_status (*mark_rows)(void *ctx, const struct kern_mark_rows_args *a, int n);
+    enum tr_status (*metrics)(void *ctx, const struct kern_metrics_args *a);
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);

@@ -50,4 +50,14 @@ static inline enum tr_status kern_check_mark_rows(const struct kern_mark_rows_ar
     return TR_OK;
 }
 
+/* TR_ERR_ARG unless a metrics call has a size >= 0, its tensors (when n > 0) and
+ * every output. */
+static inline enum tr_status kern_check_metrics(const struct kern_metrics_args *a)
+{
+    if (!a || a->n < 0 || (a->n > 0 && (!a->scores || !a->labels)) || !a->nonfinite || !a->first_nonfinite ||
+        !a->auc || !a->logloss)
+        return TR_ERR_ARG;
+    return TR_OK;
+}
+
 #endif

@@ -146,6 +146,44 @@ KM_FN float km_bce_logit_grad(float x, float y)
     return km_sigmoid(x) - y;
 }
 
+/* ---- exact ROC AUC (kernels/cpu/metrics.c, kernels/cuda/metrics.cu) ---------
+ * A sample is one 64-bit sort key: its score mapped to a uint32 whose unsigned
+ * order is the float order, shifted left once, with the label (1 = positive) in
+ * bit 0. Sorting the keys ascending over bits [0, 33) orders samples by score and,
+ * within a group of tied scores, puts the negatives first. Then, with neg(i) the
+ * negatives at sorted positions below i and h the first position of i's group, a
+ * positive at i outranks neg(h) negatives and ties the group's neg(i) - neg(h):
+ * twice its Mann-Whitney count is neg(h) + neg(i), an integer, so the sum over
+ * positives is exact in any order and on any device. */
+
+/* The sort key of (score, label); -0 and +0 map alike (a tie), NaN must not occur. */
+KM_FN uint64_t km_score_key(float score, int positive)
+{
+    union {
+        float f;
+        uint32_t u;
+    } cv;
+    cv.f = score == 0.0f ? 0.0f : score;
+    uint32_t k = (cv.u & 0x80000000u) ? ~cv.u : (cv.u | 0x80000000u);
+    return ((uint64_t)k << 1) | (positive ? 1u : 0u);
+}
+
+/* Twice the Mann-Whitney count of the positive at sorted position i (see above). */
+KM_FN uint64_t km_auc_term2(uint64_t neg_before_group, uint64_t neg_before_i)
+{
+    return neg_before_group + neg_before_i;
+}
+
+/* AUC from the summed km_auc_term2 over all positives; NaN when a class is empty.
+ * Both backends call it on the host with their exact integer sums, so they agree
+ * bitwise. */
+KM_FN double km_auc_from_area2(uint64_t area2, int64_t npos, int64_t nneg)
+{
+    if (npos <= 0 || nneg <= 0)
+        return (double)NAN;
+    return (double)area2 / (2.0 * (double)npos * (double)nneg);
+}
+
 /* ---- optimizers ------------------------------------------------------------
  * SGD and Adagrad update one element; callers loop. Duplicated embedding ids must be summed
  * into one gradient before these are called (Adagrad is not additive). */

@@ -26,7 +26,9 @@ KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
     o[8] = km_init_embedding(seed, 3, (uint64_t)i, 0.5f);
     o[9] = km_init_glorot(seed, 0x100, (uint64_t)i, 16.0f, 512.0f);
     o[10] = km_init_bias(seed, 0x200, (uint64_t)i, 512.0f);
-    o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000);
+    uint64_t key = km_score_key(x, (int)(i & 1)); /* 16 of its bits, exact in a float */
+    o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000) +
+            (float)((key ^ (key >> 17) ^ km_auc_term2(key >> 40, (uint64_t)i)) & 0xffffu);
     o[12] = km_half_to_float(km_float_to_half(x));
     o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
     o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i)) +

@@ -737,8 +737,10 @@ enum tr_status hybrid_train_step(struct hybrid *h, float lr, double *loss)
     return hybrid_update(h, lr);
 }
 
-enum tr_status hybrid_gather_logits(struct hybrid *h, float *host)
+enum tr_status hybrid_gather_logits(struct hybrid *h, float *dst, enum kern_copy_dir dir)
 {
+    if (dir != KERN_D2H && dir != KERN_D2D)
+        return TR_ERR_ARG;
     const struct kern_backend *be = &h->m->be;
     struct geom g;
     geom_of(h, &g);
@@ -748,7 +750,7 @@ enum tr_status hybrid_gather_logits(struct hybrid *h, float *host)
     }
     TR_CHECK(comm_gatherv(h->c, dlrm_logits(h->m), g.nl, h->glogits, h->gcnt, h->gdsp, KERN_F32, 0));
     if (g.r == 0 && g.n)
-        TR_CHECK(be->i->copy(be->ctx, host, h->glogits, (size_t)g.n * sizeof(float), KERN_D2H));
+        TR_CHECK(be->i->copy(be->ctx, dst, h->glogits, (size_t)g.n * sizeof(float), dir));
     return TR_OK;
 }
 

@@ -92,8 +92,9 @@ enum tr_status hybrid_update(struct hybrid *h, float lr) TR_WUR;
 enum tr_status hybrid_train_step(struct hybrid *h, float lr, double *loss) TR_WUR;
 
 /* Collective, after a forward: rank 0 receives the logits of the whole batch in
- * host (n floats of the shared batch); other ranks pass NULL. */
-enum tr_status hybrid_gather_logits(struct hybrid *h, float *host) TR_WUR;
+ * dst (n floats of the shared batch): host memory with KERN_D2H, the backend's
+ * memory with KERN_D2D; other ranks pass NULL. */
+enum tr_status hybrid_gather_logits(struct hybrid *h, float *dst, enum kern_copy_dir dir) TR_WUR;
 
 /* Dirty-row tracking for incremental checkpoints: from now on, every update
  * marks, for each table held here (a slice or whole), the blocks of

@@ -71,16 +71,21 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->activations = b.activations - b.workspace;
     w->alltoall = hybrid_buffer_bytes(&sp, s->ntables, job->embedding_dim, mc.max_global);
     w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1);
-    w->eval = rank == 0 ? 2 * s->test_samples * (int64_t)sizeof(float) : 0;
+    const int cuda = be && be->i && !strcmp(be->i->name, "cuda");
+    /* rank 0: the test set's logits and labels, and the metrics op's working memory
+     * while it runs (kern_auc_exact's 16 bytes per sample on the cpu) */
+    if (rank == 0 && s->test_samples > 0)
+        w->eval = 2 * s->test_samples * (int64_t)sizeof(float) +
+                  (cuda ? kern_metrics_ws_bytes(s->test_samples) : 16 * s->test_samples);
     if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
         w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
                w->eval + w->ckpt_staging;
-    if (be && be->i && !strcmp(be->i->name, "cuda")) {
+    if (cuda) {
         w->backend = plan_cuda_backend_bytes(s->ntables + (s->num_features > 0), mc.max_batch,
                                              mc.interaction == DLRM_INTERACT_DOT);
         w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
-                    batch_bytes(mc.max_global, s->num_features, s->ntables) + w->backend;
+                    batch_bytes(mc.max_global, s->num_features, s->ntables) + w->eval + w->backend;
     }
     shard_plan_release(&sp);
     return TR_OK;

@@ -34,14 +34,17 @@ struct plan_worker {
     int64_t workspace;           /* embedding update workspace */
     int64_t alltoall;            /* the step's buffers: all-to-all, bottom output, gathered logits */
     int64_t data;                /* batch blocks: the step's, and rank 0's host block */
-    int64_t eval;                /* logits and labels of the test set (rank 0) */
+    int64_t eval;                /* rank 0: logits and labels of the test set, in backend
+                                    memory, and the metrics op's working memory while it
+                                    runs (kern_metrics_ws_bytes on cuda, 16 bytes per
+                                    sample on the cpu) */
     int64_t ckpt_staging;        /* host copy of what it saves in a checkpoint (job->ckpt_staging):
                                     its table slices and their state, and on rank 0 the dense
                                     parameters and their state */
     int64_t total;
     int64_t device;              /* of total, what lives in GPU memory on the cuda backend (0 on
-                                    the cpu): all but the host staging, the logits kept for
-                                    evaluation and rank 0's host batch block, plus the CUDA
+                                    the cpu): all but the host staging and rank 0's host
+                                    batch block, plus the CUDA
                                     backend's own buffers (plan_cuda_backend_bytes) */
     int64_t backend;             /* of device, those backend buffers */
 };

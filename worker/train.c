@@ -447,11 +447,15 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     if (rank == 0) {
         TR_CHECK(batch_new(mc.max_global, s->num_features, s->ntables, &T->blk));
         const int64_t ntest = s->nsamples[BATCH_TEST];
-        if (ntest > 0) {
-            T->scores = tr_malloc((size_t)ntest * sizeof(float));
-            T->labels = tr_malloc((size_t)ntest * sizeof(float));
-            if (!T->scores || !T->labels)
-                return TR_ERR_NOMEM;
+        if (ntest > 0) { /* in backend memory: the metrics op runs where the logits are */
+            void *p = NULL;
+            TR_CHECK(kern_alloc(&T->be, (size_t)ntest * sizeof(float), &p, "the test set's logits (%lld samples)",
+                                (long long)ntest));
+            T->scores = p;
+            T->eval_cap = ntest;
+            TR_CHECK(kern_alloc(&T->be, (size_t)ntest * sizeof(float), &p, "the test set's labels (%lld samples)",
+                                (long long)ntest));
+            T->labels = p;
         }
     }
     T->t_run0 = tr_clock_now();
@@ -776,27 +780,36 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
         }
         TR_CHECK(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr));
         TR_CHECK(hybrid_forward(T->h));
-        TR_CHECK(hybrid_gather_logits(T->h, rank == 0 ? T->scores + first : NULL));
-        if (rank == 0)
-            memcpy(T->labels + first, batch_labels(T->blk), (size_t)T->hdr.n * sizeof(float));
+        if (rank == 0) {
+            TR_ASSERT(first + T->hdr.n <= T->eval_cap); /* the source's batches sum to its count */
+            TR_CHECK(hybrid_gather_logits(T->h, T->scores + first, KERN_D2D));
+            TR_CHECK(T->be.i->copy(T->be.ctx, T->labels + first, batch_labels(T->blk),
+                                   (size_t)T->hdr.n * sizeof(float), KERN_H2D));
+        } else {
+            TR_CHECK(hybrid_gather_logits(T->h, NULL, KERN_D2H));
+        }
         first += T->hdr.n;
     }
-    /* auc, logloss, and the number of non-finite scores: rank 0 decides, every
-     * rank learns it from the one broadcast and stops with it */
+    /* auc, logloss, and the number of non-finite scores: rank 0 decides (the
+     * backend's metrics op, where the logits are), every rank learns it from the
+     * one broadcast and stops with it */
     double res[3] = {NAN, NAN, 0.0};
     if (rank == 0) {
         TR_CHECK(source_seek(&T->src, &train_pos));
-        int64_t bad_first = -1;
-        res[2] = (double)count_nonfinite(T->scores, first, &bad_first);
-        if (res[2] == 0.0) {
-            TR_CHECK(kern_auc_exact(T->scores, T->labels, first, &res[0]));
-            res[1] = kern_logloss(T->scores, T->labels, first);
-        } else {
+        int64_t nonfinite = 0, bad_first = -1;
+        const struct kern_metrics_args ma = {.n = first, .scores = T->scores, .labels = T->labels,
+                                             .nonfinite = &nonfinite, .first_nonfinite = &bad_first,
+                                             .auc = &res[0], .logloss = &res[1]};
+        TR_CHECK(T->be.i->metrics(T->be.ctx, &ma));
+        res[2] = (double)nonfinite;
+        if (nonfinite) {
             struct dlrm_layer_info li;
-            LOG_ERROR("evaluation after step %lld: %.0f of %lld test scores (the logits, output of %s) are NaN or "
+            float bad = NAN;
+            TR_CHECK(T->be.i->copy(T->be.ctx, &bad, T->scores + bad_first, sizeof bad, KERN_D2H));
+            LOG_ERROR("evaluation after step %lld: %lld of %lld test scores (the logits, output of %s) are NaN or "
                       "inf (first: sample %lld, %g); refusing to report an AUC",
-                      (long long)T->step, res[2], (long long)first, logit_layer(T, &li), (long long)bad_first,
-                      (double)T->scores[bad_first]);
+                      (long long)T->step, (long long)nonfinite, (long long)first, logit_layer(T, &li),
+                      (long long)bad_first, (double)bad);
             LOG_HINT("the model diverged (lower --learning_rate or lengthen --warmup_steps) or the test inputs hold "
                      "NaN or inf");
         }
@@ -880,7 +893,7 @@ enum tr_status train_infer(struct train *T, int64_t nbatches)
         }
         TR_CHECK_GOTO(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr), rc, exit);
         TR_CHECK_GOTO(hybrid_forward(T->h), rc, exit);
-        TR_CHECK_GOTO(hybrid_gather_logits(T->h, rank == 0 ? scores : NULL), rc, exit);
+        TR_CHECK_GOTO(hybrid_gather_logits(T->h, rank == 0 ? scores : NULL, KERN_D2H), rc, exit);
         if (rank == 0) {
             lat[k] = tr_clock_now() - t0;
             if (nscored + T->hdr.n <= cap) { /* one pass at most: a wrapped pass would count samples twice */
@@ -1120,8 +1133,10 @@ void train_close(struct train *T)
     events_close(&T->ev);
     report_free(&T->rep); /* after its sink */
     tr_free(T->rows);
-    tr_free(T->scores);
-    tr_free(T->labels);
+    if (T->be.i) {
+        T->be.i->mem_release(T->be.ctx, T->scores, (size_t)T->eval_cap * sizeof(float));
+        T->be.i->mem_release(T->be.ctx, T->labels, (size_t)T->eval_cap * sizeof(float));
+    }
     shard_plan_release(&T->plan);
     comm_close(&T->comm);
     kern_backend_close(&T->be);

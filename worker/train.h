@@ -48,7 +48,8 @@ struct train {
     struct events ev;
     struct report *rep;         /* the launcher (--events_addr); NULL without one */
     struct lr_sched sched;
-    float *scores, *labels;     /* (test samples) on rank 0 */
+    float *scores, *labels;     /* (test samples) on rank 0, in the backend's memory */
+    int64_t eval_cap;           /* their length */
     int64_t step;               /* steps done */
     int64_t total;              /* steps to run */
     int threads;

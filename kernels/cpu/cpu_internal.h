@@ -26,6 +26,7 @@ enum tr_status kern_cpu_sumsq(const struct kern_sumsq_args *a, int n);
 enum tr_status kern_cpu_cross_fwd(const struct kern_cross_fwd_args *a);
 enum tr_status kern_cpu_cross_bwd(const struct kern_cross_bwd_args *a);
 enum tr_status kern_cpu_mark_rows(const struct kern_mark_rows_args *a, int n);
+enum tr_status kern_cpu_metrics(const struct kern_metrics_args *a);
 void kern_cpu_blas_set_threads(int threads);
 
 const char *kern_cpu_blas_name(void);

@@ -1,26 +1,19 @@
-/* metrics.c: exact ROC AUC by radix-sorting (score, label) pairs and counting,
- * per group of tied scores, the negatives ranked below; log loss from logits.
- * It does not implement the seed's binned (8000-threshold) approximation. */
+/* metrics.c: exact ROC AUC by radix-sorting (score, label) keys and counting,
+ * per group of tied scores, the negatives ranked below (kmath.h's integer
+ * formula, which kernels/cuda/metrics.cu computes too); log loss from logits; and
+ * the CPU's metrics op. It does not implement the seed's binned (8000-threshold)
+ * approximation. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <math.h>
 #include <string.h>
 
 #include "../../common/alloc.h"
 #include "../../common/check.h"
+#include "../kern_check.h"
 #include "../kmath.h"
 #include "../metrics.h"
 #include "../sort.h"
 #include "cpu_internal.h"
-
-/* Maps a float to a uint32 whose unsigned order is the float order (-0 == +0). */
-static uint32_t sortable(float f)
-{
-    if (f == 0.0f)
-        f = 0.0f;
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t n, double *auc)
 {
@@ -37,7 +30,7 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         float y = labels[i];
         if (isnan(scores[i]) || (y != 0.0f && y != 1.0f))
             bad = i < bad ? i : bad;
-        a[i] = ((uint64_t)sortable(scores[i]) << 1) | (y == 1.0f ? 1u : 0u);
+        a[i] = km_score_key(scores[i], y == 1.0f);
     }
     if (bad != INT64_MAX) {
         LOG_WARN("auc: sample %lld has %s", (long long)bad,
@@ -45,27 +38,25 @@ enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t 
         tr_free(a);
         return TR_ERR_ARG;
     }
-    const uint64_t *sorted = kern_sort_radix(a, b, n, sizeof *a, 1, 33); /* by score; labels ride along */
-    long double area = 0.0L;
-    int64_t neg_below = 0, npos = 0, nneg = 0;
+    /* by score, negatives first among ties (kmath.h); then one pass over the groups */
+    const uint64_t *sorted = kern_sort_radix(a, b, n, sizeof *a, 0, 33);
+    uint64_t area2 = 0, neg_below = 0;
+    int64_t npos = 0;
     for (int64_t i = 0; i < n;) {
-        int64_t j = i, gp = 0, gn = 0;
-        while (j < n && (sorted[j] >> 1) == (sorted[i] >> 1)) {
-            if (sorted[j] & 1u)
-                gp++;
-            else
-                gn++;
-            j++;
+        const uint64_t score = sorted[i] >> 1;
+        uint64_t gn = 0;
+        int64_t j = i;
+        for (; j < n && sorted[j] == score << 1; j++) /* the group's negatives */
+            gn++;
+        for (; j < n && sorted[j] >> 1 == score; j++) { /* then its positives */
+            area2 += km_auc_term2(neg_below, neg_below + gn);
+            npos++;
         }
-        area += (long double)gp * (long double)neg_below + 0.5L * (long double)gp * (long double)gn;
         neg_below += gn;
-        npos += gp;
-        nneg += gn;
         i = j;
     }
     tr_free(a); /* b = a + n: one block */
-    if (npos > 0 && nneg > 0)
-        *auc = (double)(area / ((long double)npos * (long double)nneg));
+    *auc = km_auc_from_area2(area2, npos, (int64_t)neg_below);
     return TR_OK;
 }
 
@@ -77,4 +68,33 @@ double kern_logloss(const float *logits, const float *labels, int64_t n)
     for (int64_t i = 0; i < n; i++)
         s += (double)km_bce_logit(logits[i], labels[i]);
     return s / (double)n;
+}
+
+enum tr_status kern_cpu_metrics(const struct kern_metrics_args *a)
+{
+    TR_CHECK(kern_check_metrics(a));
+    const int64_t n = a->n;
+    int64_t cnt = 0, lo = INT64_MAX, bad = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(+ : cnt) reduction(min : lo, bad)
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a->scores[i])) {
+            cnt++;
+            lo = i < lo ? i : lo;
+        }
+        if (a->labels[i] != 0.0f && a->labels[i] != 1.0f)
+            bad = i < bad ? i : bad;
+    }
+    *a->nonfinite = cnt;
+    *a->first_nonfinite = cnt ? lo : -1;
+    *a->auc = NAN;
+    *a->logloss = NAN;
+    if (bad != INT64_MAX) {
+        LOG_ERROR("metrics: sample %lld has label %g, not 0 or 1", (long long)bad, (double)a->labels[bad]);
+        return TR_ERR_ARG;
+    }
+    if (cnt)
+        return TR_OK;
+    TR_CHECK(kern_auc_exact(a->scores, a->labels, n, a->auc));
+    *a->logloss = n ? kern_logloss(a->scores, a->labels, n) : NAN;
+    return TR_OK;
 }

@@ -218,6 +218,7 @@ CU_WRAP_N(emb_rowsq, kern_emb_update_args)
 CU_WRAP_N(copy_rows, kern_copy_rows_args)
 CU_WRAP_N(sumsq, kern_sumsq_args)
 CU_WRAP_N(mark_rows, kern_mark_rows_args)
+CU_WRAP(metrics, kern_metrics_args)
 
 static void *cu_queue(void *ctx)
 {
@@ -282,6 +283,7 @@ static const struct kern_backend_i cuda_iface = {
     .cross_fwd = cu_cross_fwd,
     .cross_bwd = cu_cross_bwd,
     .mark_rows = cu_mark_rows,
+    .metrics = cu_metrics,
     .queue = cu_queue,
     .synchronize = cu_synchronize,
     .mem_peak = cu_mem_peak,

@@ -122,6 +122,9 @@ enum tr_status kcu_emb_update(struct kcu_ctx *c, const struct kern_emb_update_ar
 enum tr_status kcu_emb_rowsq(struct kcu_ctx *c, const struct kern_emb_update_args *a, int n);
 enum tr_status kcu_mark_rows(struct kcu_ctx *c, const struct kern_mark_rows_args *a, int n);
 
+/* metrics.cu */
+enum tr_status kcu_metrics(struct kcu_ctx *c, const struct kern_metrics_args *a);
+
 /* interact.cu */
 enum tr_status kcu_interact_fwd(struct kcu_ctx *c, const struct kern_interact_fwd_args *a);
 enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bwd_args *a);

@@ -35,6 +35,7 @@ static const char *const covered_by[KERN_OP_COUNT_] = {
     [KERN_OP_CROSS_FWD] = "tests/kernels/test_cross.c",
     [KERN_OP_CROSS_BWD] = "tests/kernels/test_cross.c",
     [KERN_OP_MARK_ROWS] = "tests/kernels/test_mark_rows.c",
+    [KERN_OP_METRICS] = "tests/kernels/test_metrics_op.c",
 };
 
 /* True if the backend sets the vtable member of `op`; false for an op this switch
@@ -58,6 +59,7 @@ static int has_member(const struct kern_backend_i *i, enum kern_op op)
     case KERN_OP_CROSS_FWD: return i->cross_fwd != NULL;
     case KERN_OP_CROSS_BWD: return i->cross_bwd != NULL;
     case KERN_OP_MARK_ROWS: return i->mark_rows != NULL;
+    case KERN_OP_METRICS: return i->metrics != NULL;
     case KERN_OP_COUNT_: break;
     }
     return 0;

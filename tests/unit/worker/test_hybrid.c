@@ -123,7 +123,7 @@ static void shared_batch_and_logits(void)
     TH_EQ(hdr.cap, 40);
     TH_EQ_ST_REQ(hybrid_forward(s.h), TR_OK);
     float gathered[40], model[40];
-    TH_EQ_ST(hybrid_gather_logits(s.h, gathered), TR_OK);
+    TH_EQ_ST(hybrid_gather_logits(s.h, gathered, KERN_D2H), TR_OK);
     TH_EQ_ST(dlrm_tensor_read(s.m, DLRM_LOGITS, 0, 0, 23, model), TR_OK);
     TH_CHECK(memcmp(gathered, model, 23 * sizeof(float)) == 0);
     /* the loss is the mean over the 23 samples only: recompute it from the logits */

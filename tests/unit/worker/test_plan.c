@@ -58,7 +58,7 @@ static void by_hand(void)
      * 5x2 (64): 448 bytes, held twice on rank 0 (host block and the step's) */
     TH_EQ(batch_bytes(5, 3, 2), 448);
     TH_EQ(w.data, 2 * 448);
-    TH_EQ(w.eval, 2 * 100 * 4);
+    TH_EQ(w.eval, 2 * 100 * 4 + 16 * 100); /* logits, labels; the cpu metrics' sort */
     TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging);
 
     /* two column-wise workers: each holds 2 of the 4 columns; rank 1 sends its
