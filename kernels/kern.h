@@ -163,7 +163,8 @@ struct kern_optim_hp {
 
 /* Backward of emb_fwd fused with a sparse optimizer step on the touched rows
  * only: for each distinct row r, g = grad_scale * sum over its occurrences (in
- * position order) of bag_scale * grad[bag], then SGD or Adagrad on columns
+ * position order; CUDA cuts a row of over 256 occurrences into chunks of 256 and
+ * adds the chunks' sums in order) of bag_scale * grad[bag], then SGD or Adagrad on columns
  * [c0, c1) of r (accum has the same layout as table, for Adagrad). Duplicate ids
  * are summed before the step; no dense gradient is formed. The result is bitwise
  * independent of the thread count. The workspace of a call is a[0].ws, holding

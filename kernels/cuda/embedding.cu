@@ -9,12 +9,17 @@
  * backend does; nothing is gathered or updated unless every table passed.
  * The update sorts (row << posbits | position) keys with CUB, so duplicates of a row
  * form a run in position order; one warp owns a run and its lanes own columns, so
- * every column's sum is sequential over the run in position order (the CPU's order):
- * no floating-point atomics, no dense gradient, bitwise the same on every run.
+ * every column's sum is sequential over the run in position order (the CPU's order).
+ * A run longer than SEG positions (a hot row: a table of 3 rows gets a third of the
+ * batch each) is cut into chunks of SEG positions that warps sum in parallel, each
+ * in position order, and its warp then adds the chunks' sums in chunk order: a
+ * fixed tree, so still no floating-point atomics, no dense gradient, bitwise the
+ * same on every run (such a row's rounding differs from the CPU's one long sum).
  * Per-element math comes from kmath.h. It does not cache rows, merge the tables of
  * an update into one sort, or handle tables that live on another device. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <string.h>
 
@@ -28,6 +33,7 @@
 #define THREADS 256                 /* threads per block of every kernel here */
 #define WARPS (THREADS / 32)
 #define UPD_CH 4                    /* 32-column chunks a lane holds in registers: 128 columns per pass */
+#define SEG 256                     /* positions per chunk of a long run (see above) */
 #define FULL 0xffffffffu
 
 static __device__ __forceinline__ int64_t load_id(const void *idx, int is64, int64_t p)
@@ -353,10 +359,13 @@ enum tr_status kcu_emb_fwd(struct kcu_ctx *c, const struct kern_emb_fwd_args *a,
  *   bag of each position     n int64 (multi-hot)
  *   bag scale of each position n float (multi-hot)
  *   run starts               n int32, and the run count (one int64 in 256 bytes)
+ *   chunks so far            n int64: per run, the chunks of the runs up to it
+ *   chunk sums               (2 n / SEG + 1) x width floats: a run of L > SEG
+ *                            positions has ceil(L / SEG) < 2 L / SEG chunks
  *   CUB temp storage         max(formula, CUB's own answer where a device is there)
- * plus 256 bytes so that a misaligned ws still fits, n = max(nidx, 1). The columns
- * need no workspace: a warp keeps a run's sums in registers (recomputing them for
- * row-wise Adagrad on rows over 128 columns), so width and ntables do not enter.
+ * plus 256 bytes so that a misaligned ws still fits, n = max(nidx, 1). Short runs
+ * need no column workspace: a warp keeps a run's sums in registers (recomputing
+ * them for row-wise Adagrad on rows over 128 columns); ntables does not enter.
  *
  * The formula for CUB's temp storage, 16 n + 2 MiB, bounds what this CUB version asks
  * for the keys-only DoubleBuffer radix sort of n 64-bit keys (onesweep: bins of at
@@ -373,7 +382,18 @@ static size_t align_up(size_t x)
 static size_t ws_fixed(int64_t nidx)
 {
     const size_t n = (size_t)(nidx > 0 ? nidx : 1);
-    return WS_ALIGN + 3 * align_up(n * sizeof(uint64_t)) + 2 * align_up(n * sizeof(int32_t)) + WS_ALIGN;
+    return WS_ALIGN + 4 * align_up(n * sizeof(uint64_t)) + 2 * align_up(n * sizeof(int32_t)) + WS_ALIGN;
+}
+
+/* The most chunks of long runs that n ids can make, and their sums' bytes. */
+static int64_t max_chunks(int64_t nidx)
+{
+    return 2 * (nidx > 0 ? nidx : 1) / SEG + 1;
+}
+
+static size_t ws_chunk_sums(int64_t nidx, int64_t width)
+{
+    return align_up((size_t)max_chunks(nidx) * (size_t)(width > 0 ? width : 1) * sizeof(float));
 }
 
 static size_t cub_formula(int64_t nidx)
@@ -392,16 +412,18 @@ struct run_head {
     }
 };
 
-/* CUB's temp bytes for the sort (end_bit) and the run selection of n items. */
+/* CUB's temp bytes for the sort (end_bit), the run selection and the chunk scan of n items. */
 static enum tr_status cub_bytes(struct kcu_ctx *c, int64_t n, int end_bit, size_t *bytes)
 {
-    size_t s = 0, f = 0;
+    size_t s = 0, f = 0, q = 0;
     cub::DoubleBuffer<uint64_t> db(NULL, NULL);
     TR_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(NULL, s, db, (int)n, 0, end_bit, c->stream));
     run_head h = {NULL, 0};
     TR_CUDA_CHECK(cub::DeviceSelect::If(NULL, f, (const int32_t *)NULL, (int32_t *)NULL, (int64_t *)NULL,
                                         (int64_t)n, h, c->stream));
+    TR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(NULL, q, (int64_t *)NULL, (int64_t)n, c->stream));
     *bytes = s > f ? s : f;
+    *bytes = q > *bytes ? q : *bytes;
     return TR_OK;
 }
 
@@ -416,9 +438,8 @@ static size_t temp_bytes(struct kcu_ctx *c, int64_t nidx)
 
 size_t kcu_emb_update_ws_bytes(struct kcu_ctx *c, int64_t nidx, int64_t width, int ntables)
 {
-    (void)width;   /* no per-column workspace (see above) */
     (void)ntables; /* tables run one after another in the same workspace */
-    return ws_fixed(nidx) + temp_bytes(c, nidx);
+    return ws_fixed(nidx) + ws_chunk_sums(nidx, width) + temp_bytes(c, nidx);
 }
 
 struct ws_carve {
@@ -427,12 +448,15 @@ struct ws_carve {
     float *sc_of;
     int32_t *runs;
     int64_t *nruns;
+    int64_t *chunks; /* (n) */
+    float *sums;     /* (max_chunks(n), width) */
     void *temp;
     size_t temp_bytes;
 };
 
-/* Carves ws (ws_bytes >= ws_fixed(nidx) checked by the caller) for tables of at most nidx ids. */
-static void ws_carve(void *ws, size_t ws_bytes, int64_t nidx, struct ws_carve *W)
+/* Carves ws (ws_bytes >= ws_fixed(nidx) + ws_chunk_sums(nidx, width) checked by the
+ * caller) for tables of at most nidx ids and width columns. */
+static void ws_carve(void *ws, size_t ws_bytes, int64_t nidx, int64_t width, struct ws_carve *W)
 {
     const size_t n = (size_t)(nidx > 0 ? nidx : 1);
     char *p = (char *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
@@ -448,6 +472,10 @@ static void ws_carve(void *ws, size_t ws_bytes, int64_t nidx, struct ws_carve *W
     p += align_up(n * sizeof(int32_t));
     W->nruns = (int64_t *)p;
     p += WS_ALIGN;
+    W->chunks = (int64_t *)p;
+    p += align_up(n * sizeof(int64_t));
+    W->sums = (float *)p;
+    p += ws_chunk_sums(nidx, width);
     W->temp = p;
     W->temp_bytes = ws_bytes - (size_t)(p - (char *)ws);
 }
@@ -493,6 +521,8 @@ struct upd_params {
     const float *sc_of;
     const int32_t *runs;
     const int64_t *nruns;
+    const int64_t *chunks; /* inclusive sum over the runs of their chunk counts */
+    const float *sums;     /* (chunks, w): each chunk's sums */
     double *row_sumsq;
     int64_t ld, accum_ld, grad_ld, w, dim, nidx;
     struct km_optim h;
@@ -500,14 +530,16 @@ struct upd_params {
     int posbits, kind, rowsq;
 };
 
-/* g[q] = gs * (sum over run [r0, r1), in position order, of scale * grad[bag][cb + 32 q + lane]). */
-static __device__ __forceinline__ void run_sum(const struct upd_params *P, int64_t r0, int64_t r1, int64_t cb,
-                                               int lane, uint64_t posmask, float g[UPD_CH])
+/* acc[q] = sum over sorted positions [r0, r1), in position order, of
+ * scale * grad[bag][cb + 32 q + lane]. Unrolled so that several positions' loads
+ * are in flight at once; the additions keep their order. */
+static __device__ __forceinline__ void seq_sum(const struct upd_params *P, int64_t r0, int64_t r1, int64_t cb,
+                                               int lane, uint64_t posmask, float acc[UPD_CH])
 {
-    float acc[UPD_CH];
 #pragma unroll
     for (int q = 0; q < UPD_CH; q++)
         acc[q] = 0.0f;
+#pragma unroll 4
     for (int64_t j = r0; j < r1; j++) {
         const int64_t pos = (int64_t)(P->keys[j] & posmask);
         int64_t bag = pos;
@@ -524,9 +556,88 @@ static __device__ __forceinline__ void run_sum(const struct upd_params *P, int64
                 acc[q] += gr[col] * sc;
         }
     }
+}
+
+/* g[q] = gs * (the sum of run k = sorted positions [r0, r1)) for column cb + 32 q +
+ * lane: seq_sum over the run, or for a long run its chunks' sums in chunk order. */
+static __device__ __forceinline__ void run_sum(const struct upd_params *P, int64_t k, int64_t r0, int64_t r1,
+                                               int64_t cb, int lane, uint64_t posmask, float g[UPD_CH])
+{
+    float acc[UPD_CH];
+    const int64_t ch0 = k ? P->chunks[k - 1] : 0, nch = P->chunks[k] - ch0;
+    if (nch == 0) {
+        seq_sum(P, r0, r1, cb, lane, posmask, acc);
+    } else {
+#pragma unroll
+        for (int q = 0; q < UPD_CH; q++)
+            acc[q] = 0.0f;
+        for (int64_t m = 0; m < nch; m++) {
+            const float *cs = P->sums + (ch0 + m) * P->w;
+#pragma unroll
+            for (int q = 0; q < UPD_CH; q++) {
+                const int64_t col = cb + 32 * q + lane;
+                if (col < P->w)
+                    acc[q] += cs[col];
+            }
+        }
+    }
 #pragma unroll
     for (int q = 0; q < UPD_CH; q++)
         g[q] = P->gs * acc[q];
+}
+
+/* chunks[k] = the chunks of run k: ceil(len / SEG) for a run of more than SEG
+ * positions, 0 for a shorter one and past the last run (the inclusive sum that
+ * follows then counts every chunk). */
+static __global__ void __launch_bounds__(THREADS) chunks_kernel(const int32_t *runs, const int64_t *nruns,
+                                                                int64_t nidx, int64_t *chunks)
+{
+    const int64_t nr = *nruns;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nidx; k += stride) {
+        int64_t c = 0;
+        if (k < nr) {
+            const int64_t len = (k + 1 < nr ? (int64_t)runs[k + 1] : nidx) - (int64_t)runs[k];
+            c = len > SEG ? (len + SEG - 1) / SEG : 0;
+        }
+        chunks[k] = c;
+    }
+}
+
+/* One warp per chunk of a long run: sums[ch] = seq_sum over its SEG positions (the
+ * last chunk of a run may be shorter), every column. */
+static __global__ void __launch_bounds__(THREADS) chunk_sum_kernel(const __grid_constant__ struct upd_params P,
+                                                                   float *sums)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t wstride = (int64_t)gridDim.x * WARPS;
+    const int64_t nr = *P.nruns;
+    const int64_t total = nr > 0 ? P.chunks[nr - 1] : 0;
+    const uint64_t posmask = P.posbits ? (~0ULL >> (64 - P.posbits)) : 0;
+    for (int64_t ch = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); ch < total; ch += wstride) {
+        int64_t lo = 0, hi = nr - 1; /* the run: the first k with chunks[k] > ch */
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (P.chunks[mid] > ch)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        const int64_t first = lo ? P.chunks[lo - 1] : 0;
+        const int64_t r0 = (int64_t)P.runs[lo] + (ch - first) * SEG;
+        const int64_t rend = lo + 1 < nr ? (int64_t)P.runs[lo + 1] : P.nidx;
+        const int64_t r1 = r0 + SEG < rend ? r0 + SEG : rend;
+        for (int64_t cb = 0; cb < P.w; cb += 32 * UPD_CH) {
+            float acc[UPD_CH];
+            seq_sum(&P, r0, r1, cb, lane, posmask, acc);
+#pragma unroll
+            for (int q = 0; q < UPD_CH; q++) {
+                const int64_t col = cb + 32 * q + lane;
+                if (col < P.w)
+                    sums[ch * P.w + col] = acc[q];
+            }
+        }
+    }
 }
 
 /* One warp per distinct row k (runs in ascending row order), lanes over columns.
@@ -555,7 +666,7 @@ static __global__ void __launch_bounds__(THREADS) run_kernel(const __grid_consta
             /* every lane adds the columns in order 0, 1, ..., w-1 (the CPU's order),
              * each value broadcast from the lane that holds it */
             for (int64_t cb = 0; cb < P.w; cb += bw) {
-                run_sum(&P, r0, r1, cb, lane, posmask, g);
+                run_sum(&P, k, r0, r1, cb, lane, posmask, g);
 #pragma unroll
                 for (int q = 0; q < UPD_CH; q++)
                     for (int l = 0; l < 32; l++) {
@@ -581,7 +692,7 @@ static __global__ void __launch_bounds__(THREADS) run_kernel(const __grid_consta
         float *p = P.tab + row * P.ld;
         for (int64_t cb = 0; cb < P.w; cb += bw) {
             if (!need_sq || P.w > bw) /* else g still holds the one pass of the sum */
-                run_sum(&P, r0, r1, cb, lane, posmask, g);
+                run_sum(&P, k, r0, r1, cb, lane, posmask, g);
 #pragma unroll
             for (int q = 0; q < UPD_CH; q++) {
                 const int64_t col = cb + 32 * q + lane;
@@ -643,6 +754,8 @@ static enum tr_status update_one(struct kcu_ctx *c, const struct kern_emb_update
     P.sc_of = a->offsets ? W->sc_of : NULL;
     P.runs = W->runs;
     P.nruns = W->nruns;
+    P.chunks = W->chunks;
+    P.sums = W->sums;
     P.row_sumsq = rowsq || a->hp.kind == KERN_OPT_ROWWISE_ADAGRAD ? a->row_sumsq : NULL;
     P.ld = a->ld;
     P.accum_ld = a->accum_ld;
@@ -656,6 +769,14 @@ static enum tr_status update_one(struct kcu_ctx *c, const struct kern_emb_update
     P.posbits = posbits;
     P.kind = (int)a->hp.kind;
     P.rowsq = rowsq;
+    /* the long runs' chunks: counted, summed over the runs, then summed one warp each
+     * (max_chunks(nidx) warps bound their number, read from the device) */
+    chunks_kernel<<<kcu_blocks(c, nidx, THREADS), THREADS, 0, c->stream>>>(W->runs, W->nruns, nidx, W->chunks);
+    KCU_LAUNCHED();
+    tb = W->temp_bytes;
+    TR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(W->temp, tb, W->chunks, nidx, c->stream));
+    chunk_sum_kernel<<<kcu_blocks(c, max_chunks(nidx), WARPS), THREADS, 0, c->stream>>>(P, W->sums);
+    KCU_LAUNCHED();
     /* nidx warps bound the run count (the kernel reads the count from the device) */
     run_kernel<<<kcu_blocks(c, nidx, WARPS), THREADS, 0, c->stream>>>(P);
     KCU_LAUNCHED();
@@ -703,11 +824,11 @@ static enum tr_status emb_update_n(struct kcu_ctx *c, const struct kern_emb_upda
         }
         return TR_OK;
     }
-    const size_t need = ws_fixed(max_nidx) + temp_bytes(c, max_nidx);
+    const size_t need = ws_fixed(max_nidx) + ws_chunk_sums(max_nidx, max_w) + temp_bytes(c, max_nidx);
     if (!a[0].ws || a[0].ws_bytes < need)
         return TR_ERR_ARG;
     struct ws_carve W;
-    ws_carve(a[0].ws, a[0].ws_bytes, max_nidx, &W);
+    ws_carve(a[0].ws, a[0].ws_bytes, max_nidx, max_w, &W);
     /* everything that can still fail is checked before the first table is touched */
     for (int t = 0; t < n; t++) {
         const int64_t nidx = (int64_t)res[4 * (size_t)t + 3] - (int64_t)res[4 * (size_t)t + 2];
