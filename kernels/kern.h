@@ -334,8 +334,8 @@ struct kern_mark_rows_args {
  *             not finite.
  * Returns when the outputs (host memory) are written. Errors: TR_ERR_ARG for a
  * label other than 0 or 1 (logged with its position) or bad arguments,
- * TR_ERR_NOMEM (working memory: 32 bytes per sample on CUDA, allocated and freed
- * inside the call; kern_metrics_ws_bytes). */
+ * TR_ERR_NOMEM (working memory: about 32 bytes per sample on CUDA, allocated and
+ * freed inside the call; kern_metrics_ws_bytes bounds it). */
 struct kern_metrics_args {
     int64_t n;
     const float *scores; /* (n) logits */
@@ -347,11 +347,12 @@ struct kern_metrics_args {
 };
 
 /* Backend memory a metrics call on n samples allocates for its duration, at most
- * (CUDA: four 8-byte arrays and CUB's temporary storage; the CPU: kern_auc_exact's
- * 16 bytes per sample of host memory). For plans. */
+ * (CUDA: four 8-byte arrays and CUB's temporary storage, whose radix sort keeps up
+ * to about 0.18 bytes a sample of look-back state; the CPU: kern_auc_exact's 16 bytes
+ * per sample of host memory). For plans. */
 static inline int64_t kern_metrics_ws_bytes(int64_t n)
 {
-    return 32 * (n > 0 ? n : 0) + ((int64_t)16 << 20);
+    return 40 * (n > 0 ? n : 0) + ((int64_t)16 << 20);
 }
 
 /* The element-wise "cross combine" of a low-rank cross layer (DCNv2, TorchRec's

@@ -90,15 +90,17 @@ static void check_case(const float *s, const float *y, int64_t n, int pairwise, 
     TH_EQ_ST(kern_auc_exact(s, y, n, &host), TR_OK);
     TH_CHECKF(o.nonfinite == 0 && o.first == -1, "%s: nonfinite %lld first %lld, want 0 -1", what,
               (long long)o.nonfinite, (long long)o.first);
-    TH_CHECKF(memcmp(&o.auc, &host, sizeof host) == 0, "%s: auc %.17g, kern_auc_exact %.17g (must be the same bits)",
-              what, o.auc, host);
+    TH_CHECKF((isnan(host) && isnan(o.auc)) || memcmp(&o.auc, &host, sizeof host) == 0,
+              "%s: auc %.17g, kern_auc_exact %.17g (must be the same bits)", what, o.auc, host);
     if (pairwise) {
         double want = ref_auc(s, y, n);
-        TH_CHECKF(fabs(o.auc - want) <= 1e-12, "%s: auc %.15g, pairwise %.15g", what, o.auc, want);
+        TH_CHECKF((isnan(want) && isnan(o.auc)) || fabs(o.auc - want) <= 1e-12, "%s: auc %.15g, pairwise %.15g",
+                  what, o.auc, want);
     }
-    /* the same float terms as kern_logloss, summed in double in the backend's order */
+    /* kern_logloss's float terms (CUDA's expf and log1pf may differ from the host's
+     * by an ulp), summed in double in the backend's order */
     double host_ll = kern_logloss(s, y, n), want = ref_logloss(s, y, n);
-    TH_CHECKF(fabs(o.logloss - host_ll) <= 1e-12 * fabs(host_ll), "%s: logloss %.17g, kern_logloss %.17g", what,
+    TH_CHECKF(fabs(o.logloss - host_ll) <= 1e-6 * fabs(host_ll), "%s: logloss %.17g, kern_logloss %.17g", what,
               o.logloss, host_ll);
     TH_CHECKF(fabs(o.logloss - want) <= 1e-6 * fabs(want), "%s: logloss %.15g, double reference %.15g", what,
               o.logloss, want);
@@ -108,7 +110,7 @@ static void test_small(void)
 {
     KT_NEED_OP(KERN_OP_METRICS);
     struct kt_rng r = kt_rng_seed(31);
-    const int64_t sizes[] = {2, 3, 10, 257, 2500};
+    const int64_t sizes[] = {1, 2, 3, 10, 257, 2500};
     const int levels[] = {2, 7, 64, 0};
     for (size_t i = 0; i < TR_ARRAY_SIZE(sizes); i++)
         for (size_t l = 0; l < TR_ARRAY_SIZE(levels); l++) {
@@ -134,7 +136,15 @@ static void test_large(void)
     float *s = tr_malloc((size_t)n * sizeof(float)), *y = tr_malloc((size_t)n * sizeof(float));
     TH_REQUIRE(s && y);
     make(&r, s, y, n, 1000, 30.0f);
+    const int64_t peak0 = kt_be.i->mem_peak(kt_be.ctx);
     check_case(s, y, n, 0, "n=2M levels=1000");
+    const int64_t peak1 = kt_be.i->mem_peak(kt_be.ctx);
+    /* backend memory counted by the backend (CUDA): the call's working memory plus
+     * the test's two input copies stay within kern_metrics_ws_bytes's bound */
+    if (peak0 >= 0)
+        TH_CHECKF(peak1 - peak0 <= 8 * n + kern_metrics_ws_bytes(n),
+                  "the call raised the backend's peak by %lld bytes, over 8 n + kern_metrics_ws_bytes(n) = %lld",
+                  (long long)(peak1 - peak0), (long long)(8 * n + kern_metrics_ws_bytes(n)));
     struct out a, b;
     TH_EQ_ST(op(s, y, n, &a), TR_OK);
     TH_EQ_ST(op(s, y, n, &b), TR_OK);
@@ -143,6 +153,19 @@ static void test_large(void)
               b.logloss);
     make(&r, s, y, n, 0, 30.0f);
     check_case(s, y, n, 0, "n=2M continuous");
+    /* non-finite scores far apart: many blocks race for the first position */
+    s[n - 5] = NAN;
+    s[n / 2 + 17] = INFINITY;
+    s[n / 3 + 1] = -INFINITY;
+    TH_EQ_ST(op(s, y, n, &a), TR_OK);
+    TH_CHECKF(a.nonfinite == 3 && a.first == n / 3 + 1 && isnan(a.auc) && isnan(a.logloss),
+              "n=2M with 3 non-finite scores: nonfinite %lld first %lld (want 3, %lld), auc %g, logloss %g",
+              (long long)a.nonfinite, (long long)a.first, (long long)(n / 3 + 1), a.auc, a.logloss);
+    /* a bad label past the middle: refused, the non-finite scores still counted */
+    y[n - 100] = 2.0f;
+    TH_EQ_ST(op(s, y, n, &a), TR_ERR_ARG);
+    TH_CHECKF(a.nonfinite == 3 && a.first == n / 3 + 1, "bad label at n=2M: nonfinite %lld first %lld",
+              (long long)a.nonfinite, (long long)a.first);
     tr_free(y);
     tr_free(s);
 }
@@ -164,7 +187,8 @@ static void test_edges(void)
     /* one class: no AUC, a log loss */
     const float s3[3] = {0.5f, -1.0f, 2.0f}, y3[3] = {1, 1, 1};
     TH_EQ_ST(op(s3, y3, 3, &o), TR_OK);
-    TH_CHECKF(isnan(o.auc) && fabs(o.logloss - kern_logloss(s3, y3, 3)) < 1e-12, "one class: auc %g logloss %g",
+    TH_CHECKF(isnan(o.auc) && fabs(o.logloss - kern_logloss(s3, y3, 3)) <= 1e-6 * kern_logloss(s3, y3, 3),
+              "one class: auc %g logloss %g",
               o.auc, o.logloss);
     /* n = 0 */
     TH_EQ_ST(op(s3, y3, 0, &o), TR_OK);
