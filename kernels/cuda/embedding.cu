@@ -371,8 +371,8 @@ enum tr_status kcu_emb_fwd(struct kcu_ctx *c, const struct kern_emb_fwd_args *a,
  * for the keys-only DoubleBuffer radix sort of n 64-bit keys (onesweep: bins of at
  * most 8 portions x 8 passes x 256 digits, a lookback of 256 x 4 bytes per tile of
  * >= 256 keys; the older path: a spine of 256 digits x 4 bytes per tile of >= 128
- * keys) and for DeviceSelect::If (a tile status word per tile), with their 256-byte
- * alignment slop. A sizing-only instance (no device) answers with it alone. */
+ * keys) and for DeviceSelect::If and DeviceScan::InclusiveSum (a tile status word
+ * per tile), with their 256-byte alignment slop. A sizing-only instance (no device) answers with it alone. */
 
 static size_t align_up(size_t x)
 {
@@ -558,13 +558,25 @@ static __device__ __forceinline__ void seq_sum(const struct upd_params *P, int64
     }
 }
 
-/* g[q] = gs * (the sum of run k = sorted positions [r0, r1)) for column cb + 32 q +
- * lane: seq_sum over the run, or for a long run its chunks' sums in chunk order. */
-static __device__ __forceinline__ void run_sum(const struct upd_params *P, int64_t k, int64_t r0, int64_t r1,
-                                               int64_t cb, int lane, uint64_t posmask, float g[UPD_CH])
+/* The chunks of run k: the first one's index and their number (0: a short run, or
+ * no chunks at all in this call). */
+static __device__ __forceinline__ void run_chunks(const struct upd_params *P, int64_t k, int64_t *ch0, int64_t *nch)
+{
+    *ch0 = 0;
+    *nch = 0;
+    if (P->chunks) {
+        *ch0 = k ? P->chunks[k - 1] : 0;
+        *nch = P->chunks[k] - *ch0;
+    }
+}
+
+/* g[q] = gs * (the sum of run k = sorted positions [r0, r1), whose chunks run_chunks
+ * gave) for column cb + 32 q + lane: seq_sum over the run, or for a long run its
+ * chunks' sums in chunk order. */
+static __device__ __forceinline__ void run_sum(const struct upd_params *P, int64_t ch0, int64_t nch, int64_t r0,
+                                               int64_t r1, int64_t cb, int lane, uint64_t posmask, float g[UPD_CH])
 {
     float acc[UPD_CH];
-    const int64_t ch0 = k ? P->chunks[k - 1] : 0, nch = P->chunks[k] - ch0;
     if (nch == 0) {
         seq_sum(P, r0, r1, cb, lane, posmask, acc);
     } else {
@@ -660,13 +672,15 @@ static __global__ void __launch_bounds__(THREADS) run_kernel(const __grid_consta
         }
         const int64_t r0 = P.runs[k], r1 = k + 1 < nruns ? P.runs[k + 1] : P.nidx;
         const int64_t row = (int64_t)(P.keys[r0] >> P.posbits);
+        int64_t ch0, nch;
+        run_chunks(&P, k, &ch0, &nch);
         float g[UPD_CH];
         double sq = 0.0;
         if (need_sq) {
             /* every lane adds the columns in order 0, 1, ..., w-1 (the CPU's order),
              * each value broadcast from the lane that holds it */
             for (int64_t cb = 0; cb < P.w; cb += bw) {
-                run_sum(&P, k, r0, r1, cb, lane, posmask, g);
+                run_sum(&P, ch0, nch, r0, r1, cb, lane, posmask, g);
 #pragma unroll
                 for (int q = 0; q < UPD_CH; q++)
                     for (int l = 0; l < 32; l++) {
@@ -692,7 +706,7 @@ static __global__ void __launch_bounds__(THREADS) run_kernel(const __grid_consta
         float *p = P.tab + row * P.ld;
         for (int64_t cb = 0; cb < P.w; cb += bw) {
             if (!need_sq || P.w > bw) /* else g still holds the one pass of the sum */
-                run_sum(&P, k, r0, r1, cb, lane, posmask, g);
+                run_sum(&P, ch0, nch, r0, r1, cb, lane, posmask, g);
 #pragma unroll
             for (int q = 0; q < UPD_CH; q++) {
                 const int64_t col = cb + 32 * q + lane;
@@ -754,8 +768,10 @@ static enum tr_status update_one(struct kcu_ctx *c, const struct kern_emb_update
     P.sc_of = a->offsets ? W->sc_of : NULL;
     P.runs = W->runs;
     P.nruns = W->nruns;
-    P.chunks = W->chunks;
-    P.sums = W->sums;
+    if (nidx > SEG) { /* else no run is long: no chunks */
+        P.chunks = W->chunks;
+        P.sums = W->sums;
+    }
     P.row_sumsq = rowsq || a->hp.kind == KERN_OPT_ROWWISE_ADAGRAD ? a->row_sumsq : NULL;
     P.ld = a->ld;
     P.accum_ld = a->accum_ld;
@@ -771,12 +787,14 @@ static enum tr_status update_one(struct kcu_ctx *c, const struct kern_emb_update
     P.rowsq = rowsq;
     /* the long runs' chunks: counted, summed over the runs, then summed one warp each
      * (max_chunks(nidx) warps bound their number, read from the device) */
-    chunks_kernel<<<kcu_blocks(c, nidx, THREADS), THREADS, 0, c->stream>>>(W->runs, W->nruns, nidx, W->chunks);
-    KCU_LAUNCHED();
-    tb = W->temp_bytes;
-    TR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(W->temp, tb, W->chunks, nidx, c->stream));
-    chunk_sum_kernel<<<kcu_blocks(c, max_chunks(nidx), WARPS), THREADS, 0, c->stream>>>(P, W->sums);
-    KCU_LAUNCHED();
+    if (P.chunks) {
+        chunks_kernel<<<kcu_blocks(c, nidx, THREADS), THREADS, 0, c->stream>>>(W->runs, W->nruns, nidx, W->chunks);
+        KCU_LAUNCHED();
+        tb = W->temp_bytes;
+        TR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(W->temp, tb, W->chunks, nidx, c->stream));
+        chunk_sum_kernel<<<kcu_blocks(c, max_chunks(nidx), WARPS), THREADS, 0, c->stream>>>(P, W->sums);
+        KCU_LAUNCHED();
+    }
     /* nidx warps bound the run count (the kernel reads the count from the device) */
     run_kernel<<<kcu_blocks(c, nidx, WARPS), THREADS, 0, c->stream>>>(P);
     KCU_LAUNCHED();

@@ -563,6 +563,58 @@ static void test_update_hot_rows(void)
 
 /* Mean combiner and grad_scale by hand: bags {0,0,1} {2} {} {1,3}, SGD lr=1, gs=2.
  * row 0: 2*(2/3 g0); row 1: 2*(1/3 g0 + 1/2 g3); row 2: 2*g1; row 3: 2*(1/2 g3). */
+/* The chunked sum exactly (SGD, lr 1, grad_scale 1, one column, zero table): rows 0
+ * and 49 get 512 ids each, the first with gradient 1 and 511 with 2^-25; rows 1..48
+ * get 300 ids of 0.5 between them (short runs between the long ones). One sum in
+ * position order rounds every 1 + 2^-25 back to 1 (the CPU: -1). CUDA's chunks of
+ * 256 give 1 and exactly 256 x 2^-25 = 2^-17, so -(1 + 2^-17); a dropped chunk would
+ * give -1 or -2^-17, a doubled one -(1 + 2^-16). */
+static void test_update_chunks_exact(void)
+{
+    KT_NEED_OP(KERN_OP_EMB_UPDATE);
+    enum { ROWS = 50, HOT = 512, MID = 300, N = 2 * HOT + MID };
+    int32_t ids[N];
+    float grad[N];
+    for (int i = 0; i < HOT; i++) {
+        ids[i] = 0;
+        ids[HOT + MID + i] = ROWS - 1;
+        grad[i] = grad[HOT + MID + i] = i == 0 ? 1.0f : 0x1p-25f;
+    }
+    for (int i = 0; i < MID; i++) {
+        ids[HOT + i] = 1 + i % (ROWS - 2);
+        grad[HOT + i] = 0.5f;
+    }
+    struct kt_buf table, g;
+    kt_buf_init(&table, ROWS);
+    kt_buf_init(&g, N);
+    memset(table.h, 0, ROWS * sizeof(float));
+    memcpy(g.h, grad, sizeof grad);
+    kt_upload(&table);
+    kt_upload(&g);
+    void *d_idx = kt_dev_dup(ids, sizeof ids);
+    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, N, 1, 1);
+    void *ws = kt_dev_alloc(ws_bytes);
+    struct kern_emb_update_args a = {.table = table.d, .rows = ROWS, .ld = 1, .c0 = 0, .c1 = 1, .idx = d_idx,
+                                     .idx_dtype = KERN_I32, .nbags = N, .grad = g.d, .grad_ld = 1, .grad_scale = 1.0f,
+                                     .hp = {KERN_OPT_SGD, 1.0f, 0.0f}, .ws = ws, .ws_bytes = ws_bytes};
+    TH_EQ_ST(kt_be.i->emb_update(kt_be.ctx, &a, 1), TR_OK);
+    kt_download(&table);
+    const int chunked = !strcmp(kt_be.i->name, "cuda");
+    const float hot = chunked ? -(1.0f + 0x1p-17f) : -1.0f;
+    TH_CHECKF(table.h[0] == hot && table.h[ROWS - 1] == hot, "%s: hot rows %.9g and %.9g, want %.9g (%s)",
+              kt_be.i->name, (double)table.h[0], (double)table.h[ROWS - 1], (double)hot,
+              chunked ? "chunks of 256 summed in order" : "one sum in position order");
+    for (int r = 1; r < ROWS - 1; r++) {
+        const int cnt = MID / (ROWS - 2) + (r - 1 < MID % (ROWS - 2));
+        TH_CHECKF(table.h[r] == -0.5f * (float)cnt, "row %d: %.9g, want %.9g", r, (double)table.h[r],
+                  (double)(-0.5f * (float)cnt));
+    }
+    kt_dev_release(ws, ws_bytes);
+    kt_dev_release(d_idx, sizeof ids);
+    kt_buf_release(&g);
+    kt_buf_release(&table);
+}
+
 static void test_update_mean_scaling(void)
 {
     KT_NEED_OP(KERN_OP_EMB_UPDATE);
@@ -1070,6 +1122,7 @@ static const struct th_case cases[] = {
     {"update_sgd", test_update_sgd},
     {"update_adagrad", test_update_adagrad},
     {"update_hot_rows", test_update_hot_rows},
+    {"update_chunks_exact", test_update_chunks_exact},
     {"update_mean_scaling", test_update_mean_scaling},
     {"update_duplicates_adagrad", test_update_duplicates_adagrad},
     {"update_ws_small", test_update_ws_small},

@@ -345,8 +345,9 @@ static void test_rowsq_output(void)
 /* The whole-row update equals the update of column slices [0, k1), [k1, k2), [k2,
  * dim) (one of them may be empty) held in separate tables, each with its own
  * replica of the accumulator, when their emb_rowsq sums are added (the all-reduce
- * of column-wise training, done here on the host) and fed to emb_update. */
-static void split_case(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_t seed)
+ * of column-wise training, done here on the host) and fed to emb_update. nbags
+ * bags of ids in [0, span). */
+static void split_case_n(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_t seed, int64_t nbags, int64_t span)
 {
     struct kt_rng r = kt_rng_seed(seed);
     const int64_t rows = 50;
@@ -354,7 +355,7 @@ static void split_case(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_t 
     struct tab whole, part[3];
     struct ids s;
     tab_make(&whole, &r, rows, dim);
-    ids_make(&s, &r, 120, rows - 3, multi ? 4 : 0);
+    ids_make(&s, &r, nbags, span, multi ? 4 : 0);
     struct kt_buf grad;
     kt_buf_init(&grad, s.nbags * dim);
     kt_fill(&r, grad.h, s.nbags * dim, -1.0f, 1.0f);
@@ -443,6 +444,11 @@ static void split_case(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_t 
     tab_free(&whole);
 }
 
+static void split_case(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_t seed)
+{
+    split_case_n(dim, k1, k2, multi, seed, 120, 47);
+}
+
 static void test_split_equals_whole(void)
 {
     KT_NEED_OP(KERN_OP_EMB_UPDATE);
@@ -453,6 +459,9 @@ static void test_split_equals_whole(void)
         split_case(13, 5, 9, multi, seed++);   /* three uneven slices */
         split_case(7, 0, 3, multi, seed++);    /* the first worker holds no columns */
         split_case(64, 21, 43, multi, seed++);
+        /* hot rows: 2000 bags over 3 ids, so CUDA sums them in chunks (phase 1 and
+         * the update must cut them alike); 200 columns, two 128-column passes */
+        split_case_n(200, 70, 150, multi, seed++, 2000, 3);
     }
 }
 
