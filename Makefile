@@ -343,22 +343,20 @@ check-headers:
 	  $(CC) $(CPPFLAGS) -std=c11 $(WARN) -fsyntax-only $(BUILD)/hdr/t.c || { echo "header $$h does not compile alone"; exit 1; }; \
 	done; echo "check-headers: $(words $(HEADERS)) headers ok"
 
-# kmath.h as C11 (pedantic) and as CUDA; every .cu compiled and linked with cudart
+# kmath.h as C11 (pedantic) and as CUDA; every .cu compiled (the build's own objects,
+# NVCCFLAGS has -Werror all-warnings) and linked with cudart into a program
 CU_SRCS := $(wildcard kernels/cuda/*.cu)
-check-cuda: $(LIBCOMMON)
+CU_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRCS))
+check-cuda: $(LIBCOMMON) $(if $(filter 1,$(CUDA)),$(CU_OBJS))
 	$(Q)$(CC) -std=c11 -Wall -Wextra -pedantic -Wstrict-prototypes -Wmissing-prototypes -Werror -fsyntax-only -x c kernels/kmath.h
 	@echo "  kmath.h compiles as C11"
 ifeq ($(CUDA),1)
 	$(Q)mkdir -p $(BUILD)/cuda
 	$(QUIET_NVCC)$(NVCC) -std=c++17 $(NVCC_GENCODE) -Werror all-warnings -x cu -c kernels/kmath.h -diag-suppress 177 -o $(BUILD)/cuda/kmath_h.o
 	@echo "  kmath.h compiles as CUDA"
-	$(Q)set -e; for f in $(CU_SRCS); do \
-	  echo "  NVCC    $$f"; \
-	  $(NVCC) -std=c++17 $(NVCC_GENCODE) $(CPPFLAGS) -Xcompiler -fPIC -Werror all-warnings -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o; \
-	done
 	@# linked into a program with the C library they call (common/): every symbol must resolve
 	$(Q)printf 'int main(void) { return 0; }\n' > $(BUILD)/cuda/check_main.c
-	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_link $(BUILD)/cuda/check_main.c $(BUILD)/cuda/*.o $(LIBCOMMON) -lcublasLt -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++ -lpthread -lm
+	$(QUIET_NVCC)$(NVCC) $(NVCC_GENCODE) -o $(BUILD)/cuda/check_link $(BUILD)/cuda/check_main.c $(CU_OBJS) $(BUILD)/cuda/kmath_h.o $(LIBCOMMON) -lcublasLt -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++ -lpthread -lm
 	@echo "check-cuda: $(words $(CU_SRCS)) .cu files compiled and linked (no GPU needed)"
 else
 	@echo "check-cuda: nvcc not found; only the C11 half ran" && false
@@ -390,14 +388,18 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRCS) $(wildcard ckpt_store/*.h common/*.h)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -ljansson -lxxhash -lm -lpthread
-fuzz: $(FUZZ_TARGETS)
-	$(Q)set -e; for f in $(FUZZ_TARGETS); do n=$$(basename $$f); \
+# one target per fuzzer, so that make -jN fuzz runs N of them at once (each is one process)
+FUZZ_RUNS := $(patsubst $(BUILD)/fuzz/%,fuzz-run-%,$(FUZZ_TARGETS))
+.PHONY: $(FUZZ_RUNS)
+fuzz: $(FUZZ_RUNS)
+$(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%
+	$(Q)set -e; n=$*; \
 	  rm -rf $(BUILD)/fuzz/corpus_$$n && mkdir -p $(BUILD)/fuzz/corpus_$$n && cp tests/fuzz/corpus_$$n/* $(BUILD)/fuzz/corpus_$$n/ 2>/dev/null || true; \
 	  echo "  FUZZ    $$n ($(FUZZ_SECONDS) s)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus_$$n 2>&1 | tee $(BUILD)/fuzz/$$n.log | grep -E '^(stat::number_of_executed_units|stat::peak_rss|INFO: Loaded|==[0-9]+==ERROR)' ; \
-	  test $${PIPESTATUS[0]} -eq 0; \
-	  grep -E '^#[0-9]+[[:space:]]+DONE' $(BUILD)/fuzz/$$n.log | tail -1; \
-	done
+	  $< -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus_$$n > $(BUILD)/fuzz/$$n.log 2>&1 || \
+	    { echo "  FUZZ    $$n failed:"; grep -E '^(==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)' $(BUILD)/fuzz/$$n.log; exit 1; }; \
+	  grep -E '^(stat::number_of_executed_units|stat::peak_rss|INFO: Loaded)' $(BUILD)/fuzz/$$n.log | sed "s/^/  $$n: /"; \
+	  grep -E '^#[0-9]+[[:space:]]+DONE' $(BUILD)/fuzz/$$n.log | tail -1 | sed "s/^/  $$n: /"
 
 clean:
 	rm -rf $(BUILD) build-asan build-ubsan
