@@ -372,7 +372,8 @@ enum tr_status kcu_emb_fwd(struct kcu_ctx *c, const struct kern_emb_fwd_args *a,
  * most 8 portions x 8 passes x 256 digits, a lookback of 256 x 4 bytes per tile of
  * >= 256 keys; the older path: a spine of 256 digits x 4 bytes per tile of >= 128
  * keys) and for DeviceSelect::If and DeviceScan::InclusiveSum (a tile status word
- * per tile), with their 256-byte alignment slop. A sizing-only instance (no device) answers with it alone. */
+ * per tile), with their 256-byte alignment slop. A sizing-only instance (no device)
+ * answers with it alone. */
 
 static size_t align_up(size_t x)
 {

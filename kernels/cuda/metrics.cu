@@ -141,6 +141,8 @@ static enum tr_status run(struct kcu_ctx *c, const struct kern_metrics_args *a, 
     TR_CUDA_CHECK(cudaMemcpyAsync(pin, w, sizeof *w, cudaMemcpyDeviceToHost, c->stream));
     TR_CHECK(kcu_sync(c));
     const struct check_words cw = *(const struct check_words *)pin;
+    *a->nonfinite = (int64_t)cw.nonfinite;
+    *a->first_nonfinite = cw.nonfinite ? (int64_t)cw.first_nonfinite : -1;
     if (cw.first_bad_label != NONE) {
         float l = 0.0f;
         TR_CUDA_CHECK(cudaMemcpyAsync(pin, a->labels + cw.first_bad_label, sizeof l, cudaMemcpyDeviceToHost,
@@ -148,12 +150,8 @@ static enum tr_status run(struct kcu_ctx *c, const struct kern_metrics_args *a, 
         TR_CHECK(kcu_sync(c));
         memcpy(&l, pin, sizeof l);
         LOG_ERROR("metrics: sample %llu has label %g, not 0 or 1", cw.first_bad_label, (double)l);
-        *a->nonfinite = (int64_t)cw.nonfinite;
-        *a->first_nonfinite = cw.nonfinite ? (int64_t)cw.first_nonfinite : -1;
         return TR_ERR_ARG;
     }
-    *a->nonfinite = (int64_t)cw.nonfinite;
-    *a->first_nonfinite = cw.nonfinite ? (int64_t)cw.first_nonfinite : -1;
     if (cw.nonfinite)
         return TR_OK; /* no AUC or log loss of a model that gave NaN or inf */
 
