@@ -172,6 +172,9 @@ static enum tr_status n_poll(struct comm *c, cudaEvent_t ev, const char *what)
             n_break(n);
             return TR_ERR_CUDA;
         }
+        /* "not ready" is also left as the thread's last error, which the backend's
+         * next launch check (cudaGetLastError) would report as its own failure */
+        (void)cudaGetLastError();
         ncclResult_t a = ncclSuccess;
         if (ncclCommGetAsyncError(n->comm, &a) == ncclSuccess && a != ncclSuccess && a != ncclInProgress)
             return n_settle(c, a, what, -1);
@@ -225,6 +228,15 @@ static void refused(struct refusal *no, ncclResult_t r, const char *what, int pe
         *no = (struct refusal){r, what, peer};
 }
 
+/* Opens a group of sends and receives (none on a broken communicator, so no
+ * group is left open on the thread). */
+static enum tr_status group_start(struct comm *c)
+{
+    if (((struct nccl_ctx *)c->ctx)->broken)
+        return TR_ERR_NCCL;
+    return n_settle(c, ncclGroupStart(), "ncclGroupStart", -1);
+}
+
 /* Ends a group of sends and receives; a refused call's error (naming its peer)
  * comes after the group is closed. */
 static enum tr_status group_end(struct comm *c, const struct refusal *no, const char *what)
@@ -244,7 +256,7 @@ static enum tr_status q_alltoallv(struct comm *c, const void *send, const int64_
     if (!nccl_type(t, &dt))
         return TR_ERR_ARG;
     const size_t es = kern_dtype_size(t);
-    TR_CHECK(n_settle(c, ncclGroupStart(), "ncclGroupStart", -1));
+    TR_CHECK(group_start(c));
     /* inside the group the calls only queue; one NCCL refuses ends the group
      * before the communicator is aborted */
     struct refusal no = {ncclSuccess, NULL, -1};
@@ -308,7 +320,7 @@ static enum tr_status n_gatherv(struct comm *c, const void *send, int64_t scount
         return TR_ERR_ARG;
     const size_t es = kern_dtype_size(t);
     TR_CHECK(n_enter(n, BLOCKING));
-    TR_CHECK(n_settle(c, ncclGroupStart(), "ncclGroupStart", -1));
+    TR_CHECK(group_start(c));
     struct refusal no = {ncclSuccess, NULL, -1};
     if (scount > 0)
         refused(&no, ncclSend(send, (size_t)scount, dt, root, n->comm, n->stream), "ncclSend (gather)", root);
@@ -423,6 +435,9 @@ static enum tr_status n_split(struct comm *c, int color, int key, struct comm *o
      * split's state (NCCL may hand the new one out only at the end) */
     if (!sub || r != ncclInProgress)
         TR_CHECK(n_settle(c, r == ncclSuccess ? ncclInProgress : r, "ncclCommSplit", -1));
+    /* NCCL may store the new communicator from its own thread, before the parent
+     * settled: read it again through a volatile load */
+    sub = *(ncclComm_t volatile *)&sub;
     if (!sub) {
         LOG_ERROR("ncclCommSplit gave rank %d (%s) no communicator (color %d)", n->rank, host_of(n, n->rank),
                   color);
@@ -500,6 +515,9 @@ static enum tr_status wrap(struct comm *c, const struct comm_nccl_env *env, cuda
                                             n->stream),
                            "ncclAllGather (host names)", -1),
                   rc, fail);
+    /* polled first: the copy into pageable memory below blocks the host until
+     * the stream gets there, out of reach of n_poll's timeout */
+    TR_CHECK_GOTO(n_poll(c, NULL, "the host-name exchange"), rc, fail);
     TR_CUDA_CHECK_GOTO(cudaMemcpyAsync(n->hosts, dev, (size_t)n->size * HOST_LEN, cudaMemcpyDeviceToHost, n->stream),
                        rc, fail);
     TR_CHECK_GOTO(n_poll(c, NULL, "the host-name exchange"), rc, fail);
@@ -525,6 +543,10 @@ enum tr_status comm_nccl_open(const struct comm_nccl_env *env, const struct kern
         LOG_ERROR("NCCL: backend '%s' has no CUDA stream", be->i->name);
         return TR_ERR_UNSUPPORTED;
     }
+    /* NCCL takes the calling thread's current device: the backend stream's */
+    int dev = -1;
+    TR_CUDA_CHECK(cudaStreamGetDevice(compute, &dev));
+    TR_CUDA_CHECK(cudaSetDevice(dev));
     int version = 0;
     (void)ncclGetVersion(&version);
     ncclUniqueId id;

@@ -47,7 +47,8 @@ enum tr_status kcu_pinned(struct kcu_ctx *c, size_t n, void **p)
         return TR_OK;
     }
     TR_CHECK(kcu_sync(c)); /* a queued copy may still read or write the old buffer */
-    TR_CUDA_CHECK(cudaFreeHost(c->pinned));
+    if (c->pinned) /* the runtime documents NULL as a no-op for cudaFree, not for cudaFreeHost */
+        TR_CUDA_CHECK(cudaFreeHost(c->pinned));
     c->pinned = NULL;
     c->pinned_bytes = 0;
     size_t want = n < 4096 ? 4096 : n;

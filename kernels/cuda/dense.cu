@@ -204,6 +204,7 @@ struct plan_key {
 struct plan {
     int used;
     int ok; /* the heuristic found an algorithm (else: a remembered "none") */
+    int noted; /* its use as a reduced-precision GEMM's fp32 stand-in was logged */
     struct plan_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A, B and C (= D) */
@@ -329,6 +330,7 @@ static enum tr_status plan_build(struct kcu_ctx *c, const struct plan_key *k, co
         if (k->epi == EPI_NONE && st != CUBLAS_STATUS_NOT_SUPPORTED)
             LT_TRY(st);
         p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+        p->noted = 0;
         if (p->ok)
             p->algo = res.algo;
         if (!p->ok)
@@ -435,10 +437,14 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
          * fp32, which is exact, rather than not at all */
         key.prec = KERN_PREC_FP32;
         TR_CHECK(plan_get(c, &key, NULL, &p));
-        if (p->ok)
-            LOG_DEBUG(KERN, "gemm %c%c m=%lld n=%lld k=%lld runs in fp32: cuBLASLt has no %s algorithm for it",
-                      a->trans_a ? 'T' : 'N', a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n,
-                      (long long)a->k, kern_precision_name(c->prec));
+        if (p->ok && !p->noted) { /* once per shape: an --amp run whose GEMMs run in fp32 is not faster */
+            p->noted = 1;
+            LOG_INFO(KERN, "gemm %c%c m=%lld n=%lld k=%lld (ld %lld %lld %lld) runs in fp32: cuBLASLt has no %s "
+                     "algorithm for it",
+                     a->trans_a ? 'T' : 'N', a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n,
+                     (long long)a->k, (long long)a->lda, (long long)a->ldb, (long long)a->ldc,
+                     kern_precision_name(c->prec));
+        }
     }
     if (!p->ok) {
         tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "cuBLASLt has no algorithm for gemm %c%c m=%lld n=%lld k=%lld (%s)",

@@ -73,6 +73,14 @@ static __global__ void bwd_build_s(const float *g, int64_t out_w, float *S, int6
     }
 }
 
+/* n == 1 (no pairs): dx = S x with S = [0], as the CPU sums it (0 + 0 * x): +0, and
+ * NaN where x is NaN or inf. */
+static __global__ void bwd_no_pairs(const float *x, float *dx, int64_t total)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        dx[e] = 0.0f + 0.0f * x[e];
+}
+
 /* dx[s][0][k] += dout[s][k] for k < d (the bottom vector's own gradient). */
 static __global__ void bwd_add_bottom(const float *dout, int64_t out_w, float *dx, int64_t batch, int n, int d)
 {
@@ -157,8 +165,9 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
     const int n = a->n, d = a->d;
     const int64_t off = a->has_bottom ? d : 0;
     const int64_t nd = (int64_t)n * d, nn = (int64_t)n * n;
-    if (n == 1) { /* no pairs: the pair part of dx is zero */
-        TR_CUDA_CHECK(cudaMemsetAsync(a->dx, 0, (size_t)(a->batch * nd) * sizeof(float), c->stream));
+    if (n == 1) { /* no pairs: the pair part of dx is zero times x */
+        bwd_no_pairs<<<kcu_blocks(c, a->batch * nd, THREADS), THREADS, 0, c->stream>>>(a->x, a->dx, a->batch * nd);
+        KCU_LAUNCHED();
     } else {
         const int64_t chunk = chunk_of(a->batch, n);
         void *scr = NULL;

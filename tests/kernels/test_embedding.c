@@ -170,10 +170,14 @@ static void ref_update(double *tab, int64_t ld, double *acc, int64_t accum_ld, i
 /* ---- emb_fwd ----------------------------------------------------------------------- */
 
 /* Runs emb_fwd for one configuration and checks values, padding and guards. */
-static void fwd_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uint64_t seed)
+/* aligned: w a multiple of 4 with the column slice, ld and out_ld 16-byte aligned
+ * (a backend may then load rows in 16-byte vectors, as the CUDA one does); else
+ * slices and strides that are not. */
+static void fwd_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uint64_t seed, int aligned)
 {
     struct kt_rng r = kt_rng_seed(seed);
-    const int64_t rows = 37, c0 = w % 5, ld = c0 + w + 3, nbags = 29, out_ld = w + 4;
+    const int64_t rows = 37, c0 = aligned ? 4 * (w % 3) : w % 5, ld = c0 + w + (aligned ? 4 : 3), nbags = 29,
+                  out_ld = w + 4;
     struct kt_buf table, out;
     kt_buf_init(&table, rows * ld);
     kt_fill(&r, table.h, rows * ld, -1.0f, 1.0f);
@@ -191,8 +195,8 @@ static void fwd_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uin
     enum tr_status rc = kt_be.i->emb_fwd(kt_be.ctx, &a, 1);
     kt_download(&out);
     char what[96];
-    snprintf(what, sizeof what, "emb_fwd w=%lld dtype=%d mean=%d maxlen=%lld", (long long)w, (int)t, mean,
-             (long long)maxlen);
+    snprintf(what, sizeof what, "emb_fwd w=%lld dtype=%d mean=%d maxlen=%lld aligned=%d", (long long)w, (int)t, mean,
+             (long long)maxlen, aligned);
     TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
     TH_CHECKF(get_i64(bad_pos) == -1, "%s: bad_pos %lld after success (want -1)", what,
               (long long)get_i64(bad_pos));
@@ -225,7 +229,7 @@ static void test_fwd_onehot(void)
     for (size_t i = 0; i < TR_ARRAY_SIZE(widths); i++)
         for (int t = 0; t < 2; t++)
             for (int mean = 0; mean < 2; mean++)
-                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 0, 100 + i * 4 + (size_t)t * 2 + (size_t)mean);
+                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 0, 100 + i * 4 + (size_t)t * 2 + (size_t)mean, 0);
 }
 
 static void test_fwd_multihot(void)
@@ -234,7 +238,19 @@ static void test_fwd_multihot(void)
     for (size_t i = 0; i < TR_ARRAY_SIZE(widths); i++)
         for (int t = 0; t < 2; t++)
             for (int mean = 0; mean < 2; mean++)
-                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 7, 200 + i * 4 + (size_t)t * 2 + (size_t)mean);
+                fwd_case(widths[i], t ? KERN_I64 : KERN_I32, mean, 7, 200 + i * 4 + (size_t)t * 2 + (size_t)mean, 0);
+}
+
+/* Widths that are multiples of 4 with 16-byte aligned slices and strides, one-hot
+ * and multi-hot: the layouts a backend may read in 16-byte vectors. */
+static void test_fwd_vector_aligned(void)
+{
+    KT_NEED_OP(KERN_OP_EMB_FWD);
+    static const int64_t vw[] = {4, 16, 128, 132};
+    for (size_t i = 0; i < TR_ARRAY_SIZE(vw); i++)
+        for (int t = 0; t < 2; t++)
+            for (int mh = 0; mh < 2; mh++)
+                fwd_case(vw[i], t ? KERN_I64 : KERN_I32, mh, mh ? 7 : 0, 300 + i * 4 + (size_t)t * 2 + (size_t)mh, 1);
 }
 
 /* Bags need not start at position 0: bag b = idx[offsets[b] .. offsets[b+1]). */
@@ -1116,6 +1132,7 @@ static void test_large_table(void)
 static const struct th_case cases[] = {
     {"fwd_onehot", test_fwd_onehot},
     {"fwd_multihot", test_fwd_multihot},
+    {"fwd_vector_aligned", test_fwd_vector_aligned},
     {"fwd_offsets_base", test_fwd_offsets_base},
     {"fwd_range", test_fwd_range},
     {"fwd_offsets_bad", test_fwd_offsets_bad},

@@ -1,7 +1,8 @@
 /* test_interact.c: parity tests of the dot interaction, forward and backward,
  * against naive double references over n in {1,2,3,5,27} and d in {1,3,8,16,17,128},
  * with and without the bottom vector and with out_w wider than needed (the padding
- * must be exact zeros); a finite-difference check of the backward; argument errors
+ * must be exact zeros); one feature (no pairs) with NaN, inf and negative inputs:
+ * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of the backward; argument errors
  * and failure of the ops' scratch allocation (CPU backend). Runs on every backend. */
 #include <math.h>
 #include <stdint.h>
@@ -355,8 +356,50 @@ static void test_nomem(void)
     }
 }
 
+/* n = 1: no pairs, so dx is the bottom gradient (hb) plus 0 * x: exactly +0 (or
+ * the gradient's bits) where x is finite, NaN where x is NaN or inf, on every backend. */
+static void test_one_feature(void)
+{
+    KT_NEED_OP(KERN_OP_INTERACT_BWD);
+    const int d = 4;
+    const int64_t batch = 2;
+    const float xv[8] = {-2.0f, NAN, INFINITY, 0.5f, -0.0f, -INFINITY, 3.0f, -1e30f};
+    for (int hb = 0; hb < 2; hb++) {
+        const int64_t out_w = km_interact_width(1, d, hb) + 3;
+        struct kt_buf x, dout, dx;
+        kt_buf_init(&x, batch * d);
+        kt_buf_init(&dout, batch * out_w);
+        kt_buf_init(&dx, batch * d);
+        memcpy(x.h, xv, sizeof xv);
+        struct kt_rng r = kt_rng_seed(77 + (uint64_t)hb);
+        kt_fill(&r, dout.h, batch * out_w, -1, 1);
+        kt_upload(&x);
+        kt_upload(&dout);
+        struct kern_interact_bwd_args a = {.batch = batch, .n = 1, .d = d, .has_bottom = hb, .x = x.d,
+                                           .dout = dout.d, .out_w = out_w, .dx = dx.d};
+        TH_EQ_ST(kt_be.i->interact_bwd(kt_be.ctx, &a), TR_OK);
+        kt_download(&dx);
+        for (int64_t s = 0; s < batch; s++)
+            for (int k = 0; k < d; k++) {
+                const float xk = xv[s * d + k], got = dx.h[s * d + k];
+                const float want = hb ? dout.h[s * out_w + k] : 0.0f;
+                if (isfinite(xk))
+                    TH_CHECKF(memcmp(&got, &want, sizeof got) == 0, "bottom=%d sample %lld column %d: dx %a, want %a",
+                              hb, (long long)s, k, (double)got, (double)want);
+                else
+                    TH_CHECKF(isnan(got), "bottom=%d sample %lld column %d: x %g gives dx %g, want NaN", hb,
+                              (long long)s, k, (double)xk, (double)got);
+            }
+        TH_CHECK(kt_buf_guard_ok(&dx));
+        kt_buf_release(&dx);
+        kt_buf_release(&dout);
+        kt_buf_release(&x);
+    }
+}
+
 static const struct th_case cases[] = {
     {"fwd", test_fwd},
+    {"one_feature", test_one_feature},
     {"bwd", test_bwd},
     {"layout", test_layout},
     {"fd", test_fd},
