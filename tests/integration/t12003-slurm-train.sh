@@ -115,8 +115,14 @@ release() {
     return 1
 }
 # what a failure reports of a job: its errors (the launcher copies the workers' log
-# tail into the job's output) and its last lines
-job_tail() { grep -E "error|warn|hint|exited|signal" "$TMP/$1.out" | tail -n 16; echo "# ..."; tail -n 4 "$TMP/$1.out"; }
+# tail into the job's output), its last lines and, of a rank that crashed, the stack
+# Open MPI's handler printed (in the run's workers.log)
+job_tail() {
+    grep -E "error|warn|hint|exited|signal" "$TMP/$1.out" | tail -n 16; echo "# ..."; tail -n 4 "$TMP/$1.out"
+    sed -n 's/.*; logs in \(.*\)$/\1/p' "$TMP/$1.out" | while read -r d; do
+        grep -hE -A 30 "Process received signal" "$d/workers.log" 2>/dev/null | head -n 30
+    done
+}
 sb() { sbatch --parsable -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
 rank_proc() { q "select p.pid || ' ' || p.host from processes p join runs r on r.id = p.run where r.name = '$1'
                  and p.rank = $2 order by p.attempt desc limit 1"; }
