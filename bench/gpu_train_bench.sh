@@ -13,7 +13,9 @@
 # Needs a CUDA device, a CUDA build (make) and PyTorch with CUDA; it does not retry
 # noisy runs. terarec's samples/s is the worker's own summary over all its steps
 # (the first, cold steps included; PyTorch's rows discard 10 warmup steps), and its
-# data phase (synthetic batches made on the host and copied) is part of its step.
+# data phase is part of its step: 4 synthetic training batches, made on the host on
+# the first step and kept (DATASET_CACHE_BYTES), each step copies one and sends it
+# to the GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build/bench_gpu
@@ -45,7 +47,8 @@ if [ $quick = 1 ]; then
 fi
 model=(--synthetic_dataset_cardinalities "$cards" --embedding_dim 128 --bottom_mlp_dims 512,256,128
        --top_mlp_dims 1024,1024,512,256,1 --batch_size "$batch" --optimizer sgd --learning_rate 0.01
-       --warmup_steps 0 --synthetic_ids uniform --synthetic_dataset_valid_batches 1 --evals_per_epoch 0
+       --warmup_steps 0 --synthetic_ids uniform --synthetic_dataset_train_batches 4
+       --synthetic_dataset_valid_batches 1 --evals_per_epoch 0
        --backend cuda --print_freq 1000000)
 
 run_terarec() { # NAME FLAGS...: prints one JSON line

@@ -16,6 +16,7 @@
 #include "../common/check.h"
 #include "../common/file.h"
 #include "../common/param.h"
+#include "../loader_svc/dataset.h"
 #include "../loader_svc/feature_spec.h"
 #include "../worker/plan.h"
 
@@ -82,6 +83,7 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
         json_object_set_new(e, "embeddings", json_integer(w[r].embeddings));
         json_object_set_new(e, "optimizer_state", json_integer(w[r].opt_state));
         json_object_set_new(e, "mlp", json_integer(w[r].mlp));
+        json_object_set_new(e, "dense_params", json_integer(w[r].dense_params));
         json_object_set_new(e, "activations", json_integer(w[r].activations));
         json_object_set_new(e, "workspace", json_integer(w[r].workspace));
         json_object_set_new(e, "alltoall", json_integer(w[r].alltoall));
@@ -229,6 +231,13 @@ int plan_cmd_main(int argc, char **argv)
     }
     struct plan_shape sh = {0};
     TR_CHECK_GOTO(plan_shape_of(&c, opts, &fs, &split, &sh), rc, exit);
+    if (!job->dataset_path && job->batch_size > 0 && job->train_batches <= INT64_MAX / job->batch_size &&
+        job->test_batches <= INT64_MAX / job_test_batch(job)) {
+        /* synthetic data small enough to keep (DATASET_CACHE_BYTES) is kept on the
+         * first node: by the loader, or by rank 0 when it reads in-process */
+        const int64_t n[2] = {job->train_batches * job->batch_size, job->test_batches * job_test_batch(job)};
+        sh.source_cache = dataset_synthetic_cache_bytes(sh.num_features, sh.ntables, n, NULL);
+    }
     TR_CHECK_GOTO(job_check(job, JOB_MODEL), rc, exit);
     TR_CHECK_GOTO(job_check_shape(job, sh.num_features, sh.ntables, "the model"), rc, exit);
     const int world = c.nodes * c.per_node;

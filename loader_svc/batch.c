@@ -1,5 +1,6 @@
-/* batch.c: layout, allocation and checking of batch blocks. It does not fill
- * them (the readers in dataset.c do) nor move them (the worker and the loader do). */
+/* batch.c: layout, allocation, checking and copying of batch blocks. It does not
+ * read samples (the readers in dataset.c do) nor move blocks between processes
+ * (the worker and the loader do). */
 #define TR_SUBSYS TR_SUB_DATA
 #include "batch.h"
 
@@ -112,4 +113,39 @@ int batch_same_layout(const struct batch *a, const struct batch *b)
 {
     return a->bytes == b->bytes && a->cap == b->cap && a->num_features == b->num_features &&
            a->ntables == b->ntables;
+}
+
+enum tr_status batch_copy_samples(struct batch *dst, const struct batch *src, int64_t first, const int64_t *rows,
+                                  int64_t n)
+{
+    if (n < 0 || n > dst->cap || dst->num_features != src->num_features || dst->ntables != src->ntables ||
+        (!rows && (first < 0 || first > src->n - n)))
+        return TR_ERR_ARG;
+    if (rows)
+        for (int64_t k = 0; k < n; k++)
+            if (rows[k] < 0 || rows[k] >= src->n)
+                return TR_ERR_ARG;
+    const int64_t ld = src->num_ld; /* the same in dst: it depends on num_features only */
+    const float *snum = batch_num(src), *slab = batch_labels(src);
+    const int32_t *scat = batch_cat(src);
+    float *dnum = batch_num(dst), *dlab = batch_labels(dst);
+    int32_t *dcat = batch_cat(dst);
+    if (!rows) { /* a range: one copy per array (and per table) */
+        memcpy(dnum, snum + first * ld, (size_t)(n * ld) * sizeof(float));
+        memcpy(dlab, slab + first, (size_t)n * sizeof(float));
+        for (int t = 0; t < src->ntables; t++)
+            memcpy(dcat + t * dst->cap, scat + t * src->cap + first, (size_t)n * sizeof(int32_t));
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t i = rows[k];
+            memcpy(dnum + k * ld, snum + i * ld, (size_t)ld * sizeof(float));
+            dlab[k] = slab[i];
+            for (int t = 0; t < src->ntables; t++)
+                dcat[t * dst->cap + k] = scat[t * src->cap + i];
+        }
+    }
+    dst->n = n;
+    dst->split = src->split;
+    return TR_OK;
 }

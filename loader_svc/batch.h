@@ -78,6 +78,13 @@ enum tr_status batch_check(const struct batch *b, int64_t avail, const char *wha
  * over the other byte for byte. */
 int batch_same_layout(const struct batch *a, const struct batch *b);
 
+/* Copies n samples of src into dst's samples [0, n): src's samples rows[0 .. n), or
+ * [first, first + n) when rows is NULL; sets dst->n = n and dst->split to src's.
+ * TR_ERR_ARG when the shapes differ (num_features, ntables), n > dst->cap or a
+ * sample is outside src's [0, n). Thread-safe for distinct dst (uses OpenMP). */
+enum tr_status batch_copy_samples(struct batch *dst, const struct batch *src, int64_t first, const int64_t *rows,
+                                  int64_t n) TR_WUR;
+
 /* The payload. Pointers into the block; valid while it is. */
 static inline float *batch_num(const struct batch *b)
 {

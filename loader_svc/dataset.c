@@ -25,6 +25,45 @@ enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg 
     d->synth.rows = d->rows;
     d->nsamples[BATCH_TRAIN] = ntrain;
     d->nsamples[BATCH_TEST] = ntest;
+    (void)dataset_synthetic_cache_bytes(cfg->num_features, cfg->ntables, d->nsamples, d->keep);
+    return TR_OK;
+}
+
+int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int64_t nsamples[2], int keep[2])
+{
+    int64_t total = 0;
+    for (int s = 0; s < 2; s++) { /* BATCH_TRAIN first */
+        /* a sample takes at least 4 bytes (its label): more samples than that never fit */
+        const int64_t b = nsamples[s] > 0 && nsamples[s] <= DATASET_CACHE_BYTES / 4
+                              ? batch_bytes(nsamples[s], num_features, ntables)
+                              : -1;
+        const int k = b >= 0 && b <= DATASET_CACHE_BYTES - total;
+        if (k)
+            total += b;
+        if (keep)
+            keep[s] = k;
+    }
+    return total;
+}
+
+/* Split s of the synthetic dataset kept whole (made now on its first use), or NULL
+ * in *out when it is generated batch by batch. */
+static enum tr_status synth_cached(struct dataset *d, enum batch_split s, struct batch **out)
+{
+    *out = NULL;
+    if (!d->keep[s])
+        return TR_OK;
+    if (!d->cache[s]) {
+        struct batch *c;
+        TR_CHECK(batch_new(d->nsamples[s], d->num_features, d->ntables, &c));
+        enum tr_status rc = synth_fill(&d->synth, s, 0, d->nsamples[s], c);
+        if (rc != TR_OK) {
+            batch_free(&c);
+            return rc;
+        }
+        d->cache[s] = c;
+    }
+    *out = d->cache[s];
     return TR_OK;
 }
 
@@ -64,8 +103,11 @@ enum tr_status dataset_fill(struct dataset *d, enum batch_split s, int64_t first
     if (first < 0 || n < 0 || first + n > d->nsamples[s])
         return TR_ERR_ARG;
     b->split = (int32_t)s;
-    if (d->kind == DATASET_SYNTHETIC)
-        return synth_fill(&d->synth, s, first, n, b);
+    if (d->kind == DATASET_SYNTHETIC) {
+        struct batch *c;
+        TR_CHECK(synth_cached(d, s, &c));
+        return c ? batch_copy_samples(b, c, first, NULL, n) : synth_fill(&d->synth, s, first, n, b);
+    }
     return sb_fill(&d->sb[s], first, n, b, &d->nonfinite_replaced[s]);
 }
 
@@ -76,8 +118,11 @@ enum tr_status dataset_gather(struct dataset *d, enum batch_split s, const int64
         if (rows[k] < 0 || rows[k] >= d->nsamples[s])
             return TR_ERR_ARG;
     b->split = (int32_t)s;
-    if (d->kind == DATASET_SYNTHETIC)
-        return synth_gather(&d->synth, s, rows, n, b);
+    if (d->kind == DATASET_SYNTHETIC) {
+        struct batch *c;
+        TR_CHECK(synth_cached(d, s, &c));
+        return c ? batch_copy_samples(b, c, 0, rows, n) : synth_gather(&d->synth, s, rows, n, b);
+    }
     return sb_gather(&d->sb[s], rows, n, b, &d->nonfinite_replaced[s]);
 }
 
@@ -86,6 +131,8 @@ void dataset_close(struct dataset *d)
     sb_close(&d->sb[BATCH_TRAIN]);
     sb_close(&d->sb[BATCH_TEST]);
     feature_spec_release(&d->fs);
+    batch_free(&d->cache[BATCH_TRAIN]);
+    batch_free(&d->cache[BATCH_TEST]);
     tr_free(d->rows);
     tr_free(d->source);
     memset(d, 0, sizeof *d);

@@ -29,9 +29,23 @@ struct dataset {
     struct feature_spec fs;
     struct sb_split sb[2];
     int64_t nonfinite_replaced[2]; /* per split: non-finite numerical values replaced by 0 so far */
+    int keep[2];                   /* per split: a synthetic split small enough to keep */
+    struct batch *cache[2];        /* per split kept: all its samples, made on its first read */
 };
 
-/* The synthetic dataset with ntrain / ntest samples. cfg->rows is copied. */
+/* A synthetic split is generated once and kept when it fits in this many bytes (the
+ * training split first, then the test split in what is left): a sample costs about a
+ * hundred hashes to make and a copy to serve, so a run that goes over a few synthetic
+ * batches many times (a benchmark's --synthetic_dataset_train_batches 4) pays the
+ * copy only. A larger split is generated batch by batch. */
+#define DATASET_CACHE_BYTES ((int64_t)256 << 20)
+
+/* Which synthetic splits of these sizes are kept (keep[s], may be NULL) and the bytes
+ * they take: what `terarec plan` counts on the first node. */
+int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int64_t nsamples[2], int keep[2]);
+
+/* The synthetic dataset with ntrain / ntest samples. cfg->rows is copied. Its
+ * splits are kept in memory when they fit DATASET_CACHE_BYTES. */
 enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
                                       int64_t ntest) TR_WUR;
 

@@ -157,6 +157,8 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
     s->rows = d->rows;
     s->desc = d->source;
     s->nonfinite_replaced = d->nonfinite_replaced;
+    if (d->kind == DATASET_SYNTHETIC)
+        s->cache_bytes = dataset_synthetic_cache_bytes(d->num_features, d->ntables, d->nsamples, NULL);
     for (int k = 0; k < 2; k++) {
         s->nsamples[k] = d->nsamples[k];
         s->batch[k] = r->batch[k];

@@ -58,6 +58,8 @@ struct source {
     const char *desc;         /* "synthetic" or the FeatureSpec path, for messages */
     const int64_t *nonfinite_replaced; /* (2) per split: NaN/inf numerical values replaced by 0 so far
                                           (--nonfinite_inputs zero); valid while open */
+    int64_t cache_bytes;      /* what it keeps in this process's memory: the reader's synthetic
+                                 splits (DATASET_CACHE_BYTES); 0 for the loader's ring */
 };
 
 /* The in-process reader of the job's dataset (synthetic, or split binary with its

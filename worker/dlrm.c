@@ -220,6 +220,7 @@ static void layer_setup(struct dlrm_layer *L, const char *kind, int idx, int in,
 struct sizes {
     int has_bottom, n, num_ld, dp_bottom, mp_bottom, rank;
     int64_t top_in_w, nparams, top_param0, maxw, bottom_rows, hidden_bottom, hidden_top;
+    int64_t pstride;        /* nparams rounded up to 16 floats: where grads and accum start */
     int64_t cross_floats;   /* dcnv2 activations per local sample */
     int64_t emb_rows_bytes; /* embedding tables (+ Adagrad state) held here */
     int64_t emb_state_bytes; /* the Adagrad state among them */
@@ -296,8 +297,12 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
         in = c->top[l];
     }
     z->nparams = np;
+    /* params, grads and state each start 64-byte aligned: the weight-gradient GEMMs
+     * write into grads, and cuBLASLt picks slower kernels (or none: fp32 fallback)
+     * for pointers aligned to 4 bytes only */
+    z->pstride = (np + 15) / 16 * 16;
     z->maxw = maxw;
-    z->dense_bytes = (size_t)np * sizeof(float) * (c->optim != KERN_OPT_SGD ? 3u : 2u);
+    z->dense_bytes = (size_t)z->pstride * sizeof(float) * (c->optim != KERN_OPT_SGD ? 3u : 2u);
     for (int t = 0; t < c->ntables; t++) {
         int64_t col0, width;
         table_part(c, t, &col0, &width);
@@ -339,7 +344,8 @@ void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, 
     struct sizes z;
     compute_sizes(cfg, &z);
     b->dense = (int64_t)z.dense_bytes;
-    b->dense_state = cfg->optim != KERN_OPT_SGD ? z.nparams * (int64_t)sizeof(float) : 0;
+    b->dense_state = cfg->optim != KERN_OPT_SGD ? z.pstride * (int64_t)sizeof(float) : 0;
+    b->dense_params = z.nparams;
     b->embeddings = z.emb_rows_bytes;
     b->emb_state = z.emb_state_bytes;
     b->workspace = (int64_t)ws_bytes_for(cfg, &z, be) + z.sumsq_n * (int64_t)sizeof(double);
@@ -397,8 +403,8 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     TR_CHECK_GOTO(kern_alloc(be, m->dense_bytes, (void **)&dense, "the MLP parameters, gradients and state"), rc,
                   fail);
     m->params = dense;
-    m->grads = dense + z.nparams;
-    m->accum = cfg->optim != KERN_OPT_SGD ? dense + 2 * z.nparams : NULL;
+    m->grads = dense + z.pstride;
+    m->accum = cfg->optim != KERN_OPT_SGD ? dense + 2 * z.pstride : NULL;
     {
         int64_t o = 0;
         for (int part = 0; part < 2; part++) {
@@ -775,7 +781,8 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
 {
     memset(b, 0, sizeof *b);
     b->dense = (int64_t)m->dense_bytes;
-    b->dense_state = m->accum ? m->nparams * (int64_t)sizeof(float) : 0;
+    b->dense_state = m->accum ? (int64_t)(m->dense_bytes / 3) : 0;
+    b->dense_params = m->nparams;
     for (int t = 0; t < m->cfg.ntables; t++) {
         const int64_t state = m->tables[t].accum ? (int64_t)m->tables[t].accum_bytes : 0;
         b->embeddings += (int64_t)m->tables[t].bytes + state;

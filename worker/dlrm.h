@@ -102,6 +102,7 @@ struct dlrm_bytes {
     int64_t activations; /* activations of the largest batch + embedding workspace
                             (+ the row-wise sums of squares of column slices) */
     int64_t dense_state, emb_state, workspace;
+    int64_t dense_params; /* parameters in dense (each of its blocks starts 64-byte aligned) */
 };
 
 /* Validates cfg and allocates the model on `be` (borrowed; it must outlive the

@@ -70,7 +70,9 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->workspace = b.workspace;
     w->activations = b.activations - b.workspace;
     w->alltoall = hybrid_buffer_bytes(&sp, s->ntables, job->embedding_dim, mc.max_global);
-    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1);
+    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1) +
+              (rank == 0 ? s->source_cache : 0);
+    w->dense_params = b.dense_params;
     const int cuda = be && be->i && !strcmp(be->i->name, "cuda");
     /* rank 0: the test set's logits and labels, and the metrics op's working memory
      * while it runs (kern_auc_exact's 16 bytes per sample on the cpu) */

@@ -21,6 +21,8 @@ struct plan_shape {
     int ntables;
     const int64_t *rows;  /* (ntables), borrowed */
     int64_t test_samples; /* rank 0 keeps their logits and labels */
+    int64_t source_cache; /* host bytes rank 0's data source keeps (source.cache_bytes: the
+                             synthetic splits when they fit DATASET_CACHE_BYTES) */
 };
 
 struct plan_worker {
@@ -33,7 +35,10 @@ struct plan_worker {
     int64_t activations;         /* activations of the largest local batch */
     int64_t workspace;           /* embedding update workspace */
     int64_t alltoall;            /* the step's buffers: all-to-all, bottom output, gathered logits */
-    int64_t data;                /* batch blocks: the step's, and rank 0's host block */
+    int64_t data;                /* batch blocks: the step's, and rank 0's host block and
+                                    what its data source keeps (plan_shape.source_cache) */
+    int64_t dense_params;        /* MLP (and cross layer) parameters: mlp holds them and their
+                                    gradients, each block rounded up to 64 bytes */
     int64_t eval;                /* rank 0: logits and labels of the test set, in backend
                                     memory, and the metrics op's working memory while it
                                     runs (kern_metrics_ws_bytes on cuda, 16 bytes per

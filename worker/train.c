@@ -243,6 +243,15 @@ static void check_fabric(struct train *T)
     }
 }
 
+/* What the memory plan needs to know of the data: its shape, and what rank 0's
+ * source keeps in memory. */
+static struct plan_shape src_shape(const struct train *T)
+{
+    const struct plan_shape s = {T->src.num_features, T->src.ntables, T->src.rows, T->src.nsamples[BATCH_TEST],
+                                 T->src.cache_bytes};
+    return s;
+}
+
 /* Every rank's plan against the memory left to it, decided on rank 0 (which
  * knows every rank's plan and, from the records, which ranks share a node or a
  * cgroup) before anything large is allocated; the verdict is shared. */
@@ -270,8 +279,7 @@ static enum tr_status check_memory(struct train *T)
             rooms[q] = all[q].r;
             hosts[q] = all[q].host;
         }
-        const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
-                                         T->src.nsamples[BATCH_TEST]};
+        const struct plan_shape shape = src_shape(T);
         struct job_cfg job = T->c->job;
         job.ckpt_staging = train_saves_checkpoints(T);
         verdict = plan_check_room(&job, &shape, &T->be, W, rooms, hosts);
@@ -445,7 +453,16 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
                   kern_blas_info());
     }
     if (rank == 0) {
-        TR_CHECK(batch_new(mc.max_global, s->num_features, s->ntables, &T->blk));
+        const int64_t bytes = batch_bytes(mc.max_global, s->num_features, s->ntables);
+        void *mem = NULL;
+        TR_CHECK(T->be.i->host_alloc(T->be.ctx, (size_t)bytes, &mem));
+        enum tr_status rc = batch_format(mem, bytes, mc.max_global, s->num_features, s->ntables);
+        if (rc != TR_OK) { /* not 64-byte aligned */
+            T->be.i->host_release(T->be.ctx, mem, (size_t)bytes);
+            return rc;
+        }
+        T->blk = mem;
+        T->blk_bytes = bytes;
         const int64_t ntest = s->nsamples[BATCH_TEST];
         if (ntest > 0) { /* in backend memory: the metrics op runs where the logits are */
             void *p = NULL;
@@ -1019,8 +1036,7 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     if (rc == TR_OK)
         rc = comm_gather_host(&T->comm, &dev_peak, sizeof dev_peak, dpeaks, 0);
     if (rc == TR_OK && T->dist.rank == 0) {
-        const struct plan_shape shape = {T->src.num_features, T->src.ntables, T->src.rows,
-                                         T->src.nsamples[BATCH_TEST]};
+        const struct plan_shape shape = src_shape(T);
         json_t *m = json_object(), *pk = json_array(), *pl = json_array();
         json_t *dpk = dpeaks[0] >= 0 ? json_array() : NULL, *dpl = dpeaks[0] >= 0 ? json_array() : NULL;
         for (int q = 0; q < W && rc == TR_OK; q++) {
@@ -1128,7 +1144,9 @@ void train_close(struct train *T)
 {
     hybrid_free(&T->h);
     dlrm_free(&T->m);
-    batch_free(&T->blk);
+    if (T->blk && T->be.i)
+        T->be.i->host_release(T->be.ctx, T->blk, (size_t)T->blk_bytes);
+    T->blk = NULL;
     source_close(&T->src);
     events_close(&T->ev);
     report_free(&T->rep); /* after its sink */

@@ -43,7 +43,10 @@ struct train {
     int64_t *rows;              /* (ntables) on ranks other than 0: the tables' rows */
     struct dlrm *m;
     struct hybrid *h;
-    struct batch *blk;          /* rank 0: the host block batches are read into */
+    struct batch *blk;          /* rank 0: the host block batches are read into, in the
+                                   backend's host memory (page-locked on CUDA: its copy to
+                                   the GPU runs at the link's speed) */
+    int64_t blk_bytes;          /* its allocation */
     struct batch hdr;           /* header of the last shared batch */
     struct events ev;
     struct report *rep;         /* the launcher (--events_addr); NULL without one */

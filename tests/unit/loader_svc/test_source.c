@@ -44,6 +44,9 @@ static void sequence_and_positions(void)
     TH_EQ(s.nsamples[BATCH_TEST], 14);
     TH_EQ(s.nbatches[BATCH_TRAIN], 4);
     TH_EQ(s.nbatches[BATCH_TEST], 2);
+    /* small synthetic splits are kept whole (and served from there: compared below
+     * with samples synth_fill makes) */
+    TH_EQ(s.cache_bytes, batch_bytes(40, 5, 3) + batch_bytes(14, 5, 3));
     struct batch *b = NULL, *ref = NULL;
     TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
     TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);

@@ -1,12 +1,14 @@
 /* test_synth.c: the synthetic dataset is a pure function of (seed, split, sample):
  * deterministic, sliceable at any offset, ids in range with the promised
- * distribution, and labels that follow the teacher (so the data is learnable). */
+ * distribution, and labels that follow the teacher (so the data is learnable);
+ * a dataset that keeps its splits in memory serves the same bytes. */
 #include <math.h>
 #include <string.h>
 
 #include "../../../common/check.h"
 #include "../../../common/harness.h"
 #include "../../../kernels/metrics.h"
+#include "../../../loader_svc/dataset.h"
 #include "../../../loader_svc/synth.h"
 
 static const int64_t rows[4] = {1000, 7, 100000, 1};
@@ -152,6 +154,104 @@ static void bad_shapes(void)
     batch_free(&a);
 }
 
+static int same_samples(const struct batch *a, const struct batch *b)
+{
+    if (a->n != b->n || a->split != b->split || a->num_ld != b->num_ld || a->ntables != b->ntables)
+        return 0;
+    if (memcmp(batch_num(a), batch_num(b), (size_t)(a->n * a->num_ld) * sizeof(float)) ||
+        memcmp(batch_labels(a), batch_labels(b), (size_t)a->n * sizeof(float)))
+        return 0;
+    for (int t = 0; t < a->ntables; t++)
+        if (memcmp(batch_cat(a) + t * a->cap, batch_cat(b) + t * b->cap, (size_t)a->n * sizeof(int32_t)))
+            return 0;
+    return 1;
+}
+
+/* dataset_fill and dataset_gather of a kept dataset (made whole on first use) give
+ * the bytes that synth_fill / synth_gather make for the same samples, in both
+ * splits, for ranges anywhere (the last, partial one too) and any order. */
+static void cached_equals_generated(void)
+{
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct dataset d;
+    TH_EQ_ST_REQ(dataset_open_synthetic(&d, &c, 1000, 300), TR_OK);
+    TH_CHECK(d.keep[BATCH_TRAIN] && d.keep[BATCH_TEST]);
+    TH_CHECK(d.cache[BATCH_TRAIN] == NULL && d.cache[BATCH_TEST] == NULL); /* nothing made before a read */
+    struct batch *a = NULL, *b = NULL;
+    TH_EQ_ST_REQ(batch_new(128, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(128, 13, 4, &b), TR_OK);
+    const int64_t firsts[] = {0, 128, 872, 999};
+    for (int s = 0; s < 2; s++) {
+        const int64_t ns = d.nsamples[s];
+        for (size_t k = 0; k < TR_ARRAY_SIZE(firsts); k++) {
+            const int64_t first = TR_MIN(firsts[k], ns - 1), n = TR_MIN(128, ns - first);
+            TH_EQ_ST(dataset_fill(&d, (enum batch_split)s, first, n, a), TR_OK);
+            TH_EQ_ST(synth_fill(&c, (enum batch_split)s, first, n, b), TR_OK);
+            TH_CHECKF(same_samples(a, b), "split %d, samples [%lld, +%lld)", s, (long long)first, (long long)n);
+        }
+        TH_CHECK(d.cache[s] != NULL && d.cache[s]->n == ns);
+        int64_t idx[128];
+        for (int k = 0; k < 128; k++)
+            idx[k] = (int64_t)((uint64_t)(k * 7919 + 13 * s) % (uint64_t)ns);
+        idx[0] = ns - 1;
+        TH_EQ_ST(dataset_gather(&d, (enum batch_split)s, idx, 128, a), TR_OK);
+        TH_EQ_ST(synth_gather(&c, (enum batch_split)s, idx, 128, b), TR_OK);
+        TH_CHECKF(same_samples(a, b), "split %d, gathered", s);
+        idx[5] = ns; /* outside the split */
+        TH_EQ_ST(dataset_gather(&d, (enum batch_split)s, idx, 128, a), TR_ERR_ARG);
+        TH_EQ_ST(dataset_fill(&d, (enum batch_split)s, ns - 10, 11, a), TR_ERR_ARG);
+    }
+    /* a block of another shape is refused, not overrun */
+    struct batch *small = NULL;
+    TH_EQ_ST_REQ(batch_new(128, 13, 3, &small), TR_OK);
+    TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, 0, 10, small), TR_ERR_ARG);
+    TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, 0, 129, a), TR_ERR_ARG);
+    batch_free(&small);
+    batch_free(&a);
+    batch_free(&b);
+    dataset_close(&d);
+}
+
+/* A split that does not fit DATASET_CACHE_BYTES (the training split first, the test
+ * split in what is left) is generated batch by batch, with the same samples. */
+static void large_not_kept(void)
+{
+    const int64_t per = (batch_bytes(1024, 13, 4) - batch_bytes(0, 13, 4)) / 1024; /* bytes a sample */
+    TH_CHECK(per > 0);
+    const int64_t half = DATASET_CACHE_BYTES / per / 2;
+    int keep[2];
+    int64_t fits[2] = {half / 2, half / 2};
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, fits, keep), batch_bytes(half / 2, 13, 4) * 2);
+    TH_CHECK(keep[0] && keep[1]);
+    int64_t test_over[2] = {half, half + 4096}; /* the test split is over what the train split left */
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, test_over, keep), batch_bytes(half, 13, 4));
+    TH_CHECK(keep[0] && !keep[1]);
+    int64_t train_over[2] = {2 * half + 4096, 300};
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, train_over, keep), batch_bytes(300, 13, 4));
+    TH_CHECK(!keep[0] && keep[1]);
+    int64_t huge[2] = {(int64_t)1 << 40, -1};
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, huge, keep), 0);
+    TH_CHECK(!keep[0] && !keep[1]);
+    struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
+    struct dataset d;
+    TH_EQ_ST_REQ(dataset_open_synthetic(&d, &c, train_over[0], train_over[1]), TR_OK);
+    TH_CHECK(!d.keep[BATCH_TRAIN] && d.keep[BATCH_TEST]);
+    struct batch *a = NULL, *b = NULL;
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, &b), TR_OK);
+    TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, train_over[0] - 64, 64, a), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, train_over[0] - 64, 64, b), TR_OK);
+    TH_CHECK(same_samples(a, b));
+    TH_CHECK(d.cache[BATCH_TRAIN] == NULL);
+    TH_EQ_ST(dataset_fill(&d, BATCH_TEST, 236, 64, a), TR_OK);
+    TH_EQ_ST(synth_fill(&c, BATCH_TEST, 236, 64, b), TR_OK);
+    TH_CHECK(same_samples(a, b));
+    TH_CHECK(d.cache[BATCH_TEST] != NULL);
+    batch_free(&a);
+    batch_free(&b);
+    dataset_close(&d);
+}
+
 static const struct th_case cases[] = {
     {"deterministic_and_sliceable", deterministic_and_sliceable},
     {"value_ranges", value_ranges},
@@ -159,6 +259,8 @@ static const struct th_case cases[] = {
     {"uniform_ids", uniform_ids},
     {"labels_follow_teacher", labels_follow_teacher},
     {"bad_shapes", bad_shapes},
+    {"cached_equals_generated", cached_equals_generated},
+    {"large_not_kept", large_not_kept},
 };
 
 int main(int argc, char **argv)

@@ -15,6 +15,7 @@
 #include "../../../common/harness.h"
 #include "../../../kernels/kmath.h"
 #include "../../../loader_svc/synth.h"
+#include "../../../worker/dlrm_internal.h" /* dense_blocks_aligned looks at the layout */
 #include "../../../worker/solo.h"
 
 static const int64_t rows4[4] = {30, 7, 50, 7};
@@ -412,6 +413,30 @@ static void memory_accounting(void)
     kern_backend_close(&be);
 }
 
+/* The dense parameters, their gradients and their Adagrad state each start 64-byte
+ * aligned whatever the parameter count (odd here: the last layer's bias of 1), so the
+ * weight-gradient GEMMs write to aligned memory. */
+static void dense_blocks_aligned(void)
+{
+    struct kern_backend be = open_cpu(1);
+    for (int opt = 0; opt < 2; opt++) {
+        struct dlrm *m = NULL;
+        struct dlrm_cfg c = small_cfg(13);
+        c.optim = opt ? KERN_OPT_ADAGRAD : KERN_OPT_SGD;
+        TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
+        TH_CHECKF(m->nparams % 2 == 1, "%lld parameters: the case needs an odd count", (long long)m->nparams);
+        TH_CHECK(((uintptr_t)m->params & 63) == 0);
+        TH_CHECK(((uintptr_t)m->grads & 63) == 0);
+        TH_CHECK(m->grads >= m->params + m->nparams);
+        if (opt) {
+            TH_CHECK(m->accum && ((uintptr_t)m->accum & 63) == 0);
+            TH_CHECK(m->accum >= m->grads + m->nparams);
+        }
+        dlrm_free(&m);
+    }
+    kern_backend_close(&be);
+}
+
 static void alloc_failures(void)
 {
     struct kern_backend be = open_cpu(1);
@@ -450,6 +475,7 @@ static const struct th_case cases[] = {
     {"bad_batches", bad_batches},
     {"memory_accounting", memory_accounting},
     {"alloc_failures", alloc_failures},
+    {"dense_blocks_aligned", dense_blocks_aligned},
 };
 
 int main(int argc, char **argv)

@@ -38,12 +38,12 @@ static void by_hand(void)
     struct job_cfg j;
     int64_t bottom[1], top[2];
     tiny_job(&j, bottom, top);
-    const struct plan_shape sh = {3, 2, rows2, 100};
+    const struct plan_shape sh = {3, 2, rows2, 100, 0};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     /* dense: bottom 8x4+4, top 8x2+2 (interaction width 4 + 3 pairs -> 8), 2x1+1 = 57
-     * parameters, each with a gradient */
-    TH_EQ(w.mlp, 57 * 4 * 2);
+     * parameters, each with a gradient; both blocks start 64-byte aligned (64 floats) */
+    TH_EQ(w.mlp, 64 * 4 * 2);
     TH_EQ(w.opt_state, 0);
     TH_EQ(w.embeddings, (10 + 20) * 4 * 4);
     TH_EQ(w.tables_held, 2);
@@ -70,6 +70,13 @@ static void by_hand(void)
     TH_EQ(w1.embeddings, (10 + 20) * 2 * 4);
     TH_EQ(w1.alltoall, 5 * (2 * 2) * 4 + 3 * (2 * 2) * 4 + 8 + 2 * 6 * 8);
     TH_EQ(w1.data, 448);
+    /* synthetic splits kept by rank 0's reader count on rank 0 only, in its host memory */
+    const struct plan_shape kept = {3, 2, rows2, 100, 1000};
+    struct plan_worker k0, k1;
+    TH_EQ_ST_REQ(plan_worker_bytes(&j, &kept, &be, 2, 0, &k0), TR_OK);
+    TH_EQ_ST_REQ(plan_worker_bytes(&j, &kept, &be, 2, 1, &k1), TR_OK);
+    TH_EQ(k0.data, 2 * 448 + 1000);
+    TH_EQ(k1.data, 448);
     TH_EQ(w1.eval, 0);
     TH_EQ(w1.activations, (3 * 44 + 3 * 8) * 4 + 64); /* the largest slice: 3 samples */
     kern_backend_close(&be);
@@ -96,7 +103,7 @@ static void plan_is_allocation(void)
     int64_t bottom[1], top[2];
     tiny_job(&j, bottom, top);
     j.optimizer = JOB_OPT_ADAGRAD;
-    const struct plan_shape sh = {3, 2, rows2, 0};
+    const struct plan_shape sh = {3, 2, rows2, 0, 0};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     struct tr_alloc_stats s0, s1;
