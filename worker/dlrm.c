@@ -298,8 +298,9 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
     }
     z->nparams = np;
     /* params, grads and state each start 64-byte aligned: the weight-gradient GEMMs
-     * write into grads, and cuBLASLt picks slower kernels (or none: fp32 fallback)
-     * for pointers aligned to 4 bytes only */
+     * write into grads, and cuBLASLt's heuristics offer only its kernels for 4-byte
+     * alignment (no vector loads) when a pointer has no more (dense.cu passes each
+     * pointer's alignment) */
     z->pstride = (np + 15) / 16 * 16;
     z->maxw = maxw;
     z->dense_bytes = (size_t)z->pstride * sizeof(float) * (c->optim != KERN_OPT_SGD ? 3u : 2u);
