@@ -115,6 +115,19 @@ int batch_same_layout(const struct batch *a, const struct batch *b)
            a->ntables == b->ntables;
 }
 
+int batch_same_samples(const struct batch *a, const struct batch *b)
+{
+    if (a->n != b->n || a->split != b->split || a->num_features != b->num_features || a->ntables != b->ntables)
+        return 0;
+    if (memcmp(batch_num(a), batch_num(b), (size_t)(a->n * a->num_ld) * sizeof(float)) ||
+        memcmp(batch_labels(a), batch_labels(b), (size_t)a->n * sizeof(float)))
+        return 0;
+    for (int t = 0; t < a->ntables; t++)
+        if (memcmp(batch_cat(a) + t * a->cap, batch_cat(b) + t * b->cap, (size_t)a->n * sizeof(int32_t)))
+            return 0;
+    return 1;
+}
+
 enum tr_status batch_copy_samples(struct batch *dst, const struct batch *src, int64_t first, const int64_t *rows,
                                   int64_t n)
 {

@@ -78,6 +78,10 @@ enum tr_status batch_check(const struct batch *b, int64_t avail, const char *wha
  * over the other byte for byte. */
 int batch_same_layout(const struct batch *a, const struct batch *b);
 
+/* True when two blocks hold the same samples: the same n, split and shape, and the
+ * same bytes in samples [0, n) of every array (their capacities may differ). */
+int batch_same_samples(const struct batch *a, const struct batch *b);
+
 /* Copies n samples of src into dst's samples [0, n): src's samples rows[0 .. n), or
  * [first, first + n) when rows is NULL; sets dst->n = n and dst->split to src's.
  * TR_ERR_ARG when the shapes differ (num_features, ntables), n > dst->cap or a

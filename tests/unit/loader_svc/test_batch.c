@@ -1,7 +1,7 @@
 /* test_batch.c: the batch block: its layout (offsets, alignment, size) worked out
  * by hand, a block formatted in foreign memory (as in a shared-memory ring) read
- * back through its offsets alone, and batch_check refusing damaged headers field
- * by field. */
+ * back through its offsets alone, batch_check refusing damaged headers field
+ * by field, and copying and comparing samples between blocks of other capacities. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,10 +98,67 @@ static void damaged_headers(void)
     batch_free(&b);
 }
 
+/* batch_copy_samples of a range and of rows, between blocks of capacities 7 and 5,
+ * checked value by value; batch_same_samples sees every byte of samples [0, n)
+ * (and none past n) and refuses other shapes. */
+static void copy_and_compare(void)
+{
+    struct batch *src = NULL, *a = NULL, *b = NULL, *other = NULL;
+    TH_EQ_ST_REQ(batch_new(7, 3, 2, &src), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 3, 2, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(6, 3, 2, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 3, 1, &other), TR_OK);
+    src->n = 7;
+    src->split = BATCH_TEST;
+    for (int i = 0; i < 7; i++) {
+        for (int j = 0; j < 3; j++)
+            batch_num(src)[i * src->num_ld + j] = (float)(10 * i + j);
+        batch_labels(src)[i] = (float)(i & 1);
+        for (int t = 0; t < 2; t++)
+            batch_cat(src)[t * src->cap + i] = 100 * t + i;
+    }
+    TH_EQ_ST(batch_copy_samples(a, src, 2, NULL, 5), TR_OK); /* samples 2..6 */
+    const int64_t rows[5] = {2, 3, 4, 5, 6};
+    TH_EQ_ST(batch_copy_samples(b, src, 0, rows, 5), TR_OK);
+    TH_EQ(a->n, 5);
+    TH_EQ(a->split, BATCH_TEST);
+    for (int k = 0; k < 5; k++) {
+        TH_EQ(batch_num(a)[k * a->num_ld + 1], (float)(10 * (k + 2) + 1));
+        TH_EQ(batch_labels(a)[k], (float)((k + 2) & 1));
+        TH_EQ(batch_cat(a)[a->cap + k], 100 + k + 2);
+    }
+    TH_CHECK(batch_same_samples(a, b));
+    batch_cat(b)[b->cap + 5] = -1; /* past n: not a sample */
+    TH_CHECK(batch_same_samples(a, b));
+    batch_cat(b)[b->cap + 4] = -1; /* the last sample's id in table 1 */
+    TH_CHECK(!batch_same_samples(a, b));
+    batch_cat(b)[b->cap + 4] = batch_cat(a)[a->cap + 4];
+    batch_labels(b)[0] = 2.0f;
+    TH_CHECK(!batch_same_samples(a, b));
+    batch_labels(b)[0] = batch_labels(a)[0];
+    batch_num(b)[4 * b->num_ld + 2] += 1.0f;
+    TH_CHECK(!batch_same_samples(a, b));
+    batch_num(b)[4 * b->num_ld + 2] -= 1.0f;
+    TH_CHECK(batch_same_samples(a, b));
+    b->n = 4;
+    TH_CHECK(!batch_same_samples(a, b));
+    /* refused: another shape, more than the capacity, outside the source */
+    TH_EQ_ST(batch_copy_samples(other, src, 0, NULL, 3), TR_ERR_ARG);
+    TH_EQ_ST(batch_copy_samples(a, src, 0, NULL, 6), TR_ERR_ARG);
+    TH_EQ_ST(batch_copy_samples(a, src, 3, NULL, 5), TR_ERR_ARG);
+    const int64_t bad[2] = {0, 7};
+    TH_EQ_ST(batch_copy_samples(a, src, 0, bad, 2), TR_ERR_ARG);
+    batch_free(&src);
+    batch_free(&a);
+    batch_free(&b);
+    batch_free(&other);
+}
+
 static const struct th_case cases[] = {
     {"layout", layout},
     {"foreign_memory", foreign_memory},
     {"damaged_headers", damaged_headers},
+    {"copy_and_compare", copy_and_compare},
 };
 
 int main(int argc, char **argv)

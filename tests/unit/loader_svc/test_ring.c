@@ -88,15 +88,7 @@ static int wait_exit(pid_t pid, double secs)
 
 static int same_batch(const struct batch *a, const struct batch *b)
 {
-    if (a->n != b->n || a->index != b->index || a->split != b->split)
-        return 0;
-    if (memcmp(batch_num(a), batch_num(b), (size_t)(a->n * a->num_ld) * sizeof(float)) ||
-        memcmp(batch_labels(a), batch_labels(b), (size_t)a->n * sizeof(float)))
-        return 0;
-    for (int t = 0; t < a->ntables; t++)
-        if (memcmp(batch_cat(a) + t * a->cap, batch_cat(b) + t * b->cap, (size_t)a->n * sizeof(int32_t)))
-            return 0;
-    return 1;
+    return a->index == b->index && batch_same_samples(a, b);
 }
 
 /* CPU seconds (user + system) of a process, from /proc. */

@@ -154,19 +154,6 @@ static void bad_shapes(void)
     batch_free(&a);
 }
 
-static int same_samples(const struct batch *a, const struct batch *b)
-{
-    if (a->n != b->n || a->split != b->split || a->num_ld != b->num_ld || a->ntables != b->ntables)
-        return 0;
-    if (memcmp(batch_num(a), batch_num(b), (size_t)(a->n * a->num_ld) * sizeof(float)) ||
-        memcmp(batch_labels(a), batch_labels(b), (size_t)a->n * sizeof(float)))
-        return 0;
-    for (int t = 0; t < a->ntables; t++)
-        if (memcmp(batch_cat(a) + t * a->cap, batch_cat(b) + t * b->cap, (size_t)a->n * sizeof(int32_t)))
-            return 0;
-    return 1;
-}
-
 /* dataset_fill and dataset_gather of a kept dataset (made whole on first use) give
  * the bytes that synth_fill / synth_gather make for the same samples, in both
  * splits, for ranges anywhere (the last, partial one too) and any order. */
@@ -187,7 +174,7 @@ static void cached_equals_generated(void)
             const int64_t first = TR_MIN(firsts[k], ns - 1), n = TR_MIN(128, ns - first);
             TH_EQ_ST(dataset_fill(&d, (enum batch_split)s, first, n, a), TR_OK);
             TH_EQ_ST(synth_fill(&c, (enum batch_split)s, first, n, b), TR_OK);
-            TH_CHECKF(same_samples(a, b), "split %d, samples [%lld, +%lld)", s, (long long)first, (long long)n);
+            TH_CHECKF(batch_same_samples(a, b), "split %d, samples [%lld, +%lld)", s, (long long)first, (long long)n);
         }
         TH_CHECK(d.cache[s] != NULL && d.cache[s]->n == ns);
         int64_t idx[128];
@@ -196,7 +183,7 @@ static void cached_equals_generated(void)
         idx[0] = ns - 1;
         TH_EQ_ST(dataset_gather(&d, (enum batch_split)s, idx, 128, a), TR_OK);
         TH_EQ_ST(synth_gather(&c, (enum batch_split)s, idx, 128, b), TR_OK);
-        TH_CHECKF(same_samples(a, b), "split %d, gathered", s);
+        TH_CHECKF(batch_same_samples(a, b), "split %d, gathered", s);
         idx[5] = ns; /* outside the split */
         TH_EQ_ST(dataset_gather(&d, (enum batch_split)s, idx, 128, a), TR_ERR_ARG);
         TH_EQ_ST(dataset_fill(&d, (enum batch_split)s, ns - 10, 11, a), TR_ERR_ARG);
@@ -241,11 +228,11 @@ static void large_not_kept(void)
     TH_EQ_ST_REQ(batch_new(64, 13, 4, &b), TR_OK);
     TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, train_over[0] - 64, 64, a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, train_over[0] - 64, 64, b), TR_OK);
-    TH_CHECK(same_samples(a, b));
+    TH_CHECK(batch_same_samples(a, b));
     TH_CHECK(d.cache[BATCH_TRAIN] == NULL);
     TH_EQ_ST(dataset_fill(&d, BATCH_TEST, 236, 64, a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TEST, 236, 64, b), TR_OK);
-    TH_CHECK(same_samples(a, b));
+    TH_CHECK(batch_same_samples(a, b));
     TH_CHECK(d.cache[BATCH_TEST] != NULL);
     batch_free(&a);
     batch_free(&b);
