@@ -72,23 +72,35 @@ for r in c.execute(sys.argv[2]):
     print("|".join("" if v is None else str(v) for v in r))
 PY
 }
+# poll QUERY (one value) every 50 ms in one python process, until TEST holds for it
+# or SECS pass: a python started per poll takes seconds on a loaded machine, where a
+# job of 600 steps passes the step it waits for and ends before the poll sees it
+poll() { # SECS TEST QUERY ARGS...
+    python3 - "$DB" "$@" <<'PY'
+import sqlite3, sys, time
+db, secs, test, query, args = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+end = time.monotonic() + secs
+while True:
+    v = None
+    try:
+        c = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=30)
+        row = c.execute(query, args).fetchone()
+        c.close()
+        v = row[0] if row else None
+    except sqlite3.Error:
+        pass
+    if v is not None and eval(test, {"v": v}):
+        sys.exit(0)
+    if time.monotonic() > end:
+        sys.exit(1)
+    time.sleep(0.05)
+PY
+}
 wait_step() { # NAME STEP [SECS]
-    local i s
-    for i in $(seq 1 $((${3:-90} * 10))); do
-        s=$(q "select max(m.step) from metrics m join runs r on r.id = m.run where r.name = '$1'" 2>/dev/null)
-        [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
-        sleep 0.1
-    done
-    return 1
+    poll "${3:-90}" "v >= $2" "select max(m.step) from metrics m join runs r on r.id = m.run where r.name = ?" "$1"
 }
 wait_status() { # NAME SECS: until the run's status is not running
-    local i s
-    for i in $(seq 1 $(($2 * 10))); do
-        s=$(q "select status from runs where name = '$1'" 2>/dev/null)
-        [ -n "$s" ] && [ "$s" != running ] && [ "$s" != preempted ] && return 0
-        sleep 0.1
-    done
-    return 1
+    poll "$2" "v not in ('running', 'preempted')" "select status from runs where name = ?" "$1"
 }
 wait_job() { # JOBID SECS: until the job left the queue
     local i
