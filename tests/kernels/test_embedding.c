@@ -169,8 +169,8 @@ static void ref_update(double *tab, int64_t ld, double *acc, int64_t accum_ld, i
 
 /* ---- emb_fwd ----------------------------------------------------------------------- */
 
-/* Runs emb_fwd for one configuration and checks values, padding and guards. */
-/* aligned: w a multiple of 4 with the column slice, ld and out_ld 16-byte aligned
+/* Runs emb_fwd for one configuration and checks values, padding and guards.
+ * aligned: w a multiple of 4 with the column slice, ld and out_ld 16-byte aligned
  * (a backend may then load rows in 16-byte vectors, as the CUDA one does); else
  * slices and strides that are not. */
 static void fwd_case(int64_t w, enum kern_dtype t, int mean, int64_t maxlen, uint64_t seed, int aligned)

@@ -2,8 +2,9 @@
  * against naive double references over n in {1,2,3,5,27} and d in {1,3,8,16,17,128},
  * with and without the bottom vector and with out_w wider than needed (the padding
  * must be exact zeros); one feature (no pairs) with NaN, inf and negative inputs:
- * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of the backward; argument errors
- * and failure of the ops' scratch allocation (CPU backend). Runs on every backend. */
+ * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of
+ * the backward; argument errors and failure of the ops' scratch allocation (CPU
+ * backend). Runs on every backend. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
