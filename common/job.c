@@ -130,8 +130,8 @@ static const struct job_decl decls[] = {
         "gradients reduced during the rest of the backward); results are the same either way", 1, 0, NULL, NULL, 0,
         NULL}},
     {JOB_PARALLEL, F(gpus_per_node), {"gpus_per_node", TR_OPT_INT, NULL, "0",
-        "cuda: GPUs each node uses, local rank -> device local_rank mod N; refused when fewer are visible (0: every "
-        "visible device)", 0, 1024, NULL, NULL, 0, NULL}},
+        "cuda: GPUs each node uses, local rank -> device local_rank mod N (a task bound to one GPU uses it); "
+        "refused when a node's workers see or use fewer (0: every visible device)", 0, 1024, NULL, NULL, 0, NULL}},
     {JOB_PARALLEL, F(collective_timeout), {"collective_timeout", TR_OPT_DOUBLE, NULL, "300",
         "seconds a collective waits for the other ranks before the job ends naming the silent ones (0: forever)",
         0, 1e9, NULL, NULL, 0, NULL}},

@@ -179,6 +179,12 @@ static void *cpu_queue(void *ctx)
     return NULL;
 }
 
+static const char *cpu_device_id(void *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
 static enum tr_status cpu_synchronize(void *ctx)
 {
     (void)ctx;
@@ -223,6 +229,7 @@ static const struct kern_backend_i cpu_iface = {
     .mark_rows = cpu_mark_rows,
     .metrics = cpu_metrics,
     .queue = cpu_queue,
+    .device_id = cpu_device_id,
     .synchronize = cpu_synchronize,
     .mem_peak = cpu_mem_peak,
     .destroy = cpu_destroy,

@@ -445,6 +445,10 @@ struct kern_backend_i {
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);
+    /* The device this instance computes on, by the identity nvidia-smi shows
+     * ("GPU-<uuid>"), which CUDA_VISIBLE_DEVICES and the scheduler's GPU binding
+     * do not change; NULL on the CPU. How workers find out they share a GPU. */
+    const char *(*device_id)(void *ctx);
     /* Waits until everything queued so far has finished. */
     enum tr_status (*synchronize)(void *ctx);
     /* The most backend memory this instance has held at once, its own buffers
@@ -473,7 +477,9 @@ struct kern_backend_opts {
     int sizing_only; /* an instance that only answers emb_update_ws_bytes (terarec plan
                         on a machine without the device): no device, no memory, no ops */
     int gpus;        /* CUDA with device -1: devices per node (--gpus_per_node), the device
-                        is local_rank mod gpus; more than are visible is refused (0: all) */
+                        is local_rank mod gpus; more than are visible is refused (0: all),
+                        except by a process that sees one device (bound to it by the
+                        scheduler), which takes that one */
 };
 
 /* Name of the k-th backend this build has, in preference order ("cuda", "cpu"

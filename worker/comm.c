@@ -186,6 +186,27 @@ enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *b
     return rc;
 }
 
+int comm_device_sharing(const struct dist_peer *peers, int n, int me, int *same)
+{
+    *same = -1;
+    const char *mine = NULL;
+    for (int k = 0; k < n; k++)
+        if (peers[k].rank == me && peers[k].str[0])
+            mine = peers[k].str;
+    int distinct = 0;
+    for (int k = 0; k < n; k++) {
+        if (!peers[k].str[0])
+            continue;
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = !strcmp(peers[j].str, peers[k].str);
+        distinct += !seen;
+        if (mine && *same < 0 && peers[k].rank != me && !strcmp(peers[k].str, mine))
+            *same = peers[k].rank;
+    }
+    return distinct;
+}
+
 enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out)
 {
     memset(out, 0, sizeof *out);

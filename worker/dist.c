@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/alloc.h"
 #include "../common/check.h"
 
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
@@ -158,28 +159,126 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
 #endif
 }
 
-enum tr_status dist_any(const struct dist_info *d, const char *key, int flag, int *any)
+enum tr_status dist_max(const struct dist_info *d, const char *key, int value, int *max)
 {
-    *any = flag != 0;
+    *max = value;
     if (!d->pmix)
         return TR_OK;
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
     pmix_value_t v;
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_INT;
-    v.data.integer = flag != 0;
+    v.data.integer = value;
     TR_CHECK(put_fence(key, &v));
-    for (int r = 0; r < d->world && !*any; r++) {
+    for (int r = 0; r < d->world; r++) {
         pmix_value_t *got = NULL;
         TR_CHECK(get_from(r, key, &got));
         const int bad = got->type != PMIX_INT;
-        *any = !bad && got->data.integer != 0;
+        if (!bad && got->data.integer > *max)
+            *max = got->data.integer;
         PMIX_VALUE_RELEASE(got);
         if (bad) {
             LOG_ERROR("PMIx key terarec.%s of rank %d is not an int", key, r);
             return TR_ERR_MPI;
         }
     }
+    return TR_OK;
+#else
+    (void)key;
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+static int peer_cmp(const void *a, const void *b)
+{
+    const int x = ((const struct dist_peer *)a)->rank, y = ((const struct dist_peer *)b)->rank;
+    return (x > y) - (x < y);
+}
+
+/* The ranks of this node from PMIX_LOCAL_PEERS ("0,1,2"), into ranks (room for
+ * cap); *n of them. TR_ERR_MPI when PMIx lacks the key or the list is malformed
+ * or longer than cap. */
+static enum tr_status local_peers(int *ranks, int cap, int *n)
+{
+    pmix_proc_t job;
+    PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = PMIx_Get(&job, PMIX_LOCAL_PEERS, NULL, 0, &v);
+    if (rc != PMIX_SUCCESS) {
+        LOG_ERROR("PMIx_Get(%s) failed: %s", PMIX_LOCAL_PEERS, PMIx_Error_string(rc));
+        return TR_ERR_MPI;
+    }
+    enum tr_status st = TR_OK;
+    *n = 0;
+    if (v->type != PMIX_STRING || !v->data.string) {
+        LOG_ERROR("PMIx key %s has unexpected type %d", PMIX_LOCAL_PEERS, (int)v->type);
+        st = TR_ERR_MPI;
+    } else {
+        const char *p = v->data.string;
+        while (st == TR_OK && *p) {
+            char *end;
+            const long r = strtol(p, &end, 10);
+            if (end == p || r < 0 || (*end && *end != ',') || *n >= cap) {
+                LOG_ERROR("PMIx key %s is '%s': expected %d ranks, comma-separated", PMIX_LOCAL_PEERS,
+                          v->data.string, cap);
+                st = TR_ERR_MPI;
+                break;
+            }
+            ranks[(*n)++] = (int)r;
+            p = *end ? end + 1 : end;
+        }
+    }
+    PMIX_VALUE_RELEASE(v);
+    return st;
+}
+#endif
+
+enum tr_status dist_node_gather(const struct dist_info *d, const char *key, const char *mine,
+                                struct dist_peer *peers, int *n)
+{
+    *n = 1;
+    peers[0].rank = d->rank;
+    snprintf(peers[0].str, sizeof peers[0].str, "%s", mine);
+    if (!d->pmix)
+        return TR_OK;
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_STRING;
+    v.data.string = peers[0].str;
+    enum tr_status st = put_fence(key, &v);
+    v.data.string = NULL; /* not ours to free */
+    if (st != TR_OK)
+        return st;
+    int *ranks = (int *)tr_calloc((size_t)d->local_world, sizeof *ranks);
+    if (!ranks)
+        return TR_ERR_NOMEM;
+    int m = 0;
+    st = local_peers(ranks, d->local_world, &m);
+    if (st == TR_OK && m != d->local_world) {
+        LOG_ERROR("PMIx lists %d ranks on this node (%s) but PMIX_LOCAL_SIZE is %d", m, PMIX_LOCAL_PEERS,
+                  d->local_world);
+        st = TR_ERR_MPI;
+    }
+    for (int k = 0; st == TR_OK && k < m; k++) {
+        pmix_value_t *got = NULL;
+        if ((st = get_from(ranks[k], key, &got)) != TR_OK)
+            break;
+        if (got->type != PMIX_STRING || !got->data.string) {
+            LOG_ERROR("PMIx key terarec.%s of rank %d is not a string", key, ranks[k]);
+            st = TR_ERR_MPI;
+        } else {
+            peers[k].rank = ranks[k];
+            snprintf(peers[k].str, sizeof peers[k].str, "%s", got->data.string);
+        }
+        PMIX_VALUE_RELEASE(got);
+    }
+    tr_free(ranks);
+    if (st != TR_OK)
+        return st;
+    *n = m;
+    qsort(peers, (size_t)m, sizeof *peers, peer_cmp);
     return TR_OK;
 #else
     (void)key;

@@ -34,11 +34,27 @@ enum tr_status dist_init(struct dist_info *d) TR_WUR;
 enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int root, void *blob,
                                int bytes) TR_WUR;
 
-/* Whether `flag` is set on any rank of the job: each rank puts its own, one fence,
- * then reads the others' (PMIx; reads stop at the first set). On a world of 1, flag
- * itself. For decisions every rank must take alike before a communicator exists.
- * TR_ERR_MPI on a PMIx error. */
-enum tr_status dist_any(const struct dist_info *d, const char *key, int flag, int *any) TR_WUR;
+/* The largest `value` any rank of the job gave: each rank puts its own, one
+ * fence, then reads the others' (PMIx). On a world of 1, value itself. For a
+ * verdict with degrees (0 fine, 1 ..., 2 ...) that every rank must take alike
+ * before a communicator exists. TR_ERR_MPI on a PMIx error. */
+enum tr_status dist_max(const struct dist_info *d, const char *key, int value, int *max) TR_WUR;
+
+/* A rank of this node and the string it gave (dist_node_gather). */
+#define DIST_PEER_STR 64
+struct dist_peer {
+    int rank;
+    char str[DIST_PEER_STR];
+};
+
+/* Every rank of the job puts `mine` (its first DIST_PEER_STR - 1 bytes) under
+ * key, one fence, then reads what the ranks of its own node put (PMIx's
+ * PMIX_LOCAL_PEERS): peers[0 .. *n) in rank order, this rank included; peers has
+ * room for d->local_world. On a world of 1, this rank only. Collective over the
+ * job. TR_ERR_MPI on a PMIx error or a list of peers that does not match
+ * PMIX_LOCAL_SIZE. */
+enum tr_status dist_node_gather(const struct dist_info *d, const char *key, const char *mine,
+                                struct dist_peer *peers, int *n) TR_WUR;
 
 /* For a failure before the communicator exists (the other ranks may already wait
  * in its collective setup): on a PMIx launch of several ranks, logs and asks the

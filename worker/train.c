@@ -296,41 +296,102 @@ exit:
     return rc;
 }
 
+/* The first two workers of a node on one device (*a < 0: none). */
+static void first_pair(const struct dist_peer *peers, int n, int *a, int *b)
+{
+    *a = *b = -1;
+    for (int k = 0; k < n && *a < 0; k++) {
+        int same;
+        (void)comm_device_sharing(peers, n, peers[k].rank, &same);
+        if (same >= 0) {
+            *a = k;
+            for (int j = 0; j < n; j++)
+                if (peers[j].rank == same)
+                    *b = j;
+        }
+    }
+}
+
 /* NCCL needs a GPU of its own for each rank (it refuses two ranks on one device).
- * When the workers of some node outnumber its GPUs (--gpus_per_node, else the
- * devices it sees), --comm auto takes MPI, staged through host memory, and --comm
- * nccl is refused; every rank learns it from every node (dist_any), so all pick
- * the same library or stop together. *choice: what comm_open gets. */
-static enum tr_status pick_comm(const struct train *T, const struct job_cfg *job, int *choice)
+ * Which workers share one is read from the devices, not counted: every rank puts
+ * its device's UUID and reads its node's (PMIx), so tasks that the scheduler bound
+ * to a GPU each (srun --gpus-per-task=1 leaves each one device, its own, visible)
+ * are told apart from tasks on one device. Where some node's workers share GPUs,
+ * --comm auto takes MPI, staged through host memory, and --comm nccl is refused;
+ * --gpus_per_node N (a worker per GPU) is refused where a node's workers use fewer
+ * distinct GPUs than N (or than its workers, when fewer). Every rank learns the
+ * verdict of every node (dist_max), so all pick the same library or stop together.
+ * *choice: what comm_open gets. */
+static enum tr_status pick_comm(struct train *T, const struct job_cfg *job, int *choice)
 {
     *choice = job->comm;
-    if (T->dist.world <= 1 || job->comm == COMM_CHOICE_MPI || T->be.i->queue(T->be.ctx) == NULL)
+    if (T->dist.world <= 1 || job->comm == COMM_CHOICE_MPI)
         return TR_OK;
-    int gpus = 0;
-#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-    gpus = job->gpus_per_node > 0 ? job->gpus_per_node : kern_cuda_device_count();
-#endif
-    const int shared = gpus > 0 && T->dist.local_world > gpus;
-    if (shared && T->dist.local_rank == 0)
-        LOG_INFO(INIT, "node %d (%s): %d workers share %d GPU(s)", T->dist.node, T->dist.host, T->dist.local_world,
-                 gpus);
-    int any;
-    TR_CHECK(dist_any(&T->dist, "gpu_shared", shared, &any));
-    if (!any)
+    /* TR_TEST_DEVICE_ID: a device id in place of the backend's, so that tests run
+     * these checks on the cpu backend (t14001) */
+    const char *id = getenv("TR_TEST_DEVICE_ID");
+    if (!id || !*id)
+        id = T->be.i->device_id(T->be.ctx);
+    struct dist_peer *peers = (struct dist_peer *)tr_calloc((size_t)T->dist.local_world, sizeof *peers);
+    if (!peers)
+        return TR_ERR_NOMEM;
+    int n = 0, distinct = 0;
+    enum tr_status rc = dist_node_gather(&T->dist, "device", id ? id : "", peers, &n);
+    if (rc != TR_OK) {
+        tr_free(peers);
+        return rc;
+    }
+    /* this node's verdict, the same on each of its ranks: 0, a GPU per worker (or
+     * no GPUs); 1, workers share GPUs; 2, fewer GPUs than --gpus_per_node says */
+    int verdict = 0, a = -1, b = -1;
+    if (id) {
+        int same;
+        distinct = comm_device_sharing(peers, n, T->dist.rank, &same);
+        const int want = job->gpus_per_node > 0 ? (job->gpus_per_node < n ? job->gpus_per_node : n) : 0;
+        first_pair(peers, n, &a, &b);
+        verdict = distinct < want ? 2 : a >= 0 ? 1 : 0;
+    }
+    /* one rank of each node speaks for it; rank 0 for the job */
+    const int speaker = T->dist.local_rank == 0;
+    char pair[DIST_PEER_STR + 64] = "";
+    if (verdict && a >= 0 && b >= 0)
+        snprintf(pair, sizeof pair, "ranks %d and %d share %s", peers[a].rank, peers[b].rank, peers[a].str);
+    tr_free(peers);
+    if (verdict && speaker)
+        LOG_INFO(INIT, "node %d (%s): %d workers compute on %d GPU(s)%s%s", T->dist.node, T->dist.host, n, distinct,
+                 pair[0] ? "; " : "", pair);
+    int worst;
+    TR_CHECK(dist_max(&T->dist, "device_verdict", verdict, &worst));
+    if (worst == 0)
         return TR_OK;
+    if (worst == 2) {
+        if (verdict == 2 && speaker)
+            LOG_ERROR("--gpus_per_node %d: the %d workers of node %d (%s) compute on %d distinct GPU(s)%s%s%s",
+                      job->gpus_per_node, n, T->dist.node, T->dist.host, distinct, pair[0] ? " (" : "", pair,
+                      pair[0] ? ")" : "");
+        else if (verdict != 2 && T->dist.rank == 0)
+            LOG_ERROR("--gpus_per_node %d: the workers of another node compute on fewer distinct GPUs",
+                      job->gpus_per_node);
+        if (T->dist.rank == 0 || (verdict == 2 && speaker))
+            LOG_HINT("check the allocation's GPU binding (srun --gpus-per-task, --gpu-bind; CUDA_VISIBLE_DEVICES); "
+                     "without --gpus_per_node, workers that share GPUs run with --comm mpi");
+        T->together = 1; /* the verdict is every rank's */
+        return TR_ERR_ARG;
+    }
     if (job->comm == COMM_CHOICE_AUTO) {
         *choice = COMM_CHOICE_MPI;
         if (T->dist.rank == 0)
             LOG_INFO(INIT, "--comm auto: MPI, since workers share GPUs (NCCL needs a GPU for each)");
         return TR_OK;
     }
-    if (shared)
-        LOG_ERROR("--comm nccl: node %d (%s) runs %d workers on %d GPU(s), and NCCL needs a GPU for each worker",
-                  T->dist.node, T->dist.host, T->dist.local_world, gpus);
-    else
+    if (verdict && speaker)
+        LOG_ERROR("--comm nccl: node %d (%s) runs %d workers on %d GPU(s) (%s), and NCCL needs a GPU for each worker",
+                  T->dist.node, T->dist.host, n, distinct, pair);
+    else if (!verdict && T->dist.rank == 0)
         LOG_ERROR("--comm nccl: the workers of another node share GPUs, and NCCL needs a GPU for each worker");
-    LOG_HINT("--comm mpi (or auto) runs workers that share GPUs; or start at most %s workers per node",
-             shared ? "one per GPU" : "as many as the GPUs");
+    if (T->dist.rank == 0 || (verdict && speaker))
+        LOG_HINT("--comm mpi (or auto) runs workers that share GPUs; or start at most one worker per GPU");
+    T->together = 1;
     return TR_ERR_ARG;
 }
 

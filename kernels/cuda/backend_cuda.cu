@@ -231,6 +231,12 @@ static enum tr_status cu_synchronize(void *ctx)
     return kcu_sync((struct kcu_ctx *)ctx);
 }
 
+static const char *cu_device_id(void *ctx)
+{
+    const struct kcu_ctx *c = (const struct kcu_ctx *)ctx;
+    return c->uuid[0] ? c->uuid : NULL;
+}
+
 static int64_t cu_mem_peak(void *ctx)
 {
     return ((struct kcu_ctx *)ctx)->mem_peak;
@@ -286,6 +292,7 @@ static const struct kern_backend_i cuda_iface = {
     .mark_rows = cu_mark_rows,
     .metrics = cu_metrics,
     .queue = cu_queue,
+    .device_id = cu_device_id,
     .synchronize = cu_synchronize,
     .mem_peak = cu_mem_peak,
     .destroy = cu_destroy,
@@ -299,6 +306,11 @@ static enum tr_status open_device(struct kcu_ctx *c)
     TR_CUDA_CHECK(cudaGetDeviceProperties(&p, c->device));
     c->sm_count = p.multiProcessorCount;
     c->smem_optin = p.sharedMemPerBlockOptin;
+    /* nvidia-smi's form of the UUID: GPU-8-4-4-4-12 hex digits */
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(c->uuid, sizeof c->uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+             u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     if (c->prec == KERN_PREC_BF16 && p.major < 8) {
         LOG_ERROR("backend 'cuda': --amp bf16 needs compute capability 8.0 or newer; device %d (%s) is %d.%d",
                   c->device, p.name, p.major, p.minor);
@@ -354,7 +366,12 @@ extern "C" enum tr_status kern_cuda_plugin_open(const struct kern_backend_opts *
         }
         return TR_ERR_UNSUPPORTED;
     }
-    if (o->device < 0 && o->gpus > n) {
+    /* a task that sees one device was bound to it by the scheduler (srun
+     * --gpus-per-task=1): that one is its own, and the worker checks its node's
+     * workers against --gpus_per_node by the devices' UUIDs; a view of more than
+     * one device but fewer than --gpus_per_node is a mistake */
+    const int bound = o->device < 0 && n == 1;
+    if (o->device < 0 && o->gpus > n && !bound) {
         tr_free(c);
         if (!quiet) {
             char host[64] = "this node";
@@ -365,7 +382,7 @@ extern "C" enum tr_status kern_cuda_plugin_open(const struct kern_backend_opts *
         }
         return TR_ERR_ARG;
     }
-    const int per_node = o->gpus > 0 ? o->gpus : n;
+    const int per_node = o->gpus > 0 && !bound ? o->gpus : n;
     c->device = o->device >= 0 ? o->device : (o->local_rank > 0 ? o->local_rank : 0) % per_node;
     if (c->device >= n) {
         tr_free(c);

@@ -34,6 +34,7 @@ struct kcu_ctx {
     void *pinned;             /* pinned host memory for results the host reads */
     size_t pinned_bytes;
     int sm_count;
+    char uuid[48];            /* the device's, as nvidia-smi shows it ("" before open) */
     size_t smem_optin;        /* the most dynamic shared memory a block may opt in to */
     void *dense_state;        /* dense.cu's own (its GEMM plan cache); kcu_dense_init/free */
     int64_t mem_now, mem_peak; /* device bytes held: tensors, scratch, the cuBLASLt workspace */

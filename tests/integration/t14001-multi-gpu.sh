@@ -11,6 +11,11 @@
 #   all-reduce payload equals the dense parameters plus the loss;
 # - --comm nccl on the cpu backend: exit 1, an error naming --comm, a hint, no
 #   step; --comm with a bad value: exit 2; terarec train passes --comm on;
+# - workers sharing GPUs, told by device UUID (TR_TEST_DEVICE_ID stands in for the
+#   GPU's on the cpu backend): 3 workers on 2 GPUs refuse --comm nccl and a
+#   --gpus_per_node 3 naming the node (and the ranks that share), and take MPI
+#   under --comm auto; workers on a GPU each (tasks bound to one GPU each) are not
+#   taken for sharing;
 # - a peer killed (SIGKILL) while the ranks train (two all-to-alls a step): every
 #   other rank exits within 30 s and mpirun names the killed rank.
 # With a GPU (each SKIPs without one; TR_TEST_GPU=1 makes that a failure):
@@ -151,6 +156,48 @@ if echo "$out" | grep "^workers:" | grep -q -- "--comm=mpi" && echo "$out" | gre
     ok "terarec train passes --comm and --overlap to the workers"
 else
     fail "terarec train passes --comm and --overlap on" "$(echo "$out" | grep '^workers:')"
+fi
+
+# ---- which workers share a GPU ------------------------------------------------------------------
+# Told by the devices' UUIDs, which TR_TEST_DEVICE_ID stands in for on the cpu backend:
+# here ranks 0 and 2 of 3 report one GPU and rank 1 another (as 3 workers on 2 GPUs).
+# shared N EXTRA...: N ranks, rank r on "GPU-test-(r mod 2)", 2 steps
+shared() {
+    local n=$1; shift
+    timeout 300 mpirun -np "$n" bash -c 'TR_TEST_DEVICE_ID=GPU-test-$((OMPI_COMM_WORLD_RANK % 2)) exec "$@"' _ \
+        $W $(base 8) --max_steps 2 "$@" 2>&1
+}
+out=$(shared 3 --comm nccl); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "error: --comm nccl: node 0 (.*) runs 3 workers on 2 GPU(s) (ranks 0 and 2 share GPU-test-0)" &&
+    echo "$out" | grep -q "hint: --comm mpi" && ! echo "$out" | grep -q "ending the job" &&
+    ! echo "$out" | grep -q "step=1,"; then
+    ok "--comm nccl, 3 workers on 2 GPUs (by UUID): refused before training, naming the node, the ranks, a hint"
+else
+    fail "--comm nccl, 3 workers on 2 GPUs (by UUID) is refused" "rc $rc: $(echo "$out" | grep -E 'error|hint|share' | head -3)"
+fi
+out=$(shared 3 --gpus_per_node 3); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "error: --gpus_per_node 3: the 3 workers of node 0 (.*) compute on 2 distinct GPU(s) (ranks 0 and 2 share GPU-test-0)" &&
+    echo "$out" | grep -q "hint: check the allocation's GPU binding" && ! echo "$out" | grep -q "step=1,"; then
+    ok "--gpus_per_node 3, 3 workers on 2 GPUs (by UUID): refused before training, naming the node and a hint"
+else
+    fail "--gpus_per_node 3, 3 workers on 2 GPUs is refused" "rc $rc: $(echo "$out" | grep -E 'error|hint' | head -3)"
+fi
+out=$(TR_LOG=info shared 3 --gpus_per_node 2); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q -- "--comm auto: MPI, since workers share GPUs" &&
+    echo "$out" | grep -q "node 0 (.*): 3 workers compute on 2 GPU(s); ranks 0 and 2 share GPU-test-0" &&
+    echo "$out" | grep -q "step=2,"; then
+    ok "--comm auto, 3 workers on 2 GPUs (--gpus_per_node 2): MPI, said so, trains"
+else
+    fail "--comm auto, 3 workers on 2 GPUs takes MPI" "rc $rc: $(echo "$out" | grep -E 'error|comm|share' | head -3)"
+fi
+# a GPU each (as tasks bound by srun --gpus-per-task=1, each seeing its own as device
+# 0): no sharing, so --comm nccl is not refused for it (the cpu backend refuses it)
+out=$(timeout 300 mpirun -np 2 bash -c 'TR_TEST_DEVICE_ID=GPU-test-$OMPI_COMM_WORLD_RANK exec "$@"' _ \
+    $W $(base 8) --max_steps 2 --comm nccl --gpus_per_node 2 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "error: --comm nccl: backend 'cpu'" && ! echo "$out" | grep -q "share"; then
+    ok "2 workers on a GPU each (by UUID): not taken for sharing; --comm nccl goes on to the backend's refusal"
+else
+    fail "2 workers on a GPU each are not taken for sharing" "rc $rc: $(echo "$out" | grep -E 'error|share' | head -3)"
 fi
 
 # ---- a killed peer ----------------------------------------------------------------------------

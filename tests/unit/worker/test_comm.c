@@ -3,8 +3,8 @@
  * node split, traffic accounting. Open MPI: the same binary re-launched under
  * `mpirun -np 3` runs every collective on three ranks with rank-dependent data
  * and checks the results on every rank (plus a node split and its independence
- * from the world communicator, and a PMIx blob exchange); the parent checks that
- * all three ranks passed.
+ * from the world communicator, and the PMIx exchanges: a blob, a verdict, the
+ * strings of a node's ranks); the parent checks that all three ranks passed.
  * The MPI case SKIPs when mpirun or MPI is missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -123,6 +123,33 @@ static void self_collectives(void)
     kern_backend_close(&be);
 }
 
+/* Which workers of a node share a device, from their device ids (what the
+ * worker reads from the GPUs' UUIDs before it picks NCCL or MPI). */
+static void device_sharing(void)
+{
+    struct dist_peer p[5] = {{0, "GPU-a"}, {1, "GPU-b"}, {2, "GPU-c"}, {3, "GPU-d"}, {4, ""}};
+    int same = -2;
+    TH_EQ(comm_device_sharing(p, 4, 2, &same), 4); /* a GPU each */
+    TH_EQ(same, -1);
+    TH_EQ(comm_device_sharing(p, 5, 4, &same), 4); /* rank 4 has no device: shares nothing */
+    TH_EQ(same, -1);
+    snprintf(p[3].str, sizeof p[3].str, "GPU-b");  /* ranks 1 and 3 on one GPU */
+    TH_EQ(comm_device_sharing(p, 4, 3, &same), 3);
+    TH_EQ(same, 1);
+    TH_EQ(comm_device_sharing(p, 4, 1, &same), 3);
+    TH_EQ(same, 3);
+    TH_EQ(comm_device_sharing(p, 4, 0, &same), 3);
+    TH_EQ(same, -1);
+    for (int k = 0; k < 4; k++) /* all on one (per-task binding gone wrong) */
+        snprintf(p[k].str, sizeof p[k].str, "GPU-a");
+    TH_EQ(comm_device_sharing(p, 4, 2, &same), 1);
+    TH_EQ(same, 0); /* the lowest other rank */
+    TH_EQ(comm_device_sharing(p, 4, 0, &same), 1);
+    TH_EQ(same, 1);
+    TH_EQ(comm_device_sharing(p, 0, 0, &same), 0);
+    TH_EQ(same, -1);
+}
+
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
 /* One rank's part of the MPI case; returns the number of failed checks. */
 static int mpi_child(void)
@@ -146,11 +173,26 @@ static int mpi_child(void)
     CHILD_CHECK(W == 3 && r == d.rank && !strcmp(c.i->name, "mpi"));
     /* PMIx: rank and size agree with MPI's; a blob put by rank 1 reaches everybody */
     CHILD_CHECK(d.pmix == 1 && d.world == 3 && d.local_world == 3 && d.nnodes == 1);
-    /* dist_any: what every rank learns alike (how the GPU-sharing check picks MPI) */
-    int any = -1;
-    CHILD_CHECK(dist_any(&d, "t.none", 0, &any) == TR_OK && any == 0);
-    CHILD_CHECK(dist_any(&d, "t.one", r == 2, &any) == TR_OK && any == 1);
-    CHILD_CHECK(dist_any(&d, "t.all", 1, &any) == TR_OK && any == 1);
+    /* dist_max: the worst verdict of any rank, learnt alike by every rank (how
+     * the GPU-sharing check picks MPI) */
+    int worst = -1;
+    CHILD_CHECK(dist_max(&d, "t.max0", 0, &worst) == TR_OK && worst == 0);
+    CHILD_CHECK(dist_max(&d, "t.max", r == 1 ? 2 : r, &worst) == TR_OK && worst == 2);
+    /* dist_node_gather: every rank of the node (all three here) and its string,
+     * in rank order; ranks 0 and 2 give the same one, as two workers on one GPU */
+    struct dist_peer peers[3];
+    memset(peers, 0xff, sizeof peers);
+    char dev[32];
+    snprintf(dev, sizeof dev, "GPU-test-%d", r % 2);
+    int np = -1;
+    CHILD_CHECK(dist_node_gather(&d, "t.device", dev, peers, &np) == TR_OK && np == 3);
+    for (int k = 0; k < 3 && np == 3; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "GPU-test-%d", k % 2);
+        CHILD_CHECK(peers[k].rank == k && !strcmp(peers[k].str, want));
+    }
+    int same = -2;
+    CHILD_CHECK(np == 3 && comm_device_sharing(peers, np, r, &same) == 2 && same == (r == 0 ? 2 : r == 2 ? 0 : -1));
     char blob[32];
     snprintf(blob, sizeof blob, "from rank %d", r);
     CHILD_CHECK(dist_share_blob(&d, "test_comm", 1, blob, (int)sizeof blob) == TR_OK);
@@ -316,6 +358,7 @@ static void mpi_collectives_staged(void)
 
 static const struct th_case cases[] = {
     {"self_collectives", self_collectives},
+    {"device_sharing", device_sharing},
     {"mpi_collectives", mpi_collectives},
     {"mpi_collectives_staged", mpi_collectives_staged},
 };

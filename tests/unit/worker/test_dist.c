@@ -29,6 +29,15 @@ static void world_of_one(void)
     TH_EQ_STR(blob, "unchanged");
     TH_EQ_ST(dist_share_blob(&d, "k", 1, blob, (int)sizeof blob), TR_ERR_ARG); /* no rank 1 */
     TH_EQ_ST(dist_share_blob(&d, "k", 0, blob, 5000), TR_ERR_ARG);            /* too large */
+    int worst = -1;
+    TH_EQ_ST(dist_max(&d, "k", 2, &worst), TR_OK);
+    TH_EQ(worst, 2);
+    struct dist_peer peer;
+    int n = -1;
+    TH_EQ_ST(dist_node_gather(&d, "k", "GPU-0123", &peer, &n), TR_OK);
+    TH_EQ(n, 1);
+    TH_EQ(peer.rank, 0);
+    TH_EQ_STR(peer.str, "GPU-0123");
     dist_finalize(&d);
     dist_finalize(&d);
 }
