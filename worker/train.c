@@ -362,6 +362,18 @@ static enum tr_status pick_comm(struct train *T, const struct job_cfg *job, int 
                  pair[0] ? "; " : "", pair);
     int worst;
     TR_CHECK(dist_max(&T->dist, "device_verdict", verdict, &worst));
+#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
+    /* a GPU each, but each task sees only its own (cgroups of srun --gpus-per-task):
+     * NCCL then cannot find the NVLinks between them (NVIDIA/nccl#1066) */
+    if (worst == 0 && speaker && T->dist.local_world > 1 && T->be.i->device_id(T->be.ctx) &&
+        kern_cuda_device_count() == 1) {
+        LOG_WARN("node %d (%s): its %d workers use a GPU each, and rank %d sees no GPU but its own; NCCL cannot detect "
+                 "NVLink to GPUs a process does not see and may move the data through host memory",
+                 T->dist.node, T->dist.host, T->dist.local_world, T->dist.rank);
+        LOG_HINT("allocate with --gpus-per-node (every GPU visible to every task; each worker takes the one of its "
+                 "local rank) rather than --gpus-per-task");
+    }
+#endif
     if (worst == 0)
         return TR_OK;
     if (worst == 2) {
