@@ -2,8 +2,10 @@
 # t6001: under a real SLURM cluster (slurm/local_cluster.sh: munged, slurmctld and two
 # slurmd in network namespaces on this machine), 'srun --mpi=pmix -N 2' trains the same
 # model as one local worker, column-wise (-n 4) and table-wise (2 tasks per node), with
-# the tasks really spread over both nodes; then the cluster is stopped (also when the
-# test is interrupted) and nothing it started is left. SKIPs without root, namespaces
+# the tasks really spread over both nodes; a stopped rank and a rank failing before MPI
+# end the step; workers sharing a GPU on one node (by UUID) stop all ranks under --comm
+# nccl; then the cluster is stopped (also when the test is interrupted) and nothing it
+# started is left. SKIPs without root, namespaces
 # or the SLURM/munge commands (make deps installs them); under CI=true a SKIP is a failure.
 # run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
 . "$(dirname "$0")/lib.sh"
@@ -193,6 +195,25 @@ if [ $up = 1 ]; then
         ok "srun: rank 3 fails before MPI is up: the step ends in ${secs} s with its message (exit $rc)"
     else
         fail "srun: rank 3 fails before MPI is up: the step ends" "exit $rc after $secs s: $(echo "$out" | grep -E 'error|srun' | detail 10)"
+    fi
+
+    # GPU sharing is a verdict of every node, shared through PMIx: the two workers of
+    # the second node report one GPU (TR_TEST_DEVICE_ID stands in for its UUID), those
+    # of the first a GPU each; under --comm nccl all four stop before training, the
+    # second node's first rank naming its node and ranks, rank 0 saying another node
+    # shares
+    # shellcheck disable=SC2016
+    out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout -k 10 60 srun --mpi=pmix -N 2 --ntasks-per-node=2 \
+        sh -c 'if [ "$SLURM_NODEID" = 1 ]; then id=GPU-n1; else id=GPU-n0-$SLURM_LOCALID; fi
+               TR_TEST_DEVICE_ID=$id exec "$@"' sh "$W" $F --comm nccl --log_path= </dev/null 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+        echo "$out" | grep -q "error: --comm nccl: the workers of another node share GPUs" &&
+        echo "$out" | grep -q "error: --comm nccl: node 1 (.*) runs 2 workers on 1 GPU(s) (ranks 2 and 3 share GPU-n1)" &&
+        ! echo "$out" | grep -qE "ending the job|step=1,"; then
+        ok "srun: workers sharing a GPU on the second node: --comm nccl refused on all 4 ranks, naming node 1 and its ranks"
+    else
+        fail "srun: workers sharing a GPU on the second node refuse --comm nccl together" "exit $rc: $(echo "$out" | grep -E 'error|srun' | detail 10)"
     fi
 fi
 
