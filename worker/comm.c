@@ -186,23 +186,22 @@ enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *b
     return rc;
 }
 
-int comm_device_sharing(const struct dist_peer *peers, int n, int me, int *same)
+int comm_device_sharing(const struct dist_peer *peers, int n, int *a, int *b)
 {
-    *same = -1;
-    const char *mine = NULL;
-    for (int k = 0; k < n; k++)
-        if (peers[k].rank == me && peers[k].str[0])
-            mine = peers[k].str;
+    *a = *b = -1;
     int distinct = 0;
     for (int k = 0; k < n; k++) {
         if (!peers[k].str[0])
             continue;
-        int seen = 0;
-        for (int j = 0; j < k && !seen; j++)
-            seen = !strcmp(peers[j].str, peers[k].str);
-        distinct += !seen;
-        if (mine && *same < 0 && peers[k].rank != me && !strcmp(peers[k].str, mine))
-            *same = peers[k].rank;
+        int first = -1;
+        for (int j = 0; j < k && first < 0; j++)
+            if (!strcmp(peers[j].str, peers[k].str))
+                first = j;
+        distinct += first < 0;
+        if (first >= 0 && *a < 0) {
+            *a = first;
+            *b = k;
+        }
     }
     return distinct;
 }

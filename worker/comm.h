@@ -138,11 +138,11 @@ const char *comm_resolve(int choice, const struct kern_backend *be, int world);
 enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out) TR_WUR;
 
 /* The workers of one node and the devices they compute on (peers: their backend
- * device ids from dist_node_gather, "" for none): *same is the lowest other rank
- * on rank me's device (-1: none, or me has no device); returns how many distinct
- * devices they use. What tells NCCL's "one GPU per rank" apart from workers
+ * device ids from dist_node_gather, "" for none): returns how many distinct
+ * devices they use, and sets peers[*a] and peers[*b] (a < b) to the first two on
+ * one device (-1: none). What tells NCCL's "one GPU per rank" apart from workers
  * that share GPUs, whatever CUDA_VISIBLE_DEVICES each of them sees. */
-int comm_device_sharing(const struct dist_peer *peers, int n, int me, int *same);
+int comm_device_sharing(const struct dist_peer *peers, int n, int *a, int *b);
 
 /* Closes a communicator (the world one last: it finalizes MPI if it started it).
  * Safe on a zeroed one. */

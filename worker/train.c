@@ -296,22 +296,6 @@ exit:
     return rc;
 }
 
-/* The first two workers of a node on one device (*a < 0: none). */
-static void first_pair(const struct dist_peer *peers, int n, int *a, int *b)
-{
-    *a = *b = -1;
-    for (int k = 0; k < n && *a < 0; k++) {
-        int same;
-        (void)comm_device_sharing(peers, n, peers[k].rank, &same);
-        if (same >= 0) {
-            *a = k;
-            for (int j = 0; j < n; j++)
-                if (peers[j].rank == same)
-                    *b = j;
-        }
-    }
-}
-
 /* NCCL needs a GPU of its own for each rank (it refuses two ranks on one device).
  * Which workers share one is read from the devices, not counted: every rank puts
  * its device's UUID and reads its node's (PMIx), so tasks that the scheduler bound
@@ -345,16 +329,14 @@ static enum tr_status pick_comm(struct train *T, const struct job_cfg *job, int 
      * no GPUs); 1, workers share GPUs; 2, fewer GPUs than --gpus_per_node says */
     int verdict = 0, a = -1, b = -1;
     if (id) {
-        int same;
-        distinct = comm_device_sharing(peers, n, T->dist.rank, &same);
+        distinct = comm_device_sharing(peers, n, &a, &b);
         const int want = job->gpus_per_node > 0 ? (job->gpus_per_node < n ? job->gpus_per_node : n) : 0;
-        first_pair(peers, n, &a, &b);
         verdict = distinct < want ? 2 : a >= 0 ? 1 : 0;
     }
     /* one rank of each node speaks for it; rank 0 for the job */
     const int speaker = T->dist.local_rank == 0;
     char pair[DIST_PEER_STR + 64] = "";
-    if (verdict && a >= 0 && b >= 0)
+    if (verdict && a >= 0)
         snprintf(pair, sizeof pair, "ranks %d and %d share %s", peers[a].rank, peers[b].rank, peers[a].str);
     tr_free(peers);
     if (verdict && speaker)

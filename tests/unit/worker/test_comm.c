@@ -128,26 +128,30 @@ static void self_collectives(void)
 static void device_sharing(void)
 {
     struct dist_peer p[5] = {{0, "GPU-a"}, {1, "GPU-b"}, {2, "GPU-c"}, {3, "GPU-d"}, {4, ""}};
-    int same = -2;
-    TH_EQ(comm_device_sharing(p, 4, 2, &same), 4); /* a GPU each */
-    TH_EQ(same, -1);
-    TH_EQ(comm_device_sharing(p, 5, 4, &same), 4); /* rank 4 has no device: shares nothing */
-    TH_EQ(same, -1);
-    snprintf(p[3].str, sizeof p[3].str, "GPU-b");  /* ranks 1 and 3 on one GPU */
-    TH_EQ(comm_device_sharing(p, 4, 3, &same), 3);
-    TH_EQ(same, 1);
-    TH_EQ(comm_device_sharing(p, 4, 1, &same), 3);
-    TH_EQ(same, 3);
-    TH_EQ(comm_device_sharing(p, 4, 0, &same), 3);
-    TH_EQ(same, -1);
+    int a = -2, b = -2;
+    TH_EQ(comm_device_sharing(p, 4, &a, &b), 4); /* a GPU each */
+    TH_EQ(a, -1);
+    TH_EQ(b, -1);
+    snprintf(p[3].str, sizeof p[3].str, "GPU-a");
+    snprintf(p[4].str, sizeof p[4].str, "%s", "");
+    TH_EQ(comm_device_sharing(p, 5, &a, &b), 3); /* ranks 0 and 3 on one; rank 4 has none */
+    TH_EQ(a, 0);
+    TH_EQ(b, 3);
+    snprintf(p[2].str, sizeof p[2].str, "GPU-b"); /* and ranks 1 and 2: the first pair is 1, 2 */
+    TH_EQ(comm_device_sharing(p, 4, &a, &b), 2);
+    TH_EQ(a, 1);
+    TH_EQ(b, 2);
     for (int k = 0; k < 4; k++) /* all on one (per-task binding gone wrong) */
         snprintf(p[k].str, sizeof p[k].str, "GPU-a");
-    TH_EQ(comm_device_sharing(p, 4, 2, &same), 1);
-    TH_EQ(same, 0); /* the lowest other rank */
-    TH_EQ(comm_device_sharing(p, 4, 0, &same), 1);
-    TH_EQ(same, 1);
-    TH_EQ(comm_device_sharing(p, 0, 0, &same), 0);
-    TH_EQ(same, -1);
+    TH_EQ(comm_device_sharing(p, 4, &a, &b), 1);
+    TH_EQ(a, 0);
+    TH_EQ(b, 1);
+    for (int k = 0; k < 2; k++) /* no device anywhere (the cpu backend) */
+        p[k].str[0] = '\0';
+    TH_EQ(comm_device_sharing(p, 2, &a, &b), 0);
+    TH_EQ(a, -1);
+    TH_EQ(comm_device_sharing(p, 0, &a, &b), 0);
+    TH_EQ(a, -1);
 }
 
 #if defined(TR_HAVE_MPI) && TR_HAVE_MPI
@@ -191,8 +195,8 @@ static int mpi_child(void)
         snprintf(want, sizeof want, "GPU-test-%d", k % 2);
         CHILD_CHECK(peers[k].rank == k && !strcmp(peers[k].str, want));
     }
-    int same = -2;
-    CHILD_CHECK(np == 3 && comm_device_sharing(peers, np, r, &same) == 2 && same == (r == 0 ? 2 : r == 2 ? 0 : -1));
+    int pa = -2, pb = -2;
+    CHILD_CHECK(np == 3 && comm_device_sharing(peers, np, &pa, &pb) == 2 && pa == 0 && pb == 2);
     char blob[32];
     snprintf(blob, sizeof blob, "from rank %d", r);
     CHILD_CHECK(dist_share_blob(&d, "test_comm", 1, blob, (int)sizeof blob) == TR_OK);
