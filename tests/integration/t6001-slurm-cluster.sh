@@ -5,8 +5,8 @@
 # the tasks really spread over both nodes; a stopped rank and a rank failing before MPI
 # end the step; workers sharing a GPU on one node (by UUID) stop all ranks under --comm
 # nccl; then the cluster is stopped (also when the test is interrupted) and nothing it
-# started is left. SKIPs without root, namespaces
-# or the SLURM/munge commands (make deps installs them); under CI=true a SKIP is a failure.
+# started is left. SKIPs without root, namespaces or the SLURM/munge commands (make deps
+# installs them); under CI=true a SKIP is a failure.
 # run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
