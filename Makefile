@@ -266,6 +266,16 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS)
 
+# an LD_PRELOAD library for the SLURM tests (tests/integration/pmix_slow_modex.c): plain
+# flags, no sanitizer, as it goes into programs that are not its own
+TEST_PRELOADS :=
+ifeq ($(PMIX),1)
+TEST_PRELOADS += $(BUILD)/tests/lib/pmix_slow_modex.so
+endif
+$(BUILD)/tests/lib/%.so: tests/integration/%.c
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) -std=c11 -O2 -g -Wall -Wextra -fPIC -shared $(shell pkg-config --cflags pmix) -o $@ $< -ldl -lpthread
+
 # ---- benchmarks --------------------------------------------------------------------
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BIN)/bench-%,$(BENCH_SRCS))
@@ -278,7 +288,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
   sanitize-cuda install image image-cpu
 .SECONDARY:
 
-all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(BENCH_BINS)
+all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(TEST_PRELOADS) $(BENCH_BINS)
 
 bench: $(BENCH_BINS)
 

@@ -189,6 +189,22 @@ enum tr_status dist_max(const struct dist_info *d, const char *key, int value, i
 #endif
 }
 
+enum tr_status dist_barrier(const struct dist_info *d, const char *key)
+{
+    if (!d->pmix)
+        return TR_OK;
+#if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_INT;
+    v.data.integer = d->rank;
+    return put_fence(key, &v);
+#else
+    (void)key;
+    return TR_ERR_UNSUPPORTED;
+#endif
+}
+
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
 static int peer_cmp(const void *a, const void *b)
 {

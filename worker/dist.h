@@ -40,6 +40,14 @@ enum tr_status dist_share_blob(const struct dist_info *d, const char *key, int r
  * before a communicator exists. TR_ERR_MPI on a PMIx error. */
 enum tr_status dist_max(const struct dist_info *d, const char *key, int value, int *max) TR_WUR;
 
+/* Waits until every rank of the job has reached it (PMIx Put, Commit and a Fence
+ * that collects data). Data, not an empty fence: under Slurm's PMIx plugin a fence
+ * that collects nothing does not wait for the ranks of the other nodes (Slurm
+ * 22.05 with PMIx 4.2: a rank alone on its node left each such fence before the
+ * other node's ranks entered it), and Open MPI 4.1's MPI_Init ends with such a
+ * fence. On a world of 1, returns at once. TR_ERR_MPI on a PMIx error. */
+enum tr_status dist_barrier(const struct dist_info *d, const char *key) TR_WUR;
+
 /* A rank of this node and the string it gave (dist_node_gather). */
 #define DIST_PEER_STR 64
 struct dist_peer {

@@ -197,6 +197,14 @@ static int mpi_child(void)
     }
     int pa = -2, pb = -2;
     CHILD_CHECK(np == 3 && comm_device_sharing(peers, np, &pa, &pb) == 2 && pa == 0 && pb == 2);
+    /* dist_barrier: no rank leaves it before the last one (rank 1, 0.3 s late) came */
+    if (r == 1)
+        usleep(300000);
+    double came = tr_clock_now();
+    CHILD_CHECK(dist_barrier(&d, "t.barrier") == TR_OK);
+    const double left = tr_clock_now();
+    CHILD_CHECK(comm_bcast_host(&c, &came, (int64_t)sizeof came, 1) == TR_OK);
+    CHILD_CHECK(left >= came);
     char blob[32];
     snprintf(blob, sizeof blob, "from rank %d", r);
     CHILD_CHECK(dist_share_blob(&d, "test_comm", 1, blob, (int)sizeof blob) == TR_OK);

@@ -38,6 +38,7 @@ static void world_of_one(void)
     TH_EQ(n, 1);
     TH_EQ(peer.rank, 0);
     TH_EQ_STR(peer.str, "GPU-0123");
+    TH_EQ_ST(dist_barrier(&d, "k"), TR_OK);
     dist_finalize(&d);
     dist_finalize(&d);
 }
