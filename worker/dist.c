@@ -111,6 +111,16 @@ static enum tr_status put_fence(const char *key, pmix_value_t *v)
     return TR_OK;
 }
 
+/* put_fence of an int */
+static enum tr_status put_int_fence(const char *key, int value)
+{
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_INT;
+    v.data.integer = value;
+    return put_fence(key, &v);
+}
+
 /* The value of "terarec.<key>" that rank r put; release it with PMIX_VALUE_RELEASE. */
 static enum tr_status get_from(int r, const char *key, pmix_value_t **got)
 {
@@ -165,11 +175,7 @@ enum tr_status dist_max(const struct dist_info *d, const char *key, int value, i
     if (!d->pmix)
         return TR_OK;
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
-    pmix_value_t v;
-    PMIX_VALUE_CONSTRUCT(&v);
-    v.type = PMIX_INT;
-    v.data.integer = value;
-    TR_CHECK(put_fence(key, &v));
+    TR_CHECK(put_int_fence(key, value));
     for (int r = 0; r < d->world; r++) {
         pmix_value_t *got = NULL;
         TR_CHECK(get_from(r, key, &got));
@@ -194,11 +200,7 @@ enum tr_status dist_barrier(const struct dist_info *d, const char *key)
     if (!d->pmix)
         return TR_OK;
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
-    pmix_value_t v;
-    PMIX_VALUE_CONSTRUCT(&v);
-    v.type = PMIX_INT;
-    v.data.integer = d->rank;
-    return put_fence(key, &v);
+    return put_int_fence(key, d->rank);
 #else
     (void)key;
     return TR_ERR_UNSUPPORTED;
