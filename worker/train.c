@@ -753,6 +753,13 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
 {
     const struct job_cfg *job = &T->c->job;
     const int64_t s = T->step;
+    if (s == T->c->benchmark_warmup_steps && T->total > s) {
+        /* the phase split, like the throughput, counts the warm steps only (the cold
+         * ones hold module loads, GEMM heuristics, first touches of the tables) */
+        dlrm_reset_timers(T->m);
+        hybrid_reset_timers(T->h);
+        T->t_data = T->a2a_sec = T->ar_sec = 0.0;
+    }
     double ts0 = tr_clock_now();
     if (T->dist.rank == 0) {
         struct batch *b = T->blk;
@@ -1134,7 +1141,8 @@ enum tr_status train_report(struct train *T)
     res->mean_step_ms = T->timed_steps ? 1e3 * T->t_timed / (double)T->timed_steps : NAN;
     res->throughput = T->t_timed > 0 ? (double)B * (double)T->timed_steps / T->t_timed : NAN;
     LOG_RANK0("Training run completed, elapsed: %.0f [s]", tr_clock_now() - T->t_run0);
-    const double per = res->steps ? 1e3 / (double)res->steps : 0.0;
+    /* per timed step: the timers were reset where the timed steps began */
+    const double per = T->timed_steps ? 1e3 / (double)T->timed_steps : 0.0;
     char phases[640];
     size_t o = 0;
     for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)

@@ -26,7 +26,7 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
         {"print_freq", TR_OPT_INT64, &c->print_freq, "1000", "steps between progress lines and log records", 1,
          1e15, NULL, NULL, 0, NULL},
         {"benchmark_warmup_steps", TR_OPT_INT64, &c->benchmark_warmup_steps, "100",
-         "steps left out of the throughput figure", 0, 1e15, NULL, NULL, 0, NULL},
+         "steps left out of the throughput figure and the phase split (ms/step)", 0, 1e15, NULL, NULL, 0, NULL},
         {"dump_weights", TR_OPT_PATH, &c->dump_weights, NULL,
          "after training, write each worker's weights to DIR/rank<r>.bin (for tests)", 1, 0, NULL, NULL, 0, NULL},
         {"log_path", TR_OPT_PATH, &c->log_path, "dlrm_tf_log.json", "DLLogger JSON-lines log ('' disables it)", 1,
