@@ -13,7 +13,9 @@
 #                        (RUNPATH $ORIGIN/../lib), for GPU nodes without the -dev packages, and
 #                        Open MPI + PMIx relocated into it (bin/mpirun, env.sh) for nodes without
 #                        them; BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries, BUNDLE_MPI=0 Open MPI
-#   make sanitize-cuda   the CUDA kernel tests under compute-sanitizer memcheck and racecheck (GPU)
+#   make gpu-check       tools/gpu_check.sh's stages on this build (GPU): probe, kernel tests,
+#                        t13001, NCCL on a world of 1, compute-sanitizer, speed against PyTorch
+#   make sanitize-cuda   only its compute-sanitizer stage (memcheck, racecheck) (GPU)
 #   make test-unit       only the test binaries (unit, kernel parity, golden), no integration scripts
 #   make install         the programs into $(DESTDIR)$(PREFIX)/bin, the CUDA plugin (when built) into
 #                        .../lib (PREFIX=/usr/local); they find each other there
@@ -285,7 +287,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 .PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan test-gpu run fuzz bundle \
-  sanitize-cuda install image image-cpu
+  sanitize-cuda gpu-check install image image-cpu
 .SECONDARY:
 
 all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(TEST_PRELOADS) $(BENCH_BINS)
@@ -334,11 +336,13 @@ image:
 bundle: $(BINS) $(CUDA_PLUGIN)
 	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS) $(CUDA_PLUGIN)
 
-# every kernel test that runs on the CUDA backend, under both sanitizer tools; a
-# report fails the target (needs a GPU: the tests SKIP without one, which proves nothing)
-KERNEL_TEST_BINS := $(filter $(BUILD)/tests/kernels/%,$(TEST_BINS))
-sanitize-cuda: $(KERNEL_TEST_BINS)
-	$(Q)tools/sanitize_cuda.sh $(BUILD)
+# the GPU checks of tools/gpu_check.sh on this build (needs a GPU): all its stages, or
+# only the kernel tests under compute-sanitizer (memcheck on all, racecheck on the
+# shared-memory kernels' tests); a report or a failure fails the target
+gpu-check: all
+	$(Q)tools/gpu_check.sh run --local
+sanitize-cuda: all
+	$(Q)tools/gpu_check.sh run --local --only sanitize
 
 asan:
 	$(MAKE) SANITIZE=address BUILD=build-asan test

@@ -6,8 +6,9 @@
 # training step is timed. Modes: eager fp32 (TF32 on, PyTorch's fast default for
 # matmuls is set explicitly), eager with torch.autocast(bf16), and either with the
 # MLPs under torch.compile. --probe measures the machine limits the bench compares
-# against in the same run: random-row gathers of dim*4-byte rows and the GEMM
-# TFLOP/s of the model's MLP shapes (fp32, TF32, bf16). One JSON line per result.
+# against in the same run: random-row gathers of dim*4-byte rows, a device-to-device
+# copy (memory bandwidth), a page-locked host-to-device copy and the GEMM TFLOP/s of
+# the model's MLP shapes (fp32, TF32, bf16, fp16). One JSON line per result.
 # It does not check numerics against terarec; only speed.
 import argparse
 import json
@@ -109,6 +110,18 @@ def probe(a, dev):
     out.append({"kind": "gather", "rows_per_s": n / t, "bytes_per_s": 2 * n * a.dim * 4 / t,
                 "row_bytes": a.dim * 4})
     del tab
+    # device memory bandwidth: a large device-to-device copy, bytes read plus written
+    src = torch.empty(1 << 28, device=dev).uniform_(-1, 1)
+    dst = torch.empty_like(src)
+    t = timed(lambda: dst.copy_(src), 20)
+    out.append({"kind": "copy", "bytes_per_s": 2 * src.numel() * 4 / t})
+    del src, dst
+    # host to device from page-locked memory (how a batch reaches the GPU)
+    hsrc = torch.empty(1 << 26, pin_memory=True).uniform_(-1, 1)
+    ddst = torch.empty(1 << 26, device=dev)
+    t = timed(lambda: ddst.copy_(hsrc, non_blocking=True), 20)
+    out.append({"kind": "h2d", "bytes_per_s": hsrc.numel() * 4 / t})
+    del hsrc, ddst
     n_int = 27 * 26 // 2
     shapes = []
     prev = 13
@@ -119,9 +132,9 @@ def probe(a, dev):
     for o in a.top:
         shapes.append((a.batch, prev, o))
         prev = o
-    for prec in ("fp32", "tf32", "bf16"):
+    for prec in ("fp32", "tf32", "bf16", "fp16"):
         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-        dt = torch.bfloat16 if prec == "bf16" else torch.float32
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)
         for (mm, kk, nn_) in shapes:
             x = torch.randn(mm, kk, device=dev, dtype=dt)
             w = torch.randn(kk, nn_, device=dev, dtype=dt)

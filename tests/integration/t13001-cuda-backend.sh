@@ -100,7 +100,7 @@ else
           $plugin 2>&1) &&
         mv "$TMP/bundle" "$B" || fail "bundle.sh" "$out"
     # the moved bundle runs as on a node with nothing set: an LD_LIBRARY_PATH (one of
-    # tools/gpu_kit.sh, say) would hide what its RUNPATH finds
+    # tools/gpu_check.sh, say) would hide what its RUNPATH finds
     bare() { env -u LD_LIBRARY_PATH "$@"; }
     if [ -x "$B/bin/terarec-worker" ]; then
         # every library that is not the C runtime or the driver resolves inside the bundle

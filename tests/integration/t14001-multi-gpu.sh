@@ -26,10 +26,14 @@
 # - --comm nccl on a world of 1 (and on every device when there are several)
 #   passes the same comparison;
 # - the killed peer, with the cuda backend.
+# TR_T14001_PART=gpu-world1 runs only the cpu references and the GPU cases of a world
+# of 1 (no mpirun needed): what tools/gpu_check.sh runs on a one-GPU machine.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 cd "$TMP" || exit 1
-if ! command -v mpirun >/dev/null 2>&1; then
+part=${TR_T14001_PART:-}
+case "$part" in ''|gpu-world1) ;; *) fail "TR_T14001_PART=$part" "not one of: gpu-world1"; done_testing ;; esac
+if [ -z "$part" ] && ! command -v mpirun >/dev/null 2>&1; then
     skip "multi-worker collectives" "mpirun not found (install openmpi-bin: make deps)"
     done_testing
 fi
@@ -85,6 +89,33 @@ export TR_COMM_STAGE=0
 run ref-col 1 $COL --backend cpu && ok "reference run, column-wise" || fail "reference run, column-wise"
 run ref-tab 1 --data_parallel_bottom_mlp --backend cpu && ok "reference run, table-wise" ||
     fail "reference run, table-wise"
+devices=$($W --version --parsable 2>/dev/null | sed -n 's/^cuda_devices://p')
+devices=${devices:-0}
+gpu_skip() { # NAME
+    if [ "${TR_TEST_GPU:-0}" = 1 ]; then
+        fail "$1" "no CUDA device, and TR_TEST_GPU=1 requires one"
+    else
+        skip "$1" "no CUDA device ($($W --version --parsable | grep -q '^cuda:yes' && echo "0 visible" || echo "built without CUDA"))"
+    fi
+}
+# the GPU's references (self communicator), and --comm nccl on a world of 1 against
+# the cpu backend's
+world1_gpu() {
+    run gref-col 1 $COL --backend cuda || fail "cuda reference run, column-wise"
+    run gref-tab 1 --data_parallel_bottom_mlp --backend cuda || fail "cuda reference run, table-wise"
+    same gref-col ref-col 1
+    same gref-tab ref-tab 1
+    equiv "nccl-col-n1" ref-col 1 $COL --backend cuda --comm nccl
+    equiv "nccl-tab-n1" ref-tab 1 --data_parallel_bottom_mlp --backend cuda --comm nccl
+}
+if [ "$part" = gpu-world1 ]; then
+    if [ "$devices" -eq 0 ]; then
+        gpu_skip "cuda --comm nccl: world of 1 equals the cpu backend"
+    else
+        world1_gpu
+    fi
+    done_testing
+fi
 export TR_COMM_STAGE=1
 for n in 2 3; do
     TR_LOG=info equiv "staged-col-n$n" ref-col "$n" $COL --backend cpu --comm mpi
@@ -237,15 +268,6 @@ killed() {
 killed kill-cpu cpu $COL
 
 # ---- with a GPU -----------------------------------------------------------------------------
-devices=$($W --version --parsable 2>/dev/null | sed -n 's/^cuda_devices://p')
-devices=${devices:-0}
-gpu_skip() { # NAME
-    if [ "${TR_TEST_GPU:-0}" = 1 ]; then
-        fail "$1" "no CUDA device, and TR_TEST_GPU=1 requires one"
-    else
-        skip "$1" "no CUDA device ($($W --version --parsable | grep -q '^cuda:yes' && echo "0 visible" || echo "built without CUDA"))"
-    fi
-}
 if [ "$devices" -eq 0 ]; then
     for m in col tab; do
         gpu_skip "cuda, $m: N=2 and 3 sharing one GPU (--comm mpi) equal N=1 on the GPU and the cpu backend"
@@ -255,8 +277,7 @@ if [ "$devices" -eq 0 ]; then
     gpu_skip "cuda: a killed peer ends the job within 30 s"
 else
     export TR_COMM_STAGE=0
-    run gref-col 1 $COL --backend cuda || fail "cuda reference run, column-wise"
-    run gref-tab 1 --data_parallel_bottom_mlp --backend cuda || fail "cuda reference run, table-wise"
+    world1_gpu
     # each GPU run once, compared with the GPU's reference and the cpu backend's;
     # --comm auto (the default) takes MPI where workers share a GPU
     for n in 2 3; do
@@ -287,8 +308,6 @@ else
             fail "--comm nccl with 2 workers on one GPU is refused" "rc $rc: $(echo "$out" | grep -E 'error|hint' | head -3)"
         fi
     fi
-    equiv "nccl-col-n1" ref-col 1 $COL --backend cuda --comm nccl
-    equiv "nccl-tab-n1" ref-tab 1 --data_parallel_bottom_mlp --backend cuda --comm nccl
     if [ "$devices" -gt 1 ]; then
         equiv "nccl-col-n$devices" ref-col "$devices" $COL --backend cuda --comm nccl
         equiv "nccl-tab-n$devices" ref-tab "$devices" --data_parallel_bottom_mlp --backend cuda --comm nccl
