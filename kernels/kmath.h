@@ -371,4 +371,29 @@ KM_FN uint16_t km_float_to_half(float f)
     return (uint16_t)(sign | h);
 }
 
+/* ---- reduced-precision operands (what a tensor core sees of an fp32 value) ---- */
+
+/* x with its mantissa cut to `bits` explicit bits (1..22), keeping fp32's exponent
+ * range: bits 10 is TF32, bits 7 is bf16 (binary16 has its own range: km_float_to_half).
+ * Rounds to nearest even, or toward zero when `chop` (a conversion that drops the
+ * low bits). NaN and inf pass unchanged; a carry past the largest float gives inf.
+ * No op rounds with it: the kernel tests emulate reduced-precision GEMMs with it. */
+KM_FN float km_round_mantissa(float x, int bits, int chop)
+{
+    union {
+        float f;
+        uint32_t u;
+    } cv;
+    cv.f = x;
+    if ((cv.u & 0x7f800000u) == 0x7f800000u) /* inf or nan */
+        return x;
+    const uint32_t drop = 23u - (uint32_t)bits;
+    const uint32_t low = cv.u & ((1u << drop) - 1u), half = 1u << (drop - 1u);
+    cv.u -= low;
+    /* sign and magnitude: adding one unit to the magnitude carries into the exponent */
+    if (!chop && (low > half || (low == half && ((cv.u >> drop) & 1u))))
+        cv.u += 1u << drop;
+    return cv.f;
+}
+
 #endif

@@ -20,6 +20,9 @@
 #include "../../common/check.h"
 #include "../kern.h"
 
+/* Shapes whose fp32 stand-in an instance remembers having logged (kcu_note_fp32). */
+#define KCU_FP32_NOTED 64
+
 struct kcu_ctx {
     int device;
     enum kern_precision prec;
@@ -38,6 +41,8 @@ struct kcu_ctx {
     size_t smem_optin;        /* the most dynamic shared memory a block may opt in to */
     void *dense_state;        /* dense.cu's own (its GEMM plan cache); kcu_dense_init/free */
     int64_t mem_now, mem_peak; /* device bytes held: tensors, scratch, the cuBLASLt workspace */
+    uint64_t fp32_noted[KCU_FP32_NOTED]; /* hashes of the shapes kcu_note_fp32 logged (0: free) */
+    int fp32_noted_next;       /* the slot the next one takes (round-robin) */
 };
 
 /* Counts delta bytes of device memory taken (> 0) or given back (< 0). */
@@ -98,6 +103,16 @@ static inline int kcu_blas_ok_(cublasStatus_t s, unsigned subsys, const char *ca
  * (never TF32), TF32 ..._32F_FAST_TF32, BF16 ..._32F_FAST_16BF, FP16 ..._32F_FAST_16F;
  * A, B and C stay CUDA_R_32F in every mode. */
 cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c);
+
+/* Says at info level (subsystem kern), once per shape, that a GEMM which the
+ * instance's reduced precision asks for runs in fp32 (exact, but no faster: an --amp
+ * run should hear of it, not at every step) because `lib` ("cuBLASLt", "cuBLAS") has
+ * no algorithm for it in that precision: "<shape> runs in fp32: <lib> has no bf16
+ * algorithm for it". `shape` (printf format and arguments) names the call and its
+ * sizes; the text is the key. The instance remembers the last KCU_FP32_NOTED shapes
+ * it logged (a 64-bit hash of each), so an older one logs again. Formats nothing
+ * when info is off for kern. For dense.cu's gemm and interact.cu's batched GEMMs. */
+void kcu_note_fp32(struct kcu_ctx *c, const char *lib, const char *shape, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- ops (kernels/cuda/<file>.cu); contracts in kern.h ------------------------------ */
 

@@ -9,6 +9,8 @@
  * instance's handles, stream, scratch or workspace (made elsewhere, at open).
  * Per-element math is kmath.h's. */
 #define TR_SUBSYS TR_SUB_KERN
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../../common/alloc.h"
@@ -188,6 +190,29 @@ cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c)
     return compute_type(c->prec);
 }
 
+void kcu_note_fp32(struct kcu_ctx *c, const char *lib, const char *shape, ...)
+{
+    if (!TR_LOG_ON(TR_LOG_INFO, TR_SUB_KERN))
+        return;
+    char text[256];
+    va_list ap;
+    va_start(ap, shape);
+    vsnprintf(text, sizeof text, shape, ap);
+    va_end(ap);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *t = text; *t; t++)
+        h = (h ^ (unsigned char)*t) * 0x100000001b3ull;
+    if (h == 0) /* 0 marks a free slot */
+        h = 1;
+    for (int i = 0; i < KCU_FP32_NOTED; i++)
+        if (c->fp32_noted[i] == h)
+            return;
+    c->fp32_noted[c->fp32_noted_next] = h;
+    c->fp32_noted_next = (c->fp32_noted_next + 1) % KCU_FP32_NOTED;
+    tr_log_write(TR_LOG_INFO, TR_SUB_KERN, "%s runs in fp32: %s has no %s algorithm for it", text, lib,
+                 kern_precision_name(c->prec));
+}
+
 /* Epilogue kinds of a plan (bit 0: bias, bit 1: ReLU). */
 enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_RELU = 2, EPI_RELU_BIAS = 3 };
 
@@ -204,7 +229,6 @@ struct plan_key {
 struct plan {
     int used;
     int ok; /* the heuristic found an algorithm (else: a remembered "none") */
-    int noted; /* its use as a reduced-precision GEMM's fp32 stand-in was logged */
     struct plan_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A, B and C (= D) */
@@ -330,7 +354,6 @@ static enum tr_status plan_build(struct kcu_ctx *c, const struct plan_key *k, co
         if (k->epi == EPI_NONE && st != CUBLAS_STATUS_NOT_SUPPORTED)
             LT_TRY(st);
         p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
-        p->noted = 0;
         if (p->ok)
             p->algo = res.algo;
         if (!p->ok)
@@ -437,14 +460,10 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
          * fp32, which is exact, rather than not at all */
         key.prec = KERN_PREC_FP32;
         TR_CHECK(plan_get(c, &key, NULL, &p));
-        if (p->ok && !p->noted) { /* once per shape: an --amp run whose GEMMs run in fp32 is not faster */
-            p->noted = 1;
-            LOG_INFO(KERN, "gemm %c%c m=%lld n=%lld k=%lld (ld %lld %lld %lld) runs in fp32: cuBLASLt has no %s "
-                     "algorithm for it",
-                     a->trans_a ? 'T' : 'N', a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n,
-                     (long long)a->k, (long long)a->lda, (long long)a->ldb, (long long)a->ldc,
-                     kern_precision_name(c->prec));
-        }
+        if (p->ok)
+            kcu_note_fp32(c, "cuBLASLt", "gemm %c%c m=%lld n=%lld k=%lld (ld %lld %lld %lld)", a->trans_a ? 'T' : 'N',
+                          a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n, (long long)a->k,
+                          (long long)a->lda, (long long)a->ldb, (long long)a->ldc);
     }
     if (!p->ok) {
         tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "cuBLASLt has no algorithm for gemm %c%c m=%lld n=%lld k=%lld (%s)",

@@ -3,7 +3,8 @@
  * any d: the products run as strided-batched cuBLAS GEMMs (Z = X X^T forward,
  * dX = S X backward, S the symmetric pair-gradient matrix), in the instance's
  * precision (kcu_compute_type: exact fp32, or TF32 / bf16 / fp16 on tensor cores;
- * tensors and sums stay fp32). Small kernels gather the triangle out of Z, build S
+ * tensors and sums stay fp32; a GEMM that cuBLAS refuses in the reduced precision
+ * runs in fp32). Small kernels gather the triangle out of Z, build S
  * and add the bottom gradient. The batch runs in chunks so that the (chunk, n, n)
  * scratch stays near 64 MiB. It does not implement the concat or cat-only
  * interaction variants, and does not use the symmetry of Z to halve the GEMM. */
@@ -106,6 +107,41 @@ static int64_t chunk_of(int64_t batch, int n)
     return chunk;
 }
 
+/* cnt strided-batched GEMMs C_s = op(A_s) op(B_s) (alpha 1, beta 0: C is only
+ * written; cuBLAS's column-major view) in the instance's precision. When cuBLAS
+ * refuses that compute type for the call (CUBLAS_STATUS_NOT_SUPPORTED, or
+ * ARCH_MISMATCH on a device without tensor cores for the format), the call runs in
+ * fp32 (CUBLAS_COMPUTE_32F: exact) instead, as dense.cu's gemm does, said once per
+ * shape by kcu_note_fp32. `what` names the op in messages. TR_ERR_CUDA (logged) on
+ * any other cuBLAS error, or when fp32 is refused too. */
+static enum tr_status batched_gemm(struct kcu_ctx *c, const char *what, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, const float *a, int lda, long long stride_a, const float *b,
+                                   int ldb, long long stride_b, float *cm, int ldc, long long stride_c, int cnt)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const cublasComputeType_t ct = kcu_compute_type(c);
+    cublasStatus_t st = cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, stride_a, b,
+                                                   CUDA_R_32F, ldb, stride_b, &zero, cm, CUDA_R_32F, ldc, stride_c,
+                                                   cnt, ct, CUBLAS_GEMM_DEFAULT);
+    const int refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_ARCH_MISMATCH;
+    if (refused && ct != CUBLAS_COMPUTE_32F) {
+        LOG_DEBUG(KERN, "%s: cublasGemmStridedBatchedEx m=%d n=%d k=%d in %s: %s; again in fp32", what, m, n, k,
+                  kern_precision_name(c->prec), cublasGetStatusName(st));
+        st = cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, stride_a, b, CUDA_R_32F,
+                                        ldb, stride_b, &zero, cm, CUDA_R_32F, ldc, stride_c, cnt, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT);
+        if (st == CUBLAS_STATUS_SUCCESS) /* the key leaves out cnt: a batch's last chunk is the same shape */
+            kcu_note_fp32(c, "cuBLAS", "%s batched gemm %c%c m=%d n=%d k=%d (ld %d %d %d)", what,
+                          ta == CUBLAS_OP_T ? 'T' : 'N', tb == CUBLAS_OP_T ? 'T' : 'N', m, n, k, lda, ldb, ldc);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        tr_log_write(TR_LOG_ERROR, TR_SUBSYS, "%s: cublasGemmStridedBatchedEx m=%d n=%d k=%d batch %d (%s) failed: %s",
+                     what, m, n, k, cnt, refused ? "fp32" : kern_precision_name(c->prec), cublasGetStatusName(st));
+        return TR_ERR_CUDA;
+    }
+    return TR_OK;
+}
+
 static int args_ok(int n, int d, int has_bottom, int64_t out_w)
 {
     const int64_t off = has_bottom ? d : 0;
@@ -137,15 +173,12 @@ enum tr_status kcu_interact_fwd(struct kcu_ctx *c, const struct kern_interact_fw
     if (rc != TR_OK)
         return rc;
     float *z = (float *)scr;
-    const float one = 1.0f, zero = 0.0f;
-    const cublasComputeType_t ct = kcu_compute_type(c);
     for (int64_t s0 = 0; s0 < a->batch; s0 += chunk) {
         const int64_t cnt = a->batch - s0 < chunk ? a->batch - s0 : chunk;
         const float *x = a->x + s0 * nd;
         /* C (n x n, ldc n) = op(A) (n x d) op(B) (d x n): A = B = Xc (d x n, ld d), transa T, transb N */
-        KCU_BLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &one, x, CUDA_R_32F, d,
-                                                  (long long)nd, x, CUDA_R_32F, d, (long long)nd, &zero, z, CUDA_R_32F,
-                                                  n, (long long)nn, (int)cnt, ct, CUBLAS_GEMM_DEFAULT));
+        TR_CHECK(batched_gemm(c, "interact_fwd", CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, x, d, (long long)nd, x, d,
+                              (long long)nd, z, n, (long long)nn, (int)cnt));
         fwd_gather<<<kcu_blocks(c, cnt * a->out_w, THREADS), THREADS, 0, c->stream>>>(x, z, a->out + s0 * a->out_w, cnt,
                                                                                       n, d, off, used, a->out_w);
         KCU_LAUNCHED();
@@ -175,18 +208,14 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
         if (rc != TR_OK)
             return rc;
         float *S = (float *)scr;
-        const float one = 1.0f, zero = 0.0f;
-        const cublasComputeType_t ct = kcu_compute_type(c);
         for (int64_t s0 = 0; s0 < a->batch; s0 += chunk) {
             const int64_t cnt = a->batch - s0 < chunk ? a->batch - s0 : chunk;
             bwd_build_s<<<kcu_blocks(c, cnt * nn, THREADS), THREADS, 0, c->stream>>>(a->dout + s0 * a->out_w + off,
                                                                                      a->out_w, S, cnt, n);
             KCU_LAUNCHED();
             /* C (d x n, ldc d) = A (d x n, lda d) B (n x n, ldb n), both untransposed */
-            KCU_BLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, a->x + s0 * nd,
-                                                      CUDA_R_32F, d, (long long)nd, S, CUDA_R_32F, n, (long long)nn,
-                                                      &zero, a->dx + s0 * nd, CUDA_R_32F, d, (long long)nd, (int)cnt,
-                                                      ct, CUBLAS_GEMM_DEFAULT));
+            TR_CHECK(batched_gemm(c, "interact_bwd", CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, a->x + s0 * nd, d,
+                                  (long long)nd, S, n, (long long)nn, a->dx + s0 * nd, d, (long long)nd, (int)cnt));
         }
     }
     if (a->has_bottom) {

@@ -1,8 +1,9 @@
 /* kt_util.h: helpers shared by the kernel parity tests (tests/kernels/test_*.c):
  * the loop over every backend the build has (kt_main, kt_be), buffers with a host
  * mirror and a copy in the backend's memory (struct kt_buf), a seeded xorshift64*
- * generator, mixed-tolerance + NMSE comparison with NaN/inf agreement (STYLE rule 15)
- * and sentinel guard regions around outputs, in backend memory too.
+ * generator, mixed-tolerance + NMSE comparison with NaN/inf agreement (STYLE rule 15),
+ * sentinel guard regions around outputs, in backend memory too, and instances whose
+ * GEMMs run in reduced precision with the error model their results are held to.
  * Header-only (static inline) so that each test binary stays one .c file; it is
  * not a module and nothing outside tests/kernels/ includes it. Test code: a helper
  * whose allocation or copy fails bails out of the binary (TAP "Bail out!"). */
@@ -218,6 +219,51 @@ static inline void kt_open(int threads, struct kern_backend *be)
         kt_bail_("kern_backend_open", 0, rc);
 }
 
+/* Opens another instance of kt_be's backend, on every CPU, whose GEMMs run in
+ * `prec` (kern_backend_opts.precision), quietly: TR_ERR_UNSUPPORTED when the backend
+ * lacks that precision (the CPU for bf16 and fp16), or another status of
+ * kern_backend_open. Close it with kern_backend_close. */
+static inline enum tr_status kt_open_prec(enum kern_precision prec, struct kern_backend *be)
+{
+    struct kern_backend_opts o = kt_opts(0);
+    o.quiet = 1;
+    o.precision = (int)prec;
+    return kern_backend_open(kt_be.i->name, &o, be);
+}
+
+static inline const char *kt_no_prec_(enum kern_precision prec, enum tr_status rc)
+{
+    static char why[112];
+    snprintf(why, sizeof why, "%s backend has no %s GEMMs (%s)", kt_be.i->name, kern_precision_name(prec),
+             tr_strerror(rc));
+    return why;
+}
+
+/* In a case: saves kt_be in *outer and points kt_be at a new instance *be of its
+ * backend with GEMMs in `prec`; skips the case when the backend lacks the precision
+ * and fails it when the instance does not open. Every path out of the case after
+ * it goes through kt_leave_prec. */
+#define KT_ENTER_PREC(prec, be, outer)                                                    \
+    do {                                                                                  \
+        enum tr_status kt_rc_ = kt_open_prec((prec), (be));                               \
+        if (kt_rc_ == TR_ERR_UNSUPPORTED)                                                 \
+            TH_SKIP(kt_no_prec_((prec), kt_rc_));                                         \
+        if (kt_rc_ != TR_OK) {                                                            \
+            th_failf_(__FILE__, __LINE__, "cannot open backend '%s' with %s GEMMs: %s",   \
+                      kt_be.i->name, kern_precision_name(prec), tr_strerror(kt_rc_));     \
+            return;                                                                       \
+        }                                                                                 \
+        *(outer) = kt_be;                                                                 \
+        kt_be = *(be);                                                                    \
+    } while (0)
+
+/* Puts kt_be back to *outer and closes the instance of KT_ENTER_PREC. */
+static inline void kt_leave_prec(const struct kern_backend *outer, struct kern_backend *be)
+{
+    kt_be = *outer;
+    kern_backend_close(be);
+}
+
 /* Skips the case when kt_be does not implement `op` for float tensors. */
 #define KT_NEED_OP(op)                                                                    \
     do {                                                                                  \
@@ -376,5 +422,178 @@ static inline void kt_buf_release(struct kt_buf *b)
     kt_guarded_free(b->h);
     memset(b, 0, sizeof *b);
 }
+
+/* ---- the error model of reduced-precision GEMMs ----------------------------------------
+ * An instance opened with precision TF32, BF16 or FP16 rounds the operands of its GEMMs
+ * (gemm, and the interaction's products) to that format and sums the products in fp32
+ * (kern.h); the tests compare with a double reference of the fp32 inputs. One operand x
+ * rounded to p explicit mantissa bits, unit roundoff u = 2^-(p+1), is off by
+ *     |fl(x) - x| <= e(x) = 2u |x|   where |x| >= tiny (its format's normal range),
+ *                           |x|      below that (a subnormal, or flushed to zero):
+ *   tf32  p = 10: u = 2^-11, fp32's exponent, tiny = 2^-126
+ *   bf16  p = 7:  u = 2^-8,  fp32's exponent, tiny = 2^-126
+ *   fp16  p = 10: u = 2^-11, but a 5-bit exponent: tiny = 2^-14, and values over
+ *         65504 overflow, so the tests keep fp16 operands in [-1, 1]
+ *   fp32  operands exact (u = 0).
+ * Round-to-nearest is off by u|x| at most; the model allows 2u, one whole unit in
+ * the last place, because a conversion that drops the low bits (truncation: tensor
+ * cores fed raw fp32 words ignore them) is off by up to that, and the tests must not
+ * depend on which one cuBLAS does. The product of two rounded operands is then off by
+ *     |fl(a) fl(b) - a b| <= e(a)|b| + |a|e(b) + e(a)e(b)   (about 4u |a b|),
+ * and the fp32 sum of k such products adds at most gamma_k = k u32 / (1 - k u32)
+ * (u32 = 2^-24) times the sum of their magnitudes, for any order of summation (the
+ * depth of any summation tree is below k). A dot product's bound is the sum of both
+ * over its terms (struct kt_dot), so it follows the inputs element by element; a
+ * result must lie within it everywhere, and its NMSE below kt_prec.nmse:
+ *     nmse = 8 u^2   (tf32, fp16: 1.9e-6; bf16: 1.2e-4)
+ * The worst-case bound alone would pass a result whose bias is missing once k is
+ * large (a bias in [-1, 1] against 4u sum |a b| ~ u k); the NMSE does not: random
+ * rounding errors give about 0.3 u^2 when rounding to nearest and 2 u^2 when
+ * truncating (the prec_model cases of test_dense.c and test_interact.c measure both
+ * with km_round_mantissa and km_float_to_half, and print them), while an output of k
+ * products (variance k/9) missing a bias in [-1, 1] (variance 1/3) has an NMSE near
+ * 3/k (0.006 at k = 479), far above it. A bf16 GEMM does not pass the tf32 limit. */
+
+struct kt_prec {
+    enum kern_precision prec;
+    double u;    /* unit roundoff of an operand; 0: exact (fp32) */
+    double tiny; /* below this magnitude an operand may lose all its bits */
+    double nmse; /* the most NMSE a result may have */
+};
+
+static inline struct kt_prec kt_prec_of(enum kern_precision p)
+{
+    struct kt_prec t = {p, 0.0, 0.0, 1e-9};
+    switch (p) {
+    case KERN_PREC_TF32:
+        t.u = 0x1p-11;
+        t.tiny = 0x1p-126;
+        break;
+    case KERN_PREC_BF16:
+        t.u = 0x1p-8;
+        t.tiny = 0x1p-126;
+        break;
+    case KERN_PREC_FP16:
+        t.u = 0x1p-11;
+        t.tiny = 0x1p-14;
+        break;
+    case KERN_PREC_FP32: break;
+    }
+    if (t.u > 0.0)
+        t.nmse = 8.0 * t.u * t.u;
+    return t;
+}
+
+/* e(x) of the model: how far x may be from what the GEMM multiplies. */
+static inline double kt_prec_err(const struct kt_prec *t, double x)
+{
+    x = fabs(x);
+    if (t->u == 0.0)
+        return 0.0;
+    return x < t->tiny ? x : 2.0 * t->u * x;
+}
+
+/* x as an operand of a GEMM in precision t: rounded to nearest even, or truncated
+ * when chop (fp16 truncation is emulated with 10 bits in fp32's range); x itself
+ * for fp32. For emulating such a GEMM on the host. */
+static inline float kt_prec_round(const struct kt_prec *t, float x, int chop)
+{
+    switch (t->prec) {
+    case KERN_PREC_TF32: return km_round_mantissa(x, 10, chop);
+    case KERN_PREC_BF16: return km_round_mantissa(x, 7, chop);
+    case KERN_PREC_FP16: return chop ? km_round_mantissa(x, 10, 1) : km_half_to_float(km_float_to_half(x));
+    case KERN_PREC_FP32: break;
+    }
+    return x;
+}
+
+/* gamma_k = k u32 / (1 - k u32): the relative error of an fp32 sum of k terms. */
+static inline double kt_gamma(int64_t k)
+{
+    const double ku = (double)k * 0x1p-24;
+    return ku / (1.0 - ku);
+}
+
+/* A dot product sum_p a_p b_p of fp32 inputs: its exact value, the sum of its
+ * terms' magnitudes and the bound of the operands' rounding, term by term. */
+struct kt_dot {
+    double s, abs, err;
+    int64_t k;
+};
+
+/* Adds the term a b, whose operands may be off by ea and eb (kt_prec_err). */
+static inline void kt_dot_add(struct kt_dot *d, double a, double ea, double b, double eb)
+{
+    d->s += a * b;
+    d->abs += fabs(a * b);
+    d->err += ea * fabs(b) + fabs(a) * eb + ea * eb;
+    d->k++;
+}
+
+/* How far a GEMM in precision t may compute the dot product from d->s. */
+static inline double kt_dot_bound(const struct kt_dot *d)
+{
+    return d->err + kt_gamma(d->k) * (d->abs + d->err);
+}
+
+/* Compares got (rows, cols; row stride ldg) with ref, each element within its own
+ * bound bnd (ref and bnd with row stride ldr): |got - ref| <= bnd; NaN and inf must
+ * agree exactly; the NMSE must be <= nmse_max. Returns the number of elements out
+ * of bounds, plus one if the NMSE is over; reports up to five of them (prefixed
+ * with `what`, as failures of the running case) when `report`, and stores the
+ * NMSE in *nmse (may be NULL). */
+static inline int kt_bounded_(const char *file, int line, int report, const char *what, const float *got, int64_t ldg,
+                              const double *ref, const double *bnd, int64_t ldr, int64_t rows, int64_t cols,
+                              double nmse_max, double *nmse)
+{
+    int bad = 0;
+    double num = 0.0, den = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            const double g = got[r * ldg + c], e = ref[r * ldr + c], b = bnd[r * ldr + c];
+            int ok;
+            if (isnan(e) || isnan(g))
+                ok = isnan(e) && isnan(g);
+            else if (isinf(e) || isinf(g))
+                ok = g == e;
+            else {
+                ok = fabs(g - e) <= b;
+                num += (g - e) * (g - e);
+                den += e * e;
+            }
+            if (!ok) {
+                if (report && bad < 5)
+                    th_failf_(file, line, "%s: [%lld,%lld] got %.9g want %.9g (diff %.3g, bound %.3g)", what,
+                              (long long)r, (long long)c, g, e, fabs(g - e), b);
+                bad++;
+            }
+        }
+    }
+    if (report && bad > 5)
+        th_failf_(file, line, "%s: %d elements out of bounds in all", what, bad);
+    const double q = den > 0.0 ? num / den : num;
+    if (nmse)
+        *nmse = q;
+    if (q > nmse_max) {
+        if (report)
+            th_failf_(file, line, "%s: nmse %.3g > %.3g", what, q, nmse_max);
+        bad++;
+    }
+    return bad;
+}
+
+static inline int kt_bounded_ok_(const char *file, int line, const char *what, const float *got, int64_t ldg,
+                                 const double *ref, const double *bnd, int64_t ldr, int64_t rows, int64_t cols,
+                                 double nmse_max)
+{
+    return kt_bounded_(file, line, 1, what, got, ldg, ref, bnd, ldr, rows, cols, nmse_max, NULL) == 0;
+}
+
+/* kt_bounded_ reporting failures at the caller's line; evaluates to 1 when all passed. */
+#define KT_BOUNDED(what, got, ldg, ref, bnd, ldr, rows, cols, nmse_max)                                \
+    kt_bounded_ok_(__FILE__, __LINE__, what, got, ldg, ref, bnd, ldr, rows, cols, nmse_max)
+/* kt_bounded_ without reports: the number of failures (for tests of the tolerance). */
+#define KT_COUNT_OUT_OF_BOUNDS(got, ldg, ref, bnd, ldr, rows, cols, nmse_max, nmse)                     \
+    kt_bounded_(__FILE__, __LINE__, 0, "", got, ldg, ref, bnd, ldr, rows, cols, nmse_max, nmse)
 
 #endif

@@ -180,6 +180,306 @@ static void test_gemm_edges(void)
     kt_buf_release(&a);
 }
 
+/* ---- reduced precision ------------------------------------------------------------------
+ * gemm on an instance opened with kern_backend_opts.precision TF32, BF16 or FP16,
+ * against the double reference of its fp32 inputs, within the bound kt_util.h's error
+ * model gives each element (the operands' rounding, about 4u sum |a b|, plus fp32
+ * sums and epilogue) and its NMSE limit; an FP32 instance within that model with
+ * u = 0 and within gemm_case's fp32 tolerance. The CPU backend has fp32 and tf32 (which
+ * it runs as fp32); bf16 and fp16 skip there. Inputs lie in [-1, 1] (fp16's range).
+ * Shapes mix odd sizes (not multiples of 8 or 16: cuBLASLt's unaligned kernels, or
+ * dense.cu's fp32 fallback), tight, odd and 16-byte aligned padded leading dimensions,
+ * every transpose and epilogue, and m=512 n=384 with k=479 and 512, which tensor-core
+ * kernels take. prec_model checks the tolerance itself on the host. */
+
+/* A gemm problem: the call (on the host mirrors), its inputs and C before the call. */
+struct gemm_prob {
+    struct kern_gemm_args g; /* a, b, c, bias: host mirrors */
+    struct kt_buf a, b, c, bias;
+    float *c_old;            /* (m, ldc) */
+    int epi;                 /* as gemm_case */
+};
+
+static int64_t round4(int64_t x)
+{
+    return (x + 3) / 4 * 4;
+}
+
+/* Inputs in [-1, 1] from seed. pad: 0 tight leading dimensions, 1 odd padding (+3,
+ * +1, +5), 2 padding that keeps rows 16-byte aligned. Release with prob_release. */
+static void prob_init(struct gemm_prob *q, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                      int epi, int pad, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    const int64_t lda = pad == 0 ? acols : pad == 1 ? acols + 3 : round4(acols) + 4;
+    const int64_t ldb = pad == 0 ? bcols : pad == 1 ? bcols + 1 : round4(bcols) + 8;
+    const int64_t ldc = pad == 0 ? n : pad == 1 ? n + 5 : round4(n) + 4;
+    memset(q, 0, sizeof *q);
+    kt_buf_init(&q->a, arows * lda);
+    kt_buf_init(&q->b, brows * ldb);
+    kt_buf_init(&q->c, m * ldc);
+    kt_buf_init(&q->bias, n);
+    for (int64_t i = 0; i < arows; i++) /* padding columns keep the sentinel */
+        kt_fill(&r, q->a.h + i * lda, acols, -1, 1);
+    for (int64_t i = 0; i < brows; i++)
+        kt_fill(&r, q->b.h + i * ldb, bcols, -1, 1);
+    for (int64_t i = 0; i < m; i++)
+        kt_fill(&r, q->c.h + i * ldc, n, -1, 1);
+    kt_fill(&r, q->bias.h, n, -1, 1);
+    q->c_old = tr_malloc((size_t)(m * ldc) * sizeof(float));
+    memcpy(q->c_old, q->c.h, (size_t)(m * ldc) * sizeof(float));
+    kt_upload(&q->a);
+    kt_upload(&q->b);
+    kt_upload(&q->c);
+    kt_upload(&q->bias);
+    q->epi = epi;
+    struct kern_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                               .a = q->a.h, .lda = lda, .b = q->b.h, .ldb = ldb, .c = q->c.h, .ldc = ldc,
+                               .bias = epi == 1 || epi == 2 ? q->bias.h : NULL,
+                               .act = epi >= 2 ? KERN_ACT_RELU : KERN_ACT_NONE};
+    q->g = g;
+}
+
+static void prob_release(struct gemm_prob *q)
+{
+    tr_free(q->c_old);
+    kt_buf_release(&q->bias);
+    kt_buf_release(&q->c);
+    kt_buf_release(&q->b);
+    kt_buf_release(&q->a);
+}
+
+/* ref (m, n): the exact result of q in double; bnd (m, n): how far a GEMM in precision
+ * t may be from it: |alpha| times the dot product's bound (kt_dot_bound), plus the
+ * fp32 roundings of the epilogue (alpha times the sum, + beta C, + bias: gamma_4 of the
+ * magnitudes added). A ReLU never widens an error. */
+static void ref_gemm_bound(const struct gemm_prob *q, const struct kt_prec *t, double *ref, double *bnd)
+{
+    const struct kern_gemm_args *g = &q->g;
+    const int64_t m = g->m, n = g->n, k = g->k;
+    /* op(A) by rows and op(B) by columns, contiguous, with their operands' errors */
+    double *ao = tr_malloc((size_t)(m * k) * sizeof(double)), *ae = tr_malloc((size_t)(m * k) * sizeof(double));
+    double *bo = tr_malloc((size_t)(n * k) * sizeof(double)), *be = tr_malloc((size_t)(n * k) * sizeof(double));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < k; p++) {
+            ao[i * k + p] = g->trans_a ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
+            ae[i * k + p] = kt_prec_err(t, ao[i * k + p]);
+        }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t p = 0; p < k; p++) {
+            bo[j * k + p] = g->trans_b ? g->b[j * g->ldb + p] : g->b[p * g->ldb + j];
+            be[j * k + p] = kt_prec_err(t, bo[j * k + p]);
+        }
+    const double alpha = g->alpha, beta = g->beta;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            struct kt_dot d = {0.0, 0.0, 0.0, 0};
+            for (int64_t p = 0; p < k; p++)
+                kt_dot_add(&d, ao[i * k + p], ae[i * k + p], bo[j * k + p], be[j * k + p]);
+            const double cv = g->beta == 0.0f ? 0.0 : beta * q->c_old[i * g->ldc + j];
+            const double bv = g->bias ? (double)g->bias[j] : 0.0;
+            const double v = alpha * d.s + cv + bv;
+            ref[i * n + j] = g->act == KERN_ACT_RELU && v < 0.0 ? 0.0 : v;
+            bnd[i * n + j] =
+                fabs(alpha) * kt_dot_bound(&d) + kt_gamma(4) * (fabs(alpha) * (d.abs + d.err) + fabs(cv) + fabs(bv));
+        }
+    tr_free(be);
+    tr_free(bo);
+    tr_free(ae);
+    tr_free(ao);
+}
+
+static void gemm_prec_case(const struct kt_prec *t, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           float beta, int epi, int pad, uint64_t seed)
+{
+    struct gemm_prob q;
+    prob_init(&q, ta, tb, m, n, k, alpha, beta, epi, pad, seed);
+    const int64_t ldc = q.g.ldc;
+    double *ref = tr_malloc((size_t)(m * n) * sizeof(double)), *bnd = tr_malloc((size_t)(m * n) * sizeof(double));
+    ref_gemm_bound(&q, t, ref, bnd);
+    struct kern_gemm_args g = q.g;
+    g.a = q.a.d;
+    g.b = q.b.d;
+    g.c = q.c.d;
+    g.bias = q.g.bias ? q.bias.d : NULL;
+    enum tr_status rc = kt_be.i->gemm(kt_be.ctx, &g);
+    kt_download(&q.c);
+    char what[160];
+    snprintf(what, sizeof what, "%s gemm %c%c m=%lld n=%lld k=%lld ld %lld %lld %lld alpha=%g beta=%g epilogue %d",
+             kern_precision_name(t->prec), ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k,
+             (long long)g.lda, (long long)g.ldb, (long long)ldc, (double)alpha, (double)beta, epi);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
+    if (rc == TR_OK) {
+        KT_BOUNDED(what, q.c.h, ldc, ref, bnd, n, m, n, t->nmse);
+        if (t->prec == KERN_PREC_FP32) /* and as gemm_case asks of fp32 */
+            KT_CLOSE2D(what, q.c.h, ldc, ref, n, m, n, 1e-6 * (1.0 + sqrt((double)k)) * (fabs(alpha) + 1.0), 1e-5,
+                       1e-9);
+    }
+    TH_CHECKF(kt_pad_ok(q.c.h, m, n, ldc), "%s: wrote into C's padding columns (ldc > n)", what);
+    TH_CHECKF(kt_buf_guard_ok(&q.c), "%s: wrote outside C", what);
+    tr_free(bnd);
+    tr_free(ref);
+    prob_release(&q);
+}
+
+static void gemm_prec(enum kern_precision p)
+{
+    KT_NEED_OP(KERN_OP_GEMM);
+    struct kern_backend be, outer;
+    KT_ENTER_PREC(p, &be, &outer);
+    const struct kt_prec t = kt_prec_of(p);
+    static const int64_t shapes[][3] = {
+        {1, 1, 1},     {3, 17, 33},  {17, 33, 1},  {33, 5, 17},  {7, 9, 300},   {64, 128, 13},
+        {129, 65, 31}, {16, 16, 16}, {64, 64, 64}, {96, 40, 72}, {100, 36, 52}, {128, 96, 80},
+    };
+    uint64_t seed = 7000 + 1000 * (uint64_t)p;
+    /* every transpose of every shape; the epilogue, padding and alpha/beta rotate */
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int tr = 0; tr < 4; tr++) {
+            const int v = (int)s + tr, odd = v & 1;
+            gemm_prec_case(&t, tr & 1, tr >> 1, shapes[s][0], shapes[s][1], shapes[s][2], odd ? 0.75f : 1.0f,
+                           odd ? 0.5f : 0.0f, v % 4, v % 3, seed++);
+        }
+    /* large: an odd k (unaligned rows unless padded) in every transpose, then the
+     * aligned shape of a layer's forward (fused bias + ReLU) and of its weight gradient */
+    static const int big_epi[4] = {2, 0, 0, 1}, big_pad[4] = {2, 1, 2, 2};
+    for (int tr = 0; tr < 4; tr++)
+        gemm_prec_case(&t, tr & 1, tr >> 1, 512, 384, 479, 1.0f, 0.0f, big_epi[tr], big_pad[tr], seed++);
+    gemm_prec_case(&t, 0, 0, 512, 384, 512, 1.0f, 0.0f, 2, 0, seed++);
+    gemm_prec_case(&t, 1, 0, 512, 384, 512, 0.5f, 1.0f, 0, 0, seed++);
+    kt_leave_prec(&outer, &be);
+}
+
+static void test_gemm_fp32(void)
+{
+    gemm_prec(KERN_PREC_FP32);
+}
+
+static void test_gemm_tf32(void)
+{
+    gemm_prec(KERN_PREC_TF32);
+}
+
+static void test_gemm_bf16(void)
+{
+    gemm_prec(KERN_PREC_BF16);
+}
+
+static void test_gemm_fp16(void)
+{
+    gemm_prec(KERN_PREC_FP16);
+}
+
+/* What could go wrong in a GEMM, for prec_model. */
+enum { RIGHT = 0, WRONG_TRANS_B, WRONG_NO_BIAS, WRONG_NO_RELU, WRONG_LDA, WRONG_COUNT_ };
+static const char *const wrong_name[WRONG_COUNT_] = {"right", "B transposed", "no bias", "no ReLU",
+                                                     "A's padding ignored"};
+
+/* out (m, n): q computed as a GEMM in precision t computes it (the operands rounded
+ * to nearest, or truncated when chop; the products summed in order in fp32, then the
+ * epilogue in fp32), with the mistake `wrong`: B read the other way round (n == k),
+ * no bias, no ReLU, or A read with its width as leading dimension. */
+static void emulate_gemm(const struct gemm_prob *q, const struct kt_prec *t, int chop, int wrong, float *out)
+{
+    const struct kern_gemm_args *g = &q->g;
+    const int64_t lda = wrong == WRONG_LDA ? (g->trans_a ? g->m : g->k) : g->lda;
+    const int tb = wrong == WRONG_TRANS_B ? !g->trans_b : g->trans_b;
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < g->k; p++) {
+                const float av = g->trans_a ? g->a[p * lda + i] : g->a[i * lda + p];
+                const float bv = tb ? g->b[j * g->ldb + p] : g->b[p * g->ldb + j];
+                acc += kt_prec_round(t, av, chop) * kt_prec_round(t, bv, chop);
+            }
+            float v = g->alpha * acc;
+            if (g->beta != 0.0f)
+                v += g->beta * q->c_old[i * g->ldc + j];
+            if (g->bias && wrong != WRONG_NO_BIAS)
+                v += g->bias[j];
+            if (g->act == KERN_ACT_RELU && wrong != WRONG_NO_RELU)
+                v = km_relu(v);
+            out[i * g->n + j] = v;
+        }
+}
+
+/* The tolerance itself, on the host (no backend op): for tf32, bf16 and fp16, GEMMs
+ * emulated in that precision (operands rounded to nearest and truncated) and an exact
+ * fp32 GEMM lie within the bounds; a bf16 GEMM does not pass for a tf32 one; and
+ * wrong results (B transposed, no bias, no ReLU, A's padding ignored) fail even in
+ * bf16. Two setups: a plain product (the largest relative rounding error) and one
+ * with beta and bias + ReLU (a bias that is a small part of each output). The NMSE
+ * seen are printed as TAP comments. */
+static void test_prec_model(void)
+{
+    if (strcmp(kt_be.i->name, "cpu") != 0)
+        TH_SKIP("a check of the tolerance on the host: it runs under [cpu]");
+    static const int64_t shapes[][3] = {{96, 80, 80}, {64, 48, 479}};
+    static const enum kern_precision precs[] = {KERN_PREC_TF32, KERN_PREC_BF16, KERN_PREC_FP16};
+    const struct kt_prec fp32 = kt_prec_of(KERN_PREC_FP32), tf32 = kt_prec_of(KERN_PREC_TF32),
+                         bf16 = kt_prec_of(KERN_PREC_BF16);
+    uint64_t seed = 9000;
+    for (int setup = 0; setup < 2; setup++)
+        for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+            for (int tr = 0; tr < 4; tr += 3) {
+                const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                struct gemm_prob q;
+                prob_init(&q, tr & 1, tr >> 1, m, n, k, 1.0f, setup ? 0.5f : 0.0f, setup ? 2 : 0, 1, seed++);
+                double *ref = tr_malloc((size_t)(m * n) * sizeof(double));
+                double *bnd = tr_malloc((size_t)(m * n) * sizeof(double));
+                float *out = tr_malloc((size_t)(m * n) * sizeof(float));
+                char shape[64];
+                snprintf(shape, sizeof shape, "%lldx%lldx%lld %c%c beta %g epilogue %d", (long long)m, (long long)n,
+                         (long long)k, tr & 1 ? 'T' : 'N', tr >> 1 ? 'T' : 'N', (double)q.g.beta, q.epi);
+                for (size_t pi = 0; pi < TR_ARRAY_SIZE(precs); pi++) {
+                    const struct kt_prec t = kt_prec_of(precs[pi]);
+                    const char *pn = kern_precision_name(t.prec);
+                    char line[512];
+                    int len;
+                    double e;
+                    ref_gemm_bound(&q, &t, ref, bnd);
+                    emulate_gemm(&q, &fp32, 0, RIGHT, out);
+                    TH_CHECKF(KT_COUNT_OUT_OF_BOUNDS(out, n, ref, bnd, n, m, n, t.nmse, &e) == 0,
+                              "%s bound, %s: rejects an exact fp32 GEMM (nmse %.3g)", pn, shape, e);
+                    len = snprintf(line, sizeof line, "# %s %s: nmse limit %.2g; fp32 %.2g", pn, shape, t.nmse, e);
+                    for (int chop = 0; chop < 2; chop++) {
+                        emulate_gemm(&q, &t, chop, RIGHT, out);
+                        TH_CHECKF(KT_COUNT_OUT_OF_BOUNDS(out, n, ref, bnd, n, m, n, t.nmse, &e) == 0,
+                                  "%s bound, %s: rejects a %s GEMM (operands %s): nmse %.3g", pn, shape, pn,
+                                  chop ? "truncated" : "rounded", e);
+                        len += snprintf(line + len, sizeof line - (size_t)len, ", %s %.2g",
+                                        chop ? "truncated" : "rounded", e);
+                    }
+                    len += snprintf(line + len, sizeof line - (size_t)len, "; wrong (elements out, nmse):");
+                    for (int w = RIGHT + 1; w < WRONG_COUNT_; w++) {
+                        if ((w == WRONG_TRANS_B && n != k) || (w == WRONG_NO_BIAS && !q.g.bias) ||
+                            (w == WRONG_NO_RELU && q.g.act != KERN_ACT_RELU))
+                            continue;
+                        emulate_gemm(&q, &t, 0, w, out);
+                        const int bad = KT_COUNT_OUT_OF_BOUNDS(out, n, ref, bnd, n, m, n, t.nmse, &e);
+                        TH_CHECKF(bad > 0, "%s bound, %s: accepts a GEMM with %s (nmse %.3g)", pn, shape, wrong_name[w],
+                                  e);
+                        len += snprintf(line + len, sizeof line - (size_t)len, " %s %d %.2g,", wrong_name[w],
+                                        bad - (e > t.nmse), e);
+                    }
+                    printf("%s\n", line);
+                }
+                /* a tf32 instance whose GEMM ran in bf16 */
+                double e;
+                ref_gemm_bound(&q, &tf32, ref, bnd);
+                emulate_gemm(&q, &bf16, 0, RIGHT, out);
+                const int bad = KT_COUNT_OUT_OF_BOUNDS(out, n, ref, bnd, n, m, n, tf32.nmse, &e);
+                TH_CHECKF(bad > 0, "tf32 bound, %s: accepts a bf16 GEMM (nmse %.3g)", shape, e);
+                printf("# bf16 GEMM under the tf32 bound, %s: elements out %d, nmse %.2g\n", shape,
+                       bad - (e > tf32.nmse), e);
+                tr_free(out);
+                tr_free(bnd);
+                tr_free(ref);
+                prob_release(&q);
+            }
+}
+
 /* ---- bias + activation ----------------------------------------------------------------- */
 
 static void bias_act_case(int64_t rows, int64_t cols, int relu, int with_bias, uint64_t seed)
@@ -428,6 +728,11 @@ static const struct th_case cases[] = {
     {"gemm", test_gemm},
     {"gemm_edges", test_gemm_edges},
     {"gemm_epilogue", test_gemm_epilogue},
+    {"gemm_fp32", test_gemm_fp32},
+    {"gemm_tf32", test_gemm_tf32},
+    {"gemm_bf16", test_gemm_bf16},
+    {"gemm_fp16", test_gemm_fp16},
+    {"prec_model", test_prec_model},
     {"bias_act_fwd", test_bias_act_fwd},
     {"bias_act_bwd", test_bias_act_bwd},
     {"fd_layer", test_fd_layer},

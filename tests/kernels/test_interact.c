@@ -151,6 +151,321 @@ static void test_bwd(void)
                 bwd_case(ns[i], ds[j], hb, seed++);
 }
 
+/* ---- reduced precision ------------------------------------------------------------------
+ * Both ops on an instance opened with kern_backend_opts.precision TF32, BF16 or FP16
+ * (and FP32), against the double reference of the fp32 inputs, each output within
+ * the bound of kt_util.h's error model and under its NMSE limit: forward, x_i . x_j
+ * is a dot product of d terms; backward, dx_i = sum_j S_ij x_j has n terms, S (the
+ * pair gradients) being rounded too as the second GEMM's operand, plus the bottom
+ * gradient added in fp32. The bottom copy stays bitwise and the padding +0 in every
+ * precision; FP32 also keeps fwd_case's and bwd_case's tolerance. The CPU backend has
+ * fp32 and tf32 (run as fp32); bf16 and fp16 skip there. Inputs lie in [-1, 1]. Sizes
+ * include n and d that are not multiples of 8 and a batch of 128 at n = 27, d = 128
+ * (the benchmark model's interaction). prec_model checks the tolerance on the host. */
+
+/* ref (batch, out_w) as ref_fwd, and bnd (batch, out_w): how far an instance in
+ * precision t may be from it (0 for the bottom copy and the padding). */
+static void ref_fwd_bound(const float *x, int64_t batch, int n, int d, int hb, int64_t out_w, const struct kt_prec *t,
+                          double *ref, double *bnd)
+{
+    for (int64_t s = 0; s < batch; s++) {
+        const float *xs = x + s * n * d;
+        double *o = ref + s * out_w, *b = bnd + s * out_w;
+        for (int64_t c = 0; c < out_w; c++)
+            o[c] = b[c] = 0.0;
+        int64_t k = 0;
+        if (hb)
+            for (int c = 0; c < d; c++)
+                o[k++] = xs[c];
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < i; j++) {
+                struct kt_dot dot = {0.0, 0.0, 0.0, 0};
+                for (int c = 0; c < d; c++) {
+                    const double a = xs[i * d + c], v = xs[j * d + c];
+                    kt_dot_add(&dot, a, kt_prec_err(t, a), v, kt_prec_err(t, v));
+                }
+                b[k] = kt_dot_bound(&dot);
+                o[k++] = dot.s;
+            }
+    }
+}
+
+/* ref (batch, n, d) as ref_bwd, and bnd: how far an instance in precision t may be
+ * from it: the bound of the n-term product S x (the diagonal's zero terms included),
+ * plus the fp32 rounding of adding the bottom gradient. */
+static void ref_bwd_bound(const float *x, const float *dout, int64_t batch, int n, int d, int hb, int64_t out_w,
+                          const struct kt_prec *t, double *ref, double *bnd)
+{
+    for (int64_t s = 0; s < batch; s++) {
+        const float *xs = x + s * n * d, *g = dout + s * out_w;
+        const int64_t off = hb ? d : 0;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < d; c++) {
+                struct kt_dot dot = {0.0, 0.0, 0.0, 0};
+                for (int j = 0; j < n; j++) {
+                    const double sv = j == i ? 0.0 : g[off + (i > j ? km_tri_index(i, j) : km_tri_index(j, i))];
+                    const double xv = xs[j * d + c];
+                    kt_dot_add(&dot, sv, kt_prec_err(t, sv), xv, kt_prec_err(t, xv));
+                }
+                const double bottom = hb && i == 0 ? g[c] : 0.0;
+                ref[s * n * d + i * d + c] = dot.s + bottom;
+                bnd[s * n * d + i * d + c] =
+                    kt_dot_bound(&dot) + (hb && i == 0 ? kt_gamma(1) * (fabs(bottom) + dot.abs + dot.err) : 0.0);
+            }
+    }
+}
+
+static void fwd_prec_case(const struct kt_prec *t, int n, int d, int hb, int64_t batch, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t out_w = km_interact_width(n, d, hb) + 5;
+    struct kt_buf x, out;
+    kt_buf_init(&x, batch * n * d);
+    kt_buf_init(&out, batch * out_w);
+    double *ref = tr_malloc((size_t)(batch * out_w) * sizeof(double));
+    double *bnd = tr_malloc((size_t)(batch * out_w) * sizeof(double));
+    kt_fill(&r, x.h, batch * n * d, -1, 1);
+    kt_upload(&x);
+    ref_fwd_bound(x.h, batch, n, d, hb, out_w, t, ref, bnd);
+    struct kern_interact_fwd_args a = {.batch = batch, .n = n, .d = d, .has_bottom = hb, .x = x.d, .out = out.d,
+                                       .out_w = out_w};
+    char what[96];
+    snprintf(what, sizeof what, "%s interact_fwd n=%d d=%d bottom=%d batch=%lld", kern_precision_name(t->prec), n, d,
+             hb, (long long)batch);
+    enum tr_status rc = kt_be.i->interact_fwd(kt_be.ctx, &a);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
+    kt_download(&out);
+    if (rc == TR_OK) {
+        KT_BOUNDED(what, out.h, out_w, ref, bnd, out_w, batch, out_w, t->nmse);
+        if (t->prec == KERN_PREC_FP32)
+            KT_CLOSE(what, out.h, ref, batch * out_w, 1e-6 * (1.0 + sqrt((double)d)), 1e-5, 1e-9);
+    }
+    const int64_t used = (hb ? d : 0) + km_tri_count(n);
+    int pad_ok = 1, bottom_ok = 1;
+    for (int64_t s = 0; s < batch; s++) {
+        for (int64_t c = used; c < out_w; c++)
+            pad_ok &= out.h[s * out_w + c] == 0.0f && !signbit(out.h[s * out_w + c]);
+        if (hb)
+            bottom_ok &= memcmp(out.h + s * out_w, x.h + s * n * d, (size_t)d * sizeof(float)) == 0;
+    }
+    TH_CHECKF(pad_ok, "%s: padding columns are not exact +0", what);
+    TH_CHECKF(bottom_ok, "%s: the bottom vector is not copied bitwise", what);
+    TH_CHECKF(kt_buf_guard_ok(&out), "%s: wrote outside out", what);
+    tr_free(bnd);
+    tr_free(ref);
+    kt_buf_release(&out);
+    kt_buf_release(&x);
+}
+
+static void bwd_prec_case(const struct kt_prec *t, int n, int d, int hb, int64_t batch, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t out_w = km_interact_width(n, d, hb) + 5;
+    struct kt_buf x, dout, dx;
+    kt_buf_init(&x, batch * n * d);
+    kt_buf_init(&dout, batch * out_w);
+    kt_buf_init(&dx, batch * n * d);
+    double *ref = tr_malloc((size_t)(batch * n * d) * sizeof(double));
+    double *bnd = tr_malloc((size_t)(batch * n * d) * sizeof(double));
+    kt_fill(&r, x.h, batch * n * d, -1, 1);
+    kt_fill(&r, dout.h, batch * out_w, -1, 1); /* padding gradients too: they must be ignored */
+    kt_upload(&x);
+    kt_upload(&dout);
+    ref_bwd_bound(x.h, dout.h, batch, n, d, hb, out_w, t, ref, bnd);
+    struct kern_interact_bwd_args a = {.batch = batch, .n = n, .d = d, .has_bottom = hb, .x = x.d, .dout = dout.d,
+                                       .out_w = out_w, .dx = dx.d};
+    char what[96];
+    snprintf(what, sizeof what, "%s interact_bwd n=%d d=%d bottom=%d batch=%lld", kern_precision_name(t->prec), n, d,
+             hb, (long long)batch);
+    enum tr_status rc = kt_be.i->interact_bwd(kt_be.ctx, &a);
+    TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
+    kt_download(&dx);
+    if (rc == TR_OK) {
+        KT_BOUNDED(what, dx.h, n * d, ref, bnd, n * d, batch, n * d, t->nmse);
+        if (t->prec == KERN_PREC_FP32)
+            KT_CLOSE(what, dx.h, ref, batch * n * d, 1e-6 * (1.0 + sqrt((double)n)), 1e-5, 1e-9);
+    }
+    TH_CHECKF(kt_buf_guard_ok(&dx), "%s: wrote outside dx", what);
+    tr_free(bnd);
+    tr_free(ref);
+    kt_buf_release(&dx);
+    kt_buf_release(&dout);
+    kt_buf_release(&x);
+}
+
+/* {n, d, batch} */
+static const int prec_shapes[][3] = {{2, 1, 3},   {3, 3, 3},   {5, 8, 3},   {5, 17, 3},   {16, 16, 4},
+                                     {27, 16, 3}, {27, 17, 3}, {13, 33, 5}, {40, 64, 32}, {27, 128, 128}};
+
+static void interact_prec(enum kern_precision p)
+{
+    KT_NEED_OP(KERN_OP_INTERACT_FWD);
+    KT_NEED_OP(KERN_OP_INTERACT_BWD);
+    struct kern_backend be, outer;
+    KT_ENTER_PREC(p, &be, &outer);
+    const struct kt_prec t = kt_prec_of(p);
+    uint64_t seed = 500 + 100 * (uint64_t)p;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(prec_shapes); s++)
+        for (int hb = 0; hb < 2; hb++) {
+            fwd_prec_case(&t, prec_shapes[s][0], prec_shapes[s][1], hb, prec_shapes[s][2], seed++);
+            bwd_prec_case(&t, prec_shapes[s][0], prec_shapes[s][1], hb, prec_shapes[s][2], seed++);
+        }
+    kt_leave_prec(&outer, &be);
+}
+
+static void test_fp32(void)
+{
+    interact_prec(KERN_PREC_FP32);
+}
+
+static void test_tf32(void)
+{
+    interact_prec(KERN_PREC_TF32);
+}
+
+static void test_bf16(void)
+{
+    interact_prec(KERN_PREC_BF16);
+}
+
+static void test_fp16(void)
+{
+    interact_prec(KERN_PREC_FP16);
+}
+
+/* What could go wrong in the interaction, for prec_model. */
+enum { RIGHT = 0, WRONG_PAIR_ORDER, WRONG_NO_BOTTOM, WRONG_HALF_S, WRONG_COUNT_ };
+static const char *const wrong_name[WRONG_COUNT_] = {"right", "pairs in column order", "no bottom gradient",
+                                                     "S lower half only"};
+
+/* out (batch, out_w): the forward as an instance in precision t computes it (x rounded
+ * to nearest, or truncated when chop; products summed in order in fp32), or with the
+ * pairs in column-major order of the triangle (WRONG_PAIR_ORDER). */
+static void emulate_fwd(const float *x, int64_t batch, int n, int d, int hb, int64_t out_w, const struct kt_prec *t,
+                        int chop, int wrong, float *out)
+{
+    for (int64_t s = 0; s < batch; s++) {
+        const float *xs = x + s * n * d;
+        float *o = out + s * out_w;
+        int64_t k = 0;
+        for (int64_t c = 0; c < out_w; c++)
+            o[c] = 0.0f;
+        if (hb)
+            for (int c = 0; c < d; c++)
+                o[k++] = xs[c];
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < i; j++) {
+                /* column order visits (j + 1 + ..., j) column by column */
+                int a = i, b = j;
+                if (wrong == WRONG_PAIR_ORDER) {
+                    int64_t p = km_tri_index(i, j), col = 0;
+                    while (p >= n - 1 - col) {
+                        p -= n - 1 - col;
+                        col++;
+                    }
+                    a = (int)(col + 1 + p);
+                    b = (int)col;
+                }
+                float acc = 0.0f;
+                for (int c = 0; c < d; c++)
+                    acc += kt_prec_round(t, xs[a * d + c], chop) * kt_prec_round(t, xs[b * d + c], chop);
+                o[k++] = acc;
+            }
+    }
+}
+
+/* dx (batch, n, d): the backward as an instance in precision t computes it, or
+ * without the bottom gradient (WRONG_NO_BOTTOM), or with only the pairs j < i
+ * (WRONG_HALF_S: S not symmetric). */
+static void emulate_bwd(const float *x, const float *dout, int64_t batch, int n, int d, int hb, int64_t out_w,
+                        const struct kt_prec *t, int chop, int wrong, float *dx)
+{
+    for (int64_t s = 0; s < batch; s++) {
+        const float *xs = x + s * n * d, *g = dout + s * out_w;
+        const int64_t off = hb ? d : 0;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < d; c++) {
+                float acc = 0.0f;
+                for (int j = 0; j < (wrong == WRONG_HALF_S ? i : n); j++) {
+                    const float sv = j == i ? 0.0f : g[off + (i > j ? km_tri_index(i, j) : km_tri_index(j, i))];
+                    acc += kt_prec_round(t, sv, chop) * kt_prec_round(t, xs[j * d + c], chop);
+                }
+                if (hb && i == 0 && wrong != WRONG_NO_BOTTOM)
+                    acc += g[c];
+                dx[s * n * d + i * d + c] = acc;
+            }
+    }
+}
+
+/* The tolerance itself, on the host (no backend op), as test_dense.c's prec_model:
+ * for tf32, bf16 and fp16, both ops emulated in that precision (x and S rounded to
+ * nearest and truncated) and computed exactly in fp32 lie within the bounds, and
+ * wrong results (the pairs in column order, no bottom gradient, half of S) fail. */
+static void test_prec_model(void)
+{
+    if (strcmp(kt_be.i->name, "cpu") != 0)
+        TH_SKIP("a check of the tolerance on the host: it runs under [cpu]");
+    static const enum kern_precision precs[] = {KERN_PREC_TF32, KERN_PREC_BF16, KERN_PREC_FP16};
+    static const int shapes[][3] = {{27, 128, 16}, {13, 33, 16}};
+    const struct kt_prec fp32 = kt_prec_of(KERN_PREC_FP32);
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++) {
+        const int n = shapes[s][0], d = shapes[s][1], hb = 1;
+        const int64_t batch = shapes[s][2], out_w = km_interact_width(n, d, hb) + 3, nx = batch * n * d;
+        struct kt_rng r = kt_rng_seed(600 + s);
+        float *x = tr_malloc((size_t)nx * sizeof(float)), *dout = tr_malloc((size_t)(batch * out_w) * sizeof(float));
+        float *out = tr_malloc((size_t)(batch * out_w) * sizeof(float)), *dx = tr_malloc((size_t)nx * sizeof(float));
+        double *ref = tr_malloc((size_t)(batch * out_w) * sizeof(double));
+        double *bnd = tr_malloc((size_t)(batch * out_w) * sizeof(double));
+        double *dref = tr_malloc((size_t)nx * sizeof(double)), *dbnd = tr_malloc((size_t)nx * sizeof(double));
+        kt_fill(&r, x, nx, -1, 1);
+        kt_fill(&r, dout, batch * out_w, -1, 1);
+        for (size_t pi = 0; pi < TR_ARRAY_SIZE(precs); pi++) {
+            const struct kt_prec t = kt_prec_of(precs[pi]);
+            const char *pn = kern_precision_name(t.prec);
+            char line[512];
+            int len = snprintf(line, sizeof line, "# %s n=%d d=%d: nmse limit %.2g; fwd, bwd:", pn, n, d, t.nmse);
+            ref_fwd_bound(x, batch, n, d, hb, out_w, &t, ref, bnd);
+            ref_bwd_bound(x, dout, batch, n, d, hb, out_w, &t, dref, dbnd);
+            static const char *const mode_name[3] = {"in fp32", "rounded", "truncated"};
+            for (int mode = 0; mode < 3; mode++) {
+                const struct kt_prec *e = mode == 0 ? &fp32 : &t;
+                double qf, qb;
+                emulate_fwd(x, batch, n, d, hb, out_w, e, mode == 2, RIGHT, out);
+                emulate_bwd(x, dout, batch, n, d, hb, out_w, e, mode == 2, RIGHT, dx);
+                TH_CHECKF(KT_COUNT_OUT_OF_BOUNDS(out, out_w, ref, bnd, out_w, batch, out_w, t.nmse, &qf) == 0,
+                          "%s bound, n=%d d=%d: rejects a forward %s (nmse %.3g)", pn, n, d, mode_name[mode], qf);
+                TH_CHECKF(KT_COUNT_OUT_OF_BOUNDS(dx, n * d, dref, dbnd, n * d, batch, n * d, t.nmse, &qb) == 0,
+                          "%s bound, n=%d d=%d: rejects a backward %s (nmse %.3g)", pn, n, d, mode_name[mode], qb);
+                len += snprintf(line + len, sizeof line - (size_t)len, " %s %.2g %.2g,", mode_name[mode], qf, qb);
+            }
+            len += snprintf(line + len, sizeof line - (size_t)len, " wrong (elements out, nmse):");
+            for (int w = RIGHT + 1; w < WRONG_COUNT_; w++) {
+                double q;
+                int bad;
+                if (w == WRONG_PAIR_ORDER) {
+                    emulate_fwd(x, batch, n, d, hb, out_w, &t, 0, w, out);
+                    bad = KT_COUNT_OUT_OF_BOUNDS(out, out_w, ref, bnd, out_w, batch, out_w, t.nmse, &q);
+                } else {
+                    emulate_bwd(x, dout, batch, n, d, hb, out_w, &t, 0, w, dx);
+                    bad = KT_COUNT_OUT_OF_BOUNDS(dx, n * d, dref, dbnd, n * d, batch, n * d, t.nmse, &q);
+                }
+                TH_CHECKF(bad > 0, "%s bound, n=%d d=%d: accepts %s (nmse %.3g)", pn, n, d, wrong_name[w], q);
+                len += snprintf(line + len, sizeof line - (size_t)len, " %s %d %.2g,", wrong_name[w],
+                                bad - (q > t.nmse), q);
+            }
+            printf("%s\n", line);
+        }
+        tr_free(dbnd);
+        tr_free(dref);
+        tr_free(bnd);
+        tr_free(ref);
+        tr_free(dx);
+        tr_free(out);
+        tr_free(dout);
+        tr_free(x);
+    }
+}
+
 /* The exact example of the seed's layout: n = 3, d = 2, bottom = x0.
  * x0 = (1,2), x1 = (3,4), x2 = (5,6): out = [1, 2, x1.x0, x2.x0, x2.x1, 0, 0, 0]. */
 static void test_layout(void)
@@ -402,6 +717,11 @@ static const struct th_case cases[] = {
     {"fwd", test_fwd},
     {"one_feature", test_one_feature},
     {"bwd", test_bwd},
+    {"fp32", test_fp32},
+    {"tf32", test_tf32},
+    {"bf16", test_bf16},
+    {"fp16", test_fp16},
+    {"prec_model", test_prec_model},
     {"layout", test_layout},
     {"fd", test_fd},
     {"args", test_args},
