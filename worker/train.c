@@ -284,7 +284,8 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
      * checks its own view of the file system, and they stop together */
     TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c, rank), "could not write its output paths", &T->together));
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
-     * path an NCCL unique id takes on GPU backends, exercised by every run */
+     * path the collectives library's unique id takes on GPU backends (comm_open),
+     * exercised by every run */
     if (rank == 0)
         snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
     TR_CHECK(dist_share_blob(&T->dist, "run_id", 0, T->run_id, (int)sizeof T->run_id));
@@ -932,7 +933,7 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     int64_t *peaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!peaks)
         return TR_ERR_NOMEM;
-    /* the backend's own memory when it is not host memory (GPU memory on cuda) */
+    /* the backend's own memory when it is not host memory (GPU memory on a GPU backend) */
     int64_t dev_peak = T->be.i->mem_peak ? T->be.i->mem_peak(T->be.ctx) : -1;
     int64_t *dpeaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!dpeaks) {
