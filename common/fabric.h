@@ -2,7 +2,7 @@
  * image without the InfiniBand user-space library (libibverbs), or a container
  * started without the HCAs' device files, makes NCCL fall back to TCP sockets
  * without an error: a multi-node job then runs several times slower and nothing
- * says why. The worker probes at startup and warns (worker/train.c).
+ * says why. The worker probes at startup and warns (worker/comm_choose.c).
  *
  * NCCL's own order: NCCL_NET names the network when set; an external net plugin
  * (NCCL_NET_PLUGIN, else libnccl-net.so) comes first when it loads; then its

@@ -186,26 +186,6 @@ enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *b
     return rc;
 }
 
-int comm_device_sharing(const struct dist_peer *peers, int n, int *a, int *b)
-{
-    *a = *b = -1;
-    int distinct = 0;
-    for (int k = 0; k < n; k++) {
-        if (!peers[k].str[0])
-            continue;
-        int first = -1;
-        for (int j = 0; j < k && first < 0; j++)
-            if (!strcmp(peers[j].str, peers[k].str))
-                first = j;
-        distinct += first < 0;
-        if (first >= 0 && *a < 0) {
-            *a = first;
-            *b = k;
-        }
-    }
-    return distinct;
-}
-
 enum tr_status comm_split_node(struct comm *c, const struct dist_info *d, struct comm *out)
 {
     memset(out, 0, sizeof *out);

@@ -15,7 +15,9 @@
  * stream of its own, MPI as non-blocking collectives; the result is the same as
  * the blocking call's. Every call is collective over the communicator: all its
  * ranks call the same functions in the same order. Counts and displacements are
- * in elements of `t`. */
+ * in elements of `t`. Which library carries a job's collectives is decided before
+ * its world communicator opens (comm_choose), and the network NCCL found between
+ * nodes is checked once it has (comm_check_fabric). */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
@@ -131,6 +133,41 @@ enum tr_status comm_open(const struct dist_info *d, const struct kern_backend *b
 /* Which library `choice` gives for backend be and a world of `world` ranks:
  * "nccl", "mpi", or "self" for a world of 1. */
 const char *comm_resolve(int choice, const struct kern_backend *be, int world);
+
+/* What comm_choose decided for the world communicator of a job. */
+struct comm_setup {
+    int choice;        /* enum comm_choice: what comm_open gets */
+    char nccl_log[96]; /* NCCL's INIT/NET output of a multi-node job, a file of this
+                          process that comm_check_fabric reads and removes ("": none) */
+};
+
+/* Which library carries the collectives of the job d over backend be (borrowed),
+ * before any communicator exists: `flag` is --comm (enum comm_choice), and
+ * gpus_per_node is --gpus_per_node (0: not given). On a world of more than one,
+ * unless flag is COMM_CHOICE_MPI, every rank gives the id of its device
+ * (be->i->device_id, or $TR_TEST_DEVICE_ID where tests stand in for GPUs) and
+ * learns those of its node and the verdict of every node (PMIx): where a node's
+ * workers share a GPU, COMM_CHOICE_AUTO becomes COMM_CHOICE_MPI (logged on rank 0)
+ * and COMM_CHOICE_NCCL is refused; where a node's workers compute on fewer
+ * distinct GPUs than gpus_per_node (or than its workers, when fewer), the job is
+ * refused. Where the job spans nodes and NCCL will carry it, NCCL's INIT and NET
+ * debug lines go to a file of this process (NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
+ * NCCL_DEBUG_FILE are set, unless NCCL_DEBUG already is), named in s->nccl_log.
+ * Fills *s (zeroed first). Errors: TR_ERR_ARG (a refusal, logged by the ranks
+ * that know why; the same on every rank, so *together is set to 1: the ranks stop
+ * together), TR_ERR_MPI (PMIx), TR_ERR_NOMEM. Collective over the job (PMIx
+ * fences); not thread-safe (it may change the environment). */
+enum tr_status comm_choose(const struct dist_info *d, const struct kern_backend *be, int flag, int gpus_per_node,
+                           struct comm_setup *s, int *together) TR_WUR;
+
+/* After comm_open: which network NCCL chose between nodes, from the file
+ * comm_choose named (read and removed; s->nccl_log becomes ""), and, for a job on
+ * several nodes over a backend with device memory (be->i->queue not NULL), what
+ * network NCCL will find (tr_fabric_probe), with a warning when it is TCP sockets
+ * (an image without libibverbs, a container without /dev/infiniband: NCCL does
+ * not say so itself). Logged once per node, by its local rank 0. Not collective;
+ * never fails; not thread-safe. */
+void comm_check_fabric(struct comm_setup *s, const struct dist_info *d, const struct kern_backend *be);
 
 /* The communicator of the ranks of c on the same node as this one (d->node),
  * ordered by rank: what node-local collectives run on. Collective over c.

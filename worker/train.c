@@ -16,7 +16,6 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
-#include "../common/fabric.h"
 #include "../common/file.h"
 #include "../common/sysmem.h"
 #include "../common/version.h"
@@ -199,50 +198,6 @@ struct room_rec {
     char host[64];
 };
 
-/* GPU workers on several nodes: which network NCCL will find between them, said
- * once per node, and a warning when it is TCP sockets (an image without
- * libibverbs, a container without /dev/infiniband: NCCL does not say so itself). */
-static void check_fabric(struct train *T)
-{
-    if (T->nccl_log[0]) { /* what NCCL itself chose, once it has started */
-        char *text = NULL, name[64];
-        size_t len = 0;
-        FILE *fp = fopen(T->nccl_log, "r");
-        if (fp) {
-            text = tr_malloc(1 << 20);
-            len = text ? fread(text, 1, (1 << 20) - 1, fp) : 0;
-            fclose(fp);
-        }
-        unlink(T->nccl_log);
-        if (text)
-            text[len] = '\0';
-        if (T->dist.local_rank == 0) {
-            if (!text || !tr_fabric_nccl_net(text, name, sizeof name))
-                LOG_INFO(INIT, "node %d (%s): NCCL did not say which network it chose", T->dist.node, T->dist.host);
-            else if (!strcmp(name, "Socket"))
-                LOG_WARN("node %d (%s): NCCL chose TCP sockets between the %d nodes", T->dist.node, T->dist.host,
-                         T->dist.nnodes);
-            else
-                LOG_INFO(INIT, "node %d (%s): NCCL chose the network %s", T->dist.node, T->dist.host, name);
-        }
-        tr_free(text);
-    }
-    if (T->dist.nnodes < 2 || T->dist.local_rank != 0 || strcmp(T->be.i->name, "cuda"))
-        return;
-    struct tr_fabric f;
-    tr_fabric_probe(&f, NULL, NULL, NULL, NULL);
-    char line[512];
-    tr_fabric_describe(&f, line, sizeof line);
-    if (f.net == TR_NET_SOCKET && !f.forced) {
-        LOG_WARN("node %d (%s): NCCL will use TCP sockets between the %d nodes: %s", T->dist.node, T->dist.host,
-                 T->dist.nnodes, f.why);
-        LOG_HINT("install libibverbs1 (rdma-core) in the image and start it with the HCAs (enroot's 99-mellanox "
-                 "hook, docker --device /dev/infiniband); NCCL_NET=Socket makes sockets deliberate");
-    } else {
-        LOG_INFO(INIT, "node %d (%s): network between nodes: %s", T->dist.node, T->dist.host, line);
-    }
-}
-
 /* What the memory plan needs to know of the data: its shape, and what rank 0's
  * source keeps in memory. */
 static struct plan_shape src_shape(const struct train *T)
@@ -296,99 +251,6 @@ exit:
     return rc;
 }
 
-/* NCCL needs a GPU of its own for each rank (it refuses two ranks on one device).
- * Which workers share one is read from the devices, not counted: every rank puts
- * its device's UUID and reads its node's (PMIx), so tasks that the scheduler bound
- * to a GPU each (srun --gpus-per-task=1 leaves each one device, its own, visible)
- * are told apart from tasks on one device. Where some node's workers share GPUs,
- * --comm auto takes MPI, staged through host memory, and --comm nccl is refused;
- * --gpus_per_node N (a worker per GPU) is refused where a node's workers use fewer
- * distinct GPUs than N (or than its workers, when fewer). Every rank learns the
- * verdict of every node (dist_max), so all pick the same library or stop together.
- * *choice: what comm_open gets. */
-static enum tr_status pick_comm(struct train *T, const struct job_cfg *job, int *choice)
-{
-    *choice = job->comm;
-    if (T->dist.world <= 1 || job->comm == COMM_CHOICE_MPI)
-        return TR_OK;
-    /* TR_TEST_DEVICE_ID: a device id in place of the backend's, so that tests run
-     * these checks on the cpu backend (t14001) */
-    const char *id = getenv("TR_TEST_DEVICE_ID");
-    if (!id || !*id)
-        id = T->be.i->device_id(T->be.ctx);
-    struct dist_peer *peers = (struct dist_peer *)tr_calloc((size_t)T->dist.local_world, sizeof *peers);
-    if (!peers)
-        return TR_ERR_NOMEM;
-    int n = 0, distinct = 0;
-    enum tr_status rc = dist_node_gather(&T->dist, "device", id ? id : "", peers, &n);
-    if (rc != TR_OK) {
-        tr_free(peers);
-        return rc;
-    }
-    /* this node's verdict, the same on each of its ranks: 0, a GPU per worker (or
-     * no GPUs); 1, workers share GPUs; 2, fewer GPUs than --gpus_per_node says */
-    int verdict = 0, a = -1, b = -1;
-    if (id) {
-        distinct = comm_device_sharing(peers, n, &a, &b);
-        const int want = job->gpus_per_node > 0 ? (job->gpus_per_node < n ? job->gpus_per_node : n) : 0;
-        verdict = distinct < want ? 2 : a >= 0 ? 1 : 0;
-    }
-    /* one rank of each node speaks for it; rank 0 for the job */
-    const int speaker = T->dist.local_rank == 0;
-    char pair[DIST_PEER_STR + 64] = "";
-    if (verdict && a >= 0)
-        snprintf(pair, sizeof pair, "ranks %d and %d share %s", peers[a].rank, peers[b].rank, peers[a].str);
-    tr_free(peers);
-    if (verdict && speaker)
-        LOG_INFO(INIT, "node %d (%s): %d workers compute on %d GPU(s)%s%s", T->dist.node, T->dist.host, n, distinct,
-                 pair[0] ? "; " : "", pair);
-    int worst;
-    TR_CHECK(dist_max(&T->dist, "device_verdict", verdict, &worst));
-#if defined(TR_HAVE_CUDA) && TR_HAVE_CUDA
-    /* a GPU each, but each task sees only its own (cgroups of srun --gpus-per-task):
-     * NCCL then cannot find the NVLinks between them (NVIDIA/nccl#1066) */
-    if (worst == 0 && speaker && T->dist.local_world > 1 && T->be.i->device_id(T->be.ctx) &&
-        kern_cuda_device_count() == 1) {
-        LOG_WARN("node %d (%s): its %d workers use a GPU each, and rank %d sees no GPU but its own; NCCL cannot detect "
-                 "NVLink to GPUs a process does not see and may move the data through host memory",
-                 T->dist.node, T->dist.host, T->dist.local_world, T->dist.rank);
-        LOG_HINT("allocate with --gpus-per-node (every GPU visible to every task; each worker takes the one of its "
-                 "local rank) rather than --gpus-per-task");
-    }
-#endif
-    if (worst == 0)
-        return TR_OK;
-    if (worst == 2) {
-        if (verdict == 2 && speaker)
-            LOG_ERROR("--gpus_per_node %d: the %d workers of node %d (%s) compute on %d distinct GPU(s)%s%s%s",
-                      job->gpus_per_node, n, T->dist.node, T->dist.host, distinct, pair[0] ? " (" : "", pair,
-                      pair[0] ? ")" : "");
-        else if (verdict != 2 && T->dist.rank == 0)
-            LOG_ERROR("--gpus_per_node %d: the workers of another node compute on fewer distinct GPUs",
-                      job->gpus_per_node);
-        if (T->dist.rank == 0 || (verdict == 2 && speaker))
-            LOG_HINT("check the allocation's GPU binding (srun --gpus-per-task, --gpu-bind; CUDA_VISIBLE_DEVICES); "
-                     "without --gpus_per_node, workers that share GPUs run with --comm mpi");
-        T->together = 1; /* the verdict is every rank's */
-        return TR_ERR_ARG;
-    }
-    if (job->comm == COMM_CHOICE_AUTO) {
-        *choice = COMM_CHOICE_MPI;
-        if (T->dist.rank == 0)
-            LOG_INFO(INIT, "--comm auto: MPI, since workers share GPUs (NCCL needs a GPU for each)");
-        return TR_OK;
-    }
-    if (verdict && speaker)
-        LOG_ERROR("--comm nccl: node %d (%s) runs %d workers on %d GPU(s) (%s), and NCCL needs a GPU for each worker",
-                  T->dist.node, T->dist.host, n, distinct, pair);
-    else if (!verdict && T->dist.rank == 0)
-        LOG_ERROR("--comm nccl: the workers of another node share GPUs, and NCCL needs a GPU for each worker");
-    if (T->dist.rank == 0 || (verdict && speaker))
-        LOG_HINT("--comm mpi (or auto) runs workers that share GPUs; or start at most one worker per GPU");
-    T->together = 1;
-    return TR_ERR_ARG;
-}
-
 enum tr_status train_open(struct train *T, const struct worker_cfg *c)
 {
     memset(T, 0, sizeof *T);
@@ -402,18 +264,8 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    int choice;
-    TR_CHECK(pick_comm(T, job, &choice));
-    const char *lib = comm_resolve(choice, &T->be, W);
-    if (T->dist.nnodes > 1 && !strcmp(lib, "nccl") && !getenv("NCCL_DEBUG")) {
-        /* NCCL's INIT and NET lines into a file of their own: check_fabric reads
-         * which network it chose */
-        snprintf(T->nccl_log, sizeof T->nccl_log, "/tmp/terarec-nccl-%ld.log", (long)getpid());
-        setenv("NCCL_DEBUG", "INFO", 1);
-        setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
-        setenv("NCCL_DEBUG_FILE", T->nccl_log, 1);
-    }
-    TR_CHECK(comm_open(&T->dist, &T->be, choice, job->collective_timeout, &T->comm));
+    TR_CHECK(comm_choose(&T->dist, &T->be, job->comm, job->gpus_per_node, &T->comm_setup, &T->together));
+    TR_CHECK(comm_open(&T->dist, &T->be, T->comm_setup.choice, job->collective_timeout, &T->comm));
     if (rank == 0)
         LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
     /* the launcher (terarec train) hears from every rank from here on: a rank
@@ -432,7 +284,8 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
      * checks its own view of the file system, and they stop together */
     TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c, rank), "could not write its output paths", &T->together));
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
-     * path an NCCL unique id takes on GPU backends, exercised by every run */
+     * path the collectives library's unique id takes on GPU backends (comm_open),
+     * exercised by every run */
     if (rank == 0)
         snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
     TR_CHECK(dist_share_blob(&T->dist, "run_id", 0, T->run_id, (int)sizeof T->run_id));
@@ -440,7 +293,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
              W, T->dist.local_rank, T->dist.local_world, T->dist.node, T->dist.nnodes, T->dist.host,
              T->be.i->name);
 
-    check_fabric(T);
+    comm_check_fabric(&T->comm_setup, &T->dist, &T->be);
 
     TR_CHECK(open_source(T));
     const struct source *s = &T->src;
@@ -1087,7 +940,7 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     int64_t *peaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!peaks)
         return TR_ERR_NOMEM;
-    /* the backend's own memory when it is not host memory (GPU memory on cuda) */
+    /* the backend's own memory when it is not host memory (GPU memory on a GPU backend) */
     int64_t dev_peak = T->be.i->mem_peak ? T->be.i->mem_peak(T->be.ctx) : -1;
     int64_t *dpeaks = tr_calloc((size_t)W, sizeof(int64_t));
     if (!dpeaks) {

@@ -64,7 +64,7 @@ struct train {
     int64_t timed_steps, interval_n;
     double a2a_bytes, ar_bytes, a2a_sec, ar_sec;
     char run_id[128];
-    char nccl_log[96];          /* NCCL's INIT/NET output of a multi-node job ("": none) */
+    struct comm_setup comm_setup; /* which library carries the collectives (comm_choose) */
     /* checkpoints (ckpt.h) */
     struct wckpt *ck;           /* NULL: the run does not save */
     int resumed;                /* the state came from a checkpoint */

@@ -1,10 +1,12 @@
 /* test_comm.c: the collectives. The self communicator (world of 1): what each
  * collective copies through the backend, argument checks, host staging, the
- * node split, traffic accounting. Open MPI: the same binary re-launched under
+ * node split, traffic accounting; comm_choose on a world of 1 and the NCCL log
+ * file comm_check_fabric reads. Open MPI: the same binary re-launched under
  * `mpirun -np 3` runs every collective on three ranks with rank-dependent data
  * and checks the results on every rank (plus a node split and its independence
- * from the world communicator, and the PMIx exchanges: a blob, a verdict, the
- * strings of a node's ranks); the parent checks that all three ranks passed.
+ * from the world communicator, the PMIx exchanges: a blob, a verdict, the
+ * strings of a node's ranks, and comm_choose on workers that share a GPU); the
+ * parent checks that all three ranks passed.
  * The MPI case SKIPs when mpirun or MPI is missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -123,6 +125,36 @@ static void self_collectives(void)
     kern_backend_close(&be);
 }
 
+/* comm_choose on a world of 1 keeps --comm as it is and touches no environment;
+ * comm_check_fabric reads NCCL's log file once, then removes it. */
+static void choose_and_fabric(void)
+{
+    struct kern_backend be = open_cpu();
+    struct dist_info d;
+    memset(&d, 0, sizeof d);
+    d.world = d.local_world = d.nnodes = 1;
+    struct comm_setup cs;
+    int together = 0;
+    for (int flag = COMM_CHOICE_AUTO; flag <= COMM_CHOICE_MPI; flag++) {
+        TH_EQ_ST(comm_choose(&d, &be, flag, 2, &cs, &together), TR_OK);
+        TH_EQ(cs.choice, flag);
+        TH_EQ(cs.nccl_log[0], '\0');
+    }
+    TH_EQ(together, 0);
+    char path[] = "/tmp/test_comm_nccl_XXXXXX";
+    int fd = mkstemp(path);
+    TH_REQUIRE(fd >= 0);
+    const char text[] = "host:1:0 NCCL INFO Using network IB\n";
+    TH_CHECK(write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1));
+    close(fd);
+    snprintf(cs.nccl_log, sizeof cs.nccl_log, "%s", path);
+    comm_check_fabric(&cs, &d, &be);
+    TH_EQ(cs.nccl_log[0], '\0');
+    TH_CHECK(access(path, F_OK) != 0);
+    comm_check_fabric(&cs, &d, &be); /* nothing left to read */
+    kern_backend_close(&be);
+}
+
 /* Which workers of a node share a device, from their device ids (what the
  * worker reads from the GPUs' UUIDs before it picks NCCL or MPI). */
 static void device_sharing(void)
@@ -197,6 +229,27 @@ static int mpi_child(void)
     }
     int pa = -2, pb = -2;
     CHILD_CHECK(np == 3 && comm_device_sharing(peers, np, &pa, &pb) == 2 && pa == 0 && pb == 2);
+    /* comm_choose on the same three workers, two of them on one GPU: --comm auto
+     * takes MPI, --comm nccl is refused (node 0 speaking, naming the pair) and so is
+     * --gpus_per_node 3; every rank alike. --comm mpi asks nothing. */
+    {
+        struct comm_setup cs;
+        int together = 0;
+        setenv("TR_TEST_DEVICE_ID", dev, 1);
+        CHILD_CHECK(comm_choose(&d, &be, COMM_CHOICE_MPI, 3, &cs, &together) == TR_OK);
+        CHILD_CHECK(cs.choice == COMM_CHOICE_MPI && cs.nccl_log[0] == '\0' && together == 0);
+        CHILD_CHECK(comm_choose(&d, &be, COMM_CHOICE_AUTO, 0, &cs, &together) == TR_OK);
+        CHILD_CHECK(cs.choice == COMM_CHOICE_MPI && cs.nccl_log[0] == '\0' && together == 0);
+        CHILD_CHECK(comm_choose(&d, &be, COMM_CHOICE_NCCL, 0, &cs, &together) == TR_ERR_ARG && together == 1);
+        if (d.local_rank == 0)
+            CHILD_CHECK(strstr(tr_log_last_error(), "--comm nccl: node 0 (") &&
+                        strstr(tr_log_last_error(), "runs 3 workers on 2 GPU(s) (ranks 0 and 2 share GPU-test-0)"));
+        together = 0;
+        CHILD_CHECK(comm_choose(&d, &be, COMM_CHOICE_AUTO, 3, &cs, &together) == TR_ERR_ARG && together == 1);
+        if (d.local_rank == 0)
+            CHILD_CHECK(strstr(tr_log_last_error(), "--gpus_per_node 3: the 3 workers of node 0 (") != NULL);
+        unsetenv("TR_TEST_DEVICE_ID");
+    }
     /* dist_barrier: no rank leaves it before the last one (rank 1, 0.3 s late) came */
     if (r == 1)
         usleep(300000);
@@ -371,6 +424,7 @@ static void mpi_collectives_staged(void)
 static const struct th_case cases[] = {
     {"self_collectives", self_collectives},
     {"device_sharing", device_sharing},
+    {"choose_and_fabric", choose_and_fabric},
     {"mpi_collectives", mpi_collectives},
     {"mpi_collectives_staged", mpi_collectives_staged},
 };
