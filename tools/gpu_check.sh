@@ -321,7 +321,7 @@ stage_sanitize() {
         return 0
     fi
     # 6 at once; every report is kept, none stops the others
-    printf '%s\n' "${jobs[@]}" | xargs -P 6 -L 1 bash -c 'log=$0 lim=$1; shift 2; run_test "$log" "$lim" "$@"'
+    printf '%s\n' "${jobs[@]}" | xargs -P 6 -L 1 bash -c 'log=$0 lim=$1; shift; run_test "$log" "$lim" "$@"'
 }
 stage_speed() {
     x bench/gpu_train_bench.sh --budget $(( ${limit:-185} - 10 )) --out build/gpu-check-logs/bench
@@ -351,9 +351,9 @@ else
 fi
 summary=$out/gpu_check.txt
 {
-    echo "terarec GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+    echo "terarec GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     if [ "$dry" = 0 ]; then
-        echo "pack: $(cat "$out/.kit")"
+        echo "programs: $(cat "$out/.kit"); the checkout's git HEAD: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
         echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null | head -n 1 || echo 'none (nvidia-smi failed)')"
         echo "driver: $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1)"
         for l in $(ldd "$plugin" 2>/dev/null | awk '/cudart|cublas|nccl/ && $3 ~ /^\// {print $3}'); do

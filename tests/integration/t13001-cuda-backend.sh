@@ -14,7 +14,8 @@
 # - fp32 (TF32 off): the loss of each of 20 steps within 1e-5 of the cpu backend's
 #   and every final weight tensor within 1e-4 (compare_runs.py; t9001 says why 1e-4);
 # - 300 steps on the synthetic data: the final AUC within 0.002 of the cpu
-#   backend's, and with --amp bf16 and --amp fp16 within 0.003;
+#   backend's, and with --amp bf16 and --amp fp16 within 0.003; the losses of those
+#   three runs differ from each other's (each precision is in effect);
 # - the worker's GPU memory peak (the backend's own count) within 5% of its plan.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
@@ -168,6 +169,7 @@ if [ "$devices" -eq 0 ]; then
     gpu_skip "cuda --amp bf16 300 steps: AUC within 0.003 of cpu"
     gpu_skip "cuda --amp fp16 300 steps: AUC within 0.003 of cpu"
     gpu_skip "cuda: GPU memory peak within 5% of the plan"
+    gpu_skip "cuda: fp32, --amp bf16 and --amp fp16 train differently"
 else
     # a model whose tables dominate (1.3 GB), so the check is about the plan, not the fixed buffers
     mkdir -p "$TMP/mem"
@@ -216,5 +218,30 @@ PY
             fail "$name" "the run failed"
         fi
     done
+    # the precisions are really in effect: each of the three runs' losses differ from
+    # the others' (an --amp that fell back to fp32 everywhere would repeat its losses)
+    if out=$(python3 - "$TMP"/cuda300fp32/log.json "$TMP"/cuda300bf16/log.json "$TMP"/cuda300fp16/log.json <<'PY'
+import json, sys
+def losses(p):
+    out = []
+    for line in open(p):
+        if line.startswith("DLLL "):
+            r = json.loads(line[5:])
+            if isinstance(r.get("step"), int) and "loss" in r.get("data", {}):
+                out.append(r["data"]["loss"])
+    return out
+runs = {n: losses(p) for n, p in zip(("fp32", "bf16", "fp16"), sys.argv[1:])}
+same = [f"{a} = {b}" for a in runs for b in runs if a < b and runs[a] == runs[b]]
+if any(len(v) < 10 for v in runs.values()) or same:
+    print("; ".join(same) or "too few losses logged: " + str({k: len(v) for k, v in runs.items()}))
+    sys.exit(1)
+diff = max(abs(x - y) for x, y in zip(runs["bf16"], runs["fp16"]))
+print(f"{len(runs['fp32'])} losses each; bf16 and fp16 differ by up to {diff:.2e}")
+PY
+    ); then
+        ok "cuda: fp32, --amp bf16 and --amp fp16 train differently ($out)"
+    else
+        fail "cuda: fp32, --amp bf16 and --amp fp16 train differently" "$out"
+    fi
 fi
 done_testing
