@@ -28,7 +28,8 @@
 #                       the tests of kernels that use shared memory or warp shuffles
 #         speed    185  bench/gpu_train_bench.sh: terarec fp32, tf32, --amp bf16 and
 #                       fp16 against PyTorch eager and compiled, with the limits
-#       --only picks stages (a rerun of those that failed); --dry-run walks every
+#       --only picks stages (a rerun of those that failed), --total S caps the
+#       seconds of them all (540); --dry-run walks every
 #       stage and prints what it would run (works without a GPU or a pack).
 #       Writes into DIR ($OUT where set, else build/gpu-check) gpu_check.txt (the
 #       machine, the libraries, one line per stage: passed / failed / skipped, why,
@@ -38,7 +39,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 STAGES=(probe kernels t13001 nccl1 sanitize speed)
 declare -A BUDGET=([probe]=15 [kernels]=60 [t13001]=110 [nccl1]=50 [sanitize]=120 [speed]=185)
 TOTAL=540
@@ -110,11 +111,12 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --dry-run) dry=1 ;;
     --local) local=1 ;;
+    --total) TOTAL=${2:-}; shift ;;
     --only) only=${2:-}; shift ;;
     --only=*) only=${1#--only=} ;;
     --out) out=${2:-}; shift ;;
     --out=*) out=${1#--out=} ;;
-    *) echo "gpu_check: run: unknown argument '$1'" >&2; echo "hint: run [--dry-run] [--local] [--only STAGE,...] [--out DIR]" >&2; exit 2 ;;
+    *) echo "gpu_check: run: unknown argument '$1'" >&2; echo "hint: run [--dry-run] [--local] [--only STAGE,...] [--total S] [--out DIR]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -128,6 +130,7 @@ if [ -n "$only" ]; then
 else
     todo=("${STAGES[@]}")
 fi
+[[ $TOTAL =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check: --total '$TOTAL' is not a number of seconds" >&2; exit 2; }
 [ -n "$out" ] || { echo "gpu_check: --out: empty" >&2; exit 2; }
 mkdir -p "$out" || { echo "gpu_check: $out: cannot create it" >&2; exit 1; }
 
