@@ -255,3 +255,11 @@ enum tr_status kern_alloc(const struct kern_backend *be, size_t bytes, void **p,
     }
     return rc;
 }
+
+size_t kern_emb_update_ws_bytes(const struct kern_backend *be, int64_t nidx, int64_t width, int ntables)
+{
+    const struct kern_shape s = {.m = nidx, .n = width, .count = ntables};
+    struct kern_ws w;
+    be->i->ws(be->ctx, KERN_OP_EMB_UPDATE, &s, &w);
+    return w.args;
+}

@@ -328,8 +328,7 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
 static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be)
 {
     const int64_t G = c->max_global > 0 ? c->max_global : c->max_batch;
-    return z->ntables_held ? be->i->emb_update_ws_bytes(be->ctx, TR_MAX(G, c->max_batch), z->width_held,
-                                                        z->ntables_held)
+    return z->ntables_held ? kern_emb_update_ws_bytes(be, TR_MAX(G, c->max_batch), z->width_held, z->ntables_held)
                            : 0;
 }
 

@@ -75,10 +75,13 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->dense_params = b.dense_params;
     const int cuda = be && be->i && !strcmp(be->i->name, "cuda");
     /* rank 0: the test set's logits and labels, and the metrics op's working memory
-     * while it runs (kern_auc_exact's 16 bytes per sample on the cpu) */
-    if (rank == 0 && s->test_samples > 0)
-        w->eval = 2 * s->test_samples * (int64_t)sizeof(float) +
-                  (cuda ? kern_metrics_ws_bytes(s->test_samples) : 16 * s->test_samples);
+     * while it runs (the backend says how much) */
+    if (rank == 0 && s->test_samples > 0) {
+        const struct kern_shape ms = {.m = s->test_samples};
+        struct kern_ws mw;
+        be->i->ws(be->ctx, KERN_OP_METRICS, &ms, &mw);
+        w->eval = 2 * s->test_samples * (int64_t)sizeof(float) + (int64_t)mw.call;
+    }
     if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
         w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +

@@ -41,8 +41,7 @@ struct plan_worker {
                                     gradients, each block rounded up to 64 bytes */
     int64_t eval;                /* rank 0: logits and labels of the test set, in backend
                                     memory, and the metrics op's working memory while it
-                                    runs (kern_metrics_ws_bytes on cuda, 16 bytes per
-                                    sample on the cpu) */
+                                    runs (the backend's ws answer) */
     int64_t ckpt_staging;        /* host copy of what it saves in a checkpoint (job->ckpt_staging):
                                     its table slices and their state, and on rank 0 the dense
                                     parameters and their state */

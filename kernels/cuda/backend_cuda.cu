@@ -5,7 +5,7 @@
  * An instance owns one non-blocking stream; every op and copy is queued on it.
  * It does not do collectives (worker/comm_*) and does not pick GPUs for other
  * processes. A sizing-only instance (terarec plan on a login node) touches no
- * device and answers only emb_update_ws_bytes. */
+ * device and answers only ws and held_bytes. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <stdio.h>
 #include <string.h>
@@ -15,19 +15,15 @@
 #include "../kern_impl.h"
 #include "cuda_internal.h"
 
-enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p)
+/* Replaces the scratch with one of `want` bytes. */
+static enum tr_status scratch_take(struct kcu_ctx *c, size_t want)
 {
-    if (n <= c->scratch_bytes) {
-        *p = c->scratch;
-        return TR_OK;
-    }
     /* earlier ops may still read the old buffer */
     TR_CHECK(kcu_sync(c));
     TR_CUDA_CHECK(cudaFree(c->scratch));
     kcu_account(c, -(int64_t)c->scratch_bytes);
     c->scratch = NULL;
     c->scratch_bytes = 0;
-    size_t want = n + n / 4; /* room to grow a little without another round trip */
     if (cudaMalloc(&c->scratch, want) != cudaSuccess) {
         (void)cudaGetLastError();
         c->scratch = NULL;
@@ -36,22 +32,17 @@ enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p)
     }
     c->scratch_bytes = want;
     kcu_account(c, (int64_t)want);
-    *p = c->scratch;
     return TR_OK;
 }
 
-enum tr_status kcu_pinned(struct kcu_ctx *c, size_t n, void **p)
+/* Replaces the staging buffer with one of `want` bytes. */
+static enum tr_status pinned_take(struct kcu_ctx *c, size_t want)
 {
-    if (n <= c->pinned_bytes) {
-        *p = c->pinned;
-        return TR_OK;
-    }
     TR_CHECK(kcu_sync(c)); /* a queued copy may still read or write the old buffer */
     if (c->pinned) /* the runtime documents NULL as a no-op for cudaFree, not for cudaFreeHost */
         TR_CUDA_CHECK(cudaFreeHost(c->pinned));
     c->pinned = NULL;
     c->pinned_bytes = 0;
-    size_t want = n < 4096 ? 4096 : n;
     if (cudaHostAlloc(&c->pinned, want, cudaHostAllocDefault) != cudaSuccess) {
         (void)cudaGetLastError();
         c->pinned = NULL;
@@ -59,6 +50,34 @@ enum tr_status kcu_pinned(struct kcu_ctx *c, size_t n, void **p)
         return TR_ERR_NOMEM;
     }
     c->pinned_bytes = want;
+    return TR_OK;
+}
+
+enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p)
+{
+    if (n > c->scratch_bytes) {
+        /* the fallback: an op's ws answer fell short of what it takes */
+        if (c->reserved && !c->scratch_warned) {
+            c->scratch_warned = 1;
+            LOG_WARN("op scratch grew inside a step: %zu bytes; the plan said %zu (device %d)", n,
+                     c->planned.scratch, c->device);
+        }
+        TR_CHECK(scratch_take(c, n + n / 4)); /* room to grow a little without another round trip */
+    }
+    *p = c->scratch;
+    return TR_OK;
+}
+
+enum tr_status kcu_pinned(struct kcu_ctx *c, size_t n, void **p)
+{
+    if (n > c->pinned_bytes) {
+        if (c->reserved && !c->pinned_warned) {
+            c->pinned_warned = 1;
+            LOG_WARN("op staging grew inside a step: %zu bytes; the plan said %zu (device %d)", n,
+                     c->planned.staging, c->device);
+        }
+        TR_CHECK(pinned_take(c, n < 4096 ? 4096 : n));
+    }
     *p = c->pinned;
     return TR_OK;
 }
@@ -184,9 +203,44 @@ static enum tr_status cu_copy(void *ctx, void *dst, const void *src, size_t n, e
     return TR_OK;
 }
 
-static size_t cu_emb_ws(void *ctx, int64_t nidx, int64_t width, int ntables)
+/* Each op's working memory, from the file that implements it. */
+static void cu_ws(void *ctx, enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
 {
-    return kcu_emb_update_ws_bytes((struct kcu_ctx *)ctx, nidx, width, ntables);
+    struct kcu_ctx *c = (struct kcu_ctx *)ctx;
+    memset(out, 0, sizeof *out);
+    switch (op) {
+    case KERN_OP_INTERACT_FWD:
+    case KERN_OP_INTERACT_BWD: out->scratch = kcu_interact_scratch_bytes(s->m, s->n); break;
+    case KERN_OP_EMB_FWD:
+    case KERN_OP_EMB_UPDATE:
+    case KERN_OP_EMB_ROWSQ: kcu_emb_ws(c, op, s, out); break;
+    case KERN_OP_METRICS: kcu_metrics_ws(s->m, out); break;
+    default: kcu_dense_ws(op, s, out); break;
+    }
+}
+
+static enum tr_status cu_reserve(void *ctx, const struct kern_ws *most)
+{
+    struct kcu_ctx *c = (struct kcu_ctx *)ctx;
+    c->reserved = 1;
+    kern_ws_max(&c->planned, most);
+    if (c->sizing_only)
+        return TR_OK;
+    TR_CHECK(cu_enter(c));
+    if (most->scratch > c->scratch_bytes)
+        TR_CHECK(scratch_take(c, most->scratch));
+    if (most->staging > c->pinned_bytes)
+        TR_CHECK(pinned_take(c, most->staging < 4096 ? 4096 : most->staging));
+    LOG_DEBUG(KERN, "device %d: op scratch %zu bytes, staging %zu bytes", c->device, c->scratch_bytes,
+              c->pinned_bytes);
+    return TR_OK;
+}
+
+/* The cuBLASLt workspace (taken at open) and the scratch reserve takes exactly. */
+static size_t cu_held_bytes(void *ctx, const struct kern_ws *most)
+{
+    (void)ctx;
+    return KCU_LT_WS_BYTES + most->scratch;
 }
 
 #define CU_WRAP(op, argt)                                                                 \
@@ -273,7 +327,9 @@ static const struct kern_backend_i cuda_iface = {
     .host_alloc = cu_host_alloc,
     .host_release = cu_host_release,
     .copy = cu_copy,
-    .emb_update_ws_bytes = cu_emb_ws,
+    .ws = cu_ws,
+    .reserve = cu_reserve,
+    .held_bytes = cu_held_bytes,
     .gemm = cu_gemm,
     .bias_act_fwd = cu_bias_act_fwd,
     .bias_act_bwd = cu_bias_act_bwd,

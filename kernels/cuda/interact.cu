@@ -106,6 +106,13 @@ static int64_t chunk_of(int64_t batch, int n)
     return chunk;
 }
 
+size_t kcu_interact_scratch_bytes(int64_t batch, int64_t n)
+{
+    if (n <= 1 || batch <= 0 || n > INT32_MAX)
+        return 0; /* no pairs: no GEMM, no scratch (an n beyond int is refused by the op) */
+    return (size_t)(chunk_of(batch, (int)n) * n * n) * sizeof(float);
+}
+
 static int args_ok(int n, int d, int has_bottom, int64_t out_w)
 {
     const int64_t off = has_bottom ? d : 0;
@@ -133,7 +140,7 @@ enum tr_status kcu_interact_fwd(struct kcu_ctx *c, const struct kern_interact_fw
     }
     const int64_t chunk = chunk_of(a->batch, n);
     void *scr = NULL;
-    enum tr_status rc = kcu_scratch(c, (size_t)(chunk * nn) * sizeof(float), &scr);
+    enum tr_status rc = kcu_scratch(c, kcu_interact_scratch_bytes(a->batch, n), &scr);
     if (rc != TR_OK)
         return rc;
     float *z = (float *)scr;
@@ -171,7 +178,7 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
     } else {
         const int64_t chunk = chunk_of(a->batch, n);
         void *scr = NULL;
-        enum tr_status rc = kcu_scratch(c, (size_t)(chunk * nn) * sizeof(float), &scr);
+        enum tr_status rc = kcu_scratch(c, kcu_interact_scratch_bytes(a->batch, n), &scr);
         if (rc != TR_OK)
             return rc;
         float *S = (float *)scr;

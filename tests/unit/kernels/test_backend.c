@@ -65,8 +65,18 @@ static void instances_are_independent(void)
     struct kern_backend_opts oa = {.threads = 1, .device = -1}, ob = {.threads = 2, .device = -1};
     TH_EQ_ST_REQ(kern_backend_open("cpu", &oa, &a), TR_OK);
     TH_EQ_ST_REQ(kern_backend_open("cpu", &ob, &b), TR_OK);
-    size_t wa = a.i->emb_update_ws_bytes(a.ctx, 1000, 16, 8), wb = b.i->emb_update_ws_bytes(b.ctx, 1000, 16, 8);
+    size_t wa = kern_emb_update_ws_bytes(&a, 1000, 16, 8), wb = kern_emb_update_ws_bytes(&b, 1000, 16, 8);
     TH_CHECKF(wb > wa, "workspace for 2 threads (%zu) should exceed that for 1 (%zu)", wb, wa);
+    /* the CPU takes no scratch (reserve has nothing to do): the interaction's buffers
+     * are per thread and per call, host memory */
+    const struct kern_shape is = {.m = 1000, .n = 27, .k = 16, .count = 1};
+    struct kern_ws w1, w2;
+    a.i->ws(a.ctx, KERN_OP_INTERACT_FWD, &is, &w1);
+    b.i->ws(b.ctx, KERN_OP_INTERACT_FWD, &is, &w2);
+    TH_CHECK(w1.scratch == 0 && w1.call > 0 && w2.call == 2 * w1.call);
+    TH_CHECK(a.i->host_memory);
+    TH_EQ_ST(a.i->reserve(a.ctx, &w2), TR_OK);
+    TH_EQ(a.i->held_bytes(a.ctx, &w2), 0);
 #ifdef _OPENMP
     TH_EQ(omp_get_max_threads(), 3);
 #endif
@@ -132,8 +142,35 @@ static void cuda_plugin_loads(void)
     struct kern_backend be;
     struct kern_backend_opts o = {.device = -1, .sizing_only = 1};
     TH_EQ_ST_REQ(kern_backend_open("cuda", &o, &be), TR_OK);
-    TH_CHECK(be.i->emb_update_ws_bytes(be.ctx, 1000, 16, 4) > 0);
+    TH_CHECK(kern_emb_update_ws_bytes(&be, 1000, 16, 4) > 0);
     TH_EQ_ST(be.i->synchronize(be.ctx), TR_OK);
+    /* and answers every op's working memory from its real chunking, without a device */
+    TH_CHECK(!be.i->host_memory);
+    struct kern_ws w, most = {0};
+    const struct kern_shape one = {.m = 1, .n = 27, .k = 64, .count = 1}, big = {.m = 1 << 20, .n = 27, .k = 64};
+    be.i->ws(be.ctx, KERN_OP_INTERACT_FWD, &one, &w);
+    TH_EQ(w.scratch, (size_t)27 * 27 * 4); /* one sample's (n, n) products */
+    be.i->ws(be.ctx, KERN_OP_INTERACT_BWD, &big, &w);
+    TH_CHECKF(w.scratch >= ((size_t)64 << 20) - 27 * 27 * 4 && w.scratch <= (size_t)64 << 20,
+              "a batch of 1 Mi samples: the products in chunks near 64 MiB, not %zu bytes", w.scratch);
+    kern_ws_max(&most, &w);
+    const struct kern_shape single = {.m = 1 << 20, .n = 1, .k = 64};
+    be.i->ws(be.ctx, KERN_OP_INTERACT_FWD, &single, &w);
+    TH_EQ(w.scratch, 0); /* no pairs, no products */
+    const struct kern_shape gemm = {.m = 4096, .n = 1024, .k = 1024, .count = 1};
+    be.i->ws(be.ctx, KERN_OP_GEMM, &gemm, &w);
+    TH_CHECK(w.scratch == 0 && w.call == 0 && w.args == 0); /* the cuBLASLt workspace is held from open */
+    const struct kern_shape rows = {.m = 100000, .n = 64};
+    be.i->ws(be.ctx, KERN_OP_BIAS_ACT_BWD, &rows, &w);
+    TH_CHECK(w.scratch > 0);
+    const struct kern_shape emb = {.m = 4096, .n = 16, .count = 26};
+    be.i->ws(be.ctx, KERN_OP_EMB_UPDATE, &emb, &w);
+    TH_CHECK(w.args == kern_emb_update_ws_bytes(&be, 4096, 16, 26) && w.scratch > 0 && w.staging > 0);
+    const struct kern_shape test = {.m = 1000000};
+    be.i->ws(be.ctx, KERN_OP_METRICS, &test, &w);
+    TH_CHECK(w.call >= 16 * (size_t)1000000 && w.scratch == 0);
+    TH_EQ_ST(be.i->reserve(be.ctx, &most), TR_OK); /* sizing-only: records, allocates nothing */
+    TH_EQ(be.i->held_bytes(be.ctx, &most), ((size_t)32 << 20) + most.scratch);
     kern_backend_close(&be);
 #else
     TH_SKIP("built without CUDA");

@@ -51,7 +51,7 @@ static void by_hand(void)
     /* activations per sample: X and dX 2*3*4, interaction out and grad 2*8, dlogits 1,
      * top outputs 2+1 = 44 floats; the bottom MLP: 2 ping-pong rows of width 4 */
     TH_EQ(w.activations, (5 * 44 + 5 * 8) * 4 + 64);
-    TH_EQ(w.workspace, (int64_t)be.i->emb_update_ws_bytes(be.ctx, 5, 4, 2));
+    TH_EQ(w.workspace, (int64_t)kern_emb_update_ws_bytes(&be, 5, 4, 2));
     /* the step: gathered logits (5) on rank 0, the loss sum, 6 counts per rank */
     TH_EQ(w.alltoall, 5 * 4 + 8 + 6 * 8);
     /* batch block: header 128, numerical 5x8 floats (192 aligned), labels (64), ids
