@@ -5,7 +5,9 @@
  * (e.g. to size a workspace for a plan) changes nothing in the process. */
 #define TR_SUBSYS TR_SUB_KERN
 #define _GNU_SOURCE
+#include <limits.h>
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../common/alloc.h"
@@ -136,10 +138,38 @@ static enum tr_status cpu_copy(void *ctx, void *dst, const void *src, size_t n, 
     return TR_OK;
 }
 
-static size_t cpu_emb_ws(void *ctx, int64_t nidx, int64_t width, int ntables)
+/* The CPU's ops take no scratch: the embedding update's workspace is the caller's,
+ * and the interaction and metrics allocate host memory for the call. */
+static void cpu_ws(void *ctx, enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
 {
-    struct cpu_ctx *c = ctx;
-    return kern_cpu_emb_update_ws_bytes(nidx, width, ntables, c->threads);
+    const struct cpu_ctx *c = ctx;
+    memset(out, 0, sizeof *out);
+    switch (op) {
+    case KERN_OP_EMB_UPDATE:
+    case KERN_OP_EMB_ROWSQ: out->args = kern_cpu_emb_update_ws_bytes(s->m, s->n, s->count, c->threads); break;
+    case KERN_OP_INTERACT_FWD:
+    case KERN_OP_INTERACT_BWD:
+        out->call = s->n <= INT_MAX && s->k <= INT_MAX
+                        ? kern_cpu_interact_call_bytes((int)s->n, (int)s->k, c->threads)
+                        : SIZE_MAX;
+        break;
+    case KERN_OP_METRICS: out->call = kern_cpu_metrics_call_bytes(s->m); break;
+    default: break;
+    }
+}
+
+static enum tr_status cpu_reserve(void *ctx, const struct kern_ws *most)
+{
+    (void)ctx;
+    (void)most;
+    return TR_OK;
+}
+
+static size_t cpu_held_bytes(void *ctx, const struct kern_ws *most)
+{
+    (void)ctx;
+    (void)most;
+    return 0;
 }
 
 /* Every op: apply the instance's threads, then run the CPU implementation. */
@@ -204,13 +234,16 @@ static void cpu_destroy(void *ctx)
 
 static const struct kern_backend_i cpu_iface = {
     .name = "cpu",
+    .host_memory = 1,
     .supports = cpu_supports,
     .mem_alloc = cpu_mem_alloc,
     .mem_release = cpu_mem_release,
     .host_alloc = cpu_host_alloc,
     .host_release = cpu_host_release,
     .copy = cpu_copy,
-    .emb_update_ws_bytes = cpu_emb_ws,
+    .ws = cpu_ws,
+    .reserve = cpu_reserve,
+    .held_bytes = cpu_held_bytes,
     .gemm = cpu_gemm,
     .bias_act_fwd = cpu_bias_act_fwd,
     .bias_act_bwd = cpu_bias_act_bwd,

@@ -168,8 +168,8 @@ struct kern_optim_hp {
  * [c0, c1) of r (accum has the same layout as table, for Adagrad). Duplicate ids
  * are summed before the step; no dense gradient is formed. The result is bitwise
  * independent of the thread count. The workspace of a call is a[0].ws, holding
- * emb_update_ws_bytes(ctx, max nidx, max width, n) bytes (the ws fields of the
- * other tables are ignored). Errors: TR_ERR_RANGE as in emb_fwd (checked for
+ * kern_emb_update_ws_bytes(be, max nidx, max width, n) bytes (the `args` of the
+ * backend's ws answer; the ws fields of the other tables are ignored). Errors: TR_ERR_RANGE as in emb_fwd (checked for
  * every table first: on error no table is updated), TR_ERR_ARG if ws is too small
  * or a field below does not fit the optimizer.
  *
@@ -334,8 +334,8 @@ struct kern_mark_rows_args {
  *             not finite.
  * Returns when the outputs (host memory) are written. Errors: TR_ERR_ARG for a
  * label other than 0 or 1 (logged with its position) or bad arguments,
- * TR_ERR_NOMEM (working memory: about 32 bytes per sample on CUDA, allocated and
- * freed inside the call; kern_metrics_ws_bytes bounds it). */
+ * TR_ERR_NOMEM (working memory, allocated and freed inside the call: the `call`
+ * bytes of the backend's ws answer; about 40 bytes a sample on CUDA, 16 on the CPU). */
 struct kern_metrics_args {
     int64_t n;
     const float *scores; /* (n) logits */
@@ -345,15 +345,6 @@ struct kern_metrics_args {
     double *auc;              /* host */
     double *logloss;          /* host */
 };
-
-/* Backend memory a metrics call on n samples allocates for its duration, at most
- * (CUDA: four 8-byte arrays and CUB's temporary storage, whose radix sort keeps up
- * to about 0.18 bytes a sample of look-back state; the CPU: kern_auc_exact's 16 bytes
- * per sample of host memory). For plans. */
-static inline int64_t kern_metrics_ws_bytes(int64_t n)
-{
-    return 40 * (n > 0 ? n : 0) + ((int64_t)16 << 20);
-}
 
 /* The element-wise "cross combine" of a low-rank cross layer (DCNv2, TorchRec's
  * LowRankCrossNet): x_{l+1} = x0 * (U (V x_l) + b) + x_l. The model runs the two
@@ -398,8 +389,53 @@ struct kern_cross_bwd_args {
     int residual;
 };
 
+/* The sizes of one op call that its working memory depends on, for the backend's
+ * ws answer. Each op reads the fields listed for it (the others are 0); for an op
+ * that takes n tables or blocks at once, count is n and the sizes are those of the
+ * largest (sumsq: m counts the elements of all its blocks together). A shape at
+ * least as large in every field bounds the working memory of a smaller call, so a
+ * caller may ask once with the largest sizes it will use.
+ *   GEMM                                m, n, k of the call
+ *   BIAS_ACT_FWD, BIAS_ACT_BWD,         m rows, n cols (bias_act_bwd: as if dbias is
+ *   CROSS_FWD, CROSS_BWD, FILL          asked for)
+ *   EMB_FWD, EMB_UPDATE, EMB_ROWSQ,     count tables, m ids of one table (nidx), n its
+ *   MARK_ROWS                           columns (c1 - c0)
+ *   INTERACT_FWD, INTERACT_BWD          m batch, n vectors per sample, k their width d
+ *   BCE, DENSE_UPDATE, METRICS          m samples (dense_update: parameters)
+ *   COPY_ROWS                           count blocks, m rows, n cols
+ *   SUMSQ                               count blocks, m elements of all of them */
+struct kern_shape {
+    int64_t m, n, k;
+    int count;
+};
+
+/* The working memory of an op call, in bytes, by who holds it. */
+struct kern_ws {
+    size_t args;    /* backend memory the caller hands the op in its args: emb_update's
+                       and emb_rowsq's a[0].ws */
+    size_t scratch; /* backend memory the op borrows from the instance's scratch, one
+                       buffer that every op shares (reserve sizes it) */
+    size_t staging; /* host memory the op borrows from the instance's staging buffer, for
+                       results the host reads (CUDA: page-locked; reserve sizes it) */
+    size_t call;    /* memory the op allocates for the call and frees before it returns
+                       (CUDA's metrics on the device; the CPU's per-thread buffers) */
+};
+
+/* acc = the field-wise maximum of acc and w: what the ops of a run need at most,
+ * for reserve. */
+static inline void kern_ws_max(struct kern_ws *acc, const struct kern_ws *w)
+{
+    acc->args = acc->args > w->args ? acc->args : w->args;
+    acc->scratch = acc->scratch > w->scratch ? acc->scratch : w->scratch;
+    acc->staging = acc->staging > w->staging ? acc->staging : w->staging;
+    acc->call = acc->call > w->call ? acc->call : w->call;
+}
+
 struct kern_backend_i {
     const char *name;
+    /* 1 when the backend's memory is host memory (the CPU: tr_big_alloc, which the
+     * process's allocator counts), 0 when it is its own (GPU memory on CUDA). */
+    int host_memory;
     /* True if the op is implemented for floating tensors of type dt. */
     int (*supports)(void *ctx, enum kern_op op, enum kern_dtype dt);
     /* n bytes of the backend's memory, zero-filled. TR_ERR_NOMEM. */
@@ -414,9 +450,27 @@ struct kern_backend_i {
     /* Copies n bytes, queued after earlier work. When it returns, an H2D source may
      * be reused and a D2H destination holds the data. */
     enum tr_status (*copy)(void *ctx, void *dst, const void *src, size_t n, enum kern_copy_dir dir);
-    /* Workspace bytes of an emb_update call on ntables tables of at most nidx
-     * indices and width columns each. */
-    size_t (*emb_update_ws_bytes)(void *ctx, int64_t nidx, int64_t width, int ntables);
+    /* Fills *out with the working memory of op on a call of shape s (kern_shape
+     * names the fields each op reads); all zero for an op that needs none, or an
+     * unknown one. Allocates nothing. A sizing-only instance answers as an open one
+     * would (where an open one asks the device, CUB's temporary storage, it answers
+     * a bound instead). The planner and the model size memory by it; they never
+     * know a backend's own sizes. */
+    void (*ws)(void *ctx, enum kern_op op, const struct kern_shape *s, struct kern_ws *out);
+    /* Takes, now, the scratch and staging buffers that ops of working memory up to
+     * `most` need (the field-wise maximum of their ws answers, kern_ws_max), so that
+     * no later op allocates: on CUDA an allocation or a free waits for the whole
+     * device, collectives on other streams included, and a dead peer's collective
+     * never ends. Called once after the model is built, before the first step; a
+     * later call only grows them. An op that needs more still runs: the buffer grows
+     * and the backend warns once. Errors: TR_ERR_NOMEM (logged with the bytes),
+     * TR_ERR_CUDA. Nothing to do on the CPU (its ops allocate per call) and on a
+     * sizing-only instance. */
+    enum tr_status (*reserve)(void *ctx, const struct kern_ws *most);
+    /* Backend memory the instance holds for itself, outside mem_alloc, once
+     * reserve(most) ran: its fixed buffers (CUDA: the cuBLASLt workspace) and the
+     * scratch; 0 on the CPU. A sizing-only instance answers too (plans). */
+    size_t (*held_bytes)(void *ctx, const struct kern_ws *most);
     enum tr_status (*gemm)(void *ctx, const struct kern_gemm_args *a);
     enum tr_status (*bias_act_fwd)(void *ctx, const struct kern_bias_act_fwd_args *a);
     enum tr_status (*bias_act_bwd)(void *ctx, const struct kern_bias_act_bwd_args *a);
@@ -474,7 +528,7 @@ struct kern_backend_opts {
     int quiet;       /* do not log why a backend cannot open (the status says it) */
     int precision;   /* enum kern_precision of the GEMMs; TR_ERR_UNSUPPORTED when the
                         backend lacks it (the CPU has FP32 and TF32-as-FP32 only) */
-    int sizing_only; /* an instance that only answers emb_update_ws_bytes (terarec plan
+    int sizing_only; /* an instance that only answers ws and held_bytes (terarec plan
                         on a machine without the device): no device, no memory, no ops */
     int gpus;        /* CUDA with device -1: devices per node (--gpus_per_node), the device
                         is local_rank mod gpus; more than are visible is refused (0: all),
@@ -509,6 +563,10 @@ void kern_backend_close(struct kern_backend *be);
  * out-of-memory names the tensor and the size asked for. */
 enum tr_status kern_alloc(const struct kern_backend *be, size_t bytes, void **p, const char *what, ...) TR_WUR
     __attribute__((format(printf, 4, 5)));
+
+/* The bytes an emb_update (or emb_rowsq) call on ntables tables of at most nidx ids
+ * and width columns each needs in a[0].ws: the `args` of be's ws answer. */
+size_t kern_emb_update_ws_bytes(const struct kern_backend *be, int64_t nidx, int64_t width, int ntables);
 
 /* Prints the line "backends: cuda (N devices visible), cpu" (parsable: one
  * "backends:cuda,cpu" and one "cuda_devices:N" line) for --version. */

@@ -91,6 +91,7 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
         json_object_set_new(e, "eval", json_integer(w[r].eval));
         json_object_set_new(e, "checkpoint_staging", json_integer(w[r].ckpt_staging));
         json_object_set_new(e, "total", json_integer(w[r].total));
+        json_object_set_new(e, "backend", json_integer(w[r].backend));
         if (w[r].device > 0)
             json_object_set_new(e, "device", json_integer(w[r].device));
         json_array_append_new(arr, e);

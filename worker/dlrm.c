@@ -328,9 +328,72 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
 static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be)
 {
     const int64_t G = c->max_global > 0 ? c->max_global : c->max_batch;
-    return z->ntables_held ? be->i->emb_update_ws_bytes(be->ctx, TR_MAX(G, c->max_batch), z->width_held,
-                                                        z->ntables_held)
+    return z->ntables_held ? kern_emb_update_ws_bytes(be, TR_MAX(G, c->max_batch), z->width_held, z->ntables_held)
                            : 0;
+}
+
+/* Adds the backend's working memory of op on shape (m, n, k, count) to *most. */
+static void ask(const struct kern_backend *be, enum kern_op op, int64_t m, int64_t n, int64_t k, int count,
+                struct kern_ws *most)
+{
+    const struct kern_shape s = {m, n, k, count};
+    struct kern_ws w;
+    be->i->ws(be->ctx, op, &s, &w);
+    kern_ws_max(most, &w);
+}
+
+/* The working memory of every op the model (this file) and its step (hybrid.c)
+ * run, asked of the backend once per op with the largest sizes of any of its
+ * calls (kern_shape: a larger shape bounds a smaller call), field by field the
+ * most. The numeric guards' sumsq may cover any one tensor (dlrm_tensor_sumsq).
+ * tests/unit/worker/test_op_ws.c runs steps on a backend that checks every call
+ * against these questions. */
+static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be,
+                   struct kern_ws *most)
+{
+    memset(most, 0, sizeof *most);
+    const int64_t D = c->emb_dim, B = c->max_batch, G = TR_MAX(c->max_global > 0 ? c->max_global : B, B);
+    const int64_t rows = TR_MAX(B, z->bottom_rows), T = c->ntables, n = z->n;
+    const int dcn = c->interaction == DLRM_INTERACT_DCNV2;
+    /* every width a layer reads or writes: MLP layers, the interaction's output,
+     * the padded numerical input, the cross layers' n*D and r */
+    const int64_t wide = TR_MAX(TR_MAX(z->maxw, z->top_in_w),
+                                TR_MAX((int64_t)z->num_ld, dcn ? TR_MAX(n * D, (int64_t)c->cross_rank) : 0));
+    const int64_t rw = TR_MAX(rows, wide);
+    ask(be, KERN_OP_GEMM, rw, wide, rw, 1, most); /* forward (rows, out, in); weight gradients (in, out, rows) */
+    ask(be, KERN_OP_BIAS_ACT_FWD, rows, wide, 0, 1, most);
+    ask(be, KERN_OP_BIAS_ACT_BWD, rows, wide, 0, 1, most);
+    if (dcn) {
+        ask(be, KERN_OP_CROSS_FWD, B, n * D, 0, 1, most);
+        ask(be, KERN_OP_CROSS_BWD, B, n * D, 0, 1, most);
+    } else {
+        ask(be, KERN_OP_INTERACT_FWD, B, n, D, 1, most);
+        ask(be, KERN_OP_INTERACT_BWD, B, n, D, 1, most);
+    }
+    ask(be, KERN_OP_BCE, B, 0, 0, 1, most);
+    ask(be, KERN_OP_DENSE_UPDATE, z->nparams, 0, 0, 1, most);
+    /* tensors: the tables (and their state) held, the dense blocks, the activations */
+    int64_t table_rows = 1, table_numel = 0;
+    for (int t = 0; t < c->ntables; t++) {
+        table_rows = TR_MAX(table_rows, c->rows[t]);
+        table_numel = TR_MAX(table_numel, c->rows[t] * z->width_held);
+    }
+    const int64_t act = B * TR_MAX(n * D, z->top_in_w);
+    /* the initial values: tables (rows, width), layers (in, out), the dense state (1, nparams) */
+    ask(be, KERN_OP_FILL, TR_MAX(table_rows, wide), TR_MAX(TR_MAX(D, z->nparams), wide), 0, 1, most);
+    ask(be, KERN_OP_SUMSQ, TR_MAX(TR_MAX(table_numel, z->pstride), act), 0, 0, 1, most);
+    if (T > 0) {
+        const int W = c->plan ? c->plan->world : 1;
+        ask(be, KERN_OP_COPY_ROWS, G, TR_MAX(D, n * D), 0, DLRM_COPY_BLOCKS(W, (int)T), most);
+        /* the step gathers each vector in up to three sample ranges */
+        ask(be, KERN_OP_EMB_FWD, G, z->width_held, 0, 3 * (int)T, most);
+        ask(be, KERN_OP_EMB_UPDATE, G, z->width_held, 0, (int)T, most);
+        if (z->sumsq_n)
+            ask(be, KERN_OP_EMB_ROWSQ, G, z->width_held, 0, (int)T, most);
+        ask(be, KERN_OP_MARK_ROWS, G, 0, 0, (int)T, most);
+    } else {
+        ask(be, KERN_OP_COPY_ROWS, B, n * D, 0, 1, most); /* the cross backward's one copy */
+    }
 }
 
 /* Bytes of the activation block: the floats, then (8-byte aligned) the row-wise
@@ -351,6 +414,7 @@ void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, 
     b->emb_state = z.emb_state_bytes;
     b->workspace = (int64_t)ws_bytes_for(cfg, &z, be) + z.sumsq_n * (int64_t)sizeof(double);
     b->activations = (int64_t)act_bytes_of(&z, ws_bytes_for(cfg, &z, be));
+    ops_ws(cfg, &z, be, &b->ops);
 }
 
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
@@ -510,6 +574,9 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         p = (float *)q;
         TR_ASSERT((char *)p + m->emb_ws_bytes <= act + m->act_bytes);
     }
+    /* every op's working memory now, so that no step allocates */
+    ops_ws(cfg, &z, be, &m->ops_ws);
+    TR_CHECK_GOTO(be->i->reserve(be->ctx, &m->ops_ws), rc, fail);
     TR_CHECK_GOTO(dlrm_init_params(m), rc, fail);
     *out = m;
     return TR_OK;
@@ -791,6 +858,7 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
     }
     b->activations = (int64_t)m->act_bytes;
     b->workspace = (int64_t)m->emb_ws_bytes + m->emb_sumsq_n * (int64_t)sizeof(double);
+    b->ops = m->ops_ws;
 }
 
 void dlrm_reset_timers(struct dlrm *m)

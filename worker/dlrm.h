@@ -103,11 +103,17 @@ struct dlrm_bytes {
                             (+ the row-wise sums of squares of column slices) */
     int64_t dense_state, emb_state, workspace;
     int64_t dense_params; /* parameters in dense (each of its blocks starts 64-byte aligned) */
+    struct kern_ws ops;   /* the backend's working memory of the ops the model and its step
+                             (hybrid.h) run, field by field the largest (kern_ws_max): what
+                             dlrm_new reserves on the backend (not the metrics op's, which
+                             the evaluation runs) */
 };
 
 /* Validates cfg and allocates the model on `be` (borrowed; it must outlive the
- * model): every table whole, or this rank's part of each as cfg->plan says.
- * Parameters are initialised as the seed does (dlrm_init_params). Errors:
+ * model): every table whole, or this rank's part of each as cfg->plan says, then
+ * reserves the backend's working memory of every op the model and its step run
+ * (dlrm_bytes.ops), so that no step allocates. Parameters are initialised as the
+ * seed does (dlrm_init_params). Errors:
  * TR_ERR_ARG (bad config, message logged naming the field), TR_ERR_NOMEM, and
  * what the backend returns. */
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out) TR_WUR;

@@ -82,6 +82,7 @@ struct dlrm {
     float *cross_dv; /* dcnv2: (max_batch, r) of its x_l V */
     void *emb_ws;
     size_t emb_ws_bytes;
+    struct kern_ws ops_ws; /* host: what dlrm_new reserved (dlrm_bytes.ops) */
     double *emb_sumsq; /* (ntables, max_global) row-wise Adagrad on column slices: each
                           table's per-distinct-row sums of squares, all-reduced over the
                           workers (hybrid_update); NULL otherwise */
@@ -90,6 +91,10 @@ struct dlrm {
 
     double t[DLRM_T_COUNT_]; /* host: seconds spent per phase since the last reset */
 };
+
+/* The most row-copy blocks one copy_rows call of the step passes (hybrid.c) for
+ * a world of W workers and T tables. */
+#define DLRM_COPY_BLOCKS(W, T) ((W) * ((T) + 1) + 4)
 
 /* The clock for phase timers: synchronizes the backend first, so queued work is
  * counted where it ran. */

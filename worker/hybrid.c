@@ -195,7 +195,7 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->rbuf_bytes = z.rbuf;
     h->bot_bytes = z.bot;
     h->glogits_bytes = z.glogits;
-    h->cp_cap = W * (T + 1) + 4;
+    h->cp_cap = DLRM_COPY_BLOCKS(W, T);
     const size_t nt = (size_t)(T ? T : 1);
     h->cnt = tr_calloc((size_t)W * 6, sizeof(int64_t));
     h->vec = tr_calloc(nt + 1, sizeof *h->vec);

@@ -32,18 +32,6 @@ struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int thread
     return o;
 }
 
-int64_t plan_cuda_backend_bytes(int nfeatures, int64_t batch, int dot_interaction)
-{
-    int64_t scratch = 0;
-    if (dot_interaction && nfeatures > 1) { /* kernels/cuda/interact.cu's chunking */
-        const int64_t per = (int64_t)nfeatures * nfeatures * (int64_t)sizeof(float);
-        int64_t chunk = TR_MAX((int64_t)1, ((int64_t)64 << 20) / per);
-        chunk = TR_MIN(TR_MIN(chunk, (int64_t)65535), TR_MAX(batch, (int64_t)1));
-        scratch = chunk * per;
-    }
-    return ((int64_t)32 << 20) + scratch + scratch / 4;
-}
-
 enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                  int world, int rank, struct plan_worker *w)
 {
@@ -73,22 +61,24 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1) +
               (rank == 0 ? s->source_cache : 0);
     w->dense_params = b.dense_params;
-    const int cuda = be && be->i && !strcmp(be->i->name, "cuda");
     /* rank 0: the test set's logits and labels, and the metrics op's working memory
-     * while it runs (kern_auc_exact's 16 bytes per sample on the cpu) */
-    if (rank == 0 && s->test_samples > 0)
-        w->eval = 2 * s->test_samples * (int64_t)sizeof(float) +
-                  (cuda ? kern_metrics_ws_bytes(s->test_samples) : 16 * s->test_samples);
+     * while it runs (the backend says how much) */
+    if (rank == 0 && s->test_samples > 0) {
+        const struct kern_shape ms = {.m = s->test_samples};
+        struct kern_ws mw;
+        be->i->ws(be->ctx, KERN_OP_METRICS, &ms, &mw);
+        w->eval = 2 * s->test_samples * (int64_t)sizeof(float) + (int64_t)mw.call;
+    }
     if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
         w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
+    /* the backend's own: what it holds once the model reserved the ops' working
+     * memory, and the most one op of a step allocates for its call */
+    w->backend = (int64_t)be->i->held_bytes(be->ctx, &b.ops) + (int64_t)b.ops.call;
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
-               w->eval + w->ckpt_staging;
-    if (cuda) {
-        w->backend = plan_cuda_backend_bytes(s->ntables + (s->num_features > 0), mc.max_batch,
-                                             mc.interaction == DLRM_INTERACT_DOT);
+               w->eval + w->ckpt_staging + (be->i->host_memory ? w->backend : 0);
+    if (!be->i->host_memory)
         w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
                     batch_bytes(mc.max_global, s->num_features, s->ntables) + w->eval + w->backend;
-    }
     shard_plan_release(&sp);
     return TR_OK;
 }

@@ -41,25 +41,21 @@ struct plan_worker {
                                     gradients, each block rounded up to 64 bytes */
     int64_t eval;                /* rank 0: logits and labels of the test set, in backend
                                     memory, and the metrics op's working memory while it
-                                    runs (kern_metrics_ws_bytes on cuda, 16 bytes per
-                                    sample on the cpu) */
+                                    runs (the backend's ws answer) */
     int64_t ckpt_staging;        /* host copy of what it saves in a checkpoint (job->ckpt_staging):
                                     its table slices and their state, and on rank 0 the dense
                                     parameters and their state */
-    int64_t total;
-    int64_t device;              /* of total, what lives in GPU memory on the cuda backend (0 on
-                                    the cpu): all but the host staging and rank 0's host
-                                    batch block, plus the CUDA
-                                    backend's own buffers (plan_cuda_backend_bytes) */
-    int64_t backend;             /* of device, those backend buffers */
+    int64_t total;               /* all of the above; on a backend whose memory is host
+                                    memory (the cpu), backend too */
+    int64_t device;              /* on a backend with memory of its own (GPU memory on cuda;
+                                    0 on the cpu): what lives there, all but the host
+                                    staging and rank 0's host batch block, plus backend */
+    int64_t backend;             /* the backend's own buffers, as it answers for the ops of
+                                    the model and its step (kern_backend_i.held_bytes after
+                                    reserve, and the largest op's per-call memory): on cuda
+                                    the cuBLASLt workspace and the op scratch. Not counted:
+                                    the CUDA context (driver memory outside the allocator) */
 };
-
-/* The CUDA backend's buffers outside the model (kernels/cuda/): the cuBLASLt
- * workspace (32 MiB) and the op scratch, whose largest user is the dot interaction's
- * (chunk, n, n) products (chunks of at most 64 MiB and 65535 samples, the scratch
- * taken with a quarter more room). Not counted: the CUDA context itself (driver
- * memory, a few hundred MiB, outside the allocator). */
-int64_t plan_cuda_backend_bytes(int nfeatures, int64_t batch, int dot_interaction);
 
 /* Threads per worker for a job on a node with `cpus` CPUs shared by
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */

@@ -18,6 +18,9 @@ enum tr_status kern_cpu_emb_rowsq(const struct kern_emb_update_args *a, int n);
 size_t kern_cpu_emb_update_ws_bytes(int64_t nidx, int64_t width, int ntables, int threads);
 enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a);
 enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a);
+/* Host memory an interaction (either direction) of n vectors of width d allocates
+ * for its call on `threads` threads: one buffer per thread. */
+size_t kern_cpu_interact_call_bytes(int n, int d, int threads);
 enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
 enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
 enum tr_status kern_cpu_fill(const struct kern_fill_args *a);
@@ -27,6 +30,8 @@ enum tr_status kern_cpu_cross_fwd(const struct kern_cross_fwd_args *a);
 enum tr_status kern_cpu_cross_bwd(const struct kern_cross_bwd_args *a);
 enum tr_status kern_cpu_mark_rows(const struct kern_mark_rows_args *a, int n);
 enum tr_status kern_cpu_metrics(const struct kern_metrics_args *a);
+/* Host memory a metrics call on n samples allocates for its duration. */
+size_t kern_cpu_metrics_call_bytes(int64_t n);
 void kern_cpu_blas_set_threads(int threads);
 
 const char *kern_cpu_blas_name(void);

@@ -63,13 +63,23 @@ struct scratch {
     int64_t npad;
 };
 
+static size_t scratch_floats(int n, int d)
+{
+    const int64_t npad = TR_CEIL_DIV(n, CB) * CB, n4 = TR_CEIL_DIV(n, RB) * RB;
+    const int64_t zn = TR_MAX(d, npad) + CB;
+    return (size_t)(d * npad + n4 * n + zn);
+}
+
+size_t kern_cpu_interact_call_bytes(int n, int d, int threads)
+{
+    return n >= 1 && d >= 1 ? scratch_floats(n, d) * sizeof(float) * (size_t)(threads > 1 ? threads : 1) : 0;
+}
+
 static int scratch_get(struct scratch *sc, int n, int d)
 {
     sc->npad = TR_CEIL_DIV(n, CB) * CB;
     int64_t n4 = TR_CEIL_DIV(n, RB) * RB;
-    int64_t zn = TR_MAX(d, sc->npad) + CB;
-    size_t floats = (size_t)(d * sc->npad + n4 * n + zn);
-    float *p = tr_calloc(floats, sizeof(float));
+    float *p = tr_calloc(scratch_floats(n, d), sizeof(float));
     if (!p)
         return -1;
     sc->xt = p;

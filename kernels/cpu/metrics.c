@@ -15,6 +15,11 @@
 #include "../sort.h"
 #include "cpu_internal.h"
 
+size_t kern_cpu_metrics_call_bytes(int64_t n)
+{
+    return n > 0 ? (size_t)n * 2 * sizeof(uint64_t) : 0; /* kern_auc_exact's keys and their sort */
+}
+
 enum tr_status kern_auc_exact(const float *scores, const float *labels, int64_t n, double *auc)
 {
     *auc = NAN;

@@ -32,10 +32,13 @@ struct kcu_ctx {
     cublasHandle_t blas;      /* batched GEMMs (the interaction), on `stream` */
     void *lt_ws;              /* cuBLASLt workspace, sized once at open */
     size_t lt_ws_bytes;
-    void *scratch;            /* device scratch, grows (see kcu_scratch) */
+    void *scratch;            /* device scratch: taken by reserve, grows only as a fallback (kcu_scratch) */
     size_t scratch_bytes;
-    void *pinned;             /* pinned host memory for results the host reads */
+    void *pinned;             /* pinned host memory for results the host reads (the staging buffer) */
     size_t pinned_bytes;
+    int reserved;             /* reserve ran: a growth after it is logged, once each */
+    struct kern_ws planned;   /* the most reserve was asked for */
+    int scratch_warned, pinned_warned;
     int sm_count;
     char uuid[48];            /* the device's, as nvidia-smi shows it ("" before open) */
     size_t smem_optin;        /* the most dynamic shared memory a block may opt in to */
@@ -58,13 +61,16 @@ static inline void kcu_account(struct kcu_ctx *c, int64_t delta)
 
 /* Device scratch of at least n bytes, valid until the next kcu_scratch call of
  * this instance. Work queued earlier that used the old scratch is ordered before
- * anything queued later, so reuse across ops needs no wait; growing synchronises
- * the stream and reallocates. TR_ERR_NOMEM (logged with the bytes), TR_ERR_CUDA. */
+ * anything queued later, so reuse across ops needs no wait. reserve sizes it before
+ * the first step (every op's n is what its ws answer says); should an op still need
+ * more, it grows, which synchronises the device and reallocates, and after a
+ * reserve warns once. TR_ERR_NOMEM (logged with the bytes), TR_ERR_CUDA. */
 enum tr_status kcu_scratch(struct kcu_ctx *c, size_t n, void **p);
 
-/* Pinned host memory of at least n bytes (same lifetime rule as kcu_scratch). A
- * caller copies device results into it with cudaMemcpyAsync on c->stream, then
- * synchronises (kcu_sync) before reading. */
+/* Pinned host memory of at least n bytes (same lifetime and growth rules as
+ * kcu_scratch; reserve sizes it from the ws answers' staging). A caller copies
+ * device results into it with cudaMemcpyAsync on c->stream, then synchronises
+ * (kcu_sync) before reading. */
 enum tr_status kcu_pinned(struct kcu_ctx *c, size_t n, void **p);
 
 /* Waits for the instance's stream; TR_ERR_CUDA (logged) if a queued kernel failed. */
@@ -115,6 +121,14 @@ cublasComputeType_t kcu_compute_type(const struct kcu_ctx *c);
 void kcu_note_fp32(struct kcu_ctx *c, const char *lib, const char *shape, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- ops (kernels/cuda/<file>.cu); contracts in kern.h ------------------------------ */
+
+/* Working memory of each op (the backend's ws answer), written once beside the op
+ * that uses it: each adds its op's fields to *out (zeroed by the caller). */
+void kcu_dense_ws(enum kern_op op, const struct kern_shape *s, struct kern_ws *out);   /* bias_act_bwd, bce, sumsq */
+void kcu_emb_ws(struct kcu_ctx *c, enum kern_op op, const struct kern_shape *s, struct kern_ws *out);
+void kcu_metrics_ws(int64_t n, struct kern_ws *out);
+/* The interaction's (chunk, n, n) products of a batch of n vectors a sample. */
+size_t kcu_interact_scratch_bytes(int64_t batch, int64_t n);
 
 /* dense.cu; kcu_dense_init runs at open after the handles and the stream exist,
  * kcu_dense_free at destroy (safe after a failed or no init). */

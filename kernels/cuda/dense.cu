@@ -544,6 +544,14 @@ static __global__ void k_colsum(const float *part, int64_t nchunk, int64_t cols,
     }
 }
 
+/* Scratch of a bias_act_bwd with dbias: the chunks' column sums, when there are
+ * more chunks than one. */
+static size_t bias_bwd_scratch(int64_t rows, int64_t cols)
+{
+    const int64_t nchunk = TR_CEIL_DIV(rows, (int64_t)BW_ROWS);
+    return nchunk > 1 && cols > 0 ? (size_t)nchunk * (size_t)cols * sizeof(float) : 0;
+}
+
 enum tr_status kcu_bias_act_bwd(struct kcu_ctx *c, const struct kern_bias_act_bwd_args *a)
 {
     const int64_t rows = a->rows, cols = a->cols;
@@ -564,7 +572,7 @@ enum tr_status kcu_bias_act_bwd(struct kcu_ctx *c, const struct kern_bias_act_bw
     float *part = NULL;
     if (a->dbias && nchunk > 1) {
         void *p;
-        TR_CHECK(kcu_scratch(c, (size_t)nchunk * (size_t)cols * sizeof(float), &p));
+        TR_CHECK(kcu_scratch(c, bias_bwd_scratch(rows, cols), &p));
         part = (float *)p;
     }
     const int64_t cap = (int64_t)(c->sm_count > 0 ? c->sm_count : 1) * 16;
@@ -609,6 +617,12 @@ static __global__ void k_bce(int64_t n, const float *x, const float *y, float *d
     }
 }
 
+/* Scratch of a bce that sums the loss: the sum, then one partial per chunk. */
+static size_t bce_scratch(int64_t n)
+{
+    return n > 0 ? (size_t)(TR_CEIL_DIV(n, (int64_t)RED_CHUNK) + 1) * sizeof(double) : 0;
+}
+
 enum tr_status kcu_bce(struct kcu_ctx *c, const struct kern_bce_args *a)
 {
     const int64_t n = a->n;
@@ -625,7 +639,7 @@ enum tr_status kcu_bce(struct kcu_ctx *c, const struct kern_bce_args *a)
     double *part = NULL, *dsum = NULL, *hsum = NULL;
     if (a->loss_sum) { /* scratch: [sum | part (nchunk)] */
         void *d, *h;
-        TR_CHECK(kcu_scratch(c, (size_t)(nchunk + 1) * sizeof(double), &d));
+        TR_CHECK(kcu_scratch(c, bce_scratch(n), &d));
         TR_CHECK(kcu_pinned(c, sizeof(double), &h));
         dsum = (double *)d;
         part = dsum + 1;
@@ -786,4 +800,27 @@ enum tr_status kcu_cross_bwd(struct kcu_ctx *c, const struct kern_cross_bwd_args
         a->accumulate != 0, a->residual != 0);
     KCU_LAUNCHED();
     return TR_OK;
+}
+
+/* ---- working memory ------------------------------------------------------------------------ */
+
+void kcu_dense_ws(enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
+{
+    switch (op) {
+    case KERN_OP_BIAS_ACT_BWD: out->scratch = bias_bwd_scratch(s->m, s->n); break;
+    case KERN_OP_BCE:
+        out->scratch = bce_scratch(s->m);
+        out->staging = s->m > 0 ? sizeof(double) : 0;
+        break;
+    case KERN_OP_SUMSQ:
+        if (s->count > 0) {
+            /* [sums (count) | partials]: the blocks' ceil(elements / RED_CHUNK) add up to
+             * at most ceil(m / RED_CHUNK) + count - 1 (kcu_sumsq takes the exact sum) */
+            const int64_t parts = TR_CEIL_DIV(TR_MAX(s->m, (int64_t)0), (int64_t)RED_CHUNK) + s->count - 1;
+            out->scratch = (size_t)(s->count + parts) * sizeof(double);
+            out->staging = (size_t)s->count * sizeof(double);
+        }
+        break;
+    default: break; /* GEMM: the cuBLASLt workspace, held from open (held_bytes) */
+    }
 }

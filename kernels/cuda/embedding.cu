@@ -110,10 +110,16 @@ static __global__ void __launch_bounds__(THREADS) validate_kernel(const __grid_c
 /* Validates tables [0, n) of a (fields idx, idx_dtype, offsets, nbags, rows) and
  * leaves 4 words per table in pinned memory (*out, valid until the next kcu_pinned).
  * Tables with a bad dtype or nbags are not read (their words say "fine"). */
+/* Scratch (and staging) bytes of validate_ids on n tables: 4 words each. */
+static size_t check_bytes(int n)
+{
+    return (size_t)(n > 0 ? n : 1) * 4 * sizeof(unsigned long long);
+}
+
 template <typename A>
 static enum tr_status validate_ids(struct kcu_ctx *c, const A *a, int n, const unsigned long long **out)
 {
-    const size_t bytes = (size_t)(n > 0 ? n : 1) * 4 * sizeof(unsigned long long);
+    const size_t bytes = check_bytes(n);
     void *dres, *hres;
     TR_CHECK(kcu_scratch(c, bytes, &dres));
     TR_CHECK(kcu_pinned(c, bytes, &hres));
@@ -441,6 +447,15 @@ size_t kcu_emb_update_ws_bytes(struct kcu_ctx *c, int64_t nidx, int64_t width, i
 {
     (void)ntables; /* tables run one after another in the same workspace */
     return ws_fixed(nidx) + ws_chunk_sums(nidx, width) + temp_bytes(c, nidx);
+}
+
+void kcu_emb_ws(struct kcu_ctx *c, enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
+{
+    if (s->count < 1 || (op != KERN_OP_EMB_FWD && op != KERN_OP_EMB_UPDATE && op != KERN_OP_EMB_ROWSQ))
+        return; /* mark_rows takes no working memory */
+    out->scratch = out->staging = check_bytes(s->count); /* the ids' check, before anything else */
+    if (op != KERN_OP_EMB_FWD)
+        out->args = kcu_emb_update_ws_bytes(c, s->m, s->n, s->count);
 }
 
 struct ws_carve {

@@ -107,6 +107,13 @@ static int64_t chunk_of(int64_t batch, int n)
     return chunk;
 }
 
+size_t kcu_interact_scratch_bytes(int64_t batch, int64_t n)
+{
+    if (n <= 1 || batch <= 0 || n > INT32_MAX)
+        return 0; /* no pairs: no GEMM, no scratch (an n beyond int is refused by the op) */
+    return (size_t)(chunk_of(batch, (int)n) * n * n) * sizeof(float);
+}
+
 /* cnt strided-batched GEMMs C_s = op(A_s) op(B_s) (alpha 1, beta 0: C is only
  * written; cuBLAS's column-major view) in the instance's precision. When cuBLAS
  * refuses that compute type for the call (CUBLAS_STATUS_NOT_SUPPORTED, or
@@ -169,7 +176,7 @@ enum tr_status kcu_interact_fwd(struct kcu_ctx *c, const struct kern_interact_fw
     }
     const int64_t chunk = chunk_of(a->batch, n);
     void *scr = NULL;
-    enum tr_status rc = kcu_scratch(c, (size_t)(chunk * nn) * sizeof(float), &scr);
+    enum tr_status rc = kcu_scratch(c, kcu_interact_scratch_bytes(a->batch, n), &scr);
     if (rc != TR_OK)
         return rc;
     float *z = (float *)scr;
@@ -204,7 +211,7 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
     } else {
         const int64_t chunk = chunk_of(a->batch, n);
         void *scr = NULL;
-        enum tr_status rc = kcu_scratch(c, (size_t)(chunk * nn) * sizeof(float), &scr);
+        enum tr_status rc = kcu_scratch(c, kcu_interact_scratch_bytes(a->batch, n), &scr);
         if (rc != TR_OK)
             return rc;
         float *S = (float *)scr;

@@ -13,7 +13,7 @@
  *
  * Working memory (four arrays of 8 bytes per sample, CUB's temporary storage and
  * the results) is allocated for the call, counted in the instance's peak, and
- * freed before it returns: kern_metrics_ws_bytes is its bound (CUB's part, mostly
+ * freed before it returns: kcu_metrics_ws's `call` is its bound (CUB's part, mostly
  * the sort's look-back state, is about 0.18 bytes a sample on sm_90). The host waits
  * twice: after the check (a bad label or a non-finite score ends the call there)
  * and for the results. */
@@ -182,6 +182,17 @@ static enum tr_status run(struct kcu_ctx *c, const struct kern_metrics_args *a, 
     *a->auc = km_auc_from_area2((uint64_t)res.area2, n - (int64_t)res.nneg, (int64_t)res.nneg);
     *a->logloss = res.loss_sum / (double)n;
     return TR_OK;
+}
+
+void kcu_metrics_ws(int64_t n, struct kern_ws *out)
+{
+    if (n <= 0)
+        return;
+    /* four 8-byte arrays, CUB's temporary storage (the sort's look-back state: about
+     * 0.18 bytes a sample on sm_90, asked of CUB on the device at the call) and the
+     * results: bounded here without a device, for plans */
+    out->call = (size_t)n * 40 + ((size_t)16 << 20);
+    out->staging = sizeof(struct check_words) + sizeof(struct results);
 }
 
 enum tr_status kcu_metrics(struct kcu_ctx *c, const struct kern_metrics_args *a)

@@ -7,6 +7,8 @@
 #   a bad --amp value is bad input (exit 2); a bare --amp means bf16; terarec train
 #   refuses --amp here before it starts anything (exit 2, no run row);
 # - terarec plan --backend cuda plans without a GPU (a sizing-only instance);
+# - a CUDA plugin from another build (its build hash patched in a copy) is refused
+#   with one error naming both builds and a hint;
 # - make bundle's folder, moved elsewhere, runs with its own libraries: every
 #   non-system library resolves into its lib/, --version lists the backends, a
 #   short training run completes from it, and the CUDA plugin loads from its lib/.
@@ -85,6 +87,48 @@ if [ $has_cuda_build -eq 1 ]; then
     fi
 else
     skip "terarec plan --backend cuda" "built without CUDA (no nvcc)"
+fi
+
+# ---- a CUDA plugin from another build is refused ---------------------------------------------
+# a copy of terarec with the plugin beside it (lib/ next to bin/, where it looks
+# first): this build's plugin loads; the same file with its build hash changed (the
+# one place it holds it: kern_cuda_plugin_id) is refused, naming both builds
+plugin=$TR_BUILD/lib/libterarec-cuda.so
+if [ $has_cuda_build -eq 1 ] && [ -f "$plugin" ]; then
+    F=$TMP/foreign
+    mkdir -p "$F/bin" "$F/lib"
+    cp "$TR_BIN/terarec" "$F/bin/"
+    cp "$plugin" "$F/lib/"
+    ours=$($TR_BIN/terarec --version --parsable | sed -n 's/^git://p')
+    P="plan --backend cuda --synthetic_dataset_cardinalities 26x1000"
+    out=$("$F/bin/terarec" $P 2>&1); rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "GPU memory: rank 0"; then
+        ok "this build's CUDA plugin, copied beside a copy of terarec, loads"
+    else
+        fail "this build's CUDA plugin loads from a copy" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+    theirs=$(python3 - "$plugin" "$F/lib/libterarec-cuda.so" "$ours" <<'PY'
+import sys
+src, dst, ours = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+theirs = bytes(ord("1") if c == ord("0") else ord("0") for c in ours)  # as long, and different everywhere
+data = open(src, "rb").read()
+n = data.count(ours + b"\0")
+if not ours or n != 1:
+    sys.exit(f"the plugin holds its build hash '{ours.decode()}' {n} times, not once")
+open(dst, "wb").write(data.replace(ours + b"\0", theirs + b"\0"))
+print(theirs.decode())
+PY
+    ) || fail "patch the plugin's build hash" "$theirs"
+    out=$("$F/bin/terarec" $P 2>&1); rc=$?
+    if [ -n "$theirs" ] && [ $rc -eq 1 ] &&
+        echo "$out" | grep -q "error: backend 'cuda': plugin $F/.*libterarec-cuda\.so is from another build (api [0-9]*, git $theirs); this program is api [0-9]*, git $ours\$" &&
+        echo "$out" | grep -q "hint: use the plugin built with this program" && ! echo "$out" | grep -q "GPU memory"; then
+        ok "a CUDA plugin from another build is refused, naming both builds (git $theirs and $ours) and a hint"
+    else
+        fail "a CUDA plugin from another build is refused" "rc $rc: $(echo "$out" | tail -3)"
+    fi
+else
+    skip "a CUDA plugin from another build is refused" "built without CUDA"
 fi
 
 # ---- make bundle ----------------------------------------------------------------------------

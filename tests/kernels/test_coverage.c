@@ -142,12 +142,12 @@ static void test_vtable_complete(void)
     for (int k = 0; kern_backend_name(k); k++)
         listed |= i->name && !strcmp(i->name, kern_backend_name(k));
     TH_CHECKF(listed, "backend '%s' is not a registered name", i->name ? i->name : "(null)");
-    TH_CHECKF(i->supports && i->mem_alloc && i->mem_release && i->copy && i->emb_update_ws_bytes && i->queue &&
-                  i->synchronize && i->destroy,
+    TH_CHECKF(i->supports && i->mem_alloc && i->mem_release && i->copy && i->ws && i->reserve && i->held_bytes &&
+                  i->queue && i->synchronize && i->destroy,
               "backend '%s' leaves a non-op member NULL: supports %d mem_alloc %d mem_release %d copy %d "
-              "emb_update_ws_bytes %d queue %d synchronize %d destroy %d",
-              i->name, !!i->supports, !!i->mem_alloc, !!i->mem_release, !!i->copy, !!i->emb_update_ws_bytes,
-              !!i->queue, !!i->synchronize, !!i->destroy);
+              "ws %d reserve %d held_bytes %d queue %d synchronize %d destroy %d",
+              i->name, !!i->supports, !!i->mem_alloc, !!i->mem_release, !!i->copy, !!i->ws, !!i->reserve,
+              !!i->held_bytes, !!i->queue, !!i->synchronize, !!i->destroy);
     TH_REQUIRE(i->supports);
     const int cpu = !strcmp(i->name, "cpu");
     for (int op = 0; op < KERN_OP_COUNT_; op++) {

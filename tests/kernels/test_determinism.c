@@ -81,7 +81,7 @@ static void init_emb_update(float *out, int64_t n)
 static void run_emb_update(const struct dev_in *in, float *out)
 {
     float *tab = out, *acc = out + E_ROWS * E_LD;
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, e_off[E_BAGS], E_W, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, e_off[E_BAGS], E_W, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = tab, .rows = E_ROWS, .ld = E_LD, .c0 = 2, .c1 = 2 + E_W,
                                      .accum = acc, .accum_ld = E_LD, .idx = in->e_idx, .idx_dtype = KERN_I64,

@@ -470,7 +470,7 @@ static void update_case_rn(int64_t rows, int64_t nbags, int64_t w, enum kern_dty
     struct batch b;
     batch_make(&b, &r, nbags, rows, maxlen);
     struct kern_optim_hp hp = {kind, 0.1f, 1e-8f};
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, b.nidx, w, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, b.nidx, w, 1);
     char *ws = kt_dev_alloc(ws_bytes + 8);
     int64_t *bad_pos = new_i64(777);
     struct kern_emb_update_args a = {
@@ -608,7 +608,7 @@ static void test_update_chunks_exact(void)
     kt_upload(&table);
     kt_upload(&g);
     void *d_idx = kt_dev_dup(ids, sizeof ids);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, N, 1, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, N, 1, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = table.d, .rows = ROWS, .ld = 1, .c0 = 0, .c1 = 1, .idx = d_idx,
                                      .idx_dtype = KERN_I32, .nbags = N, .grad = g.d, .grad_ld = 1, .grad_scale = 1.0f,
@@ -646,7 +646,7 @@ static void test_update_mean_scaling(void)
     kt_upload(&grad);
     int32_t *d_idx = kt_dev_dup(idx, sizeof idx);
     int64_t *d_off = kt_dev_dup(offsets, sizeof offsets);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 6, 2, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, 6, 2, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = table.d, .rows = 5, .ld = 2, .c0 = 0, .c1 = 2, .idx = d_idx,
                                      .idx_dtype = KERN_I32, .offsets = d_off, .nbags = 4, .comb = KERN_COMB_MEAN,
@@ -697,7 +697,7 @@ static void test_update_duplicates_adagrad(void)
     kt_upload(&accum);
     kt_upload(&grad);
     int64_t *d_idx = kt_dev_dup(idx, sizeof idx);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 4, 1, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, 4, 1, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = table.d, .rows = 3, .ld = 1, .c0 = 0, .c1 = 1, .accum = accum.d,
                                      .accum_ld = 1, .idx = d_idx, .idx_dtype = KERN_I64, .nbags = 4,
@@ -742,7 +742,7 @@ static void test_update_ws_small(void)
     int64_t *d_idx = kt_dev_dup(idx, sizeof idx);
     struct kern_backend all = kt_be, one;
     kt_open(1, &one);
-    size_t need = one.i->emb_update_ws_bytes(one.ctx, n, w, 1);
+    size_t need = kern_emb_update_ws_bytes(&one, n, w, 1);
     char *ws = kt_dev_alloc(need);
     struct kern_emb_update_args a = {.table = table.d, .rows = rows, .ld = w, .c0 = 0, .c1 = w, .idx = d_idx,
                                      .idx_dtype = KERN_I64, .nbags = n, .grad = grad.d, .grad_ld = w,
@@ -827,7 +827,7 @@ static void test_update_range(void)
     int32_t *d_i32 = kt_dev_alloc((size_t)n * sizeof(int32_t));
     int64_t *d_off = kt_dev_dup(offsets, off_bytes);
     int64_t *bad_pos = new_i64(-99);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, n, w, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, n, w, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     const int64_t bad_at[] = {0, 2500, n - 1};
     const int64_t bad_val[] = {-1, 30, 1000000};
@@ -943,7 +943,7 @@ static void fd_case(int64_t maxlen, int mean, enum kern_dtype t, uint64_t seed)
     struct kern_emb_fwd_args fa = {.table = table.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
                                    .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.d_offsets, .nbags = nbags,
                                    .comb = mean ? KERN_COMB_MEAN : KERN_COMB_SUM, .out = out.d, .out_ld = wd};
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, b.nidx, wd, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, b.nidx, wd, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args ua = {.table = upd.d, .rows = rows, .ld = ld, .c0 = c0, .c1 = c0 + wd,
                                       .idx = batch_idx(&b, t), .idx_dtype = t, .offsets = b.d_offsets,
@@ -1086,7 +1086,7 @@ static void test_large_table(void)
     for (int i = 0; i < 4 * 65; i++)
         grad.h[i] = 1.0f;
     kt_upload(&grad);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 4, ld, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, 4, ld, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     for (int t = 0; t < 2; t++) {
         struct kern_emb_update_args u = {.table = table, .rows = rows, .ld = ld, .c0 = 0, .c1 = ld,

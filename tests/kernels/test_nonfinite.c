@@ -273,7 +273,7 @@ static void test_emb_update(void)
         kt_upload(&tab);
         kt_upload(&acc);
         kt_upload(&grad);
-        size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, nbags, w, 1);
+        size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, nbags, w, 1);
         void *ws = kt_dev_alloc(ws_bytes);
         int64_t badpos = -5;
         struct kern_emb_update_args a = {.table = tab.d, .rows = rows, .ld = w, .c0 = 0, .c1 = w,

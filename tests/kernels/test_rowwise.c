@@ -159,7 +159,7 @@ static void update_case(int ntables, int64_t dim, int64_t maxlen, int mean, uint
         a[k] = args_of(&t[k], &s[k], mean, grad[k].d, gs);
         max_nidx = TR_MAX(max_nidx, s[k].nidx);
     }
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, max_nidx, dim, ntables);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, max_nidx, dim, ntables);
     void *ws = kt_dev_alloc(ws_bytes);
     a[0].ws = ws;
     a[0].ws_bytes = ws_bytes;
@@ -249,7 +249,7 @@ static void test_update_by_hand(void)
     kt_upload(&acc);
     kt_upload(&grad);
     void *d_idx = kt_dev_dup(idx, sizeof idx);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 4, 2, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, 4, 2, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     struct kern_emb_update_args a = {.table = w.d, .rows = 3, .ld = 2, .c0 = 0, .c1 = 2, .accum = acc.d,
                                      .idx = d_idx, .idx_dtype = KERN_I32, .nbags = 4, .grad = grad.d, .grad_ld = 2,
@@ -295,7 +295,7 @@ static void test_rowsq_output(void)
         a.c1 = c1;
         a.dim = dim;
         a.grad = grad.d + c0; /* the gradient of the gathered slice: (nbags, c1 - c0), stride dim */
-        size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, s.nidx, c1 - c0, 1);
+        size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, s.nidx, c1 - c0, 1);
         a.ws = kt_dev_alloc(ws_bytes);
         a.ws_bytes = ws_bytes;
         size_t sq_bytes = (size_t)s.nidx * sizeof(double);
@@ -361,7 +361,7 @@ static void split_case_n(int64_t dim, int64_t k1, int64_t k2, int multi, uint64_
     kt_fill(&r, grad.h, s.nbags * dim, -1.0f, 1.0f);
     kt_upload(&grad);
     const int64_t cut[4] = {0, k1, k2, dim};
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, TR_MAX(s.nidx, 1), dim, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, TR_MAX(s.nidx, 1), dim, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     /* the whole row at once */
     struct kern_emb_update_args a = args_of(&whole, &s, multi, grad.d, gs);
@@ -501,7 +501,7 @@ static void test_across_threads(void)
             a[k].row_sumsq = kt_dev_alloc((size_t)s[k].nidx * sizeof(double));
             max_nidx = TR_MAX(max_nidx, s[k].nidx);
         }
-        size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, max_nidx, dim, ntables);
+        size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, max_nidx, dim, ntables);
         a[0].ws = kt_dev_alloc(ws_bytes);
         a[0].ws_bytes = ws_bytes;
         TH_EQ_ST(kt_be.i->emb_rowsq(kt_be.ctx, a, ntables), TR_OK);
@@ -563,7 +563,7 @@ static void test_bad_args(void)
     kt_buf_init(&grad, 30 * 8);
     kt_fill(&r, grad.h, 30 * 8, -1.0f, 1.0f);
     kt_upload(&grad);
-    size_t ws_bytes = kt_be.i->emb_update_ws_bytes(kt_be.ctx, 30, 8, 1);
+    size_t ws_bytes = kern_emb_update_ws_bytes(&kt_be, 30, 8, 1);
     void *ws = kt_dev_alloc(ws_bytes);
     double *sq = kt_dev_alloc(30 * sizeof(double));
     struct kern_emb_update_args good = args_of(&t, &s, 0, grad.d, 1.0f), a;

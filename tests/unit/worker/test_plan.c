@@ -51,7 +51,7 @@ static void by_hand(void)
     /* activations per sample: X and dX 2*3*4, interaction out and grad 2*8, dlogits 1,
      * top outputs 2+1 = 44 floats; the bottom MLP: 2 ping-pong rows of width 4 */
     TH_EQ(w.activations, (5 * 44 + 5 * 8) * 4 + 64);
-    TH_EQ(w.workspace, (int64_t)be.i->emb_update_ws_bytes(be.ctx, 5, 4, 2));
+    TH_EQ(w.workspace, (int64_t)kern_emb_update_ws_bytes(&be, 5, 4, 2));
     /* the step: gathered logits (5) on rank 0, the loss sum, 6 counts per rank */
     TH_EQ(w.alltoall, 5 * 4 + 8 + 6 * 8);
     /* batch block: header 128, numerical 5x8 floats (192 aligned), labels (64), ids
@@ -59,7 +59,13 @@ static void by_hand(void)
     TH_EQ(batch_bytes(5, 3, 2), 448);
     TH_EQ(w.data, 2 * 448);
     TH_EQ(w.eval, 2 * 100 * 4 + 16 * 100); /* logits, labels; the cpu metrics' sort */
-    TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging);
+    /* the backend's own, as it answers: the cpu holds nothing, and its largest call
+     * buffer is the interaction's, per thread: X^T (d x 16-padded n), S (4-padded n x
+     * n) and a zero row (max(d, 16) + 16): 4*16 + 4*3 + 32 floats */
+    TH_EQ(w.backend, 108 * 4);
+    TH_EQ(w.device, 0);
+    TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging +
+                       w.backend);
 
     /* two column-wise workers: each holds 2 of the 4 columns; rank 1 sends its
      * columns of all 5 samples but receives only for its slice of 2 (rank 0 has 3) */
