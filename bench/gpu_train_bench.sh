@@ -134,14 +134,14 @@ row_t() { local name=$1 share=$2; shift 2; run_row "$name" "$share" bash -c 'ter
 row_p() { local name=$1 share=$2; shift 2; run_row "$name" "$share" bash -c 'torch_row "$@"' _ "$@"; }
 
 # the rows that decide the goal first, the slow compiled ones last
-row_t amp-bf16 15 --amp
-row_p torch-eager-bf16 15 --amp bf16
+row_t amp-bf16 12 --amp
+row_p torch-eager-bf16 12 --amp bf16
+row_p torch-compiled-bf16 30 --amp bf16 --compile
 row_p limits 15 --probe
-row_t fp32 12
 row_t tf32 12 --allow_tf32
+row_t fp32 12
 row_t amp-fp16 12 --amp fp16
-row_p torch-eager-fp32 15 --amp fp32
-row_p torch-compiled-bf16 50 --amp bf16 --compile
+row_p torch-eager-fp32 20 --amp fp32
 row_p torch-compiled-fp32 95 --amp fp32 --compile
 
 python3 bench/gpu_bench_report.py table "$res" "$batch"

@@ -373,6 +373,26 @@ KM_FN uint16_t km_float_to_half(float f)
 
 /* ---- reduced-precision operands (what a tensor core sees of an fp32 value) ---- */
 
+/* Round-to-nearest-even float -> bfloat16 bits (the upper half of a float: fp32's
+ * range, 7 explicit mantissa bits); inf kept, NaN kept as a quiet NaN, a carry past
+ * the largest bf16 gives inf. What --amp bf16's GEMM operands hold. */
+KM_FN uint16_t km_float_to_bf16(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } cv;
+    cv.f = f;
+    const uint32_t x = cv.u;
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one (the low bits may hold its payload) */
+        return (uint16_t)((x >> 16) | 0x40u);
+    const uint32_t low = x & 0xffffu;
+    uint32_t h = x >> 16;
+    if (low > 0x8000u || (low == 0x8000u && (h & 1u)))
+        h++; /* into the exponent when the mantissa is all ones: the next binade, or inf */
+    return (uint16_t)h;
+}
+
 /* x with its mantissa cut to `bits` explicit bits (1..22), keeping fp32's exponent
  * range: bits 10 is TF32, bits 7 is bf16 (binary16 has its own range: km_float_to_half).
  * Rounds to nearest even, or toward zero when `chop` (a conversion that drops the

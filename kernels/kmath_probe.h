@@ -29,7 +29,8 @@ KM_FN void km_probe(float x, uint64_t seed, int64_t i, float *o)
     uint64_t key = km_score_key(x, (int)(i & 1)); /* 16 of its bits, exact in a float */
     o[11] = (float)km_powerlaw_id(km_rand3(seed, 7, (uint64_t)i), 1000) +
             (float)((key ^ (key >> 17) ^ km_auc_term2(key >> 40, (uint64_t)i)) & 0xffffu);
-    o[12] = km_half_to_float(km_float_to_half(x)) + km_round_mantissa(x, 7, 0) + km_round_mantissa(x, 10, 1);
+    o[12] = km_half_to_float(km_float_to_half(x)) + km_round_mantissa(x, 7, 0) + km_round_mantissa(x, 10, 1) +
+            (float)km_float_to_bf16(x);
     o[13] = (float)km_tri_index(i % 27 + 1, 0) + (float)km_tri_count(27) + (float)km_interact_width(27, 16, 1);
     o[14] = km_bag_scale(i % 5, 1) + km_u01_open(km_rand3(seed, 1, (uint64_t)i)) + km_normal(km_mix64((uint64_t)i)) +
             km_cross_fwd(x, 0.75f, 0.5f) + km_cross_grad_h(x, -0.25f) + km_cross_grad_x0(0.125f, x, 1.5f, (int)(i & 1));

@@ -18,9 +18,9 @@
 #       /usr/local/cuda*, a PyTorch wheel's nvidia/*/lib), then runs each stage in
 #       order under its own budget in seconds (what a stage leaves unused goes to
 #       the next; none runs past the 540 s of all of them):
-#         probe     15  the device, driver, CUDA runtime, which copy of each library
+#         probe     25  the device, driver, CUDA runtime, which copy of each library
 #                       loaded, a python with PyTorch, compute-sanitizer
-#         kernels   60  every kernel test's CUDA cases and the golden fixtures
+#         kernels   50  every kernel test's CUDA cases and the golden fixtures
 #         t13001   110  fp32 parity with the cpu backend, 300-step AUC (fp32, bf16,
 #                       fp16), device memory against the plan
 #         nccl1     50  --comm nccl on a world of 1 equals the cpu backend (t14001)
@@ -41,7 +41,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 STAGES=(probe kernels t13001 nccl1 sanitize speed)
-declare -A BUDGET=([probe]=15 [kernels]=60 [t13001]=110 [nccl1]=50 [sanitize]=120 [speed]=185)
+declare -A BUDGET=([probe]=25 [kernels]=50 [t13001]=110 [nccl1]=50 [sanitize]=120 [speed]=185)
 TOTAL=540
 PACK_MAX=$((48 << 20))
 cmd=${1:-}
@@ -225,7 +225,10 @@ stage_probe() {
     local py
     for py in "$(command -v python3 2>/dev/null)" /opt/*/.venv/bin/python3 /usr/bin/python3; do
         [ -x "$py" ] || continue
-        echo "python $py: $("$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+        # the first with PyTorch is the one the speed stage takes
+        v=$("$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)
+        echo "python $py: $v"
+        case "$v" in torch*) break ;; esac
     done
     if command -v compute-sanitizer >/dev/null; then
         compute-sanitizer --version | tail -n 1

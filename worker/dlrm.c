@@ -359,8 +359,8 @@ static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct
      * the padded numerical input, the cross layers' n*D and r */
     const int64_t wide = TR_MAX(TR_MAX(z->maxw, z->top_in_w),
                                 TR_MAX((int64_t)z->num_ld, dcn ? TR_MAX(n * D, (int64_t)c->cross_rank) : 0));
-    const int64_t rw = TR_MAX(rows, wide);
-    ask(be, KERN_OP_GEMM, rw, wide, rw, 1, most); /* forward (rows, out, in); weight gradients (in, out, rows) */
+    ask(be, KERN_OP_GEMM, rows, wide, wide, 1, most); /* forward (rows, out, in), input gradients (rows, in, out) */
+    ask(be, KERN_OP_GEMM, wide, wide, rows, 1, most); /* weight gradients (in, out, rows) */
     ask(be, KERN_OP_BIAS_ACT_FWD, rows, wide, 0, 1, most);
     ask(be, KERN_OP_BIAS_ACT_BWD, rows, wide, 0, 1, most);
     if (dcn) {

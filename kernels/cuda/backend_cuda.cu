@@ -219,7 +219,7 @@ static void cu_ws(void *ctx, enum kern_op op, const struct kern_shape *s, struct
     case KERN_OP_EMB_UPDATE:
     case KERN_OP_EMB_ROWSQ: kcu_emb_ws(c, op, s, out); break;
     case KERN_OP_METRICS: kcu_metrics_ws(s->m, out); break;
-    default: kcu_dense_ws(op, s, out); break;
+    default: kcu_dense_ws(c, op, s, out); break;
     }
 }
 

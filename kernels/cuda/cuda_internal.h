@@ -124,7 +124,11 @@ void kcu_note_fp32(struct kcu_ctx *c, const char *lib, const char *shape, ...) _
 
 /* Working memory of each op (the backend's ws answer), written once beside the op
  * that uses it: each adds its op's fields to *out (zeroed by the caller). */
-void kcu_dense_ws(enum kern_op op, const struct kern_shape *s, struct kern_ws *out);   /* bias_act_bwd, bce, sumsq */
+/* gemm (bf16 / fp16 operands), bias_act_bwd, bce, sumsq */
+void kcu_dense_ws(const struct kcu_ctx *c, enum kern_op op, const struct kern_shape *s, struct kern_ws *out);
+/* Scratch of a bf16 / fp16 gemm (m, n, k), any transposes: its operands converted
+ * to 16 bits, rows padded to 8; 0 for other precisions. */
+size_t kcu_gemm_scratch_bytes(enum kern_precision prec, int64_t m, int64_t n, int64_t k);
 void kcu_emb_ws(struct kcu_ctx *c, enum kern_op op, const struct kern_shape *s, struct kern_ws *out);
 void kcu_metrics_ws(int64_t n, struct kern_ws *out);
 /* The interaction's (chunk, n, n) products of a batch of n vectors a sample. */

@@ -93,6 +93,18 @@ static __global__ void k_bias_act_fwd(int64_t rows, int64_t cols, float *y, int6
     }
 }
 
+/* dst (rows, cols; ldd) = the 16-bit operand of src (rows, cols; lds): bfloat16
+ * (bf16 set) or binary16 bits, rounded to nearest even (kmath.h). */
+static __global__ void k_to_16(int64_t rows, int64_t cols, const float *src, int64_t lds, uint16_t *dst, int64_t ldd,
+                               int bf16)
+{
+    EW_ROWS(r, rows) {
+        const float *sr = src + r * lds;
+        uint16_t *dr = dst + r * ldd;
+        EW_COLS(j, cols) dr[j] = bf16 ? km_float_to_bf16(sr[j]) : km_float_to_half(sr[j]);
+    }
+}
+
 /* C = beta * C, with beta == 0 writing zeros (old values, NaN included, never leak
  * in): gemm with k == 0. */
 static __global__ void k_scale(int64_t rows, int64_t cols, float *y, int64_t ld, float beta)
@@ -320,7 +332,15 @@ static enum tr_status plan_build(struct kcu_ctx *c, const struct plan_key *k, co
         epi = CUBLASLT_EPILOGUE_RELU;
     else if (k->epi == EPI_RELU_BIAS)
         epi = CUBLASLT_EPILOGUE_RELU_BIAS;
-    LT_TRY(cublasLtMatmulDescCreate(&p->desc, compute_type((enum kern_precision)k->prec), CUDA_R_32F));
+    /* bf16 and fp16 take 16-bit operands that kcu_gemm converted (fp32 operands
+     * under CUBLAS_COMPUTE_32F_FAST_16BF / _16F leave the choice of kernel to
+     * cuBLASLt, which on an H200 ran both as TF32: bitwise the same losses); the
+     * sums and C stay fp32 */
+    const int half = k->prec == KERN_PREC_BF16 || k->prec == KERN_PREC_FP16;
+    const cudaDataType_t ab = k->prec == KERN_PREC_BF16 ? CUDA_R_16BF : k->prec == KERN_PREC_FP16 ? CUDA_R_16F
+                                                                                                 : CUDA_R_32F;
+    LT_TRY(cublasLtMatmulDescCreate(&p->desc, half ? CUBLAS_COMPUTE_32F : compute_type((enum kern_precision)k->prec),
+                                    CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     if (k->epi != EPI_NONE) {
@@ -328,8 +348,8 @@ static enum tr_status plan_build(struct kcu_ctx *c, const struct plan_key *k, co
         if (k->epi & EPI_BIAS) /* the heuristic reads its alignment; set again at every call */
             LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, k->ldb));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, k->lda));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->la, ab, a_rows, a_cols, k->ldb));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, ab, b_rows, b_cols, k->lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)k->n, (uint64_t)k->m, k->ldc));
     {
         const uint64_t ws = c->lt_ws_bytes;
@@ -391,15 +411,51 @@ static enum tr_status plan_get(struct kcu_ctx *c, const struct plan_key *k, cons
     return TR_OK;
 }
 
-static enum tr_status plan_run(struct kcu_ctx *c, struct plan *p, const struct kern_gemm_args *a)
+/* Runs plan p on the operands opa, opb (a->a and a->b, or their 16-bit copies). */
+static enum tr_status plan_run(struct kcu_ctx *c, struct plan *p, const struct kern_gemm_args *a, const void *opa,
+                               const void *opb)
 {
     if (p->key.epi & EPI_BIAS)
         KCU_BLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
                                                       sizeof a->bias));
     /* C and D are the same matrix (in place), our B is cuBLASLt's A */
-    KCU_BLAS_CHECK(cublasLtMatmul(c->lt, p->desc, &a->alpha, a->b, p->la, a->a, p->lb, &a->beta, a->c, p->lc, a->c,
+    KCU_BLAS_CHECK(cublasLtMatmul(c->lt, p->desc, &a->alpha, opb, p->la, opa, p->lb, &a->beta, a->c, p->lc, a->c,
                                   p->lc, &p->algo, c->lt_ws, c->lt_ws_bytes, c->stream));
     return TR_OK;
+}
+
+/* The 16-bit operands of a bf16 / fp16 gemm: A and B as stored (rows, cols), each
+ * with its rows padded to 8 elements (16 bytes, what the tensor-core kernels want)
+ * and B's block 256-byte aligned. */
+struct half_ops {
+    int64_t a_rows, a_cols, a_ld, b_rows, b_cols, b_ld;
+    size_t a_bytes, bytes;
+};
+
+static struct half_ops half_ops_of(int ta, int tb, int64_t m, int64_t n, int64_t k)
+{
+    struct half_ops h;
+    h.a_rows = ta ? k : m;
+    h.a_cols = ta ? m : k;
+    h.b_rows = tb ? n : k;
+    h.b_cols = tb ? k : n;
+    h.a_ld = TR_CEIL_DIV(h.a_cols, (int64_t)8) * 8;
+    h.b_ld = TR_CEIL_DIV(h.b_cols, (int64_t)8) * 8;
+    h.a_bytes = (size_t)TR_CEIL_DIV(h.a_rows * h.a_ld * 2, (int64_t)256) * 256;
+    h.bytes = h.a_bytes + (size_t)(h.b_rows * h.b_ld * 2);
+    return h;
+}
+
+size_t kcu_gemm_scratch_bytes(enum kern_precision prec, int64_t m, int64_t n, int64_t k)
+{
+    if ((prec != KERN_PREC_BF16 && prec != KERN_PREC_FP16) || m <= 0 || n <= 0 || k <= 0)
+        return 0;
+    /* the bound of every transpose: A's and B's padded blocks, each the larger of
+     * its two ways of being stored */
+    const struct half_ops x = half_ops_of(0, 0, m, n, k), y = half_ops_of(1, 1, m, n, k);
+    const size_t a = x.a_bytes > y.a_bytes ? x.a_bytes : y.a_bytes;
+    const size_t bx = x.bytes - x.a_bytes, by = y.bytes - y.a_bytes;
+    return a + (bx > by ? bx : by);
 }
 
 static enum tr_status launch_bias_act(struct kcu_ctx *c, int64_t rows, int64_t cols, float *y, int64_t ld,
@@ -444,13 +500,49 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
     key.align_b = ptr_align(a->b);
     key.align_c = ptr_align(a->c);
     struct plan *p;
-    /* fused epilogue first; a bias that is not 16-byte aligned is never handed to cuBLASLt */
     const int epi = (a->bias ? EPI_BIAS : 0) | (relu ? EPI_RELU : 0);
+    if (c->prec == KERN_PREC_BF16 || c->prec == KERN_PREC_FP16) {
+        /* the operands converted to 16 bits in the scratch, then the same plans on
+         * them; a shape cuBLASLt refuses in 16 bits runs in fp32 below */
+        const struct half_ops h = half_ops_of(key.trans_a, key.trans_b, a->m, a->n, a->k);
+        void *s16;
+        TR_CHECK(kcu_scratch(c, h.bytes, &s16));
+        uint16_t *a16 = (uint16_t *)s16, *b16 = (uint16_t *)((char *)s16 + h.a_bytes);
+        const int bf = c->prec == KERN_PREC_BF16;
+        k_to_16<<<ew_grid(c, h.a_rows, h.a_cols), dim3(EW_X, EW_Y), 0, c->stream>>>(h.a_rows, h.a_cols, a->a, a->lda,
+                                                                                  a16, h.a_ld, bf);
+        KCU_LAUNCHED();
+        k_to_16<<<ew_grid(c, h.b_rows, h.b_cols), dim3(EW_X, EW_Y), 0, c->stream>>>(h.b_rows, h.b_cols, a->b, a->ldb,
+                                                                                  b16, h.b_ld, bf);
+        KCU_LAUNCHED();
+        struct plan_key hk = key;
+        hk.lda = h.a_ld;
+        hk.ldb = h.b_ld;
+        hk.align_a = ptr_align(a16);
+        hk.align_b = ptr_align(b16);
+        if (epi != EPI_NONE && (!a->bias || ptr_align(a->bias) == 16)) {
+            hk.epi = epi;
+            TR_CHECK(plan_get(c, &hk, a->bias, &p));
+            if (p->ok)
+                return plan_run(c, p, a, a16, b16);
+        }
+        hk.epi = EPI_NONE;
+        TR_CHECK(plan_get(c, &hk, NULL, &p));
+        if (p->ok) {
+            TR_CHECK(plan_run(c, p, a, a16, b16));
+            return launch_bias_act(c, a->m, a->n, a->c, a->ldc, a->bias, relu);
+        }
+        key.prec = KERN_PREC_FP32; /* the fp32 operands below: exact */
+        kcu_note_fp32(c, "cuBLASLt", "gemm %c%c m=%lld n=%lld k=%lld (ld %lld %lld %lld)", a->trans_a ? 'T' : 'N',
+                      a->trans_b ? 'T' : 'N', (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->lda,
+                      (long long)a->ldb, (long long)a->ldc);
+    }
+    /* fused epilogue first; a bias that is not 16-byte aligned is never handed to cuBLASLt */
     if (epi != EPI_NONE && (!a->bias || ptr_align(a->bias) == 16)) {
         key.epi = epi;
         TR_CHECK(plan_get(c, &key, a->bias, &p));
         if (p->ok)
-            return plan_run(c, p, a);
+            return plan_run(c, p, a, a->a, a->b);
     }
     /* plain matmul, then the epilogue as bias_act_fwd */
     key.epi = EPI_NONE;
@@ -471,7 +563,7 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
                      (long long)a->k, kern_precision_name(c->prec));
         return TR_ERR_CUDA;
     }
-    TR_CHECK(plan_run(c, p, a));
+    TR_CHECK(plan_run(c, p, a, a->a, a->b));
     return launch_bias_act(c, a->m, a->n, a->c, a->ldc, a->bias, relu);
 }
 
@@ -804,9 +896,12 @@ enum tr_status kcu_cross_bwd(struct kcu_ctx *c, const struct kern_cross_bwd_args
 
 /* ---- working memory ------------------------------------------------------------------------ */
 
-void kcu_dense_ws(enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
+void kcu_dense_ws(const struct kcu_ctx *c, enum kern_op op, const struct kern_shape *s, struct kern_ws *out)
 {
     switch (op) {
+    case KERN_OP_GEMM: /* bf16 / fp16: the 16-bit operands (the cuBLASLt workspace is held from open) */
+        out->scratch = kcu_gemm_scratch_bytes(c->prec, s->m, s->n, s->k);
+        break;
     case KERN_OP_BIAS_ACT_BWD: out->scratch = bias_bwd_scratch(s->m, s->n); break;
     case KERN_OP_BCE:
         out->scratch = bce_scratch(s->m);
@@ -821,6 +916,6 @@ void kcu_dense_ws(enum kern_op op, const struct kern_shape *s, struct kern_ws *o
             out->staging = (size_t)s->count * sizeof(double);
         }
         break;
-    default: break; /* GEMM: the cuBLASLt workspace, held from open (held_bytes) */
+    default: break;
     }
 }

@@ -371,6 +371,45 @@ static void test_gemm_fp16(void)
     gemm_prec(KERN_PREC_FP16);
 }
 
+/* km_float_to_bf16 (the operands of a bf16 gemm on CUDA) is the upper half of
+ * km_round_mantissa(x, 7, round to nearest even), written independently: on 2^20
+ * random bit patterns and the edges (ties both ways, the largest finite values that
+ * carry into inf, subnormals, inf); a NaN stays a NaN. Host code: the same on every
+ * backend. */
+static void test_bf16_bits(void)
+{
+    static const uint32_t edge[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f817fffu, 0x7f7fffffu, 0x7f7f8000u,
+                                    0x7f7f7fffu, 0xff7fffffu, 0x00000001u, 0x00008000u, 0x00018000u, 0x7f800000u,
+                                    0xff800000u, 0x80000000u, 0x00000000u, 0x3fffffffu};
+    struct kt_rng r = kt_rng_seed(77);
+    int bad = 0;
+    for (int i = 0; i < (1 << 20) + (int)(sizeof edge / sizeof edge[0]); i++) {
+        const uint32_t u = i < (int)(sizeof edge / sizeof edge[0]) ? edge[i] : (uint32_t)kt_next(&r);
+        float x, ref;
+        memcpy(&x, &u, sizeof x);
+        const uint16_t got = km_float_to_bf16(x);
+        if (isnan(x)) {
+            if ((got & 0x7f80u) != 0x7f80u || (got & 0x7fu) == 0) {
+                if (bad < 5)
+                    th_failf_(__FILE__, __LINE__, "bf16 of NaN 0x%08x is 0x%04x, not a NaN", u, got);
+                bad++;
+            }
+            continue;
+        }
+        ref = km_round_mantissa(x, 7, 0);
+        uint32_t ru;
+        memcpy(&ru, &ref, sizeof ru);
+        if (got != (uint16_t)(ru >> 16) || (ru & 0xffffu) != 0) {
+            if (bad < 5)
+                th_failf_(__FILE__, __LINE__, "bf16 of 0x%08x: 0x%04x, want 0x%04x", u, got, (unsigned)(ru >> 16));
+            bad++;
+        }
+    }
+    TH_CHECKF(bad == 0, "%d values rounded differently", bad);
+    TH_CHECKF(km_float_to_bf16(1.0f + 0x1p-8f) == 0x3f80u && km_float_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82u,
+              "ties to even");
+}
+
 /* What could go wrong in a GEMM, for prec_model. */
 enum { RIGHT = 0, WRONG_TRANS_B, WRONG_NO_BIAS, WRONG_NO_RELU, WRONG_LDA, WRONG_COUNT_ };
 static const char *const wrong_name[WRONG_COUNT_] = {"right", "B transposed", "no bias", "no ReLU",
@@ -736,6 +775,7 @@ static const struct th_case cases[] = {
     {"bias_act_fwd", test_bias_act_fwd},
     {"bias_act_bwd", test_bias_act_bwd},
     {"fd_layer", test_fd_layer},
+    {"bf16_bits", test_bf16_bits},
 };
 
 int main(int argc, char **argv)
