@@ -88,17 +88,19 @@ model=(--synthetic_dataset_cardinalities "$cards" --embedding_dim 128 --bottom_m
 res=$out/results.jsonl
 : > "$res"
 failed=()
-# limit SHARE: seconds for the next row: SHARE of what is left (in 1/100), at least 20
+# limit SHARE MIN: seconds for the next row: SHARE of what is left (in 1/100), at
+# least MIN (what such a row needs: on an H200, terarec's rows took 10-15 s, PyTorch's
+# eager ones 25-40 s with its import and 17 GB of tables, the compiled ones 60-90 s)
 limit() {
     local left=$(( deadline - $(date +%s) ))
     local l=$(( left * $1 / 100 ))
-    [ $l -lt 20 ] && l=$(( left < 20 ? left : 20 ))
+    [ $l -lt "$2" ] && l=$(( left < $2 ? left : $2 ))
     echo $l
 }
-run_row() { # NAME SHARE CMD...: CMD's stdout (JSON lines) into results, its stderr into NAME.log
-    local name=$1 share=$2; shift 2
+run_row() { # NAME SHARE MIN CMD...: CMD's stdout (JSON lines) into results, its stderr into NAME.log
+    local name=$1 share=$2 min=$3; shift 3
     local l
-    l=$(limit "$share")
+    l=$(limit "$share" "$min")
     if [ "$l" -le 5 ]; then
         echo "gpu_train_bench: $name not run: the budget is spent" >&2
         failed+=("$name (not run)")
@@ -130,19 +132,19 @@ torch_row() { # FLAGS...: bench/torch_dlrm_gpu.py's JSON lines
     "$py" bench/torch_dlrm_gpu.py --batch "$batch" --steps "$steps" --warmup "$warm" "${extra[@]}" "$@"
 }
 export -f terarec_row torch_row
-row_t() { local name=$1 share=$2; shift 2; run_row "$name" "$share" bash -c 'terarec_row "$@"' _ "$name" "$@"; }
-row_p() { local name=$1 share=$2; shift 2; run_row "$name" "$share" bash -c 'torch_row "$@"' _ "$@"; }
+row_t() { local name=$1; shift; run_row "$name" 12 30 bash -c 'terarec_row "$@"' _ "$name" "$@"; }
+row_p() { local name=$1 share=$2 min=$3; shift 3; run_row "$name" "$share" "$min" bash -c 'torch_row "$@"' _ "$@"; }
 
 # the rows that decide the goal first, the slow compiled ones last
-row_t amp-bf16 12 --amp
-row_p torch-eager-bf16 12 --amp bf16
-row_p torch-compiled-bf16 30 --amp bf16 --compile
-row_p limits 15 --probe
-row_t tf32 12 --allow_tf32
-row_t fp32 12
-row_t amp-fp16 12 --amp fp16
-row_p torch-eager-fp32 20 --amp fp32
-row_p torch-compiled-fp32 95 --amp fp32 --compile
+row_t amp-bf16 --amp
+row_p torch-eager-bf16 15 50 --amp bf16
+row_p torch-compiled-bf16 30 90 --amp bf16 --compile
+row_p limits 15 30 --probe
+row_t tf32 --allow_tf32
+row_t fp32
+row_t amp-fp16 --amp fp16
+row_p torch-eager-fp32 20 50 --amp fp32
+row_p torch-compiled-fp32 95 90 --amp fp32 --compile
 
 python3 bench/gpu_bench_report.py table "$res" "$batch"
 if [ ${#failed[@]} -gt 0 ]; then
