@@ -79,7 +79,13 @@ if [ -e "$RUN/created" ]; then
     done 3<"$RUN/created"
     while read -r -u 3 kind name; do
         [ "$kind" = link ] && ip link show "$name" >/dev/null 2>&1 || continue
-        if ip link del "$name"; then say "deleted link $name"; else rc=1; fi
+        # a veth whose peer was in a namespace deleted above goes away with it, a
+        # moment later: gone before our delete is as good as deleted
+        if ip link del "$name" 2>/dev/null || ! ip link show "$name" >/dev/null 2>&1; then
+            say "deleted link $name"
+        else
+            ip link del "$name" || rc=1
+        fi
     done 3<"$RUN/created"
 fi
 
