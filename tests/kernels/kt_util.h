@@ -78,41 +78,58 @@ static inline void kt_fill(struct kt_rng *r, float *p, int64_t n, float lo, floa
 /* Bitwise equality of n floats; reports the first difference. Evaluates to 1 if equal. */
 #define KT_SAME_BITS(what, a, b, n) kt_same_bits_(__FILE__, __LINE__, what, a, b, n)
 
-static inline int kt_close2d_(const char *file, int line, const char *what, const float *got, int64_t ldg,
-                              const double *ref, int64_t ldr, int64_t rows, int64_t cols, double atol, double rtol,
-                              double nmse_max)
+/* The comparison behind KT_CLOSE2D and KT_BOUNDED: element (r, c) must be within
+ * bnd[r * ldr + c] of ref when bnd is given, else within atol + rtol * |ref|; NaN
+ * and inf must agree exactly; the NMSE must be <= nmse_max. Returns the number of
+ * elements out of bounds, plus one if the NMSE is over; reports up to five of them
+ * (prefixed with `what`, as failures of the running case) when `report`, and
+ * stores the NMSE in *nmse (may be NULL). */
+static inline int kt_compare_(const char *file, int line, int report, const char *what, const float *got, int64_t ldg,
+                              const double *ref, const double *bnd, int64_t ldr, int64_t rows, int64_t cols,
+                              double atol, double rtol, double nmse_max, double *nmse)
 {
     int bad = 0;
     double num = 0.0, den = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c = 0; c < cols; c++) {
-            double g = got[r * ldg + c], e = ref[r * ldr + c];
+            const double g = got[r * ldg + c], e = ref[r * ldr + c];
+            const double b = bnd ? bnd[r * ldr + c] : atol + rtol * fabs(e);
             int ok;
             if (isnan(e) || isnan(g))
                 ok = isnan(e) && isnan(g);
             else if (isinf(e) || isinf(g))
                 ok = g == e;
             else {
-                ok = fabs(g - e) <= atol + rtol * fabs(e);
+                ok = fabs(g - e) <= b;
                 num += (g - e) * (g - e);
                 den += e * e;
             }
             if (!ok) {
-                if (bad < 5)
-                    th_failf_(file, line, "%s: [%lld,%lld] got %.9g want %.9g (diff %.3g, tol %.3g)", what,
-                              (long long)r, (long long)c, g, e, fabs(g - e), atol + rtol * fabs(e));
+                if (report && bad < 5)
+                    th_failf_(file, line, "%s: [%lld,%lld] got %.9g want %.9g (diff %.3g, bound %.3g)", what,
+                              (long long)r, (long long)c, g, e, fabs(g - e), b);
                 bad++;
             }
         }
     }
-    if (bad > 5)
-        th_failf_(file, line, "%s: %d mismatches in all", what, bad);
-    double nmse = den > 0.0 ? num / den : num;
-    if (nmse > nmse_max) {
-        th_failf_(file, line, "%s: nmse %.3g > %.3g", what, nmse, nmse_max);
+    if (report && bad > 5)
+        th_failf_(file, line, "%s: %d elements out of bounds in all", what, bad);
+    const double q = den > 0.0 ? num / den : num;
+    if (nmse)
+        *nmse = q;
+    if (q > nmse_max) {
+        if (report)
+            th_failf_(file, line, "%s: nmse %.3g > %.3g", what, q, nmse_max);
         bad++;
     }
-    return bad == 0;
+    return bad;
+}
+
+static inline int kt_close2d_(const char *file, int line, const char *what, const float *got, int64_t ldg,
+                              const double *ref, int64_t ldr, int64_t rows, int64_t cols, double atol, double rtol,
+                              double nmse_max)
+{
+    return kt_compare_(file, line, 1, what, got, ldg, ref, NULL, ldr, rows, cols, atol, rtol, nmse_max, NULL) == 0;
 }
 
 static inline int kt_close_(const char *file, int line, const char *what, const float *got, const double *ref,
@@ -536,50 +553,13 @@ static inline double kt_dot_bound(const struct kt_dot *d)
     return d->err + kt_gamma(d->k) * (d->abs + d->err);
 }
 
-/* Compares got (rows, cols; row stride ldg) with ref, each element within its own
- * bound bnd (ref and bnd with row stride ldr): |got - ref| <= bnd; NaN and inf must
- * agree exactly; the NMSE must be <= nmse_max. Returns the number of elements out
- * of bounds, plus one if the NMSE is over; reports up to five of them (prefixed
- * with `what`, as failures of the running case) when `report`, and stores the
- * NMSE in *nmse (may be NULL). */
+/* got (rows, cols; row stride ldg) against ref, each element within its own bound
+ * bnd (ref and bnd with row stride ldr), as kt_compare_. */
 static inline int kt_bounded_(const char *file, int line, int report, const char *what, const float *got, int64_t ldg,
                               const double *ref, const double *bnd, int64_t ldr, int64_t rows, int64_t cols,
                               double nmse_max, double *nmse)
 {
-    int bad = 0;
-    double num = 0.0, den = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++) {
-            const double g = got[r * ldg + c], e = ref[r * ldr + c], b = bnd[r * ldr + c];
-            int ok;
-            if (isnan(e) || isnan(g))
-                ok = isnan(e) && isnan(g);
-            else if (isinf(e) || isinf(g))
-                ok = g == e;
-            else {
-                ok = fabs(g - e) <= b;
-                num += (g - e) * (g - e);
-                den += e * e;
-            }
-            if (!ok) {
-                if (report && bad < 5)
-                    th_failf_(file, line, "%s: [%lld,%lld] got %.9g want %.9g (diff %.3g, bound %.3g)", what,
-                              (long long)r, (long long)c, g, e, fabs(g - e), b);
-                bad++;
-            }
-        }
-    }
-    if (report && bad > 5)
-        th_failf_(file, line, "%s: %d elements out of bounds in all", what, bad);
-    const double q = den > 0.0 ? num / den : num;
-    if (nmse)
-        *nmse = q;
-    if (q > nmse_max) {
-        if (report)
-            th_failf_(file, line, "%s: nmse %.3g > %.3g", what, q, nmse_max);
-        bad++;
-    }
-    return bad;
+    return kt_compare_(file, line, report, what, got, ldg, ref, bnd, ldr, rows, cols, 0.0, 0.0, nmse_max, nmse);
 }
 
 static inline int kt_bounded_ok_(const char *file, int line, const char *what, const float *got, int64_t ldg,

@@ -67,6 +67,25 @@ static void ref_bwd(const float *x, const float *dout, int64_t batch, int n, int
     }
 }
 
+/* What every forward output must hold whatever the precision: the padding columns
+ * exact +0, the bottom vector (has_bottom) copied bitwise from x, nothing written
+ * outside out (downloaded). */
+static void check_fwd_layout(const char *what, const struct kt_buf *out, const float *x, int64_t batch, int n, int d,
+                             int hb, int64_t out_w)
+{
+    const int64_t used = (hb ? d : 0) + km_tri_count(n);
+    int pad_ok = 1, bottom_ok = 1;
+    for (int64_t s = 0; s < batch; s++) {
+        for (int64_t c = used; c < out_w; c++)
+            pad_ok &= out->h[s * out_w + c] == 0.0f && !signbit(out->h[s * out_w + c]);
+        if (hb)
+            bottom_ok &= memcmp(out->h + s * out_w, x + s * n * d, (size_t)d * sizeof(float)) == 0;
+    }
+    TH_CHECKF(pad_ok, "%s: padding columns are not exact +0", what);
+    TH_CHECKF(bottom_ok, "%s: the bottom vector is not copied bitwise", what);
+    TH_CHECKF(kt_buf_guard_ok(out), "%s: wrote outside out", what);
+}
+
 static void fwd_case(int n, int d, int hb, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
@@ -86,17 +105,7 @@ static void fwd_case(int n, int d, int hb, uint64_t seed)
     TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
     kt_download(&out);
     KT_CLOSE(what, out.h, ref, batch * out_w, 1e-6 * (1.0 + sqrt((double)d)), 1e-5, 1e-9);
-    const int64_t used = (hb ? d : 0) + km_tri_count(n);
-    int pad_ok = 1, bottom_ok = 1;
-    for (int64_t s = 0; s < batch; s++) {
-        for (int64_t c = used; c < out_w; c++)
-            pad_ok &= out.h[s * out_w + c] == 0.0f && !signbit(out.h[s * out_w + c]);
-        if (hb)
-            bottom_ok &= memcmp(out.h + s * out_w, x.h + s * n * d, (size_t)d * sizeof(float)) == 0;
-    }
-    TH_CHECKF(pad_ok, "%s: padding columns are not exact +0", what);
-    TH_CHECKF(bottom_ok, "%s: the bottom vector is not copied bitwise", what);
-    TH_CHECKF(kt_buf_guard_ok(&out), "%s: wrote outside out", what);
+    check_fwd_layout(what, &out, x.h, batch, n, d, hb, out_w);
     tr_free(ref);
     kt_buf_release(&out);
     kt_buf_release(&x);
@@ -240,17 +249,7 @@ static void fwd_prec_case(const struct kt_prec *t, int n, int d, int hb, int64_t
         if (t->prec == KERN_PREC_FP32)
             KT_CLOSE(what, out.h, ref, batch * out_w, 1e-6 * (1.0 + sqrt((double)d)), 1e-5, 1e-9);
     }
-    const int64_t used = (hb ? d : 0) + km_tri_count(n);
-    int pad_ok = 1, bottom_ok = 1;
-    for (int64_t s = 0; s < batch; s++) {
-        for (int64_t c = used; c < out_w; c++)
-            pad_ok &= out.h[s * out_w + c] == 0.0f && !signbit(out.h[s * out_w + c]);
-        if (hb)
-            bottom_ok &= memcmp(out.h + s * out_w, x.h + s * n * d, (size_t)d * sizeof(float)) == 0;
-    }
-    TH_CHECKF(pad_ok, "%s: padding columns are not exact +0", what);
-    TH_CHECKF(bottom_ok, "%s: the bottom vector is not copied bitwise", what);
-    TH_CHECKF(kt_buf_guard_ok(&out), "%s: wrote outside out", what);
+    check_fwd_layout(what, &out, x.h, batch, n, d, hb, out_w);
     tr_free(bnd);
     tr_free(ref);
     kt_buf_release(&out);

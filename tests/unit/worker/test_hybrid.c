@@ -13,30 +13,7 @@
 #include "../../../common/harness.h"
 #include "../../../loader_svc/synth.h"
 #include "../../../worker/solo.h"
-
-static const int64_t rows5[5] = {30, 7, 50, 7, 1000};
-
-static struct dlrm_cfg cfg_of(enum kern_optim opt)
-{
-    struct dlrm_cfg c;
-    memset(&c, 0, sizeof c);
-    c.num_features = 13;
-    c.ntables = 5;
-    c.rows = rows5;
-    c.emb_dim = 8;
-    c.nbottom = 2;
-    c.bottom[0] = 16;
-    c.bottom[1] = 8;
-    c.ntop = 2;
-    c.top[0] = 16;
-    c.top[1] = 1;
-    c.optim = opt;
-    c.adagrad_init = 0.1f;
-    c.adagrad_eps = 1e-7f;
-    c.seed = 11;
-    c.max_batch = 40;
-    return c;
-}
+#include "small_model.h"
 
 static struct kern_backend open_cpu(void)
 {
@@ -50,7 +27,7 @@ static struct kern_backend open_cpu(void)
 static struct batch *make_batch(int k, int64_t n)
 {
     struct batch *b = NULL;
-    struct synth_cfg sc = {5, 13, 5, rows5, SYNTH_IDS_POWERLAW};
+    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW};
     if (batch_new(40, 13, 5, &b) != TR_OK || synth_fill(&sc, BATCH_TRAIN, k * 40, n, b) != TR_OK)
         batch_free(&b);
     return b;
@@ -73,7 +50,7 @@ static void placement_does_not_matter(void)
 {
     for (int opt = 0; opt < 2; opt++) {
         struct kern_backend be = open_cpu();
-        struct dlrm_cfg c = cfg_of(opt ? KERN_OPT_ADAGRAD : KERN_OPT_SGD);
+        struct dlrm_cfg c = small_model_cfg(opt ? KERN_OPT_ADAGRAD : KERN_OPT_SGD);
         struct solo col, tab;
         TH_EQ_ST_REQ(solo_open(&col, &c, &be, 1), TR_OK);
         TH_EQ_ST_REQ(solo_open(&tab, &c, &be, 0), TR_OK);
@@ -106,7 +83,7 @@ static void placement_does_not_matter(void)
 static void shared_batch_and_logits(void)
 {
     struct kern_backend be = open_cpu();
-    struct dlrm_cfg c = cfg_of(KERN_OPT_SGD);
+    struct dlrm_cfg c = small_model_cfg(KERN_OPT_SGD);
     struct solo s;
     TH_EQ_ST_REQ(solo_open(&s, &c, &be, 0), TR_OK);
     struct batch *b = make_batch(3, 23); /* a partial batch: 23 of 40 */
@@ -162,11 +139,11 @@ static void shared_batch_and_logits(void)
 static void plan_must_match(void)
 {
     struct kern_backend be = open_cpu();
-    struct dlrm_cfg c = cfg_of(KERN_OPT_SGD);
+    struct dlrm_cfg c = small_model_cfg(KERN_OPT_SGD);
     struct comm self;
     comm_open_self(&be, &self);
     struct shard_plan p2;
-    TH_EQ_ST_REQ(shard_plan_make(&p2, SHARD_COLUMNWISE, 2, 0, 5, rows5, 8, 1, 1), TR_OK);
+    TH_EQ_ST_REQ(shard_plan_make(&p2, SHARD_COLUMNWISE, 2, 0, 5, small_model_rows, 8, 1, 1), TR_OK);
     c.plan = &p2;
     struct dlrm *m = NULL;
     struct hybrid *h = NULL;

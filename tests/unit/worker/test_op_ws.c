@@ -14,6 +14,7 @@
 #include "../../../loader_svc/synth.h"
 #include "../../../worker/plan.h"
 #include "../../../worker/solo.h"
+#include "small_model.h"
 
 #define MAX_ASKED 64
 
@@ -228,27 +229,10 @@ static struct kern_backend spy_open(void)
     return (struct kern_backend){&spy_iface, S.real.ctx};
 }
 
-static const int64_t rows5[5] = {30, 7, 50, 7, 1000};
-
+/* the step tests' small model, with DCNv2 when dcn */
 static struct dlrm_cfg cfg_of(enum kern_optim opt, int dcn)
 {
-    struct dlrm_cfg c;
-    memset(&c, 0, sizeof c);
-    c.num_features = 13;
-    c.ntables = 5;
-    c.rows = rows5;
-    c.emb_dim = 8;
-    c.nbottom = 2;
-    c.bottom[0] = 16;
-    c.bottom[1] = 8;
-    c.ntop = 2;
-    c.top[0] = 16;
-    c.top[1] = 1;
-    c.optim = opt;
-    c.adagrad_init = 0.1f;
-    c.adagrad_eps = 1e-7f;
-    c.seed = 11;
-    c.max_batch = 40;
+    struct dlrm_cfg c = small_model_cfg(opt);
     if (dcn) {
         c.interaction = DLRM_INTERACT_DCNV2;
         c.ncross = 2;
@@ -282,7 +266,7 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
                   kern_op_name((enum kern_op)op), S.ops_before_reserve[op]);
     int64_t block_rows[5] = {4, 4, 8, 4, 64};
     TH_EQ_ST_REQ(hybrid_track_dirty(s.h, block_rows), TR_OK);
-    struct synth_cfg sc = {5, 13, 5, rows5, SYNTH_IDS_POWERLAW};
+    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW};
     for (int k = 0; k < 3; k++) {
         struct batch *b = NULL;
         TH_EQ_ST_REQ(batch_new(40, 13, 5, &b), TR_OK);
@@ -352,7 +336,7 @@ static void plan_asks_the_backend(void)
     j.batch_size = 40;
     j.seed = 1;
     j.threads = 2;
-    const struct plan_shape sh = {13, 5, rows5, 1000, 0};
+    const struct plan_shape sh = {13, 5, small_model_rows, 1000, 0};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     TH_CHECK(S.nasked[KERN_OP_METRICS] == 1 && S.asked[KERN_OP_METRICS][0].m == 1000);
