@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/alloc.h"
@@ -27,6 +28,9 @@
 struct db {
     sqlite3 *h;
     char *path;
+    char *uri;           /* what sqlite3_open_v2 was given (a file: URI for readers) */
+    int flags;           /* and its flags */
+    int version;         /* the file's schema version */
     const char *journal; /* "wal" or "delete" */
 };
 
@@ -56,13 +60,24 @@ static const char *const migrations[] = {
     "CREATE TABLE events (run TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
     " time REAL, kind TEXT NOT NULL, data TEXT);"
     "CREATE INDEX events_run_time ON events(run, time);",
+    /* 2: who runs a run (the launcher's host, pid and the pid's start time, and its
+     * heartbeat) so that a run whose launcher vanished can be called lost; indexes
+     * for the last value of each metric (runs show), the list's order and status */
+    "ALTER TABLE runs ADD COLUMN launcher_host TEXT;"
+    "ALTER TABLE runs ADD COLUMN launcher_pid INTEGER;"
+    "ALTER TABLE runs ADD COLUMN launcher_start INTEGER;"
+    "ALTER TABLE runs ADD COLUMN heartbeat REAL;"
+    "CREATE INDEX metrics_run_name_step ON metrics(run, name, step);"
+    "CREATE INDEX runs_start_time ON runs(start_time);"
+    "CREATE INDEX runs_status ON runs(status);",
 };
 _Static_assert(sizeof migrations / sizeof migrations[0] == DB_SCHEMA_VERSION, "one migration per version");
 
 static const char *const run_columns[] = {
     "id",       "name",         "status",   "cmdline",  "config",     "git_hash",      "hosts",
     "nodes",    "workers",      "slurm_job_id", "ckpt_url", "ckpt_run", "start_time", "end_time",
-    "final_metrics", "reason", "restarts", "resumed_from",
+    "final_metrics", "reason", "restarts", "resumed_from", "launcher_host", "launcher_pid", "launcher_start",
+    "heartbeat",
 };
 
 /* ---- paths -------------------------------------------------------------------------- */
@@ -416,10 +431,11 @@ static enum tr_status set_journal(struct db *db, int wal)
 }
 
 /* What is at path, before SQLite touches it: a missing file (create or refuse),
- * something unwritable, or a file that does not start like an SQLite database. */
-static enum tr_status check_file(const char *path, int create)
+ * something a writer cannot write (the file, or its directory where SQLite keeps
+ * its journal), or a file that does not start like an SQLite database. */
+static enum tr_status check_file(const char *path, int write, int create)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         if (!create) {
             LOG_ERROR("no run history at '%s'", path);
@@ -431,19 +447,17 @@ static enum tr_status check_file(const char *path, int create)
         TR_CHECK(mkdirs(dir));
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     }
-    if (fd < 0 && create) {
-        LOG_ERROR("cannot write the run history '%s': %s", path, strerror(errno));
-        LOG_HINT("give a writable --db PATH (or TR_DB)");
-        return TR_ERR_ARG;
-    }
     if (fd < 0) {
-        /* reading a history one cannot write is fine */
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            LOG_ERROR("cannot open the run history '%s': %s", path, strerror(errno));
+        const int e = errno;
+        if (write) {
+            LOG_ERROR("cannot write the run history '%s': %s", path, strerror(e));
+            LOG_HINT("reading works where writing does not (terarec runs list/show/serve); to write, give a "
+                     "writable --db PATH (or TR_DB)");
+        } else {
+            LOG_ERROR("cannot open the run history '%s': %s", path, strerror(e));
             LOG_HINT("give a readable --db PATH (or TR_DB)");
-            return TR_ERR_ARG;
         }
+        return TR_ERR_ARG;
     }
     char head[16];
     ssize_t k = read(fd, head, sizeof head);
@@ -455,35 +469,85 @@ static enum tr_status check_file(const char *path, int create)
         LOG_HINT("give the run history's path with --db (or TR_DB)");
         return TR_ERR_ARG;
     }
+    if (write) {
+        char dir[4096];
+        dir_of(path, dir, sizeof dir);
+        if (access(dir, W_OK) != 0) {
+            const int e = errno;
+            LOG_ERROR("cannot write the run history '%s': its directory '%s' is not writable (SQLite keeps its "
+                      "journal there): %s", path, dir, strerror(e));
+            LOG_HINT("reading works where writing does not (terarec runs list/show/serve); to write, give a "
+                     "--db PATH in a writable directory (or TR_DB)");
+            return TR_ERR_ARG;
+        }
+    }
     return TR_OK;
 }
 
-/* The start both opens share: the connection with `flags`, extended result codes,
- * the busy timeout, and *v = its schema version, refused when newer than this
- * terarec's. On error nothing is left open. */
-static enum tr_status open_conn(const char *path, int flags, struct db **out, int *v)
+/* path as a file: URI with query (e.g. "mode=ro"), '?', '#' and '%' escaped. NULL
+ * when out of memory. tr_malloc'd. */
+static char *file_uri(const char *path, const char *query)
+{
+    size_t n = strlen(path), k = 0;
+    char *u = tr_malloc(3 * n + strlen(query) + 16);
+    if (!u)
+        return NULL;
+    k += (size_t)sprintf(u, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '?' || *p == '#' || *p == '%')
+            k += (size_t)sprintf(u + k, "%%%02X", (unsigned char)*p);
+        else
+            u[k++] = *p;
+    }
+    sprintf(u + k, "?%s", query);
+    return u;
+}
+
+/* The start both opens share: the connection (uri with `flags`), extended result
+ * codes, the busy timeout, and db->version, refused when newer than this
+ * terarec's. quiet: no error logged for a connection that cannot be opened or
+ * read (the caller tries another way); *sqlite_rc gets SQLite's code. On error
+ * nothing is left open. */
+static enum tr_status open_conn(const char *path, const char *uri, int flags, int quiet, struct db **out,
+                                int *sqlite_rc)
 {
     enum tr_status rc = TR_OK;
     *out = NULL;
+    *sqlite_rc = SQLITE_OK;
     struct db *db = tr_calloc(1, sizeof *db);
     if (!db)
         return TR_ERR_NOMEM;
     db->journal = "delete";
+    db->flags = flags;
     db->path = tr_strdup(path);
-    if (!db->path) {
+    db->uri = tr_strdup(uri);
+    if (!db->path || !db->uri) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    if (sqlite3_open_v2(path, &db->h, flags, NULL) != SQLITE_OK) {
-        LOG_ERROR("cannot open the run history '%s': %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
+    if ((*sqlite_rc = sqlite3_open_v2(uri, &db->h, flags, NULL)) != SQLITE_OK) {
+        if (!quiet)
+            LOG_ERROR("cannot open the run history '%s': %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
         rc = db->h ? TR_ERR_ARG : TR_ERR_NOMEM;
         goto fail;
     }
     sqlite3_extended_result_codes(db->h, 1);
     sqlite3_busy_timeout(db->h, DB_BUSY_MS);
-    TR_CHECK_GOTO(user_version(db, v), rc, fail);
-    if (*v > DB_SCHEMA_VERSION) {
-        rc = newer_schema(db, *v);
+    if (quiet) {
+        sqlite3_stmt *st = NULL;
+        int s = sqlite3_prepare_v2(db->h, "PRAGMA user_version", -1, &st, NULL);
+        if (s == SQLITE_OK)
+            s = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (s != SQLITE_ROW) {
+            *sqlite_rc = sqlite3_extended_errcode(db->h);
+            rc = TR_ERR_DB;
+            goto fail;
+        }
+    }
+    TR_CHECK_GOTO(user_version(db, &db->version), rc, fail);
+    if (db->version > DB_SCHEMA_VERSION) {
+        rc = newer_schema(db, db->version);
         goto fail;
     }
     *out = db;
@@ -492,6 +556,8 @@ fail:
     db_close(db);
     return rc;
 }
+
+static enum tr_status lost_check(struct db *db);
 
 enum tr_status db_open(const char *path, int create, struct db **out)
 {
@@ -500,26 +566,36 @@ enum tr_status db_open(const char *path, int create, struct db **out)
     *out = NULL;
     if (!path && !(path = db_default_path(def, sizeof def)))
         return TR_ERR_ARG;
-    TR_CHECK(check_file(path, create));
+    TR_CHECK(check_file(path, 1, create));
     struct db *db;
-    int v = 0;
-    TR_CHECK(open_conn(path, SQLITE_OPEN_READWRITE, &db, &v));
+    int src = 0;
+    TR_CHECK(open_conn(path, path, SQLITE_OPEN_READWRITE, 0, &db, &src));
     TR_CHECK_GOTO(exec(db, "PRAGMA foreign_keys=ON", "cannot enable foreign keys"), rc, fail);
-    if (!sqlite3_db_readonly(db->h, "main")) {
-        TR_CHECK_GOTO(set_journal(db, wal_wanted(path)), rc, fail);
-        TR_CHECK_GOTO(migrate(db), rc, fail);
-    } else if (v < DB_SCHEMA_VERSION) {
-        LOG_ERROR("run history '%s' has schema version %d and is read-only: it cannot be brought to %d", path, v,
-                  DB_SCHEMA_VERSION);
-        LOG_HINT("open it once where it is writable");
+    if (sqlite3_db_readonly(db->h, "main")) {
+        LOG_ERROR("cannot write the run history '%s': SQLite opened it read-only", path);
+        LOG_HINT("reading works where writing does not (terarec runs list/show/serve); to write, give a writable "
+                 "--db PATH (or TR_DB)");
         rc = TR_ERR_ARG;
         goto fail;
     }
+    TR_CHECK_GOTO(set_journal(db, wal_wanted(path)), rc, fail);
+    TR_CHECK_GOTO(migrate(db), rc, fail);
+    TR_CHECK_GOTO(user_version(db, &db->version), rc, fail);
+    TR_CHECK_GOTO(lost_check(db), rc, fail);
     *out = db;
     return TR_OK;
 fail:
     db_close(db);
     return rc;
+}
+
+/* 1 when this process could write path and its directory (a reader migrates an
+ * old file and records lost runs then, through a writer's connection). */
+static int writable(const char *path)
+{
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    return access(path, W_OK) == 0 && access(dir, W_OK) == 0;
 }
 
 enum tr_status db_open_readonly(const char *path, struct db **out)
@@ -529,21 +605,67 @@ enum tr_status db_open_readonly(const char *path, struct db **out)
     *out = NULL;
     if (!path && !(path = db_default_path(def, sizeof def)))
         return TR_ERR_ARG;
-    TR_CHECK(check_file(path, 0));
-    struct db *db;
-    int v = 0;
-    TR_CHECK(open_conn(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, &db, &v));
-    if (v < DB_SCHEMA_VERSION) {
-        LOG_ERROR("run history '%s' has schema version %d; this terarec reads version %d", path, v,
-                  DB_SCHEMA_VERSION);
-        LOG_HINT("run any 'terarec runs' command on it once, which brings it up to date");
-        rc = TR_ERR_ARG;
-        goto fail;
+    TR_CHECK(check_file(path, 0, 0));
+    struct db *db = NULL;
+    int src = 0, v = 0;
+    {
+        char *uri = file_uri(path, "mode=ro");
+        if (!uri)
+            return TR_ERR_NOMEM;
+        rc = open_conn(path, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, 1, &db, &src);
+        tr_free(uri);
+        v = db ? db->version : 0;
     }
+    if (rc == TR_OK && v < DB_SCHEMA_VERSION && writable(path)) {
+        /* an older file: a writer's open migrates it, once */
+        struct db *w = NULL;
+        db_close(db);
+        db = NULL;
+        TR_CHECK(db_open(path, 0, &w));
+        db_close(w);
+        return db_open_readonly(path, out);
+    }
+    if (rc == TR_ERR_DB && ((src & 0xff) == SQLITE_CANTOPEN || (src & 0xff) == SQLITE_READONLY)) {
+        /* a WAL file whose directory this process cannot write (no shared-memory
+         * file): read it as it stands, which is all there is on a read-only mount */
+        LOG_WARN("run history '%s': its directory cannot be written (%s), so it is read as it stands now "
+                 "(immutable): writes made after this open are not seen", path, sqlite3_errstr(src));
+        char *uri = file_uri(path, "mode=ro&immutable=1");
+        if (!uri)
+            return TR_ERR_NOMEM;
+        rc = open_conn(path, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, 0, &db, &src);
+        tr_free(uri);
+        TR_CHECK(rc);
+        v = db->version;
+    } else if (rc == TR_ERR_DB) {
+        LOG_ERROR("cannot read the run history '%s': %s", path, sqlite3_errstr(src));
+        LOG_HINT("give a readable --db PATH (or TR_DB)");
+        return TR_ERR_ARG;
+    }
+    TR_CHECK(rc);
+    if (v < DB_SCHEMA_VERSION)
+        LOG_WARN("run history '%s' has schema version %d and cannot be written here, so it is read without the "
+                 "migrations to %d (runs whose launcher vanished are not found, big runs read slowly)",
+                 path, v, DB_SCHEMA_VERSION);
+    TR_CHECK_GOTO(lost_check(db), rc, fail);
     *out = db;
     return TR_OK;
 fail:
     db_close(db);
+    return rc;
+}
+
+enum tr_status db_reopen(struct db *db, struct db **out)
+{
+    enum tr_status rc = TR_OK;
+    int src = 0;
+    *out = NULL;
+    TR_CHECK(open_conn(db->path, db->uri, db->flags, 0, out, &src));
+    TR_CHECK_GOTO(lost_check(*out), rc, fail);
+    return TR_OK;
+fail:
+    db_close(*out);
+    *out = NULL;
     return rc;
 }
 
@@ -554,10 +676,44 @@ void db_close(struct db *db)
     if (db->h)
         sqlite3_close_v2(db->h);
     tr_free(db->path);
+    tr_free(db->uri);
     tr_free(db);
 }
 
 /* ---- runs ----------------------------------------------------------------------------- */
+
+/* The start time of process pid (field 22 of /proc/PID/stat, clock ticks since
+ * boot), or -1 when there is no such process or it is a zombie. */
+static int64_t proc_start(int64_t pid)
+{
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/%lld/stat", (long long)pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0)
+        return -1;
+    buf[k] = '\0';
+    char *q = strrchr(buf, ')');
+    if (!q || q[1] != ' ' || q[2] == 'Z' || q[2] == 'X')
+        return -1;
+    q += 2; /* field 3, the state */
+    for (int f = 3; f < 22; f++) {
+        if (!(q = strchr(q, ' ')))
+            return -1;
+        q++;
+    }
+    return strtoll(q, NULL, 10);
+}
+
+static void host_name(char *buf, size_t n)
+{
+    if (gethostname(buf, n - 1) != 0)
+        snprintf(buf, n, "localhost");
+    buf[n - 1] = '\0';
+}
 
 enum tr_status db_run_create(struct db *db, const struct db_run *r)
 {
@@ -565,13 +721,25 @@ enum tr_status db_run_create(struct db *db, const struct db_run *r)
         LOG_ERROR("run history '%s': a run needs an id", db->path);
         return TR_ERR_ARG;
     }
+    char host[256];
+    const char *lhost = r->launcher_host;
+    int64_t lpid = r->launcher_pid, lstart = r->launcher_start;
+    if (lpid == 0) { /* the calling process runs it */
+        host_name(host, sizeof host);
+        lhost = host;
+        lpid = getpid();
+        lstart = proc_start(lpid);
+    }
+    if (lstart <= 0)
+        lstart = -1;
     return write1(db, r->id, NULL,
                   "INSERT INTO runs (id, name, status, cmdline, config, git_hash, hosts, nodes, workers,"
-                  " slurm_job_id, ckpt_url, ckpt_run, resumed_from, start_time) VALUES"
-                  " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  "tttttttnnttttd", r->id, r->name, r->status ? r->status : DB_RUNNING, r->cmdline, r->config,
+                  " slurm_job_id, ckpt_url, ckpt_run, resumed_from, start_time, launcher_host, launcher_pid,"
+                  " launcher_start, heartbeat) VALUES"
+                  " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, -1), nullif(?, -1), ?)",
+                  "tttttttnnttttdtiid", r->id, r->name, r->status ? r->status : DB_RUNNING, r->cmdline, r->config,
                   r->git_hash, r->hosts, r->nodes, r->workers, r->slurm_job_id, r->ckpt_url, r->ckpt_run,
-                  r->resumed_from, r->start_time);
+                  r->resumed_from, r->start_time, lhost, lpid, lstart, r->start_time);
 }
 
 static enum tr_status need_changed(struct db *db, const char *id, int changes)
@@ -597,10 +765,25 @@ enum tr_status db_run_finish(struct db *db, const char *id, const char *status, 
 enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts)
 {
     int changes = 0;
+    char host[256];
+    host_name(host, sizeof host);
     TR_CHECK(write1(db, id, &changes,
                     "UPDATE runs SET status = 'running', end_time = NULL, restarts = restarts + 1,"
-                    " hosts = coalesce(?1, hosts) WHERE id = ?2",
-                    "tt", hosts, id));
+                    " hosts = coalesce(?1, hosts), launcher_host = ?3, launcher_pid = ?4,"
+                    " launcher_start = nullif(?5, -1), heartbeat = ?6 WHERE id = ?2",
+                    "tttiid", hosts, id, host, (int64_t)getpid(), proc_start(getpid()), (double)time(NULL)));
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_heartbeat(struct db *db, const char *id, double now)
+{
+    int changes = 0;
+    /* a run judged lost while its launcher was only slow to beat is running again */
+    TR_CHECK(write1(db, id, &changes,
+                    "UPDATE runs SET heartbeat = ?1, status = CASE status WHEN 'lost' THEN 'running' ELSE status END,"
+                    " end_time = CASE status WHEN 'lost' THEN NULL ELSE end_time END,"
+                    " reason = CASE status WHEN 'lost' THEN NULL ELSE reason END WHERE id = ?2",
+                    "dt", now, id));
     return need_changed(db, id, changes);
 }
 
@@ -767,4 +950,229 @@ enum tr_status db_event_add(struct db *db, const char *run, double time, const c
 {
     return write1(db, run, NULL, "INSERT INTO events (run, time, kind, data) VALUES (?, ?, ?, ?)", "tdtt", run,
                   time, kind, data);
+}
+
+/* ---- lost runs ---------------------------------------------------------------------------- */
+
+/* A run marked running whose launcher is gone. */
+struct lost_run {
+    char *id, *host, *reason;
+    int64_t pid;
+    double end; /* its last heartbeat, else now */
+};
+
+static double lost_after_s(void)
+{
+    const char *e = getenv("TR_DB_LOST_AFTER_S"); /* tests */
+    double v = e && *e ? strtod(e, NULL) : 0;
+    return v > 0 ? v : DB_LOST_AFTER_S;
+}
+
+static void lost_free(struct lost_run *l, int n)
+{
+    for (int i = 0; l && i < n; i++) {
+        tr_free(l[i].id);
+        tr_free(l[i].host);
+        tr_free(l[i].reason);
+    }
+    tr_free(l);
+}
+
+/* The running runs whose launcher is gone: on this host, its pid does not run (or
+ * runs another program since: the start time differs); on another, its heartbeat
+ * is older than lost_after_s(). Runs without a launcher recorded (older rows) are
+ * left alone. */
+static enum tr_status find_lost(struct db *db, struct lost_run **out, int *n)
+{
+    static const char sql[] =
+        "SELECT id, launcher_host, launcher_pid, launcher_start, heartbeat,"
+        " (SELECT max(step) FROM metrics WHERE run = r.id),"
+        " (SELECT step FROM checkpoints WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1),"
+        " (SELECT manifest_url FROM checkpoints WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1)"
+        " FROM main.runs r WHERE status = 'running' AND launcher_pid IS NOT NULL";
+    enum tr_status rc = TR_OK;
+    sqlite3_stmt *st = NULL;
+    struct lost_run *l = NULL;
+    int k = 0, s;
+    *out = NULL;
+    *n = 0;
+    TR_CHECK(db_prepare(db, &st, sql, NULL));
+    char me[256];
+    host_name(me, sizeof me);
+    const double now = (double)time(NULL), after = lost_after_s();
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0), *host = (const char *)sqlite3_column_text(st, 1);
+        const int64_t pid = sqlite3_column_int64(st, 2);
+        const int have_hb = sqlite3_column_type(st, 4) != SQLITE_NULL;
+        const double hb = sqlite3_column_double(st, 4);
+        char why[512], step[32] = "none", ck[1024] = "none";
+        if (host && !strcmp(host, me)) {
+            const int64_t t = proc_start(pid);
+            if (t >= 0 && (sqlite3_column_type(st, 3) == SQLITE_NULL || t == sqlite3_column_int64(st, 3)))
+                continue;
+            snprintf(why, sizeof why, "the launcher (pid %lld on %s) ended without recording an end", (long long)pid,
+                     host);
+        } else {
+            if (have_hb && now - hb <= after)
+                continue;
+            if (!have_hb)
+                continue; /* never beat: nothing to judge by */
+            snprintf(why, sizeof why,
+                     "no heartbeat from the launcher (pid %lld on %s) for %.0f s (more than %.0f s): it ended "
+                     "without recording an end", (long long)pid, host ? host : "?", now - hb, after);
+        }
+        if (sqlite3_column_type(st, 5) != SQLITE_NULL)
+            snprintf(step, sizeof step, "%lld", (long long)sqlite3_column_int64(st, 5));
+        if (sqlite3_column_type(st, 6) != SQLITE_NULL)
+            snprintf(ck, sizeof ck, "step %lld (%.900s)", (long long)sqlite3_column_int64(st, 6),
+                     sqlite3_column_text(st, 7) ? (const char *)sqlite3_column_text(st, 7) : "-");
+        struct lost_run *g = tr_realloc(l, (size_t)(k + 1) * sizeof *l);
+        if (!g) {
+            rc = TR_ERR_NOMEM;
+            break;
+        }
+        l = g;
+        memset(&l[k], 0, sizeof l[k]);
+        k++;
+        l[k - 1].pid = pid;
+        l[k - 1].end = have_hb ? hb : now;
+        l[k - 1].id = tr_strdup(id);
+        l[k - 1].host = host ? tr_strdup(host) : NULL;
+        if (asprintf(&l[k - 1].reason, "%s; last step %s, last checkpoint %s", why, step, ck) < 0)
+            l[k - 1].reason = NULL;
+        else {
+            char *r = tr_strdup(l[k - 1].reason);
+            free(l[k - 1].reason);
+            l[k - 1].reason = r;
+        }
+        if (!l[k - 1].id || !l[k - 1].reason || (host && !l[k - 1].host)) {
+            rc = TR_ERR_NOMEM;
+            break;
+        }
+    }
+    if (rc == TR_OK && s != SQLITE_DONE)
+        rc = db_sql_error(db, "cannot read the running runs");
+    sqlite3_finalize(st);
+    if (rc != TR_OK) {
+        lost_free(l, k);
+        return rc;
+    }
+    *out = l;
+    *n = k;
+    return TR_OK;
+}
+
+/* Records the verdicts on the writable connection h (no logging; SQLite's code
+ * back). The row is changed only while it still names the same launcher (a
+ * requeued job may have taken it since). */
+static int record_lost(sqlite3 *h, const struct lost_run *l, int n)
+{
+    int s = sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    for (int i = 0; s == SQLITE_OK && i < n; i++) {
+        sqlite3_stmt *st = NULL;
+        s = sqlite3_prepare_v2(h,
+                               "UPDATE runs SET status = 'lost', end_time = ?1, reason = ?2 WHERE id = ?3 AND"
+                               " status = 'running' AND launcher_pid = ?4 AND launcher_host IS ?5",
+                               -1, &st, NULL);
+        if (s == SQLITE_OK) {
+            sqlite3_bind_double(st, 1, l[i].end);
+            sqlite3_bind_text(st, 2, l[i].reason, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 3, l[i].id, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 4, l[i].pid);
+            sqlite3_bind_text(st, 5, l[i].host, -1, SQLITE_STATIC);
+            s = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(h);
+        }
+        sqlite3_finalize(st);
+        if (s != SQLITE_OK || sqlite3_changes(h) == 0)
+            continue;
+        json_t *d = json_pack("{s:s}", "reason", l[i].reason);
+        char *data = d ? json_dumps(d, JSON_COMPACT) : NULL;
+        json_decref(d);
+        s = sqlite3_prepare_v2(h, "INSERT INTO events (run, time, kind, data) VALUES (?1, ?2, 'lost', ?3)", -1, &st,
+                               NULL);
+        if (s == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, l[i].id, -1, SQLITE_STATIC);
+            sqlite3_bind_double(st, 2, (double)time(NULL));
+            sqlite3_bind_text(st, 3, data, -1, SQLITE_STATIC);
+            s = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(h);
+        }
+        sqlite3_finalize(st);
+        free(data);
+    }
+    if (s == SQLITE_OK)
+        s = sqlite3_exec(h, "COMMIT", NULL, NULL, NULL);
+    if (s != SQLITE_OK && !sqlite3_get_autocommit(h))
+        sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+    return s;
+}
+
+/* A reader that cannot record the verdicts shows them: a temporary view `runs`
+ * (the temp schema comes first in name lookup) over main.runs with the lost
+ * runs' status and reason. */
+static enum tr_status overlay_lost(struct db *db, const struct lost_run *l, int n)
+{
+    char sql[2048] = "CREATE TEMP VIEW IF NOT EXISTS runs AS SELECT ";
+    for (size_t i = 0; i < TR_ARRAY_SIZE(run_columns); i++) {
+        const char *c = run_columns[i];
+        size_t k = strlen(sql);
+        if (!strcmp(c, "status"))
+            snprintf(sql + k, sizeof sql - k, "CASE WHEN l.id IS NULL THEN r.status ELSE 'lost' END AS status, ");
+        else if (!strcmp(c, "reason") || !strcmp(c, "end_time"))
+            snprintf(sql + k, sizeof sql - k, "CASE WHEN l.id IS NULL THEN r.%s ELSE l.%s END AS %s, ", c, c, c);
+        else
+            snprintf(sql + k, sizeof sql - k, "r.%s AS %s, ", c, c);
+    }
+    size_t k = strlen(sql) - 2;
+    snprintf(sql + k, sizeof sql - k, " FROM main.runs r LEFT JOIN temp.lost_runs l ON l.id = r.id");
+    TR_CHECK(exec(db, "CREATE TEMP TABLE IF NOT EXISTS lost_runs (id TEXT PRIMARY KEY, reason TEXT, end_time REAL)",
+                  "cannot make a temporary table"));
+    TR_CHECK(exec(db, sql, "cannot make a temporary view"));
+    for (int i = 0; i < n; i++) {
+        sqlite3_stmt *st = NULL;
+        TR_CHECK(db_prepare(db, &st, "INSERT OR REPLACE INTO temp.lost_runs VALUES (?, ?, ?)", "ttd", l[i].id,
+                            l[i].reason, l[i].end));
+        int s = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (s != SQLITE_DONE)
+            return db_sql_error(db, "cannot note a lost run");
+    }
+    return TR_OK;
+}
+
+/* On every open: the running runs whose launcher vanished become lost, recorded
+ * in the file (a writer's connection: db's own, or for a reader a short one of
+ * its own when it may write) or else shown so by this connection. */
+static enum tr_status lost_check(struct db *db)
+{
+    if (db->version < 2)
+        return TR_OK;
+    struct lost_run *l = NULL;
+    int n = 0;
+    TR_CHECK(find_lost(db, &l, &n));
+    enum tr_status rc = TR_OK;
+    if (n == 0)
+        goto exit;
+    int s = SQLITE_READONLY;
+    if (!sqlite3_db_readonly(db->h, "main")) {
+        s = record_lost(db->h, l, n);
+    } else if (writable(db->path)) {
+        sqlite3 *w = NULL;
+        s = sqlite3_open_v2(db->path, &w, SQLITE_OPEN_READWRITE, NULL);
+        if (s == SQLITE_OK) {
+            sqlite3_busy_timeout(w, 5000);
+            s = record_lost(w, l, n);
+        }
+        sqlite3_close_v2(w);
+    }
+    for (int i = 0; i < n; i++)
+        LOG_INFO(DB, "run history '%s': run %s is lost: %s", db->path, l[i].id, l[i].reason);
+    if (s != SQLITE_OK) {
+        if (s != SQLITE_READONLY && (s & 0xff) != SQLITE_READONLY)
+            LOG_WARN("run history '%s': cannot record that %d run%s lost (%s): shown so, not recorded", db->path,
+                     n, n == 1 ? " is" : "s are", sqlite3_errstr(s));
+        rc = overlay_lost(db, l, n);
+    }
+exit:
+    lost_free(l, n);
+    return rc;
 }

@@ -4,7 +4,9 @@
  * Tables (schema version in PRAGMA user_version, forward migrations only):
  *   runs        id, name, status, cmdline, config (JSON), git_hash, hosts, nodes,
  *               workers, slurm_job_id, ckpt_url, ckpt_run, start_time, end_time,
- *               final_metrics (JSON), reason, restarts, resumed_from
+ *               final_metrics (JSON), reason, restarts, resumed_from,
+ *               launcher_host, launcher_pid, launcher_start (the pid's start time,
+ *               /proc/PID/stat field 22), heartbeat (time)
  *   metrics     run, step, name, value, time      (loss, learning_rate, samples_per_s, ...)
  *   evals       run, step, auc, logloss, samples, time
  *   checkpoints run, step, manifest_url, bytes, stall_s, time
@@ -27,7 +29,7 @@
 extern "C" {
 #endif
 
-#define DB_SCHEMA_VERSION 1
+#define DB_SCHEMA_VERSION 2
 
 struct db;
 
@@ -38,29 +40,47 @@ struct db;
 #define DB_HUNG "hung"
 #define DB_PREEMPTED "preempted"
 #define DB_CANCELLED "cancelled"
+/* running, but its launcher vanished (kill -9, a closed terminal, a lost node)
+ * without recording an end: decided when the history is opened (db_open,
+ * db_open_readonly), from the launcher's pid on its own host, else from its
+ * heartbeat being older than DB_LOST_AFTER_S */
+#define DB_LOST "lost"
+#define DB_LOST_AFTER_S 300
 
 /* The default path into buf: $TR_DB if set, else $XDG_DATA_HOME/terarec/runs.db,
  * else $HOME/.local/share/terarec/runs.db. Returns buf, or NULL when it does not
  * fit or no home is known (logged with a hint: --db PATH). */
 char *db_default_path(char *buf, size_t n);
 
-/* Opens the file at path (NULL: db_default_path). create != 0: the file and its
- * directory are created when missing and the schema is brought up to date
- * (migrations); create == 0: a missing file is TR_ERR_NOT_FOUND ("no run history
- * at PATH" + a hint). A file from a newer schema, or not an SQLite database, or
- * unwritable (when create != 0) is refused: TR_ERR_ARG, one line naming the path
- * and a hint. Errors are logged. Created directories get mode 0700, the file 0600.
- * Busy timeout 30 s. The journal follows db_fs_allows_wal on the file's directory;
- * the environment variable TR_DB_FORCE_NETFS=1 makes any file system count as a
- * network one (journal "delete"), for tests. A handle is for one thread at a time;
- * many processes may open one file. */
+/* The writer's open (`terarec train`, `runs rm`): the file at path (NULL:
+ * db_default_path). create != 0: the file and its directory are created when
+ * missing; create == 0: a missing file is TR_ERR_NOT_FOUND ("no run history at
+ * PATH" + a hint). The schema is brought up to date (migrations). A file from a
+ * newer schema, or not an SQLite database, or one this process cannot write (the
+ * file, or its directory where SQLite keeps its journal) is refused: TR_ERR_ARG,
+ * one line naming the path and why (no write permission, a read-only file
+ * system), and a hint (--db PATH). Errors are logged. Created directories get mode
+ * 0700, the file 0600. Busy timeout 30 s. The journal follows db_fs_allows_wal on
+ * the file's directory; the environment variable TR_DB_FORCE_NETFS=1 makes any
+ * file system count as a network one (journal "delete"), for tests. Running runs
+ * whose launcher vanished are recorded lost (DB_LOST). A handle is for one thread
+ * at a time; many processes may open one file. */
 enum tr_status db_open(const char *path, int create, struct db **out) TR_WUR;
-/* Opens the file at path (NULL: db_default_path) read-only (SQLITE_OPEN_READONLY):
- * it never writes, migrates or takes a write lock, so a running job's writes are
- * never blocked; readers see each committed transaction. The schema must be the
- * current one (TR_ERR_ARG otherwise, logged with a hint); a missing file is
- * TR_ERR_NOT_FOUND (logged). Busy timeout as db_open. */
+/* The reader's open (`terarec runs list|show|serve|...`): the file at path (NULL:
+ * db_default_path) read-only (SQLITE_OPEN_READONLY, a mode=ro URI): it never takes
+ * a write lock, so a running job's writes are never blocked, and it works on a
+ * file or directory this process cannot write (a read-only mount, another
+ * user's file), and on one a writer holds locked (within the busy timeout). Where
+ * a WAL file's directory cannot be written, the file is read as it stands
+ * (immutable=1, warned). A file of an older schema is migrated first when it may
+ * be written, else read as it is (warned). Running runs whose launcher vanished
+ * are recorded lost when the file may be written, else shown lost by this
+ * connection only. A missing file is TR_ERR_NOT_FOUND; a newer schema or an
+ * unreadable file TR_ERR_ARG (all logged, with a hint). Busy timeout as db_open. */
 enum tr_status db_open_readonly(const char *path, struct db **out) TR_WUR;
+/* Another connection to db's file, opened as db was (for another thread), with
+ * the lost-run check of an open. Errors as db_open_readonly. */
+enum tr_status db_reopen(struct db *db, struct db **out) TR_WUR;
 void db_close(struct db *db);
 const char *db_path(const struct db *db);
 /* "wal" or "delete": the journal mode chosen at open. */
@@ -84,6 +104,11 @@ struct db_run {
     const char *ckpt_run;     /* the run's name in the checkpoint store */
     const char *resumed_from; /* a run id, or NULL */
     double start_time;
+    /* the launcher: launcher_pid 0 means the calling process (its host name, pid
+     * and the pid's start time are filled in) */
+    const char *launcher_host;
+    int64_t launcher_pid;
+    int64_t launcher_start; /* /proc/PID/stat field 22; -1: unknown */
 };
 
 /* Inserts a run (TR_ERR_ARG, logged, when the id exists). The writes below return
@@ -97,8 +122,15 @@ enum tr_status db_run_finish(struct db *db, const char *id, const char *status, 
                              const char *final_metrics, const char *reason) TR_WUR;
 
 /* Back to running after a requeue or a restart: status running, end_time NULL,
- * restarts incremented, hosts replaced when non-NULL. */
+ * restarts incremented, hosts replaced when non-NULL; the launcher becomes the
+ * calling process (host, pid, start time) and its heartbeat now. */
 enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts) TR_WUR;
+
+/* The launcher is alive at `now` (seconds since the epoch): one small write,
+ * meant every few seconds (the launcher: about every 10 s; a run whose launcher
+ * is on another host is lost after DB_LOST_AFTER_S without one). A run judged
+ * lost is running again. TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_heartbeat(struct db *db, const char *id, double now) TR_WUR;
 
 /* The newest run of a SLURM job (by start_time), in *id (tr_malloc'd), or
  * TR_ERR_NOT_FOUND (not logged). */

@@ -55,10 +55,12 @@ enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, 
 struct db_serve_cfg {
     const char *listen;     /* ADDR:PORT; NULL: 127.0.0.1:8321 */
     const char *token_file; /* NULL: no token (then only a loopback address is accepted) */
+    int request_timeout_s;  /* a request's time limit (<= 0: 30 s); a slower one is answered 503 */
 };
 
-/* Serves the pages and /api/ of the run history db (opened with db_open_readonly)
- * until SIGINT or SIGTERM; prints "terarec runs serve: http://HOST:PORT/ ..." on
+/* Serves the pages and /api/ of the run history db (opened with db_open_readonly;
+ * each request reads through its own db_reopen) until SIGINT or SIGTERM, which
+ * also interrupts the requests in flight; prints "terarec runs serve: http://HOST:PORT/ ..." on
  * stdout once listening. TR_ERR_ARG (logged with a hint): a bad --listen, a
  * non-loopback address without a token, an unreadable token file; TR_ERR_IO: it
  * cannot listen. Takes the process's SIGINT/SIGTERM while it runs. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -29,7 +30,7 @@ static const char *const format_choices[] = {"csv", "json", NULL};
 
 struct runs_cfg {
     char *db, *status, *name, *output, *metric, *title, *listen, *token_file;
-    int json, limit, format, width, height;
+    int json, limit, format, width, height, checkpoints, request_timeout;
 };
 
 struct ctx {
@@ -45,7 +46,7 @@ enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM
 
 static const unsigned opt_subs[] = {S_ALL,  S_LIST | S_SHOW | S_METRICS | S_COMPARE, S_LIST, S_LIST, S_METRICS,
                                     S_EXPORT, S_EXPORT | S_PLOT, S_PLOT, S_PLOT, S_PLOT, S_PLOT,
-                                    S_SERVE,  S_SERVE};
+                                    S_SERVE,  S_SERVE, S_RM, S_SERVE};
 
 static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 {
@@ -53,7 +54,8 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
         {"db", TR_OPT_PATH, &c->db, NULL, "the run history (default: $TR_DB, else ~/.local/share/terarec/runs.db)",
          1, 0, NULL, NULL, 0, NULL},
         {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL},
-        {"status", TR_OPT_STRING, &c->status, NULL, "only runs with this status (running, completed, failed, ...)",
+        {"status", TR_OPT_STRING, &c->status, NULL,
+         "only runs with this status (running, completed, failed, hung, preempted, cancelled, lost)",
          1, 0, NULL, NULL, 0, NULL},
         {"limit", TR_OPT_INT, &c->limit, "20", "at most this many runs, newest first (0: all)", 0, 1e9, NULL, NULL,
          0, NULL},
@@ -74,6 +76,11 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
         {"token_file", TR_OPT_PATH, &c->token_file, NULL,
          "a file holding a secret every request must carry (Authorization: Bearer, or ?token= once per browser)",
          1, 0, NULL, NULL, 0, NULL},
+        {"checkpoints", TR_OPT_BOOL, &c->checkpoints, "false",
+         "also remove the runs' checkpoints (ROOT/runs/<ckpt_run>/ of a store on this file system; their chunks "
+         "go at the next 'terarec ckpt gc')", 1, 0, NULL, NULL, 0, NULL},
+        {"request_timeout", TR_OPT_INT, &c->request_timeout, "30",
+         "seconds a request may take; a slower one is answered 503", 1, 3600, NULL, NULL, 0, NULL},
     };
     _Static_assert(TR_ARRAY_SIZE(opts) == TR_ARRAY_SIZE(opt_subs), "one mask per option");
     memcpy(o, opts, sizeof opts);
@@ -459,9 +466,15 @@ static enum tr_status cmd_list(struct ctx *x)
 /* ---- show / export ---------------------------------------------------------------------------- */
 
 #define Q_RUN "SELECT * FROM runs WHERE id = ?"
-#define Q_LAST_METRICS                                                                                   \
-    "SELECT name, step, value, time FROM metrics m WHERE run = ?1 AND rowid = (SELECT rowid FROM metrics " \
-    "WHERE run = ?1 AND name = m.name ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name"
+/* The last value of each metric: the names by a skip scan of metrics_run_name_step
+ * (one probe per name, not a pass over the run's rows per row), then one probe
+ * each for its last step. */
+#define Q_LAST_METRICS                                                                                        \
+    "WITH RECURSIVE names(n) AS (SELECT (SELECT min(name) FROM metrics WHERE run = ?1) UNION ALL"            \
+    " SELECT (SELECT min(name) FROM metrics WHERE run = ?1 AND name > n) FROM names WHERE n IS NOT NULL)"      \
+    " SELECT m.name AS name, m.step AS step, m.value AS value, m.time AS time FROM names, metrics m"            \
+    " WHERE n IS NOT NULL AND m.rowid = (SELECT rowid FROM metrics WHERE run = ?1 AND name = n"               \
+    " ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY m.name"
 #define Q_METRICS "SELECT step, name, value, time FROM metrics WHERE run = ? ORDER BY step, name, rowid"
 #define Q_EVALS "SELECT step, auc, logloss, samples, time FROM evals WHERE run = ? ORDER BY step, rowid"
 #define Q_CKPTS "SELECT step, manifest_url, bytes, stall_s, time FROM checkpoints WHERE run = ? ORDER BY step, rowid"
@@ -808,17 +821,99 @@ static enum tr_status count_rows(struct ctx *x, const char *table, const char *i
     return rc;
 }
 
+/* The checkpoint directory of run id (ROOT/runs/<ckpt_run>) in *dir (tr_malloc'd;
+ * NULL with a message when the run has none), after the refusals of
+ * `rm --checkpoints`: a running run, a store behind a URL, a checkpoint run that
+ * a run not being removed shares (runs resumed from it). TR_ERR_ARG (logged). */
+static enum tr_status ckpt_dir_of(struct ctx *x, char **ids, const char *id, char **dir)
+{
+    enum tr_status rc = TR_OK;
+    char *url = NULL, *run = NULL, *status = NULL;
+    sqlite3_stmt *st = NULL;
+    *dir = NULL;
+    TR_CHECK_GOTO(db_run_get(x->db, id, "ckpt_url", &url), rc, exit);
+    TR_CHECK_GOTO(db_run_get(x->db, id, "ckpt_run", &run), rc, exit);
+    TR_CHECK_GOTO(db_run_get(x->db, id, "status", &status), rc, exit);
+    if (!url || !*url || !run || !*run) {
+        printf("run %s has no checkpoint store recorded: no checkpoints to remove\n", id);
+        goto exit;
+    }
+    if (status && !strcmp(status, DB_RUNNING)) {
+        LOG_ERROR("run %s is running: its checkpoints are in use", id);
+        LOG_HINT("wait for it to end (or cancel it), then 'terarec runs rm %s --checkpoints'", id);
+        rc = TR_ERR_ARG;
+        goto exit;
+    }
+    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+        LOG_ERROR("run %s keeps its checkpoints in the store at %s, whose files this command cannot remove", id, url);
+        LOG_HINT("leave out --checkpoints to remove only the history's rows; the store's admin removes "
+                 "runs/%s/ there, and 'terarec ckpt gc' its chunks", run);
+        rc = TR_ERR_ARG;
+        goto exit;
+    }
+    if (strchr(run, '/') || !strcmp(run, ".") || !strcmp(run, "..")) {
+        LOG_ERROR("run %s names the checkpoint run '%s', which is not a plain name: not removed", id, run);
+        rc = TR_ERR_ARG;
+        goto exit;
+    }
+    TR_CHECK_GOTO(db_prepare(x->db, &st, "SELECT id FROM runs WHERE ckpt_run = ?1 AND ckpt_url = ?2 AND id <> ?3"
+                             " ORDER BY start_time, rowid", "ttt", run, url, id),
+                  rc, exit);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *other = (const char *)sqlite3_column_text(st, 0);
+        int removed = 0;
+        for (int i = 0; i < x->nargs; i++)
+            removed |= !strcmp(ids[i], other);
+        if (removed)
+            continue;
+        LOG_ERROR("run %s shares its checkpoints (checkpoint run '%s') with run %s, which stays", id, run, other);
+        LOG_HINT("remove both ('terarec runs rm %s %s --checkpoints'), or leave out --checkpoints", id, other);
+        rc = TR_ERR_ARG;
+        goto exit;
+    }
+    if (s != SQLITE_DONE) {
+        rc = db_sql_error(x->db, "cannot read the runs");
+        goto exit;
+    }
+    const char *root = !strncmp(url, "serve:", 6) ? url + 6 : url;
+    if (asprintf(dir, "%s/runs/%s", root, run) < 0) {
+        *dir = NULL;
+        rc = TR_ERR_NOMEM;
+    } else {
+        char *d = tr_strdup(*dir);
+        free(*dir);
+        if (!(*dir = d))
+            rc = TR_ERR_NOMEM;
+    }
+exit:
+    sqlite3_finalize(st);
+    tr_free(url);
+    tr_free(run);
+    tr_free(status);
+    return rc;
+}
+
 static enum tr_status cmd_rm(struct ctx *x)
 {
     static const char *const tables[] = {"metrics", "evals", "checkpoints", "processes", "events"};
-    char **ids = NULL;
+    char **ids = NULL, **dirs = NULL;
     enum tr_status rc = TR_OK;
     int64_t(*counts)[5] = NULL;
     TR_CHECK_GOTO(resolve_all(x, 1, &ids), rc, exit);
     counts = tr_calloc((size_t)x->nargs, sizeof *counts);
-    if (!counts) {
+    dirs = tr_calloc((size_t)x->nargs, sizeof *dirs);
+    if (!counts || !dirs) {
         rc = TR_ERR_NOMEM;
         goto exit;
+    }
+    /* every refusal before anything is removed */
+    for (int i = 0; x->cfg->checkpoints && i < x->nargs; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= !strcmp(ids[i], ids[j]);
+        if (!dup)
+            TR_CHECK_GOTO(ckpt_dir_of(x, ids, ids[i], &dirs[i]), rc, exit);
     }
     TR_CHECK_GOTO(db_begin(x->db), rc, exit);
     for (int i = 0; i < x->nargs; i++) {
@@ -846,8 +941,33 @@ static enum tr_status cmd_rm(struct ctx *x)
             printf("removed run %s (%" PRId64 " metrics, %" PRId64 " evals, %" PRId64 " checkpoints, %" PRId64
                    " processes, %" PRId64 " events)\n",
                    ids[i], counts[i][0], counts[i][1], counts[i][2], counts[i][3], counts[i][4]);
+    /* the rows are gone; a checkpoint directory that stays is said, the rest removed */
+    for (int i = 0; i < x->nargs; i++) {
+        if (!dirs[i])
+            continue;
+        struct stat sb;
+        if (stat(dirs[i], &sb) != 0) {
+            printf("run %s: no checkpoint directory %s (nothing to remove)\n", ids[i], dirs[i]);
+            continue;
+        }
+        enum tr_status r = tr_file_rm_rf(dirs[i]);
+        if (r != TR_OK) {
+            LOG_HINT("remove what is left of %s by hand", dirs[i]);
+            if (rc == TR_OK)
+                rc = r;
+            continue;
+        }
+        char root[4096];
+        snprintf(root, sizeof root, "%.*s", (int)(strlen(dirs[i]) - strlen("/runs/") - strlen(strrchr(dirs[i], '/') + 1)),
+                 dirs[i]);
+        printf("removed the checkpoints of run %s: %s (their chunks are removed by the next "
+               "'terarec ckpt gc --checkpoint_dir %s')\n", ids[i], dirs[i], root);
+    }
 exit:
     tr_free(counts);
+    for (int i = 0; dirs && i < x->nargs; i++)
+        tr_free(dirs[i]);
+    tr_free(dirs);
     free_ids(x, ids);
     return rc;
 fail:
@@ -954,7 +1074,8 @@ static enum tr_status cmd_serve(struct ctx *x)
         LOG_HINT("'terarec runs serve' takes options only (--db, --listen, --token_file)");
         return TR_ERR_ARG;
     }
-    struct db_serve_cfg sc = {.listen = x->cfg->listen, .token_file = x->cfg->token_file};
+    struct db_serve_cfg sc = {.listen = x->cfg->listen, .token_file = x->cfg->token_file,
+                              .request_timeout_s = x->cfg->request_timeout};
     return db_serve(x->db, &sc);
 }
 
@@ -974,7 +1095,8 @@ static const struct runs_sub subs[] = {
     {"metrics", cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
     {"compare", cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side, and the config values that differ"},
     {"export", cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
-    {"rm", cmd_rm, S_RM, " RUN...", "delete runs and everything recorded about them"},
+    {"rm", cmd_rm, S_RM, " RUN... [--checkpoints]",
+     "delete runs and everything recorded about them (--checkpoints: and their checkpoints)"},
     {"plot", cmd_plot, S_PLOT, " RUN... -o FILE.png|.svg", "a metric of runs over steps, as a line chart"},
     {"serve", cmd_serve, S_SERVE, "", "a read-only web page of the runs, their curves, checkpoints and events"},
 };
@@ -1086,10 +1208,10 @@ int runs_cmd_main(int argc, char **argv)
             goto exit;
         }
     }
-    if (sub->bit == S_SERVE)
-        TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit); /* never blocks a job's writes */
-    else
+    if (sub->bit == S_RM)
         TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
+    else /* readers never block a job's writes, and read what they cannot write */
+        TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit);
     TR_CHECK_GOTO(db_sql_functions(x.db), rc, exit);
     rc = sub->fn(&x);
 exit:

@@ -1,5 +1,7 @@
 /* serve.c: `terarec runs serve`: a read-only web view of the run history over
- * HTTP/1.1 with libmicrohttpd (one internal polling thread): three pages (runs,
+ * HTTP/1.1 with libmicrohttpd (a thread per connection, each request with its
+ * own read-only connection to the file and a time limit, so that one slow
+ * request holds up no other, nor SIGTERM): three pages (runs,
  * a run, a comparison) whose charts dygraphs draws in the browser, and the JSON
  * they read (/api/...), built by the same functions as `terarec runs ... --json`.
  * It never writes the database (opened SQLITE_OPEN_READONLY). No TLS; it binds to
@@ -13,6 +15,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/clock.h"
 #include "../common/net.h"
 #include "../common/file.h"
 #include "../common/log.h"
@@ -30,9 +34,11 @@
 #define COOKIE "tr_token"
 
 struct server {
-    struct db *db;
-    pthread_mutex_t mu; /* one request at a time on the connection */
-    char *token;        /* NULL: none asked */
+    struct db *db;       /* the history as opened; each request opens its own connection like it */
+    int timeout_s;       /* a request's time limit */
+    atomic_int stopping; /* SIGINT/SIGTERM came: requests in SQLite end now */
+    const char *fault_slow; /* TR_DB_FAULT_SLOW_URL (tests): such URLs run an endless query */
+    char *token;         /* NULL: none asked */
     size_t token_len;
     const char *dygraphs; /* the folder of dygraph.min.js */
 };
@@ -41,6 +47,8 @@ struct server {
 struct req {
     struct server *s;
     struct MHD_Connection *c;
+    struct db *db; /* this request's connection (opened by req_db), or NULL */
+    double deadline; /* tr_clock_now() past which its queries are interrupted */
     int head;
     int set_cookie; /* the token came in ?token=: set it as a cookie */
 };
@@ -128,7 +136,33 @@ static enum MHD_Result reply_status(struct req *q, enum tr_status rc)
 {
     if (rc == TR_ERR_NOMEM)
         return reply_text(q, 503, "out of memory");
+    if (atomic_load(&q->s->stopping))
+        return reply_text(q, 503, "the server is stopping");
+    if (q->db && tr_clock_now() > q->deadline) {
+        char t[160];
+        snprintf(t, sizeof t, "the request took longer than %d s (--request_timeout) and was stopped", q->s->timeout_s);
+        return reply_text(q, 503, t);
+    }
     return reply_text(q, 500, "cannot read the run history (the server's log says why)");
+}
+
+/* SQLite's progress callback: a nonzero answer interrupts the query. */
+static int req_progress(void *p)
+{
+    const struct req *q = p;
+    return atomic_load(&q->s->stopping) || tr_clock_now() > q->deadline;
+}
+
+/* This request's connection (one per request: requests run at once, each in its
+ * connection's thread). TR_ERR_DB / TR_ERR_NOMEM (logged). */
+static enum tr_status req_db(struct req *q)
+{
+    if (q->db)
+        return TR_OK;
+    TR_CHECK(db_reopen(q->s->db, &q->db));
+    TR_CHECK(db_sql_functions(q->db));
+    sqlite3_progress_handler(db_sqlite(q->db), 1000, req_progress, q);
+    return TR_OK;
 }
 
 /* ---- HTML ------------------------------------------------------------------------------ */
@@ -190,10 +224,10 @@ static enum MHD_Result reply_page(struct req *q, const char *page, const char *r
 /* ---- routes --------------------------------------------------------------------------------- */
 
 /* 1 when the run exists, 0 when not, -1 on a database error (logged). */
-static int run_exists(struct server *s, const char *id)
+static int run_exists(struct req *q, const char *id)
 {
     sqlite3_stmt *st = NULL;
-    if (db_prepare(s->db, &st, "SELECT 1 FROM runs WHERE id = ?", "t", id) != TR_OK)
+    if (req_db(q) != TR_OK || db_prepare(q->db, &st, "SELECT 1 FROM runs WHERE id = ?", "t", id) != TR_OK)
         return -1;
     int r = sqlite3_step(st);
     sqlite3_finalize(st);
@@ -201,7 +235,7 @@ static int run_exists(struct server *s, const char *id)
         return 1;
     if (r == SQLITE_DONE)
         return 0;
-    (void)db_sql_error(s->db, "cannot read the run");
+    (void)db_sql_error(q->db, "cannot read the run");
     return -1;
 }
 
@@ -231,14 +265,15 @@ static enum MHD_Result api_runs(struct req *q)
     if (limit == -2)
         return reply_text(q, 400, "limit: not a non-negative integer");
     json_t *j = NULL;
-    enum tr_status rc =
-        db_json_runs(q->s->db, arg_text(q->c, "status"), arg_text(q->c, "name"), limit > 0 ? limit : -1, &j);
+    enum tr_status rc = req_db(q);
+    if (rc == TR_OK)
+        rc = db_json_runs(q->db, arg_text(q->c, "status"), arg_text(q->c, "name"), limit > 0 ? limit : -1, &j);
     return rc == TR_OK ? reply_json(q, j) : reply_status(q, rc);
 }
 
 static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
 {
-    int e = run_exists(q->s, id);
+    int e = run_exists(q, id);
     if (e < 0)
         return reply_status(q, TR_ERR_DB);
     if (e == 0)
@@ -246,14 +281,14 @@ static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
     json_t *j = NULL;
     enum tr_status rc;
     if (!rest) {
-        rc = db_json_run(q->s->db, id, 0, &j);
+        rc = db_json_run(q->db, id, 0, &j);
     } else if (!strcmp(rest, "metrics")) {
         int64_t after = arg_int(q->c, "after", -1);
         if (after == -2)
             return reply_text(q, 400, "after: not a non-negative integer");
-        rc = db_json_metrics(q->s->db, id, arg_text(q->c, "name"), after, &j);
+        rc = db_json_metrics(q->db, id, arg_text(q->c, "name"), after, &j);
     } else if (!strcmp(rest, "export")) {
-        rc = db_json_run(q->s->db, id, 1, &j);
+        rc = db_json_run(q->db, id, 1, &j);
     } else {
         return reply_text(q, 404, "no such page");
     }
@@ -262,13 +297,13 @@ static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
 
 static enum MHD_Result page_run(struct req *q, const char *id)
 {
-    int e = run_exists(q->s, id);
+    int e = run_exists(q, id);
     if (e < 0)
         return reply_status(q, TR_ERR_DB);
     if (e == 0)
         return reply_text(q, 404, "no such run");
     char *name = NULL;
-    if (db_run_get(q->s->db, id, "name", &name) != TR_OK)
+    if (db_run_get(q->db, id, "name", &name) != TR_OK)
         return reply_status(q, TR_ERR_DB);
     size_t n = 6 * (strlen(id) + (name ? strlen(name) : 0)) + 64;
     char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 4096);
@@ -310,7 +345,7 @@ exit:
 static const char list_body[] =
     "<h1>runs</h1>\n<form id=\"filter\">status <select id=\"status\"><option value=\"\">any</option>"
     "<option>running</option><option>completed</option><option>failed</option><option>hung</option>"
-    "<option>preempted</option><option>cancelled</option></select>\n"
+    "<option>preempted</option><option>cancelled</option><option>lost</option></select>\n"
     " name <input id=\"name\" type=\"search\" placeholder=\"part of a name or id\">\n"
     " <button type=\"button\" id=\"compare\">compare checked</button></form>\n<p id=\"msg\"></p>\n"
     "<table id=\"runs\"><thead><tr><th></th><th>id</th><th>name</th><th>status</th><th>start</th>"
@@ -447,9 +482,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         LOG_WARN("refused %s %.200s: 401 missing or wrong token", method, url);
         return reply_text(&q, 401, "missing or wrong token (Authorization: Bearer, or ?token=)");
     }
-    pthread_mutex_lock(&s->mu);
-    enum MHD_Result res = route(&q, url);
-    pthread_mutex_unlock(&s->mu);
+    q.deadline = tr_clock_now() + s->timeout_s;
+    enum MHD_Result res;
+    if (s->fault_slow && strstr(url, s->fault_slow)) {
+        /* fault injection: a query that ends only by the time limit or a stop */
+        enum tr_status rc = req_db(&q);
+        if (rc == TR_OK)
+            (void)sqlite3_exec(db_sqlite(q.db),
+                               "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+                               NULL, NULL, NULL);
+        res = reply_status(&q, TR_ERR_DB);
+    } else {
+        res = route(&q, url);
+    }
+    db_close(q.db);
     return res;
 }
 
@@ -466,7 +512,7 @@ enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
         LOG_HINT("use --listen 127.0.0.1:8321, or 127.0.0.1:0 for a free port");
         return TR_ERR_ARG;
     }
-    struct server s = {.db = db};
+    struct server s = {.db = db, .timeout_s = cfg->request_timeout_s > 0 ? cfg->request_timeout_s : 30};
     if (cfg->token_file) {
         TR_CHECK(tr_file_read_token(cfg->token_file, "--token_file", &s.token));
         s.token_len = strlen(s.token);
@@ -483,7 +529,12 @@ enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
     if (access(probe, R_OK) != 0)
         LOG_WARN("'%s' is not there: the pages will show no charts (hint: apt-get install libjs-dygraphs)",
                  probe);
-    pthread_mutex_init(&s.mu, NULL);
+    const char *slow = getenv("TR_DB_FAULT_SLOW_URL");
+    if (slow && *slow) {
+        s.fault_slow = slow;
+        LOG_WARN("TR_DB_FAULT_SLOW_URL is set: requests whose URL contains '%s' run an endless query until their "
+                 "time limit (fault injection, for tests)", slow);
+    }
     /* SIGINT and SIGTERM end the server: blocked here (the daemon's thread inherits
      * the mask) and waited for below */
     sigset_t set, old;
@@ -491,11 +542,13 @@ enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, &old);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | (v6 ? MHD_USE_IPv6 : 0);
+    /* a thread per connection: a slow request holds up only its own */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                     (v6 ? MHD_USE_IPv6 : 0);
     struct MHD_Daemon *d =
         MHD_start_daemon(flags, 0, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-                         MHD_OPTION_END);
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
     if (!d) {
         LOG_ERROR("cannot listen on '%s': %s", listen, strerror(errno));
         LOG_HINT("is another server using that port? --listen 127.0.0.1:0 picks a free one");
@@ -511,11 +564,11 @@ enum tr_status db_serve(struct db *db, const struct db_serve_cfg *cfg)
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "terarec runs serve: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    atomic_store(&s.stopping, 1); /* requests in SQLite end at its next progress call */
     MHD_stop_daemon(d);
+    fprintf(stderr, "terarec runs serve: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
 exit:
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_mutex_destroy(&s.mu);
     tr_free(s.token);
     return rc;
 }

@@ -1176,8 +1176,12 @@ static void read_ready(struct launch *L, const struct pollfd *pf, int nc, const 
 /* Runs the loop until the current attempt's workers end. */
 static void supervise(struct launch *L, const char *token)
 {
-    double next_draw = 0;
+    double next_draw = 0, next_beat = 0;
     while (!L->workers.ended) {
+        if (tr_clock_now() > next_beat) { /* alive, for the history (a vanished launcher's run is lost) */
+            next_beat = tr_clock_now() + 10;
+            db_try(db_run_heartbeat(L->db, L->id, now_wall()), "the heartbeat");
+        }
         struct pollfd *pf = tr_malloc((size_t)(L->nconns + 2) * sizeof *pf);
         TR_ASSERT(pf);
         pf[0] = (struct pollfd){.fd = L->sfd, .events = POLLIN};

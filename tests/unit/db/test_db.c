@@ -2,7 +2,8 @@
  * and refusals (newer schema, not SQLite, unwritable), migration of an empty
  * file, every write read back through `terarec runs` (stdout captured), run
  * resolution, cascading rm, the journal choice per file system, NaN as NULL,
- * and ten processes writing one file at once. */
+ * ten processes writing one file at once, the migration of a version 1 file, and
+ * runs whose launcher vanished becoming lost. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -441,6 +443,140 @@ static void concurrent_writers_netfs(void)
     unsetenv("TR_DB_FORCE_NETFS");
 }
 
+/* A file of schema version 1 (the tables as they were) is migrated forward by a
+ * reader's open when it may be written: the launcher's columns and the indexes
+ * that keep `runs show` from scanning a run's metrics once per metric row. */
+static void v1_migrates(void)
+{
+    char p[128];
+    path_in(p, sizeof p, "v1.db");
+    unlink(p);
+    sql_exec(p, "CREATE TABLE runs (id TEXT PRIMARY KEY NOT NULL, name TEXT, status TEXT NOT NULL, cmdline TEXT,"
+                " config TEXT, git_hash TEXT, hosts TEXT, nodes INTEGER, workers INTEGER, slurm_job_id TEXT,"
+                " ckpt_url TEXT, ckpt_run TEXT, start_time REAL, end_time REAL, final_metrics TEXT, reason TEXT,"
+                " restarts INTEGER NOT NULL DEFAULT 0, resumed_from TEXT);"
+                "CREATE TABLE metrics (run TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+                " step INTEGER NOT NULL, name TEXT NOT NULL, value REAL, time REAL);"
+                "CREATE INDEX metrics_run_step ON metrics(run, step);"
+                "CREATE TABLE evals (run TEXT NOT NULL, step INTEGER NOT NULL, auc REAL, logloss REAL,"
+                " samples INTEGER, time REAL);"
+                "CREATE TABLE checkpoints (run TEXT NOT NULL, step INTEGER NOT NULL, manifest_url TEXT,"
+                " bytes INTEGER, stall_s REAL, time REAL);"
+                "CREATE TABLE processes (run TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,"
+                " host TEXT, pid INTEGER, exit_code INTEGER, signal INTEGER, start_time REAL, end_time REAL);"
+                "CREATE TABLE events (run TEXT NOT NULL, time REAL, kind TEXT NOT NULL, data TEXT);"
+                "INSERT INTO runs (id, status, start_time) VALUES ('old', 'running', 1);"
+                "INSERT INTO metrics VALUES ('old', 1, 'loss', 0.5, 1);"
+                "PRAGMA user_version = 1;");
+    struct db *db = NULL;
+    TH_EQ_ST_REQ(db_open_readonly(p, &db), TR_OK);
+    db_close(db);
+    TH_EQ(sql_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE name IN ('metrics_run_name_step', 'runs_status',"
+                     " 'runs_start_time')"), 3);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('launcher_host',"
+                     " 'launcher_pid', 'launcher_start', 'heartbeat')"), 4);
+    /* an old row names no launcher: nothing to judge it by, it stays running */
+    TH_EQ(sql_int(p, "SELECT status = 'running' FROM runs WHERE id = 'old'"), 1);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM metrics"), 1);
+    /* and is read through the new queries */
+    TH_EQ_ST_REQ(db_open_readonly(p, &db), TR_OK);
+    TH_EQ(runs("show", "old", "--db", p, NULL), 0);
+    TH_CHECK(strstr(out, "loss") != NULL);
+    db_close(db);
+}
+
+static char *get(struct db *db, const char *id, const char *col)
+{
+    static char buf[1024];
+    char *v = NULL;
+    buf[0] = '\0';
+    if (db_run_get(db, id, col, &v) == TR_OK && v)
+        snprintf(buf, sizeof buf, "%s", v);
+    tr_free(v);
+    return buf;
+}
+
+/* Runs whose launcher vanished become lost on the next open: on this host by the
+ * pid (gone, or reused by another process: its start time differs), on another by
+ * a stale heartbeat; live launchers, fresh heartbeats, rows without a launcher and
+ * runs that are not running are left alone; the reason names the launcher, the
+ * last step and the last checkpoint; reopen and heartbeat make a run running again. */
+static void lost_runs(void)
+{
+    char p[128], host[256] = "";
+    gethostname(host, sizeof host - 1);
+    path_in(p, sizeof p, "lost.db");
+    unlink(p);
+    struct db *db = NULL;
+    TH_EQ_ST_REQ(db_open(p, 1, &db), TR_OK);
+    const double now = (double)time(NULL);
+    pid_t child = fork();
+    TH_REQUIRE(child >= 0);
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0); /* its pid names no process now */
+    struct db_run alive = run_of("alive", NULL, now), dead = run_of("dead", NULL, now),
+                  reused = run_of("reused", NULL, now), stale = run_of("stale", NULL, now - 1000),
+                  fresh = run_of("fresh", NULL, now - 1000), pre = run_of("pre", NULL, now);
+    dead.launcher_host = host;
+    dead.launcher_pid = child;
+    dead.launcher_start = 12345;
+    reused.launcher_host = host;
+    reused.launcher_pid = getpid();
+    reused.launcher_start = 1; /* our pid, but not our start time */
+    stale.launcher_host = fresh.launcher_host = "elsewhere";
+    stale.launcher_pid = fresh.launcher_pid = 77;
+    pre.launcher_host = host;
+    pre.launcher_pid = child;
+    const struct db_run *all[] = {&alive, &dead, &reused, &stale, &fresh, &pre};
+    for (size_t i = 0; i < TR_ARRAY_SIZE(all); i++)
+        TH_EQ_ST_REQ(db_run_create(db, all[i]), TR_OK);
+    TH_EQ_ST(db_run_heartbeat(db, "fresh", now), TR_OK);
+    TH_EQ_ST(db_run_heartbeat(db, "nope", now), TR_ERR_NOT_FOUND);
+    TH_EQ_ST(db_run_finish(db, "pre", DB_PREEMPTED, now, NULL, "SIGUSR1"), TR_OK);
+    TH_EQ_ST(db_metric_add(db, "dead", 30, "loss", 0.5, now), TR_OK);
+    TH_EQ_ST(db_ckpt_add(db, "dead", 20, "serve:/ck/runs/dead/manifests/20.json", 10, 0.1, now), TR_OK);
+    TH_EQ_STR(get(db, "alive", "launcher_host"), host);
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    TH_EQ_STR(get(db, "alive", "launcher_pid"), pid);
+    TH_CHECK(atoll(get(db, "alive", "launcher_start")) > 0);
+    db_close(db);
+
+    TH_EQ_ST_REQ(db_open_readonly(p, &db), TR_OK); /* a reader records it too, when it may write */
+    TH_EQ_STR(get(db, "alive", "status"), DB_RUNNING);
+    TH_EQ_STR(get(db, "fresh", "status"), DB_RUNNING);
+    TH_EQ_STR(get(db, "pre", "status"), DB_PREEMPTED);
+    TH_EQ_STR(get(db, "dead", "status"), DB_LOST);
+    TH_EQ_STR(get(db, "reused", "status"), DB_LOST);
+    TH_EQ_STR(get(db, "stale", "status"), DB_LOST);
+    char want[512];
+    snprintf(want, sizeof want,
+             "the launcher (pid %d on %s) ended without recording an end; last step 30, last checkpoint step 20 "
+             "(serve:/ck/runs/dead/manifests/20.json)", (int)child, host);
+    TH_EQ_STR(get(db, "dead", "reason"), want);
+    TH_CHECK(strstr(get(db, "stale", "reason"), "no heartbeat from the launcher (pid 77 on elsewhere)") != NULL);
+    TH_CHECK(strstr(get(db, "stale", "reason"), "last step none, last checkpoint none") != NULL);
+    TH_CHECK(*get(db, "dead", "end_time"));
+    db_close(db);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM events WHERE kind = 'lost'"), 3);
+    TH_EQ(runs("list", "--status", "lost", "--db", p, NULL), 0);
+    TH_CHECK(strstr(out, "dead") && strstr(out, "reused") && strstr(out, "stale") && !strstr(out, "alive"));
+
+    /* a requeued job takes the row: running, with this process as its launcher */
+    TH_EQ_ST_REQ(db_open(p, 0, &db), TR_OK);
+    TH_EQ_ST(db_run_reopen(db, "dead", NULL), TR_OK);
+    TH_EQ_ST(db_run_heartbeat(db, "stale", now), TR_OK); /* only slow: running again */
+    db_close(db);
+    TH_EQ_ST_REQ(db_open(p, 0, &db), TR_OK);
+    TH_EQ_STR(get(db, "dead", "status"), DB_RUNNING);
+    TH_EQ_STR(get(db, "dead", "launcher_pid"), pid);
+    TH_EQ_STR(get(db, "stale", "status"), DB_RUNNING);
+    TH_EQ_STR(get(db, "stale", "reason"), "");
+    db_close(db);
+}
+
 static void cleanup(void)
 {
     char cmd[128];
@@ -460,6 +596,8 @@ static const struct th_case cases[] = {
     {"nan_is_null", nan_is_null},
     {"concurrent_writers", concurrent_writers},
     {"concurrent_writers_netfs", concurrent_writers_netfs},
+    {"v1_migrates", v1_migrates},
+    {"lost_runs", lost_runs},
     {"cleanup", cleanup},
 };
 
