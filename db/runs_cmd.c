@@ -523,7 +523,7 @@ static enum tr_status show_text(struct ctx *x, const char *id)
         const char *v = buf;
         if (sqlite3_column_type(st, c) == SQLITE_TEXT)
             v = (const char *)sqlite3_column_text(st, c);
-        else if (strstr(name, "_time") && sqlite3_column_type(st, c) != SQLITE_NULL)
+        else if ((strstr(name, "_time") || !strcmp(name, "heartbeat")) && sqlite3_column_type(st, c) != SQLITE_NULL)
             fmt_time(sqlite3_column_double(st, c), buf, sizeof buf);
         else
             cell_text(st, c, buf, sizeof buf);
