@@ -598,13 +598,10 @@ static int writable(const char *path)
     return access(path, W_OK) == 0 && access(dir, W_OK) == 0;
 }
 
-enum tr_status db_open_readonly(const char *path, struct db **out)
+static enum tr_status open_readonly(const char *path, int may_migrate, struct db **out)
 {
     enum tr_status rc = TR_OK;
-    char def[4096];
     *out = NULL;
-    if (!path && !(path = db_default_path(def, sizeof def)))
-        return TR_ERR_ARG;
     TR_CHECK(check_file(path, 0, 0));
     struct db *db = NULL;
     int src = 0, v = 0;
@@ -616,14 +613,15 @@ enum tr_status db_open_readonly(const char *path, struct db **out)
         tr_free(uri);
         v = db ? db->version : 0;
     }
-    if (rc == TR_OK && v < DB_SCHEMA_VERSION && writable(path)) {
-        /* an older file: a writer's open migrates it, once */
+    if (rc == TR_OK && v < DB_SCHEMA_VERSION && may_migrate && writable(path)) {
+        /* an older file: a writer's open migrates it, once (when that fails, it
+         * is read as it is) */
         struct db *w = NULL;
-        db_close(db);
-        db = NULL;
-        TR_CHECK(db_open(path, 0, &w));
-        db_close(w);
-        return db_open_readonly(path, out);
+        if (db_open(path, 0, &w) == TR_OK) {
+            db_close(w);
+            db_close(db);
+            return open_readonly(path, 0, out);
+        }
     }
     if (rc == TR_ERR_DB && ((src & 0xff) == SQLITE_CANTOPEN || (src & 0xff) == SQLITE_READONLY)) {
         /* a WAL file whose directory this process cannot write (no shared-memory
@@ -653,6 +651,15 @@ enum tr_status db_open_readonly(const char *path, struct db **out)
 fail:
     db_close(db);
     return rc;
+}
+
+enum tr_status db_open_readonly(const char *path, struct db **out)
+{
+    char def[4096];
+    *out = NULL;
+    if (!path && !(path = db_default_path(def, sizeof def)))
+        return TR_ERR_ARG;
+    return open_readonly(path, 1, out);
 }
 
 enum tr_status db_reopen(struct db *db, struct db **out)
