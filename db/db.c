@@ -66,6 +66,7 @@ static const char *const migrations[] = {
     "ALTER TABLE runs ADD COLUMN launcher_host TEXT;"
     "ALTER TABLE runs ADD COLUMN launcher_pid INTEGER;"
     "ALTER TABLE runs ADD COLUMN launcher_start INTEGER;"
+    "ALTER TABLE runs ADD COLUMN launcher_ns TEXT;"
     "ALTER TABLE runs ADD COLUMN heartbeat REAL;"
     "CREATE INDEX metrics_run_name_step ON metrics(run, name, step);"
     "CREATE INDEX runs_start_time ON runs(start_time);"
@@ -77,7 +78,7 @@ static const char *const run_columns[] = {
     "id",       "name",         "status",   "cmdline",  "config",     "git_hash",      "hosts",
     "nodes",    "workers",      "slurm_job_id", "ckpt_url", "ckpt_run", "start_time", "end_time",
     "final_metrics", "reason", "restarts", "resumed_from", "launcher_host", "launcher_pid", "launcher_start",
-    "heartbeat",
+    "launcher_ns", "heartbeat",
 };
 
 /* ---- paths -------------------------------------------------------------------------- */
@@ -715,6 +716,28 @@ static int64_t proc_start(int64_t pid)
     return strtoll(q, NULL, 10);
 }
 
+/* Where this process's pids mean what they say: the boot id and the pid
+ * namespace ("BOOT_ID/pid:[INODE]"); "" when unknown. A reader in another (a
+ * container with the host's name, the host after a reboot) judges a launcher by
+ * its heartbeat instead of its pid. */
+static void pid_space(char *buf, size_t n)
+{
+    char boot[64] = "", ns[64] = "";
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t k = read(fd, boot, sizeof boot - 1);
+        close(fd);
+        boot[k > 0 ? k : 0] = '\0';
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    ssize_t k = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    ns[k > 0 ? k : 0] = '\0';
+    if (*boot && *ns)
+        snprintf(buf, n, "%s/%s", boot, ns);
+    else
+        snprintf(buf, n, "%s", "");
+}
+
 static void host_name(char *buf, size_t n)
 {
     if (gethostname(buf, n - 1) != 0)
@@ -728,12 +751,14 @@ enum tr_status db_run_create(struct db *db, const struct db_run *r)
         LOG_ERROR("run history '%s': a run needs an id", db->path);
         return TR_ERR_ARG;
     }
-    char host[256];
-    const char *lhost = r->launcher_host;
+    char host[256], space[160];
+    const char *lhost = r->launcher_host, *lns = r->launcher_ns;
     int64_t lpid = r->launcher_pid, lstart = r->launcher_start;
     if (lpid == 0) { /* the calling process runs it */
         host_name(host, sizeof host);
+        pid_space(space, sizeof space);
         lhost = host;
+        lns = *space ? space : NULL;
         lpid = getpid();
         lstart = proc_start(lpid);
     }
@@ -742,11 +767,11 @@ enum tr_status db_run_create(struct db *db, const struct db_run *r)
     return write1(db, r->id, NULL,
                   "INSERT INTO runs (id, name, status, cmdline, config, git_hash, hosts, nodes, workers,"
                   " slurm_job_id, ckpt_url, ckpt_run, resumed_from, start_time, launcher_host, launcher_pid,"
-                  " launcher_start, heartbeat) VALUES"
-                  " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, -1), nullif(?, -1), ?)",
-                  "tttttttnnttttdtiid", r->id, r->name, r->status ? r->status : DB_RUNNING, r->cmdline, r->config,
+                  " launcher_start, launcher_ns, heartbeat) VALUES"
+                  " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, -1), nullif(?, -1), ?, ?)",
+                  "tttttttnnttttdtiitd", r->id, r->name, r->status ? r->status : DB_RUNNING, r->cmdline, r->config,
                   r->git_hash, r->hosts, r->nodes, r->workers, r->slurm_job_id, r->ckpt_url, r->ckpt_run,
-                  r->resumed_from, r->start_time, lhost, lpid, lstart, r->start_time);
+                  r->resumed_from, r->start_time, lhost, lpid, lstart, lns, r->start_time);
 }
 
 static enum tr_status need_changed(struct db *db, const char *id, int changes)
@@ -772,13 +797,14 @@ enum tr_status db_run_finish(struct db *db, const char *id, const char *status, 
 enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts)
 {
     int changes = 0;
-    char host[256];
+    char host[256], space[160];
     host_name(host, sizeof host);
+    pid_space(space, sizeof space);
     TR_CHECK(write1(db, id, &changes,
                     "UPDATE runs SET status = 'running', end_time = NULL, restarts = restarts + 1,"
                     " hosts = coalesce(?1, hosts), launcher_host = ?3, launcher_pid = ?4,"
-                    " launcher_start = nullif(?5, -1), heartbeat = ?6 WHERE id = ?2",
-                    "tttiid", hosts, id, host, (int64_t)getpid(), proc_start(getpid()), (double)time(NULL)));
+                    " launcher_start = nullif(?5, -1), heartbeat = ?6, launcher_ns = nullif(?7, '') WHERE id = ?2",
+                    "tttiidt", hosts, id, host, (int64_t)getpid(), proc_start(getpid()), (double)time(NULL), space));
     return need_changed(db, id, changes);
 }
 
@@ -992,7 +1018,7 @@ static void lost_free(struct lost_run *l, int n)
 static enum tr_status find_lost(struct db *db, struct lost_run **out, int *n)
 {
     static const char sql[] =
-        "SELECT id, launcher_host, launcher_pid, launcher_start, heartbeat,"
+        "SELECT id, launcher_host, launcher_pid, launcher_start, heartbeat, launcher_ns,"
         " (SELECT max(step) FROM metrics WHERE run = r.id),"
         " (SELECT step FROM checkpoints WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1),"
         " (SELECT manifest_url FROM checkpoints WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1)"
@@ -1004,8 +1030,9 @@ static enum tr_status find_lost(struct db *db, struct lost_run **out, int *n)
     *out = NULL;
     *n = 0;
     TR_CHECK(db_prepare(db, &st, sql, NULL));
-    char me[256];
+    char me[256], space[160];
     host_name(me, sizeof me);
+    pid_space(space, sizeof space);
     const double now = (double)time(NULL), after = lost_after_s();
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         const char *id = (const char *)sqlite3_column_text(st, 0), *host = (const char *)sqlite3_column_text(st, 1);
@@ -1013,7 +1040,8 @@ static enum tr_status find_lost(struct db *db, struct lost_run **out, int *n)
         const int have_hb = sqlite3_column_type(st, 4) != SQLITE_NULL;
         const double hb = sqlite3_column_double(st, 4);
         char why[512], step[32] = "none", ck[1024] = "none";
-        if (host && !strcmp(host, me)) {
+        const char *ns = (const char *)sqlite3_column_text(st, 5);
+        if (host && !strcmp(host, me) && (!ns || !strcmp(ns, space))) {
             const int64_t t = proc_start(pid);
             if (t >= 0 && (sqlite3_column_type(st, 3) == SQLITE_NULL || t == sqlite3_column_int64(st, 3)))
                 continue;
@@ -1028,11 +1056,11 @@ static enum tr_status find_lost(struct db *db, struct lost_run **out, int *n)
                      "no heartbeat from the launcher (pid %lld on %s) for %.0f s (more than %.0f s): it ended "
                      "without recording an end", (long long)pid, host ? host : "?", now - hb, after);
         }
-        if (sqlite3_column_type(st, 5) != SQLITE_NULL)
-            snprintf(step, sizeof step, "%lld", (long long)sqlite3_column_int64(st, 5));
         if (sqlite3_column_type(st, 6) != SQLITE_NULL)
-            snprintf(ck, sizeof ck, "step %lld (%.900s)", (long long)sqlite3_column_int64(st, 6),
-                     sqlite3_column_text(st, 7) ? (const char *)sqlite3_column_text(st, 7) : "-");
+            snprintf(step, sizeof step, "%lld", (long long)sqlite3_column_int64(st, 6));
+        if (sqlite3_column_type(st, 7) != SQLITE_NULL)
+            snprintf(ck, sizeof ck, "step %lld (%.900s)", (long long)sqlite3_column_int64(st, 7),
+                     sqlite3_column_text(st, 8) ? (const char *)sqlite3_column_text(st, 8) : "-");
         struct lost_run *g = tr_realloc(l, (size_t)(k + 1) * sizeof *l);
         if (!g) {
             rc = TR_ERR_NOMEM;

@@ -6,7 +6,8 @@
  *               workers, slurm_job_id, ckpt_url, ckpt_run, start_time, end_time,
  *               final_metrics (JSON), reason, restarts, resumed_from,
  *               launcher_host, launcher_pid, launcher_start (the pid's start time,
- *               /proc/PID/stat field 22), heartbeat (time)
+ *               /proc/PID/stat field 22), launcher_ns (boot id and pid namespace),
+ *               heartbeat (time)
  *   metrics     run, step, name, value, time      (loss, learning_rate, samples_per_s, ...)
  *   evals       run, step, auc, logloss, samples, time
  *   checkpoints run, step, manifest_url, bytes, stall_s, time
@@ -104,11 +105,12 @@ struct db_run {
     const char *ckpt_run;     /* the run's name in the checkpoint store */
     const char *resumed_from; /* a run id, or NULL */
     double start_time;
-    /* the launcher: launcher_pid 0 means the calling process (its host name, pid
-     * and the pid's start time are filled in) */
+    /* the launcher: launcher_pid 0 means the calling process (its host name, pid,
+     * the pid's start time and its pid space are filled in) */
     const char *launcher_host;
     int64_t launcher_pid;
-    int64_t launcher_start; /* /proc/PID/stat field 22; -1: unknown */
+    int64_t launcher_start;  /* /proc/PID/stat field 22; <= 0: unknown */
+    const char *launcher_ns; /* "BOOT_ID/pid:[INODE]": where the pid means it; NULL: unknown (same as ours) */
 };
 
 /* Inserts a run (TR_ERR_ARG, logged, when the id exists). The writes below return

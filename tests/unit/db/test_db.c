@@ -499,7 +499,8 @@ static char *get(struct db *db, const char *id, const char *col)
 
 /* Runs whose launcher vanished become lost on the next open: on this host by the
  * pid (gone, or reused by another process: its start time differs), on another by
- * a stale heartbeat; live launchers, fresh heartbeats, rows without a launcher and
+ * a stale heartbeat (also on this host's name in another pid namespace); live
+ * launchers, fresh heartbeats, rows without a launcher and
  * runs that are not running are left alone; the reason names the launcher, the
  * last step and the last checkpoint; reopen and heartbeat make a run running again. */
 static void lost_runs(void)
@@ -518,7 +519,8 @@ static void lost_runs(void)
     waitpid(child, NULL, 0); /* its pid names no process now */
     struct db_run alive = run_of("alive", NULL, now), dead = run_of("dead", NULL, now),
                   reused = run_of("reused", NULL, now), stale = run_of("stale", NULL, now - 1000),
-                  fresh = run_of("fresh", NULL, now - 1000), pre = run_of("pre", NULL, now);
+                  fresh = run_of("fresh", NULL, now - 1000), pre = run_of("pre", NULL, now),
+                  otherns = run_of("otherns", NULL, now);
     dead.launcher_host = host;
     dead.launcher_pid = child;
     dead.launcher_start = 12345;
@@ -529,7 +531,10 @@ static void lost_runs(void)
     stale.launcher_pid = fresh.launcher_pid = 77;
     pre.launcher_host = host;
     pre.launcher_pid = child;
-    const struct db_run *all[] = {&alive, &dead, &reused, &stale, &fresh, &pre};
+    otherns.launcher_host = host; /* this host's name, another pid namespace: its pid means nothing here */
+    otherns.launcher_pid = child;
+    otherns.launcher_ns = "another-boot/pid:[1]";
+    const struct db_run *all[] = {&alive, &dead, &reused, &stale, &fresh, &pre, &otherns};
     for (size_t i = 0; i < TR_ARRAY_SIZE(all); i++)
         TH_EQ_ST_REQ(db_run_create(db, all[i]), TR_OK);
     TH_EQ_ST(db_run_heartbeat(db, "fresh", now), TR_OK);
@@ -548,6 +553,8 @@ static void lost_runs(void)
     TH_EQ_STR(get(db, "alive", "status"), DB_RUNNING);
     TH_EQ_STR(get(db, "fresh", "status"), DB_RUNNING);
     TH_EQ_STR(get(db, "pre", "status"), DB_PREEMPTED);
+    TH_EQ_STR(get(db, "otherns", "status"), DB_RUNNING); /* judged by its fresh heartbeat */
+    TH_CHECK(strchr(get(db, "alive", "launcher_ns"), '/') != NULL);
     TH_EQ_STR(get(db, "dead", "status"), DB_LOST);
     TH_EQ_STR(get(db, "reused", "status"), DB_LOST);
     TH_EQ_STR(get(db, "stale", "status"), DB_LOST);
