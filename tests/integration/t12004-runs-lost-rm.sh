@@ -5,7 +5,7 @@
 #   the next open shows it `lost` with the launcher's pid and host, its last step
 #   and last checkpoint (list --status lost, show, show --json and its `lost`
 #   event); a read-only copy (a tmpfs remounted read-only) shows it lost without
-#   recording it, a writable open records it;
+#   recording it (list, show, serve), a writable open records it;
 # - rm --checkpoints removes ROOT/runs/<ckpt_run>/ of a run's store, refuses (exit
 #   2, nothing removed) while another run resumed from it shares that checkpoint
 #   run, and removes both when both are named; a store behind an http URL and a
@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 sql() { # SQL [DB [URI-QUERY]]: the first column of the first row
-    $PY -c "import sqlite3,sys; r=sqlite3.connect('file:'+sys.argv[1]+'?'+sys.argv[3], uri=True).execute(sys.argv[2]).fetchone(); print('' if r is None else r[0])" "${2:-$DB}" "$1" "${3:-mode=ro}"
+    $PY -c "import sqlite3,sys; r=sqlite3.connect('file:'+sys.argv[1]+'?'+sys.argv[3], uri=True).execute(sys.argv[2]).fetchone(); print('' if r is None or r[0] is None else r[0])" "${2:-$DB}" "$1" "${3:-mode=ro}"
 }
 
 # ---- a launcher killed with SIGKILL ---------------------------------------------------------------------
@@ -77,6 +77,20 @@ if mkdir -p "$MNT" && mount -t tmpfs -o size=64m tmpfs "$MNT" 2>/dev/null; then
     check "a read-only copy: show --json has the reason" bash -c "$T runs show $RID --json --db '$MNT/runs.db' |
         $PY -c 'import json,sys; r=json.load(sys.stdin)[\"run\"]; assert r[\"status\"]==\"lost\", r[\"status\"];
 assert r[\"reason\"]==sys.argv[1], r[\"reason\"]' '$want'"
+    $T runs serve --db "$MNT/runs.db" --listen 127.0.0.1:0 >serve.out 2>serve.err &
+    spid=$!
+    url=""
+    for _ in $(seq 100); do
+        url=$(sed -n 's|^terarec runs serve: \(http://[^ ]*\)/ .*|\1|p' serve.out)
+        [ -n "$url" ] && break
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.1
+    done
+    check "a read-only copy: serve's /api/runs/ID says lost, and /api/runs?status=lost lists it" bash -c "
+        curl -sf '$url/api/runs/$RID' | $PY -c 'import json,sys; r=json.load(sys.stdin)[\"run\"]; assert r[\"status\"]==\"lost\", r' &&
+        curl -sf '$url/api/runs?status=lost' | $PY -c 'import json,sys; a=json.load(sys.stdin); assert [r[\"id\"] for r in a]==[\"$RID\"], a'"
+    kill "$spid"
+    wait "$spid" 2>/dev/null
     [ "$(sql "SELECT status FROM runs WHERE id = '$RID'" "$MNT/runs.db" "mode=ro&immutable=1")" = running ] &&
         ok "a read-only copy: nothing recorded" || fail "a read-only copy: nothing recorded"
     umount "$MNT"
