@@ -32,6 +32,8 @@ struct db {
     int flags;           /* and its flags */
     int version;         /* the file's schema version */
     const char *journal; /* "wal" or "delete" */
+    int (*busy)(void *, int); /* db_set_busy's handler, or NULL: the busy timeout */
+    void *busy_arg;
 };
 
 /* Version v + 1 is reached by running migrations[v]. Append only. */
@@ -665,16 +667,43 @@ enum tr_status db_open_readonly(const char *path, struct db **out)
 
 enum tr_status db_reopen(struct db *db, struct db **out)
 {
-    enum tr_status rc = TR_OK;
-    int src = 0;
     *out = NULL;
-    TR_CHECK(open_conn(db->path, db->uri, db->flags, 0, out, &src));
-    TR_CHECK_GOTO(lost_check(*out), rc, fail);
+    struct db *r = tr_calloc(1, sizeof *r);
+    if (!r)
+        return TR_ERR_NOMEM;
+    /* nothing read yet: the first query waits for a lock as the caller's busy
+     * handler says (db_set_busy), not the busy timeout */
+    r->journal = db->journal;
+    r->flags = db->flags;
+    r->version = db->version;
+    r->path = tr_strdup(db->path);
+    r->uri = tr_strdup(db->uri);
+    if (!r->path || !r->uri) {
+        db_close(r);
+        return TR_ERR_NOMEM;
+    }
+    if (sqlite3_open_v2(r->uri, &r->h, r->flags, NULL) != SQLITE_OK) {
+        LOG_ERROR("cannot open the run history '%s': %s", r->path, r->h ? sqlite3_errmsg(r->h) : "out of memory");
+        enum tr_status rc = r->h ? TR_ERR_DB : TR_ERR_NOMEM;
+        db_close(r);
+        return rc;
+    }
+    sqlite3_extended_result_codes(r->h, 1);
+    sqlite3_busy_timeout(r->h, DB_BUSY_MS);
+    *out = r;
     return TR_OK;
-fail:
-    db_close(*out);
-    *out = NULL;
-    return rc;
+}
+
+void db_set_busy(struct db *db, int (*fn)(void *arg, int n), void *arg)
+{
+    db->busy = fn;
+    db->busy_arg = arg;
+    sqlite3_busy_handler(db->h, fn, arg);
+}
+
+enum tr_status db_check_lost(struct db *db)
+{
+    return lost_check(db);
 }
 
 void db_close(struct db *db)
@@ -1194,7 +1223,10 @@ static enum tr_status lost_check(struct db *db)
         sqlite3 *w = NULL;
         s = sqlite3_open_v2(db->path, &w, SQLITE_OPEN_READWRITE, NULL);
         if (s == SQLITE_OK) {
-            sqlite3_busy_timeout(w, 5000);
+            if (db->busy)
+                sqlite3_busy_handler(w, db->busy, db->busy_arg);
+            else
+                sqlite3_busy_timeout(w, 5000);
             s = record_lost(w, l, n);
         }
         sqlite3_close_v2(w);

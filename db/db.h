@@ -79,8 +79,9 @@ enum tr_status db_open(const char *path, int create, struct db **out) TR_WUR;
  * connection only. A missing file is TR_ERR_NOT_FOUND; a newer schema or an
  * unreadable file TR_ERR_ARG (all logged, with a hint). Busy timeout as db_open. */
 enum tr_status db_open_readonly(const char *path, struct db **out) TR_WUR;
-/* Another connection to db's file, opened as db was (for another thread), with
- * the lost-run check of an open. Errors as db_open_readonly. */
+/* Another connection to db's file, opened as db was (for another thread), without
+ * the lost-run check of an open (db_internal.h: db_check_lost). Errors as
+ * db_open_readonly. */
 enum tr_status db_reopen(struct db *db, struct db **out) TR_WUR;
 void db_close(struct db *db);
 const char *db_path(const struct db *db);

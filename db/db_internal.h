@@ -23,6 +23,15 @@ enum tr_status db_sql_error(struct db *db, const char *what);
 enum tr_status db_prepare(struct db *db, sqlite3_stmt **st, const char *sql, const char *types, ...) TR_WUR;
 enum tr_status db_preparev(struct db *db, sqlite3_stmt **st, const char *sql, const char *types, va_list ap) TR_WUR;
 
+/* Waits for a locked file through fn (SQLite's busy handler: nonzero waits on,
+ * 0 gives up with SQLITE_BUSY) instead of the busy timeout, on db's connection
+ * and on the one db_check_lost may open to record lost runs. */
+void db_set_busy(struct db *db, int (*fn)(void *arg, int n), void *arg);
+
+/* The lost-run check of an open (db_open, db_open_readonly), for a connection
+ * from db_reopen. TR_ERR_DB, TR_ERR_NOMEM (logged). */
+enum tr_status db_check_lost(struct db *db) TR_WUR;
+
 /* BEGIN IMMEDIATE (waits up to the busy timeout), COMMIT, ROLLBACK. TR_ERR_DB. */
 enum tr_status db_begin(struct db *db) TR_WUR;
 enum tr_status db_commit(struct db *db) TR_WUR;

@@ -153,8 +153,20 @@ static int req_progress(void *p)
     return atomic_load(&q->s->stopping) || tr_clock_now() > q->deadline;
 }
 
+/* SQLite's busy handler: a locked file is waited for (10 ms at a time) until the
+ * request's time limit or a stop. */
+static int req_busy(void *p, int n)
+{
+    (void)n;
+    if (req_progress(p))
+        return 0;
+    usleep(10000);
+    return 1;
+}
+
 /* This request's connection (one per request: requests run at once, each in its
- * connection's thread). TR_ERR_DB / TR_ERR_NOMEM (logged). */
+ * connection's thread), with the lost-run check of an open. TR_ERR_DB /
+ * TR_ERR_NOMEM (logged). */
 static enum tr_status req_db(struct req *q)
 {
     if (q->db)
@@ -162,7 +174,8 @@ static enum tr_status req_db(struct req *q)
     TR_CHECK(db_reopen(q->s->db, &q->db));
     TR_CHECK(db_sql_functions(q->db));
     sqlite3_progress_handler(db_sqlite(q->db), 1000, req_progress, q);
-    return TR_OK;
+    db_set_busy(q->db, req_busy, q);
+    return db_check_lost(q->db);
 }
 
 /* ---- HTML ------------------------------------------------------------------------------ */

@@ -9,7 +9,9 @@
 #   for it before);
 # - with --request_timeout 3 it is answered 503 with the reason, in well under
 #   the default limit, and the server goes on answering;
-# - SIGTERM during it ends the server within 2 s.
+# - SIGTERM during it ends the server within 2 s;
+# - a request waiting for a file another process holds locked ends at
+#   --request_timeout (503), and SIGTERM ends the server during such a wait too.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 PY=/usr/bin/python3
@@ -115,4 +117,40 @@ code=$(curl -s -m 5 -o /dev/null -w "%{http_code}" "$URL/api/runs?limit=1")
 kill -TERM "$SPID"
 wait "$SPID"
 [ $? -eq 0 ] && ok "exit 0 on SIGTERM" || fail "exit 0 on SIGTERM"
+
+# ---- a file another process holds locked (a rollback journal: readers wait) --------------------------------
+$PY -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d);
+d.execute('PRAGMA journal_mode=DELETE'); d.close()" "$DB" "$TMP/locked.db"
+serve $T runs serve --db "$TMP/locked.db" --listen 127.0.0.1:0 --request_timeout 3
+$PY - "$TMP/locked.db" <<'PYEOF' &
+import sqlite3, sys, time
+d = sqlite3.connect(sys.argv[1], isolation_level=None)
+d.execute("BEGIN EXCLUSIVE")
+d.execute("UPDATE runs SET name = name")
+open(sys.argv[1] + ".held", "w").close()
+time.sleep(40)
+PYEOF
+LOCKER=$!
+PIDS+=("$LOCKER")
+for _ in $(seq 100); do [ -e "$TMP/locked.db.held" ] && break; sleep 0.1; done
+t0=$(now)
+code=$(curl -s -m 25 -o busy.body -w '%{http_code}' "$URL/api/runs")
+t1=$(now)
+if [ "$code" = 503 ] && grep -q "took longer than 3 s" busy.body && awk "BEGIN{exit !($t1 - $t0 < 20)}"; then
+    ok "waiting for a locked file ends at --request_timeout: 503 ($(secs "$t0" "$t1") s)"
+else
+    fail "waiting for a locked file ends at --request_timeout: 503" "code=$code after $(secs "$t0" "$t1") s: $(cat busy.body)"
+fi
+curl -s -o /dev/null "$URL/api/runs" 2>/dev/null &
+sleep 0.5
+t0=$(now)
+kill -TERM "$SPID"
+for _ in $(seq 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.05; done
+t1=$(now)
+if ! kill -0 "$SPID" 2>/dev/null && awk "BEGIN{exit !($t1 - $t0 <= 2.0)}"; then
+    ok "SIGTERM while a request waits for the lock: ended within 2 s ($(secs "$t0" "$t1") s)"
+else
+    fail "SIGTERM while a request waits for the lock: ended within 2 s" "still running after $(secs "$t0" "$t1") s"
+fi
+kill "$LOCKER" 2>/dev/null
 done_testing
