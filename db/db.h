@@ -1,5 +1,7 @@
-/* db.h: the run history, one SQLite file. Only the launcher (`terarec train`)
- * writes it; `terarec runs ...` reads it (and `runs rm` deletes from it).
+/* db.h: the run history, one SQLite file. The launcher (`terarec train`) writes
+ * it; `terarec runs ...` reads it, read-only (`runs rm` deletes from it), and
+ * records only what an open decides: a migration of an older file, runs whose
+ * launcher vanished (lost), and only where it may write.
  *
  * Tables (schema version in PRAGMA user_version, forward migrations only):
  *   runs        id, name, status, cmdline, config (JSON), git_hash, hosts, nodes,

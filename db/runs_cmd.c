@@ -1,8 +1,9 @@
 /* runs_cmd.c: `terarec runs list | show | metrics | compare | export | rm | plot`
  * over the run history (db.h): tables for people, --json for programs, CSV and
  * JSON exports written atomically, charts through plot.c, and `serve` (serve.c).
- * Only `rm` writes (one transaction); nothing here creates a history that is not
- * there. The --json builders (db_json_*) are shared with the web server. */
+ * Only `rm` opens it for writing (one transaction; --checkpoints also removes the
+ * runs' checkpoint directories); the others open it read-only (db_open_readonly);
+ * nothing here creates a history that is not there. The --json builders (db_json_*) are shared with the web server. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"

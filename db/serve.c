@@ -4,7 +4,8 @@
  * request holds up no other, nor SIGTERM): three pages (runs,
  * a run, a comparison) whose charts dygraphs draws in the browser, and the JSON
  * they read (/api/...), built by the same functions as `terarec runs ... --json`.
- * It never writes the database (opened SQLITE_OPEN_READONLY). No TLS; it binds to
+ * It reads through SQLITE_OPEN_READONLY connections; like any open, it records
+ * runs it finds lost where the file may be written (db.h). No TLS; it binds to
  * loopback unless told otherwise, and then only with a bearer token. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
