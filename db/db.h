@@ -46,7 +46,8 @@ struct db;
 /* running, but its launcher vanished (kill -9, a closed terminal, a lost node)
  * without recording an end: decided when the history is opened (db_open,
  * db_open_readonly), from the launcher's pid on its own host, else from its
- * heartbeat being older than DB_LOST_AFTER_S */
+ * heartbeat being older than DB_LOST_AFTER_S seconds (the environment variable
+ * TR_DB_LOST_AFTER_S overrides it: clocks far apart, slow file systems) */
 #define DB_LOST "lost"
 #define DB_LOST_AFTER_S 300
 
