@@ -54,6 +54,10 @@ enum tr_status db_json_runs(struct db *db, const char *status, const char *name,
  * Ownership and errors as db_json_runs. */
 enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
 
+/* The query of a run's (?1) last value of each metric (name, step, value, time),
+ * exposed so that tests can look at its plan. */
+extern const char db_sql_last_metrics[];
+
 /* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
  * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */
 enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after,

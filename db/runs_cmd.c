@@ -476,6 +476,7 @@ static enum tr_status cmd_list(struct ctx *x)
     " SELECT m.name AS name, m.step AS step, m.value AS value, m.time AS time FROM names, metrics m"            \
     " WHERE n IS NOT NULL AND m.rowid = (SELECT rowid FROM metrics WHERE run = ?1 AND name = n"               \
     " ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY m.name"
+const char db_sql_last_metrics[] = Q_LAST_METRICS;
 #define Q_METRICS "SELECT step, name, value, time FROM metrics WHERE run = ? ORDER BY step, name, rowid"
 #define Q_EVALS "SELECT step, auc, logloss, samples, time FROM evals WHERE run = ? ORDER BY step, rowid"
 #define Q_CKPTS "SELECT step, manifest_url, bytes, stall_s, time FROM checkpoints WHERE run = ? ORDER BY step, rowid"

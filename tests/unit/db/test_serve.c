@@ -1,7 +1,8 @@
 /* test_serve.c: the pieces of `terarec runs serve` that need no socket: the HTML
  * escaper (every special character, cut at a whole entity), a read-only open that
  * refuses every write and takes no lock a writer waits on, and the shared --json
- * builders on it (filters bound as parameters: an injection finds nothing). The
+ * builders on it (filters bound as parameters: an injection finds nothing), and
+ * the plan of the last-metrics query (index probes, no scan of a run). The
  * HTTP side is tests/integration/t16001-runs-serve.sh. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -87,6 +88,68 @@ static void readonly_open(void)
     TH_CHECK(access(missing, F_OK) != 0); /* not created */
 }
 
+/* The last-metrics query of `runs show` (and /api/runs/ID) probes the index
+ * metrics(run, name, step): one probe per metric name, never a pass over the
+ * run's rows (the old query made one per row: minutes at 100k rows), and it
+ * finds the last step of a metric that stopped early. */
+static void last_metrics_plan(void)
+{
+    struct db *w = NULL, *r = NULL;
+    TH_EQ_ST_REQ(db_open(path, 0, &w), TR_OK);
+    /* 3000 rows in one transaction: a metric every step, one in the first tenth */
+    TH_CHECK(sqlite3_exec(db_sqlite(w), "BEGIN", NULL, NULL, NULL) == SQLITE_OK);
+    for (int s = 100; s < 2827; s++) {
+        sqlite3_stmt *ins = NULL;
+        TH_EQ_ST(db_prepare(w, &ins, "INSERT INTO metrics VALUES ('r1', ?, 'loss', ?, ?)", "idd", (int64_t)s, 1.0 / s,
+                            1000.0 + s), TR_OK);
+        TH_CHECK(sqlite3_step(ins) == SQLITE_DONE);
+        sqlite3_finalize(ins);
+        if (s < 373) {
+            TH_EQ_ST(db_prepare(w, &ins, "INSERT INTO metrics VALUES ('r1', ?, 'warmup_lr', 0.1, 1)", "i", (int64_t)s),
+                     TR_OK);
+            TH_CHECK(sqlite3_step(ins) == SQLITE_DONE);
+            sqlite3_finalize(ins);
+        }
+    }
+    TH_CHECK(sqlite3_exec(db_sqlite(w), "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    db_close(w);
+    TH_EQ_ST_REQ(db_open_readonly(path, &r), TR_OK);
+    TH_EQ_ST(db_sql_functions(r), TR_OK);
+    char sql[2048];
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", db_sql_last_metrics);
+    sqlite3_stmt *st = NULL;
+    TH_EQ_ST_REQ(db_prepare(r, &st, sql, "t", "r1"), TR_OK);
+    int probes = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *d = (const char *)sqlite3_column_text(st, 3);
+        if (strncmp(d, "SCAN metrics", 12) == 0 || strncmp(d, "SCAN m", 6) == 0 ||
+            (strncmp(d, "SEARCH", 6) == 0 && !strstr(d, "metrics_run_name_step") && !strstr(d, "PRIMARY KEY")))
+            TH_CHECKF(0, "a plan step that is no probe of metrics(run, name, step): %s", d);
+        probes += strstr(d, "metrics_run_name_step") != NULL;
+    }
+    sqlite3_finalize(st);
+    TH_CHECK(probes >= 2);
+    /* what it does, counted by SQLite: some steps per metric name, not per row */
+    TH_EQ_ST_REQ(db_prepare(r, &st, db_sql_last_metrics, "t", "r1"), TR_OK);
+    int rows = 0;
+    while (sqlite3_step(st) == SQLITE_ROW)
+        rows++;
+    const int vm = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
+    sqlite3_finalize(st);
+    TH_EQ(rows, 2);
+    TH_CHECKF(vm < 1000, "%d virtual machine steps for 2 metrics of 3000 rows", vm);
+    json_t *j = NULL;
+    TH_EQ_ST(db_json_run(r, "r1", 0, &j), TR_OK);
+    json_t *m = json_object_get(j, "last_metrics");
+    TH_EQ((int)json_array_size(m), 2);
+    TH_EQ_STR(json_string_value(json_object_get(json_array_get(m, 0), "name")), "loss");
+    TH_EQ((int)json_integer_value(json_object_get(json_array_get(m, 0), "step")), 2826);
+    TH_EQ_STR(json_string_value(json_object_get(json_array_get(m, 1), "name")), "warmup_lr");
+    TH_EQ((int)json_integer_value(json_object_get(json_array_get(m, 1), "step")), 372);
+    json_decref(j);
+    db_close(r);
+}
+
 static void cleanup(void)
 {
     char cmd[128];
@@ -97,6 +160,7 @@ static void cleanup(void)
 static const struct th_case cases[] = {
     {"html_escape", html_escape},
     {"readonly_open", readonly_open},
+    {"last_metrics_plan", last_metrics_plan},
     {"cleanup", cleanup},
 };
 
