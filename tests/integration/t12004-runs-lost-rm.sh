@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # t12004: runs whose launcher vanished, and `runs rm --checkpoints`, on histories
 # written by real `terarec train` runs:
+# - a launcher beats (its run's heartbeat moves on while it runs);
 # - a launcher killed with SIGKILL mid-run leaves its run `running` in the file;
 #   the next open shows it `lost` with the launcher's pid and host, its last step
 #   and last checkpoint (list --status lost, show, show --json and its `lost`
@@ -35,7 +36,7 @@ $T train --db "$DB" --workers 1 $M --max_steps 100000 --print_freq 5 --checkpoin
     >killed.out 2>&1 &
 LPID=$!
 RID="" step=0 ck=""
-for _ in $(seq 600); do
+for _ in $(seq 900); do
     sleep 0.1
     kill -0 "$LPID" 2>/dev/null || break
     [ -f "$DB" ] || continue
@@ -43,12 +44,15 @@ for _ in $(seq 600); do
     [ -n "$RID" ] || continue
     step=$(sql "SELECT coalesce(max(step), 0) FROM metrics WHERE run = '$RID'" 2>/dev/null)
     ck=$(sql "SELECT max(step) FROM checkpoints WHERE run = '$RID'" 2>/dev/null)
-    [ -n "$ck" ] && [ "${step:-0}" -ge 25 ] && break
+    beat=$(sql "SELECT heartbeat > start_time + 5 FROM runs WHERE id = '$RID'" 2>/dev/null)
+    [ -n "$ck" ] && [ "${step:-0}" -ge 25 ] && [ "$beat" = 1 ] && break
 done
 if [ -z "$RID" ] || [ -z "$ck" ] || ! kill -0 "$LPID" 2>/dev/null; then
     fail "a training run gets past a checkpoint" "$(tail -n 5 killed.out)"
     done_testing
 fi
+[ "$beat" = 1 ] && ok "the launcher beats (heartbeat after its start)" ||
+    fail "the launcher beats (heartbeat after its start)" "$(sql "SELECT start_time, heartbeat FROM runs WHERE id = '$RID'")"
 kill -9 "$LPID"
 wait "$LPID" 2>/dev/null
 # what the launcher started would outlive it here (another part of the launcher
