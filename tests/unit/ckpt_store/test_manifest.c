@@ -110,7 +110,7 @@ static void refuses_naming_fields(void)
     static const struct {
         const char *find, *replace, *path;
     } cases[] = {
-        {"\"format_version\": 1", "\"format_version\": 2", "format_version"},
+        {"\"format_version\": 1", "\"format_version\": 3", "format_version"},
         {"\"format_version\": 1", "\"format_version\": \"1\"", "format_version"},
         {"\"format_version\": 1, ", "", "format_version"},
         {"\"kind\": \"manifest\"", "\"kind\": \"whole\"", "kind"},
@@ -232,7 +232,7 @@ static void stripes_and_blocks(void)
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&m, "emb/0", 2, n, 2, &t), TR_OK);
     for (int i = 0; i < n; i++) {
         int r = (int)(((int64_t)i * 7919) % n); /* 7919 is prime to n: a permutation */
-        struct ckpt_chunk c = {r, r + 1, 0, 2, 8, H1};
+        struct ckpt_chunk c = {r, r + 1, 0, 2, 8, H1, ""};
         TH_EQ_ST_REQ(ckpt_tensor_add_chunk(t, &c), TR_OK);
     }
     TH_EQ_ST(ckpt_manifest_check(&m, "big"), TR_OK);
@@ -253,9 +253,9 @@ static void build_and_merge(void)
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "", 2, 4, 4, &t), TR_ERR_ARG);
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 0, &t), TR_ERR_ARG);
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 4, &t), TR_OK);
-    struct ckpt_chunk c = {0, 4, 0, 2, 32, H1};
+    struct ckpt_chunk c = {0, 4, 0, 2, 32, H1, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &c), TR_OK);
-    struct ckpt_chunk out = {0, 5, 0, 2, 40, H1};
+    struct ckpt_chunk out = {0, 5, 0, 2, 40, H1, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &out), TR_ERR_ARG);
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 3, &t), TR_ERR_ARG); /* another shape */
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 4, &t), TR_OK);  /* the same one */
@@ -267,7 +267,7 @@ static void build_and_merge(void)
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &c), TR_OK);
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p1, "bias", 1, 3, 99, &t), TR_OK);
     TH_EQ(t->shape[1], 1);
-    struct ckpt_chunk b = {0, 3, 0, 1, 12, H2};
+    struct ckpt_chunk b = {0, 3, 0, 1, 12, H2, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &b), TR_OK);
     TH_EQ_ST(ckpt_manifest_check(&p0, "p0"), TR_OK);
     TH_EQ_ST(ckpt_manifest_merge(&m, &p0), TR_OK);

@@ -39,6 +39,8 @@ static int count_files(const char *d, const char *part)
     while ((e = readdir(dp))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
+        if (!part && (strcmp(e->d_name, ".lock") == 0 || strstr(e->d_name, ".xxh3")))
+            continue; /* the store's lock files and the manifests' recorded hashes */
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", d, e->d_name);
         struct stat st;
@@ -186,7 +188,7 @@ static char *make_manifest(struct ckpt_fs *fs, const char *run, int64_t step, in
     TR_ASSERT(ckpt_manifest_add_tensor(&m, "emb/0", 2, 2, 2, &t) == TR_OK);
     for (int r = 0; r < 2; r++) {
         float v[2] = {seed, seed + (float)r + 1};
-        struct ckpt_chunk c = {r, r + 1, 0, 2, sizeof v, ""};
+        struct ckpt_chunk c = {r, r + 1, 0, 2, sizeof v, "", ""};
         ckpt_hash(v, sizeof v, c.hash);
         if (store)
             TR_ASSERT(ckpt_fs_chunk_put(fs, c.hash, v, sizeof v) == TR_OK);
@@ -304,8 +306,9 @@ static void gc_keeps(void)
     TH_EQ(count_files(dir, NULL), 5 + 10 + 1 + 1 + 1 + 2); /* manifests, chunks, LATEST, part, orphan, temps */
 
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 0, &st), TR_ERR_ARG);
-    TH_EQ_ST(ckpt_fs_gc(&fs, 2, &st), TR_OK);
+    struct ckpt_gc_opts bad = {-1, 0}, keep2 = {2, 0}, keep1 = {1, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &bad, &st), TR_ERR_ARG);
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep2, &st), TR_OK);
     TH_EQ(st.manifests_kept, 2);
     TH_EQ(st.manifests_removed, 3); /* 1, 2 and the uncommitted 5 */
     TH_EQ(st.chunks_kept, 4);
@@ -332,7 +335,7 @@ static void gc_keeps(void)
     snprintf(p, sizeof p, "%s/runs/r/parts", dir);
     TH_CHECK(!exists(p));
     /* keep 1: only LATEST's */
-    TH_EQ_ST(ckpt_fs_gc(&fs, 1, &st), TR_OK);
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep1, &st), TR_OK);
     TH_EQ(st.manifests_kept, 1);
     TH_EQ(st.manifests_removed, 1);
     TH_EQ(st.chunks_removed, 2);
@@ -351,7 +354,8 @@ static void gc_uncommitted_run(void)
     TH_EQ_ST(ckpt_fs_manifest_put(&fs, "never", 1, text, n), TR_OK);
     tr_free(text);
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 3, &st), TR_OK);
+    struct ckpt_gc_opts keep3 = {3, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep3, &st), TR_OK);
     TH_EQ(st.manifests_removed, 1);
     TH_EQ(st.chunks_removed, 2);
     TH_EQ(count_files(dir, NULL), 0);
@@ -376,7 +380,8 @@ static void gc_broken_latest(void)
     snprintf(p, sizeof p, "%s/runs/r/LATEST", dir);
     TH_EQ_ST(tr_file_write_atomic(p, "one\n", 4), TR_OK);
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 1, &st), TR_ERR_FORMAT);
+    struct ckpt_gc_opts keep1 = {1, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep1, &st), TR_ERR_FORMAT);
     TH_EQ(st.chunks_removed, 0);
     TH_EQ(count_files(dir, NULL), 1 + 2 + 1 + 1);
     ckpt_fs_close(&fs);
