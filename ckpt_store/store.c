@@ -60,8 +60,10 @@ int ckpt_fs_errno(void)
  * ENOSPC/EDQUOT, or ENOSPC when the store's file system has no block left. */
 static enum tr_status note_io(const char *path, enum tr_status rc)
 {
-    if (rc != TR_ERR_IO)
+    if (rc != TR_ERR_IO) {
+        last_errno = 0; /* a later failure is not taken for this one */
         return rc;
+    }
     int e = errno;
     struct statvfs sv;
     if (e != ENOSPC && e != EDQUOT && path && statvfs(path, &sv) == 0 && sv.f_bavail == 0)
