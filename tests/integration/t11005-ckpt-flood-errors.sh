@@ -24,7 +24,11 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
-ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
+FLOOD=1
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 4000 ]; then
+    FLOOD=0 # 3000 sockets do not fit in this process's descriptors
+fi
 
 # start_server ROOT [FLAGS...]: sets URL, PORT and SPID
 start_server() {
@@ -46,6 +50,7 @@ BASE="--batch_size 250 --synthetic_dataset_cardinalities 30,7,50,7,2000,3 --embe
       --threads 1 --print_freq 1"
 
 # ---- the flood
+if [ "$FLOOD" = 1 ]; then
 cat >"$TMP/flood.py" <<'PYEOF'
 import socket, sys, time
 port, n, hold = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
@@ -97,10 +102,14 @@ else
 fi
 # the half-sent headers are closed once idle for --idle_timeout (3 s)
 sleep 4
-grep -q 'connections open at once\|per address' "$TMP/srv.err" || true
-n_open=$(ss -tn state established "( sport = :$PORT )" 2>/dev/null | grep -c '127.0.0.2')
-[ "$n_open" -eq 0 ] && ok "idle half-sent headers closed after --idle_timeout" ||
-    fail "idle connections closed" "$n_open connections from 127.0.0.2 still open"
+if command -v ss >/dev/null 2>&1; then
+    n_all=$(ss -tn "( dport = :$PORT )" 2>/dev/null | grep -c '127.0.0.2')
+    n_open=$(ss -tn state established "( sport = :$PORT )" 2>/dev/null | grep -c '127.0.0.2')
+    [ "$n_open" -eq 0 ] && ok "idle half-sent headers closed after --idle_timeout ($n_all client sockets left half-closed)" ||
+        fail "idle connections closed" "$n_open connections from 127.0.0.2 still open"
+else
+    skip "idle half-sent headers closed after --idle_timeout" "no ss here"
+fi
 t0=$(date +%s.%N)
 kill -TERM "$SPID"
 for _ in $(seq 40); do
@@ -149,6 +158,10 @@ SPID=""
 kill -9 "$FPID" 2>/dev/null
 wait "$FPID" 2>/dev/null
 FPID=""
+
+else
+    skip "3000 half-sent headers" "ulimit -n is $(ulimit -n), below the 4000 descriptors the flood needs"
+fi
 
 # ---- a wrong token: refused before the first step
 start_server "$TMP/store" || { fail "server restarts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
