@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ struct req {
     char err[ERRBODY_MAX];  /* the body of an error answer, first bytes */
     size_t err_len;
     int quiet_404;         /* a 404 is an answer, not an error to log */
+    int quiet_4xx;         /* no 4xx is logged here: the caller says it */
     /* outcome */
     long status;           /* HTTP status; 0 when none came */
     CURLcode cc;
@@ -146,7 +148,7 @@ static int seek_cb(void *arg, curl_off_t off, int origin)
 static int retryable(const struct req *r)
 {
     if (r->cc == CURLE_OK)
-        return r->status >= 500;
+        return r->status >= 500 && r->status != 507; /* a full disk stays full */
     switch (r->cc) {
     case CURLE_COULDNT_CONNECT:
     case CURLE_RECV_ERROR:
@@ -217,8 +219,8 @@ static enum tr_status req_start(struct ckpt_client *c, struct req *r, int slot)
         break;
     case M_POST:
         curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(r->body ? r->body_len : 0));
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "");
         break;
     }
     if (curl_multi_add_handle(c->multi, e) != CURLM_OK)
@@ -338,7 +340,7 @@ static enum tr_status http_run(struct ckpt_client *c, struct req *reqs, int n, s
                           reason_of(r), r->attempts, r->attempts == 1 ? "" : "s");
                 if (rc == TR_OK)
                     rc = TR_ERR_REMOTE;
-            } else if (r->status >= 400 && !(r->status == 404 && r->quiet_404)) {
+            } else if (r->status >= 400 && !(r->status == 404 && r->quiet_404) && !r->quiet_4xx) {
                 LOG_ERROR("%s %s: %ld %s", method_names[r->method], r->url, r->status, reason_of(r));
             } else if (st && r->status < 300) {
                 st->bytes_received += r->got;
@@ -361,8 +363,10 @@ static enum tr_status status_of(long code)
 {
     if (code == 404 || code == 409)
         return TR_ERR_NOT_FOUND;
-    if (code == 400)
+    if (code == 400 || code == 422)
         return TR_ERR_FORMAT;
+    if (code == 507)
+        return TR_ERR_IO;
     if (code == 413 || code == 416)
         return TR_ERR_RANGE;
     if (code == 401 || code == 403 || (code >= 400 && code < 500))
@@ -539,7 +543,7 @@ static enum tr_status put_one_local(struct ckpt_client *c, const struct ckpt_put
                                     struct ckpt_xfer_stats *st)
 {
     int64_t have = 0;
-    enum tr_status s = ckpt_fs_chunk_stat(&c->fs, it->hash, &have);
+    enum tr_status s = ckpt_fs_chunk_touch(&c->fs, it->hash, &have);
     if (s == TR_OK && have == it->bytes) {
         st->chunks_skipped++;
         return TR_OK;
@@ -890,14 +894,85 @@ enum tr_status ckpt_get_part(struct ckpt_client *c, const char *run, int64_t ste
     return get_text(c, url_of(c, "/runs/%s/parts/%" PRId64 "/%d.json", run, step, rank), 1, text, n);
 }
 
-enum tr_status ckpt_commit(struct ckpt_client *c, const char *run, int64_t step)
+enum tr_status ckpt_commit_keep(struct ckpt_client *c, const char *run, int64_t step, int keep)
 {
     if (!c->remote)
-        return ckpt_fs_commit(&c->fs, run, step);
+        return ckpt_fs_commit_keep(&c->fs, run, step, keep);
     TR_CHECK(check_run(run));
     char body[32];
     int n = snprintf(body, sizeof body, "%" PRId64, step);
-    return put_text(c, url_of(c, "/runs/%s/LATEST", run), body, (size_t)n);
+    char *url = keep > 0 ? url_of(c, "/runs/%s/LATEST?keep=%d", run, keep) : url_of(c, "/runs/%s/LATEST", run);
+    return put_text(c, url, body, (size_t)n);
+}
+
+enum tr_status ckpt_commit(struct ckpt_client *c, const char *run, int64_t step)
+{
+    return ckpt_commit_keep(c, run, step, 0);
+}
+
+enum tr_status ckpt_claim(struct ckpt_client *c, const char *run, const char *owner)
+{
+    char holder[300] = "";
+    enum tr_status rc;
+    TR_CHECK(check_run(run));
+    if (!c->remote) {
+        rc = ckpt_fs_claim(&c->fs, run, owner, holder, sizeof holder);
+    } else {
+        struct req r;
+        memset(&r, 0, sizeof r);
+        r.method = M_POST;
+        r.url = url_of(c, "/runs/%s/claim", run);
+        r.body = owner;
+        r.body_len = (int64_t)strlen(owner);
+        r.grow = 1;
+        r.quiet_4xx = 1;
+        if (!r.url)
+            return TR_ERR_NOMEM;
+        rc = http_run(c, &r, 1, NULL);
+        if (rc == TR_OK && r.status == 409) {
+            snprintf(holder, sizeof holder, "%.299s", reason_of(&r));
+            rc = TR_ERR_RANGE;
+        } else if (rc == TR_OK && (r.status < 200 || r.status >= 300)) {
+            LOG_ERROR("POST %s: %ld %s", r.url, r.status, reason_of(&r));
+            rc = status_of(r.status);
+        }
+        req_release(&r);
+    }
+    if (rc == TR_ERR_RANGE) {
+        if (c->remote)
+            LOG_ERROR("checkpoint store %s refused run name '%s': 409 %s", c->where, run, holder);
+        else
+            LOG_ERROR("run name '%s' is in use in the checkpoint store %s (claimed by %s)", run, c->where, holder);
+        LOG_HINT("to continue that run pass --resume; to start a new one pick another --run_name");
+    }
+    return rc;
+}
+
+enum tr_status ckpt_client_check(struct ckpt_client *c)
+{
+    if (!c->remote)
+        return TR_OK;
+    struct req r;
+    memset(&r, 0, sizeof r);
+    r.method = M_GET;
+    r.url = url_of(c, "/healthz");
+    r.grow = 1;
+    r.quiet_4xx = 1;
+    if (!r.url)
+        return TR_ERR_NOMEM;
+    enum tr_status rc = http_run(c, &r, 1, NULL);
+    if (rc == TR_OK && (r.status == 401 || r.status == 403)) {
+        LOG_ERROR("checkpoint store %s refused the token: %ld %s", c->where, r.status, reason_of(&r));
+        LOG_HINT("--checkpoint_token_file must hold the token the store was started with (terarec-ckpt --token_file)");
+        rc = TR_ERR_ARG;
+    } else if (rc == TR_OK && (r.status < 200 || r.status >= 300)) {
+        LOG_ERROR("checkpoint store %s: GET /healthz: %ld %s", c->where, r.status, reason_of(&r));
+        rc = status_of(r.status);
+    } else if (rc != TR_OK) {
+        LOG_HINT("is the checkpoint store %s running and reachable from this node?", c->where);
+    }
+    req_release(&r);
+    return rc;
 }
 
 enum tr_status ckpt_get_latest(struct ckpt_client *c, const char *run, int64_t *step)
@@ -1021,18 +1096,19 @@ enum tr_status ckpt_list_steps(struct ckpt_client *c, const char *run, int64_t *
     return TR_OK;
 }
 
-enum tr_status ckpt_gc(struct ckpt_client *c, int keep, struct ckpt_gc_stats *st)
+enum tr_status ckpt_gc(struct ckpt_client *c, const struct ckpt_gc_opts *o, struct ckpt_gc_stats *st)
 {
     if (!c->remote)
-        return ckpt_fs_gc(&c->fs, keep, st);
-    if (keep < 1) {
-        LOG_ERROR("gc: keep %d is below 1", keep);
+        return ckpt_fs_gc(&c->fs, o, st);
+    const int keep = o->keep;
+    if (keep < 0 || !(o->grace_s >= 0)) {
+        LOG_ERROR("gc: keep %d or grace %g is below 0", keep, o->grace_s);
         return TR_ERR_ARG;
     }
     char *text = NULL;
     size_t n = 0;
     long code = 0;
-    char *url = url_of(c, "/gc?keep=%d", keep);
+    char *url = url_of(c, "/gc?keep=%d&grace=%lld", keep, (long long)ceil(o->grace_s));
     TR_CHECK(http_one(c, M_POST, url, NULL, 0, 0, &code, &text, &n));
     if (code < 200 || code >= 300)
         return status_of(code);

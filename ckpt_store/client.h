@@ -4,7 +4,7 @@
  * Over HTTP every request carries "Authorization: Bearer <token>" (the token
  * file's content, trailing whitespace dropped); transfers of many chunks run in
  * parallel on one curl multi handle; 5xx answers and connection errors are
- * retried with exponential backoff (0.1 s doubling, at most `retries` times); a
+ * retried with exponential backoff (but 507, a full disk) (0.1 s doubling, at most `retries` times); a
  * 4xx answer fails at once with an error naming the method, the URL, the status
  * and the server's one-line reason. A client is not thread-safe: one thread at a
  * time (a worker's saver thread owns its own). Errors are logged. */
@@ -93,12 +93,25 @@ enum tr_status ckpt_put_part(struct ckpt_client *c, const char *run, int64_t ste
 enum tr_status ckpt_get_part(struct ckpt_client *c, const char *run, int64_t step, int rank, char **text,
                              size_t *n) TR_WUR;
 enum tr_status ckpt_commit(struct ckpt_client *c, const char *run, int64_t step) TR_WUR;
+/* ckpt_fs_commit_keep: commits and keeps the keep newest committed manifests
+ * (0: all). TR_ERR_NOT_FOUND also when step is below LATEST (409, logged with the
+ * server's reason; TR_ERR_RANGE on a local path). */
+enum tr_status ckpt_commit_keep(struct ckpt_client *c, const char *run, int64_t step, int keep) TR_WUR;
+/* Claims run name `run` for owner (ckpt_fs_claim; POST /runs/<run>/claim).
+ * TR_ERR_RANGE when it is another job's: logged in one line naming the run and
+ * the store, with a hint (--resume or another --run_name). */
+enum tr_status ckpt_claim(struct ckpt_client *c, const char *run, const char *owner) TR_WUR;
+/* Checks that the store answers and takes the token (GET /healthz; nothing for a
+ * path). TR_ERR_ARG on 401/403 (logged in one line naming the store, with a hint
+ * about --checkpoint_token_file), the transfer's status when it does not answer
+ * (logged). */
+enum tr_status ckpt_client_check(struct ckpt_client *c) TR_WUR;
 /* TR_ERR_NOT_FOUND (nothing committed), not logged. */
 enum tr_status ckpt_get_latest(struct ckpt_client *c, const char *run, int64_t *step) TR_WUR;
 enum tr_status ckpt_list_runs(struct ckpt_client *c, char ***names, int *n) TR_WUR;
 enum tr_status ckpt_list_steps(struct ckpt_client *c, const char *run, int64_t **steps, int *n) TR_WUR;
-/* ckpt_fs_gc, run by the store (POST /gc?keep=N over HTTP). */
-enum tr_status ckpt_gc(struct ckpt_client *c, int keep, struct ckpt_gc_stats *st) TR_WUR;
+/* ckpt_fs_gc, run by the store (POST /gc?keep=N&grace=S over HTTP). */
+enum tr_status ckpt_gc(struct ckpt_client *c, const struct ckpt_gc_opts *o, struct ckpt_gc_stats *st) TR_WUR;
 
 #ifdef __cplusplus
 }

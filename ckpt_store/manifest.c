@@ -124,7 +124,7 @@ static enum tr_status get_range(const json_t *o, const char *key, const char *pr
 }
 
 static enum tr_status parse_chunk(const json_t *v, const struct ckpt_tensor *t, const char *path,
-                                  struct ckpt_chunk *c, const char *what)
+                                  struct ckpt_chunk *c, int version, const char *what)
 {
     if (!json_is_object(v))
         return bad(what, path, "must be an object, not %s", json_kind(v));
@@ -141,10 +141,18 @@ static enum tr_status parse_chunk(const json_t *v, const struct ckpt_tensor *t, 
         snprintf(hpath, sizeof hpath, "%.100s.bytes", path);
         return bad(what, hpath, "%" PRId64 " where rows x cols x 4 = %" PRId64, c->bytes, want);
     }
+    c->tag[0] = '\0';
+    if (version >= 2) { /* the tag binds the bytes to this tensor and position */
+        TR_CHECK(get_str(v, "tag", path, c->tag, sizeof c->tag, what));
+        snprintf(hpath, sizeof hpath, "%.100s.tag", path);
+        if (!ckpt_hash_ok(c->tag))
+            return bad(what, hpath, "'%s' is not 32 lowercase hex digits", c->tag);
+    }
     return TR_OK;
 }
 
-static enum tr_status parse_tensor(const json_t *v, int i, struct ckpt_tensor *t, int64_t *total, const char *what)
+static enum tr_status parse_tensor(const json_t *v, int i, struct ckpt_tensor *t, int64_t *total, int version,
+                                   const char *what)
 {
     char path[96], sub[128];
     snprintf(path, sizeof path, "tensors[%d]", i);
@@ -194,7 +202,7 @@ static enum tr_status parse_tensor(const json_t *v, int i, struct ckpt_tensor *t
     t->cap = (int)n;
     for (size_t j = 0; j < n; j++) {
         snprintf(sub, sizeof sub, "%s.chunks[%zu]", path, j);
-        TR_CHECK(parse_chunk(json_array_get(chunks, j), t, sub, &t->chunks[j], what));
+        TR_CHECK(parse_chunk(json_array_get(chunks, j), t, sub, &t->chunks[j], version, what));
         t->nchunks++;
     }
     return TR_OK;
@@ -247,8 +255,8 @@ enum tr_status ckpt_manifest_parse(const char *text, size_t n, const char *what,
         goto fail;
     }
     TR_CHECK_GOTO(get_int(root, "format_version", "", INT64_MIN, INT64_MAX, &v, what), rc, fail);
-    if (v != CKPT_FORMAT_VERSION) {
-        rc = bad(what, "format_version", "%" PRId64 " is not supported (this build reads %d)", v,
+    if (v < 1 || v > CKPT_FORMAT_VERSION) {
+        rc = bad(what, "format_version", "%" PRId64 " is not supported (this build reads 1 to %d)", v,
                  CKPT_FORMAT_VERSION);
         goto fail;
     }
@@ -310,7 +318,7 @@ enum tr_status ckpt_manifest_parse(const char *text, size_t n, const char *what,
     int64_t total = 0;
     for (size_t i = 0; i < nt; i++) {
         m->ntensors++; /* counted first: its chunks are released on error */
-        TR_CHECK_GOTO(parse_tensor(json_array_get(tensors, i), (int)i, &m->tensors[i], &total, what), rc, fail);
+        TR_CHECK_GOTO(parse_tensor(json_array_get(tensors, i), (int)i, &m->tensors[i], &total, m->format_version, what), rc, fail);
     }
     TR_CHECK_GOTO(check_names(m, what), rc, fail);
     TR_CHECK_GOTO(ckpt_manifest_check(m, what), rc, fail);
@@ -464,9 +472,15 @@ enum tr_status ckpt_manifest_dump(const struct ckpt_manifest *m, char **text, si
     struct buf b = {0};
     *text = NULL;
     *n = 0;
+    /* version 2 when every chunk has its tag; else version 1 without tags */
+    int version = m->format_version >= 2 ? 2 : 1;
+    for (int i = 0; i < m->ntensors && version == 2; i++)
+        for (int j = 0; j < m->tensors[i].nchunks; j++)
+            if (!m->tensors[i].chunks[j].tag[0])
+                version = 1;
     buf_printf(&b, "{\"format_version\": %d, \"kind\": \"%s\", \"run\": \"%s\", \"step\": %" PRId64
                ", \"rank\": %d, \"world\": %d, \"split\": \"%s\", \"created\": ",
-               m->format_version, m->part ? "part" : "manifest", m->run, m->step, m->rank, m->world, m->split);
+               version, m->part ? "part" : "manifest", m->run, m->step, m->rank, m->world, m->split);
     json_t *created = json_string(m->created);
     buf_json(&b, created);
     json_decref(created);
@@ -491,8 +505,11 @@ enum tr_status ckpt_manifest_dump(const struct ckpt_manifest *m, char **text, si
         for (int j = 0; j < t->nchunks; j++) {
             const struct ckpt_chunk *c = &t->chunks[j];
             buf_printf(&b, "%s\n   {\"rows\": [%" PRId64 ", %" PRId64 "], \"cols\": [%" PRId64 ", %" PRId64
-                       "], \"hash\": \"%s\", \"bytes\": %" PRId64 "}",
+                       "], \"hash\": \"%s\", \"bytes\": %" PRId64,
                        j ? "," : "", c->r0, c->r1, c->c0, c->c1, c->hash, c->bytes);
+            if (version >= 2)
+                buf_printf(&b, ", \"tag\": \"%s\"", c->tag);
+            buf_add(&b, "}", 1);
         }
         buf_add(&b, "]}", 2);
     }

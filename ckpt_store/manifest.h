@@ -1,12 +1,19 @@
 /* manifest.h: what one checkpoint holds (DESIGN.md section 5), as JSON:
  *
- *   {"format_version": 1, "kind": "manifest" | "part", "run": "RUN", "step": 120,
+ *   {"format_version": 2, "kind": "manifest" | "part", "run": "RUN", "step": 120,
  *    "rank": -1 (a manifest) | r (the part of worker r), "world": 4,
  *    "split": "columnwise" | "tablewise", "created": "2026-11-24T10:00:00Z",
  *    "config": {...}, "state": {...},
  *    "tensors": [{"name": "emb/3", "dtype": "f32", "shape": [1000, 16],
  *                 "chunks": [{"rows": [0, 512], "cols": [0, 8], "hash": "<32 hex>",
- *                             "bytes": 16384}, ...]}, ...]}
+ *                             "bytes": 16384, "tag": "<32 hex>"}, ...]}, ...]}
+ *
+ * hash names the chunk's bytes (content-addressed: two tensors with equal bytes
+ * share a chunk); tag (version 2) is ckpt_chunk_tag of the same bytes bound to
+ * the tensor's name and the chunk's rows and cols, computed by the saving worker
+ * from what it held there, and checked by restore and `ckpt verify` against the
+ * bytes fetched: a manifest whose chunks were swapped between tensors, or moved,
+ * fails naming the tensor. Version 1 manifests (no tags) are still read.
  *
  * config is the model's (refused on restore when it differs), state the
  * training state (step, data position, seed, RNG); both are objects kept as JSON.
@@ -34,13 +41,14 @@
 extern "C" {
 #endif
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2 /* 2 adds each chunk's tag; 1 is still read */
 #define CKPT_NAME_MAX 96 /* longest tensor name */
 
 struct ckpt_chunk {
     int64_t r0, r1, c0, c1;
     int64_t bytes;
     char hash[CKPT_HASH_LEN + 1];
+    char tag[CKPT_HASH_LEN + 1]; /* ckpt_chunk_tag of its bytes at its place; "" in version 1 */
 };
 
 struct ckpt_tensor {
@@ -66,6 +74,11 @@ struct ckpt_manifest {
     struct ckpt_tensor *tensors;
 };
 
+/* out = the tag of a chunk: xxh3-128 of "terarec-chunk-tag", the tensor's name,
+ * r0, r1, c0, c1 (int64 little-endian) and the chunk's bytes p[0, n); 32 hex. */
+void ckpt_chunk_tag(const char *name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *p, size_t n,
+                    char out[CKPT_HASH_LEN + 1]);
+
 /* Parses and validates text[0, n): every field above with its type and range,
  * names, hashes, chunks inside their tensor with bytes matching their area, the
  * stripe and block rule (a manifest covers each tensor exactly; a part covers
@@ -76,7 +89,8 @@ struct ckpt_manifest {
 enum tr_status ckpt_manifest_parse(const char *text, size_t n, const char *what, struct ckpt_manifest *m) TR_WUR;
 
 /* *text (tr_malloc'd, NUL-terminated; *n bytes without the NUL) = m as JSON,
- * tensors and chunks in their order. TR_ERR_NOMEM. */
+ * tensors and chunks in their order; format_version 2 when every chunk has a
+ * tag, else 1 (and no tags). TR_ERR_NOMEM. */
 enum tr_status ckpt_manifest_dump(const struct ckpt_manifest *m, char **text, size_t *n) TR_WUR;
 
 /* Starts an empty manifest (part = rank >= 0) with config and state set to

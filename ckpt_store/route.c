@@ -65,19 +65,17 @@ static int method_bit(const char *m)
     return 0;
 }
 
-/* keep=N in the query q[0, n) (other parameters ignored); 0 when absent or bad. */
-static int query_keep(const char *q, size_t n)
+/* NAME=N in the query q[0, n) (other parameters ignored): 1 and *v when found
+ * and a decimal in [lo, hi], 0 when absent, -1 when bad. */
+static int query_int(const char *q, size_t n, const char *name, int64_t lo, int64_t hi, int64_t *v)
 {
     const char *end = q + n;
+    const size_t k = strlen(name);
     while (q < end) {
         const char *amp = memchr(q, '&', (size_t)(end - q));
         const char *e = amp ? amp : end;
-        if (e - q > 5 && memcmp(q, "keep=", 5) == 0) {
-            int64_t v;
-            if (!parse_dec(q + 5, (size_t)(e - q - 5), &v) || v < 1 || v > MAX_KEEP)
-                return 0;
-            return (int)v;
-        }
+        if ((size_t)(e - q) > k && memcmp(q, name, k) == 0 && q[k] == '=')
+            return parse_dec(q + k + 1, (size_t)(e - q - k - 1), v) && *v >= lo && *v <= hi ? 1 : -1;
         q = amp ? amp + 1 : end;
     }
     return 0;
@@ -201,6 +199,9 @@ void ckpt_route(const char *method, const char *url, struct ckpt_route *out)
         } else if (nseg == 3 && seg_is(&segs[2], "LATEST")) {
             out->op = CKPT_R_LATEST;
             allowed = M_GET | M_PUT;
+        } else if (nseg == 3 && seg_is(&segs[2], "claim")) {
+            out->op = CKPT_R_CLAIM;
+            allowed = M_POST;
         } else if (nseg == 4 && seg_is(&segs[2], "manifests")) {
             if (!parse_json_name(&segs[3], &out->step))
                 {
@@ -241,12 +242,22 @@ void ckpt_route(const char *method, const char *url, struct ckpt_route *out)
         refuse(out, 405, "method not allowed on this path");
         return;
     }
-    if (out->op == CKPT_R_GC) {
-        out->keep = query_keep(query, qlen);
-        if (out->keep < 1)
-            {
-        refuse(out, 400, "gc needs keep=N with 1 <= N <= 1000000");
-        return;
+    int64_t v = 0;
+    out->grace_s = -1;
+    if (out->op == CKPT_R_GC || (out->op == CKPT_R_LATEST && method_bit(method) == M_PUT)) {
+        int k = query_int(query, qlen, "keep", 0, MAX_KEEP, &v);
+        if (k < 0) {
+            refuse(out, 400, "keep=N needs 0 <= N <= 1000000 (0: keep all)");
+            return;
+        }
+        out->keep = k ? (int)v : 0;
     }
+    if (out->op == CKPT_R_GC) {
+        int k = query_int(query, qlen, "grace", 0, 100 * 365 * 86400LL, &v);
+        if (k < 0) {
+            refuse(out, 400, "grace=S needs a whole number of seconds");
+            return;
+        }
+        out->grace_s = k ? (int64_t)v : -1;
     }
 }

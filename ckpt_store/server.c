@@ -41,17 +41,17 @@
 /* ---- counters ------------------------------------------------------------------------ */
 
 static const char *const route_names[] = {"none", "healthz", "metrics", "chunk", "runs",
-                                          "steps", "manifest", "part", "latest", "gc"};
+                                          "steps", "manifest", "part", "latest", "gc", "claim"};
 static const char *const method_names[] = {"GET", "HEAD", "PUT", "POST", "other"};
-static const int codes[] = {200, 201, 206, 400, 401, 404, 405, 409, 413, 414, 416, 500, 503};
-#define NROUTES 10
+static const int codes[] = {200, 201, 206, 400, 401, 404, 405, 409, 413, 414, 416, 422, 500, 503, 507};
+#define NROUTES 11
 #define NMETHODS 5
 #define NCODES ((int)TR_ARRAY_SIZE(codes) + 1) /* the last: any other code */
 
 enum refusal { REF_AUTH, REF_PATH, REF_NO_ROUTE, REF_METHOD, REF_TOO_LARGE, REF_HASH, REF_BODY, REF_CONFLICT,
-               REF_RANGE, NREFUSALS };
+               REF_RANGE, REF_CHANGED, NREFUSALS };
 static const char *const refusal_names[] = {"auth", "bad_path", "no_route", "method", "too_large",
-                                            "bad_hash", "bad_body", "conflict", "range"};
+                                            "bad_hash", "bad_body", "conflict", "range", "changed"};
 
 struct metrics {
     atomic_uint_fast64_t requests[NROUTES][NMETHODS][NCODES];
@@ -84,6 +84,8 @@ struct req {
     size_t n, cap;
     int64_t limit, received;
     int over;                  /* the body crossed the limit: 413 at its end */
+    enum tr_status failed;     /* storing the body failed (the rest is drained) */
+    int failed_errno;          /* its cause (ENOSPC: 507) */
 };
 
 static int method_index(const char *m)
@@ -191,6 +193,11 @@ static enum MHD_Result reply_owned(struct ckpt_server *s, struct MHD_Connection 
     return reply(s, c, q, code, resp, n);
 }
 
+static int nospace(int e)
+{
+    return e == ENOSPC || e == EDQUOT;
+}
+
 /* A store status as an HTTP answer for requests that passed routing. */
 static enum MHD_Result reply_status(struct ckpt_server *s, struct MHD_Connection *c, struct req *q,
                                     const char *method, enum tr_status rc, const char *what)
@@ -207,6 +214,15 @@ static enum MHD_Result reply_status(struct ckpt_server *s, struct MHD_Connection
         return refuse(s, c, q, method, 400, REF_BODY, line);
     case TR_ERR_NOMEM:
         return reply_text(s, c, q, 503, "out of memory");
+    case TR_ERR_IO:
+        if (nospace(q && q->failed_errno ? q->failed_errno : ckpt_fs_errno())) {
+            int e = q && q->failed_errno ? q->failed_errno : ckpt_fs_errno();
+            snprintf(line, sizeof line, "%s: the store's disk is full (%s: %s)", what, e == ENOSPC ? "ENOSPC" : "EDQUOT",
+                     strerror(e));
+            LOG_ERROR("%s %s: 507 %s", method, q && q->uri ? q->uri : "?", line);
+            return reply_text(s, c, q, 507, line);
+        }
+        /* fall through */
     default:
         snprintf(line, sizeof line, "%s: %s (the server's log says more)", what, tr_strerror(rc));
         return reply_text(s, c, q, 500, line);
@@ -345,7 +361,8 @@ static enum MHD_Result get_metrics(struct ckpt_server *s, struct MHD_Connection 
 static enum MHD_Result post_gc(struct ckpt_server *s, struct MHD_Connection *c, struct req *q, const char *method)
 {
     struct ckpt_gc_stats st;
-    enum tr_status rc = ckpt_fs_gc(&s->fs, q->r.keep, &st);
+    struct ckpt_gc_opts o = {q->r.keep, q->r.grace_s >= 0 ? (double)q->r.grace_s : CKPT_GC_GRACE_S};
+    enum tr_status rc = ckpt_fs_gc(&s->fs, &o, &st);
     if (rc != TR_OK)
         return reply_status(s, c, q, method, rc, "gc");
     char *b = tr_malloc(512);
@@ -378,8 +395,20 @@ static enum MHD_Result answer(struct ckpt_server *s, struct MHD_Connection *c, s
     case CKPT_R_METRICS:
         return get_metrics(s, c, q);
     case CKPT_R_CHUNK:
+        if (q->method == 1) { /* HEAD: the client will not send it; keep it from a gc walking now */
+            int64_t have;
+            rc = ckpt_fs_chunk_touch(&s->fs, r->hash, &have);
+            if (rc == TR_ERR_NOT_FOUND)
+                return reply_text(s, c, q, 404, "no such chunk");
+            if (rc != TR_OK)
+                return reply_status(s, c, q, method, rc, "chunk");
+        }
         if (q->method != 2)
             return get_chunk(s, c, q, method);
+        if (q->failed) {
+            ckpt_fs_chunk_abort(&q->w);
+            return reply_status(s, c, q, method, q->failed, "chunk");
+        }
         if (q->exists) {
             char got[CKPT_HASH_LEN + 1];
             ckpt_hasher_final(q->h, got);
@@ -388,6 +417,8 @@ static enum MHD_Result answer(struct ckpt_server *s, struct MHD_Connection *c, s
             return reply_text(s, c, q, 200, "already stored");
         }
         rc = ckpt_fs_chunk_commit(&q->w);
+        if (rc == TR_ERR_IO)
+            q->failed_errno = ckpt_fs_errno();
         if (rc == TR_ERR_FORMAT)
             return refuse(s, c, q, method, 400, REF_HASH, "the body's bytes hash to another name");
         if (rc != TR_OK)
@@ -421,6 +452,10 @@ static enum MHD_Result answer(struct ckpt_server *s, struct MHD_Connection *c, s
         if (q->method == 0) {
             rc = r->op == CKPT_R_PART ? ckpt_fs_part_get(&s->fs, r->run, r->step, r->rank, &text, &n)
                                       : ckpt_fs_manifest_get(&s->fs, r->run, r->step, &text, &n);
+            if (rc == TR_ERR_FORMAT && r->op == CKPT_R_MANIFEST)
+                return refuse(s, c, q, method, 422, REF_CHANGED,
+                              "the manifest was changed after it was stored (its xxh3-128 differs from the one "
+                              "recorded)");
             if (rc != TR_OK)
                 return reply_status(s, c, q, method, rc, what);
             return reply_owned(s, c, q, 200, text, n, "application/json");
@@ -431,6 +466,9 @@ static enum MHD_Result answer(struct ckpt_server *s, struct MHD_Connection *c, s
             return reply_text(s, c, q, 201, "stored");
         if (rc == TR_ERR_NOT_FOUND)
             return refuse(s, c, q, method, 409, REF_CONFLICT, "a chunk it names is not stored");
+        if (rc == TR_ERR_RANGE)
+            return refuse(s, c, q, method, 409, REF_CONFLICT,
+                          "a different manifest of that step is committed (at or below LATEST): never replaced");
         return reply_status(s, c, q, method, rc, what);
     case CKPT_R_LATEST: {
         int64_t step = -1;
@@ -452,15 +490,41 @@ static enum MHD_Result answer(struct ckpt_server *s, struct MHD_Connection *c, s
         }
         if (!ok)
             return refuse(s, c, q, method, 400, REF_BODY, "the body must be a step (a decimal number)");
-        rc = ckpt_fs_commit(&s->fs, r->run, step);
+        rc = ckpt_fs_commit_keep(&s->fs, r->run, step, r->keep);
         if (rc == TR_ERR_NOT_FOUND)
             return refuse(s, c, q, method, 409, REF_CONFLICT, "no manifest of that step");
+        if (rc == TR_ERR_RANGE) {
+            int64_t cur = -1;
+            char line[200];
+            if (ckpt_fs_latest(&s->fs, r->run, &cur) != TR_OK)
+                cur = -1;
+            snprintf(line, sizeof line, "step %" PRId64 " is below LATEST (step %" PRId64 "): LATEST never moves back",
+                     step, cur);
+            return refuse(s, c, q, method, 409, REF_CONFLICT, line);
+        }
         if (rc != TR_OK)
             return reply_status(s, c, q, method, rc, "commit");
         return reply_text(s, c, q, 200, "committed");
     }
     case CKPT_R_GC:
         return post_gc(s, c, q, method);
+    case CKPT_R_CLAIM: {
+        char holder[300], line[512];
+        size_t k = q->n;
+        while (k > 0 && (q->body[k - 1] == '\n' || q->body[k - 1] == '\r'))
+            k--;
+        if (k == 0 || memchr(q->body, '\n', k))
+            return refuse(s, c, q, method, 400, REF_BODY, "the body must be the claiming job's id (one line)");
+        q->body[k] = '\0';
+        rc = ckpt_fs_claim(&s->fs, r->run, q->body, holder, sizeof holder);
+        if (rc == TR_ERR_RANGE) {
+            snprintf(line, sizeof line, "run name '%s' is in use in this store (claimed by %.200s)", r->run, holder);
+            return refuse(s, c, q, method, 409, REF_CONFLICT, line);
+        }
+        if (rc != TR_OK)
+            return reply_status(s, c, q, method, rc, "claim");
+        return reply_text(s, c, q, 200, "claimed");
+    }
     default:
         return reply_text(s, c, q, 500, "internal error: no route");
     }
@@ -493,7 +557,7 @@ static enum MHD_Result start(struct ckpt_server *s, struct MHD_Connection *c, st
         return refuse(s, c, q, method, q->r.status, k, q->r.reason);
     }
     int put = q->method == 2 || q->method == 3;
-    q->limit = q->r.op == CKPT_R_LATEST ? SMALL_BODY : s->max_body;
+    q->limit = q->r.op == CKPT_R_LATEST ? SMALL_BODY : q->r.op == CKPT_R_CLAIM ? 512 : s->max_body;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
@@ -504,7 +568,7 @@ static enum MHD_Result start(struct ckpt_server *s, struct MHD_Connection *c, st
     }
     if (put && q->r.op == CKPT_R_CHUNK) {
         int64_t have;
-        enum tr_status rc = ckpt_fs_chunk_stat(&s->fs, q->r.hash, &have);
+        enum tr_status rc = ckpt_fs_chunk_touch(&s->fs, q->r.hash, &have);
         if (rc == TR_OK) {
             q->exists = 1;
             q->h = ckpt_hasher_new();
@@ -540,13 +604,20 @@ static enum MHD_Result receive(struct ckpt_server *s, struct req *q, const char 
             ckpt_hasher_update(q->h, data, n);
             return MHD_YES;
         }
+        if (q->failed)
+            return MHD_YES; /* drained: the answer says why at the end */
         enum tr_status rc = ckpt_fs_chunk_write(&q->w, data, n);
         if (rc == TR_ERR_RANGE) {
             q->over = 1;
             ckpt_fs_chunk_abort(&q->w);
             return MHD_YES;
         }
-        return rc == TR_OK ? MHD_YES : MHD_NO;
+        if (rc != TR_OK) {
+            q->failed = rc;
+            q->failed_errno = ckpt_fs_errno();
+            ckpt_fs_chunk_abort(&q->w); /* frees the space of what was written */
+        }
+        return MHD_YES;
     }
     if (q->n + n + 1 > q->cap) {
         size_t nc = q->cap ? q->cap : 4096;
@@ -669,10 +740,20 @@ enum tr_status ckpt_server_start(const struct ckpt_server_cfg *cfg, struct ckpt_
     TR_CHECK_GOTO(ckpt_fs_open(&s->fs, cfg->root), rc, fail);
     ckpt_fs_set_fault(env_ms("TR_CKPT_FAULT_COMMIT_DELAY_MS"), env_ms("TR_CKPT_FAULT_PUT_DELAY_MS"));
     unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 8;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | (v6 ? MHD_USE_IPv6 : 0);
+    unsigned max_conns = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : 1000;
+    unsigned per_ip = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip : 128;
+    unsigned idle = cfg->idle_timeout > 0 ? (unsigned)cfg->idle_timeout : 30;
+    /* ITC: MHD_stop_daemon wakes the pool's threads at once (without it a thread
+     * sleeps in epoll until its nearest connection times out). Connections are
+     * bounded in all and per address, and one silent for `idle` seconds is closed
+     * (a half-sent header, or a body that stopped: a chunk upload that is moving
+     * is never cut) */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+                            MHD_OPTION_CONNECTION_LIMIT, max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                             /* room for large reads of a body: chunks are megabytes */
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1u << 20),
                             MHD_OPTION_END);
@@ -684,8 +765,10 @@ enum tr_status ckpt_server_start(const struct ckpt_server_cfg *cfg, struct ckpt_
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     *port = di ? (int)di->port : 0;
-    LOG_INFO(NET, "terarec-ckpt: serving '%s' on %s (port %d), %u threads, bodies up to %" PRId64 " bytes",
-             cfg->root, listen, *port, threads, s->max_body);
+    LOG_INFO(NET,
+             "terarec-ckpt: serving '%s' on %s (port %d), %u threads, bodies up to %" PRId64
+             " bytes, at most %u connections (%u per address), idle ones closed after %u s",
+             cfg->root, listen, *port, threads, s->max_body, max_conns, per_ip, idle);
     *out = s;
     return TR_OK;
 fail:
@@ -723,6 +806,15 @@ int ckpt_server_main(int argc, char **argv)
         {"token_file", TR_OPT_PATH, &token_file, NULL,
          "file holding the bearer token every request must carry; required", TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
         {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0, NULL},
+        {"max_connections", TR_OPT_INT, &cfg.max_connections, "1000", "connections open at once, in all", 1, 60000,
+         NULL, NULL, 0, NULL},
+        {"max_connections_per_ip", TR_OPT_INT, &cfg.max_connections_per_ip, "128",
+         "connections open at once from one address (a node's workers share one: 8 GPUs x 8 transfers each "
+         "fit, a flood from another address does not crowd them out)",
+         1, 60000, NULL, NULL, 0, NULL},
+        {"idle_timeout", TR_OPT_INT, &cfg.idle_timeout, "30",
+         "seconds a connection may send nothing (a half-sent header, a stalled body) before it is closed", 1, 86400,
+         NULL, NULL, 0, NULL},
         {"max_body", TR_OPT_BYTES, &cfg.max_body, "1G", "largest request body (a chunk or a manifest)", 1,
          (double)(INT64_C(1) << 40), NULL, NULL, 0, NULL},
         {"term_grace", TR_OPT_DOUBLE, &term_grace, "0",

@@ -14,12 +14,26 @@
  *   GET  /runs/<run>/manifests                 200 {"steps": [...]}
  *   GET  /runs/<run>/manifests/<step>.json     200, 404
  *   PUT  /runs/<run>/manifests/<step>.json     201, 400 not a manifest of that run and step,
- *                                              409 a chunk it names is missing
+ *                                              409 a chunk it names is missing,
+ *                                              or a different one of a committed step
+ *                                              (at or below LATEST); GET: 422 the
+ *                                              manifest changed after it was stored
  *   GET  /runs/<run>/parts/<step>/<rank>.json  200, 404
  *   PUT  /runs/<run>/parts/<step>/<rank>.json  201, 400, 409 (as manifests)
  *   GET  /runs/<run>/LATEST                    200 "<step>\n", 404
- *   PUT  /runs/<run>/LATEST                    body "<step>": 200 committed, 409 no such manifest
- *   POST /gc?keep=N                            200 {"manifests_removed": ..., ...}
+ *   PUT  /runs/<run>/LATEST[?keep=N]           body "<step>": 200 committed, 409 no such
+ *                                              manifest or a step below LATEST (never
+ *                                              moves back); keep=N then removes the
+ *                                              run's committed manifests but the N newest
+ *   POST /runs/<run>/claim                     body: a job's id. 200 the name is this
+ *                                              job's, 409 another job's (in use)
+ *   POST /gc[?keep=N][&grace=S]                200 {"manifests_removed": ..., ...}; keep 0
+ *                                              or absent: every committed manifest;
+ *                                              grace (default 60 s): ckpt_fs_gc
+ * A write that fails for a full disk (ENOSPC, EDQUOT) answers 507 with the cause.
+ * Connections: at most --max_connections, --max_connections_per_ip from one
+ * address, closed after --idle_timeout s without a byte; SIGTERM stops at once
+ * (ITC wakes the pool). 
  * Anything else: 404 (unknown path), 405 (known path, other method); a name that
  * is not a hash, a run outside [A-Za-z0-9._-], "..", "//", a step that is not a
  * decimal number: 400. Refusals are logged (method, path, peer, reason).
@@ -56,6 +70,7 @@ enum ckpt_route_op {
     CKPT_R_PART,        /* GET, PUT */
     CKPT_R_LATEST,      /* GET, PUT */
     CKPT_R_GC,          /* POST */
+    CKPT_R_CLAIM,       /* POST */
 };
 
 struct ckpt_route {
@@ -66,7 +81,8 @@ struct ckpt_route {
     char run[CKPT_RUN_MAX + 1];
     int64_t step;
     int rank;
-    int keep;                   /* gc */
+    int keep;                   /* gc, PUT LATEST: keep=N (0 when absent: all) */
+    int64_t grace_s;            /* gc: grace=S (-1 when absent) */
 };
 
 /* Maps a method and a URL path with its query (as received, percent-encoding
@@ -80,6 +96,9 @@ struct ckpt_server_cfg {
     const char *token_file; /* required */
     int threads;            /* 0: 8 */
     int64_t max_body;       /* bytes of a PUT body (0: 1 GiB) */
+    int max_connections;    /* open at once (0: 1000) */
+    int max_connections_per_ip; /* from one address (0: 128) */
+    int idle_timeout;       /* seconds without a byte before a connection is closed (0: 30) */
 };
 
 struct ckpt_server;

@@ -36,6 +36,7 @@ struct ckpt_cmd_cfg {
     char *dir, *token_file, *run, *output;
     int64_t step;
     int format, optimizer_state, keep, parallel;
+    double grace;
 };
 
 struct ctx {
@@ -61,7 +62,12 @@ static void cmd_opts(struct ckpt_cmd_cfg *c, struct tr_opt *o, size_t cap)
         {"output", TR_OPT_PATH, &c->output, NULL, "export: the file or directory to write", 1, 0, NULL, NULL, 0, NULL},
         {"optimizer_state", TR_OPT_BOOL, &c->optimizer_state, "false", "export: the optimizer state too", 1, 0,
          NULL, NULL, 0, NULL},
-        {"keep", TR_OPT_INT, &c->keep, "1", "gc: committed manifests kept per run", 1, 1e9, NULL, NULL, 0, NULL},
+        {"keep", TR_OPT_INT, &c->keep, "0",
+         "gc: committed manifests kept per run, the latest always among them (0: all of them)", 0, 1e6, NULL, NULL,
+         0, NULL},
+        {"grace", TR_OPT_DOUBLE, &c->grace, "60",
+         "gc: chunks, parts and unfinished saves modified less than this many seconds before gc began are kept",
+         0, 1e9, NULL, NULL, 0, NULL},
         {"parallel", TR_OPT_INT, &c->parallel, "8", "transfers in flight", 1, 256, NULL, NULL, 0, NULL},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
     };
@@ -257,7 +263,8 @@ static enum tr_status cmd_show(struct ctx *x)
 static enum tr_status cmd_gc(struct ctx *x)
 {
     struct ckpt_gc_stats st = {0};
-    TR_CHECK(ckpt_gc(x->c, x->cfg->keep, &st));
+    struct ckpt_gc_opts o = {x->cfg->keep, x->cfg->grace};
+    TR_CHECK(ckpt_gc(x->c, &o, &st));
     printf("gc: manifests kept %" PRId64 ", removed %" PRId64 "; chunks kept %" PRId64 ", removed %" PRId64
            " (%" PRId64 " bytes); parts removed %" PRId64 "; temporary files removed %" PRId64 "\n",
            st.manifests_kept, st.manifests_removed, st.chunks_kept, st.chunks_removed, st.bytes_removed,
@@ -273,6 +280,24 @@ struct vchunk {
     char what[CKPT_NAME_MAX + 128];
 };
 
+/* The tag check of a chunk whose bytes matched its hash: 0 when they belong to
+ * its tensor and place (or the manifest has no tags), else 1, printed. */
+static int tag_bad(struct ctx *x, const struct vchunk *v, const struct ckpt_get_item *it)
+{
+    char tag[CKPT_HASH_LEN + 1];
+    if (!v->k->tag[0])
+        return 0;
+    ckpt_chunk_tag(v->t->name, v->k->r0, v->k->r1, v->k->c0, v->k->c1, it->dst, (size_t)it->bytes, tag);
+    if (!strcmp(tag, v->k->tag))
+        return 0;
+    char *loc = ckpt_client_chunk_location(x->c, it->hash);
+    printf("%s: chunk %s: holds other bytes than were saved there (tag %s, the manifest says %s): chunks swapped "
+           "or moved\n",
+           v->what, loc ? loc : it->hash, tag, v->k->tag);
+    tr_free(loc);
+    return 1;
+}
+
 /* Which items of a failed batch are bad, one by one and without the client's
  * hash check, so that each gets its own reason; prints one line per bad chunk. */
 static enum tr_status verify_items(struct ctx *x, struct vchunk *v, struct ckpt_get_item *items, int n, int *bad)
@@ -285,8 +310,10 @@ static enum tr_status verify_items(struct ctx *x, struct vchunk *v, struct ckpt_
         if (s == TR_OK) {
             char got[CKPT_HASH_LEN + 1];
             ckpt_hash(one.dst, (size_t)one.bytes, got);
-            if (!strcmp(got, one.hash))
+            if (!strcmp(got, one.hash)) {
+                *bad += tag_bad(x, &v[i], &one);
                 continue;
+            }
             snprintf(why, sizeof why, "hash %s, expected %s", got, one.hash);
         } else if (s == TR_ERR_NOT_FOUND) {
             snprintf(why, sizeof why, "missing");
@@ -317,6 +344,9 @@ static enum tr_status cmd_verify(struct ctx *x)
     TR_CHECK(open_run(x));
     TR_CHECK(pick_step(x, &step));
     TR_CHECK(load_manifest(x, step, &m));
+    if (m.format_version < 2)
+        printf("verify: a manifest of format %d (before chunk tags): hashes are checked, places are not\n",
+               m.format_version);
     for (int i = 0; i < m.ntensors; i++) {
         total += m.tensors[i].nchunks;
         for (int j = 0; j < m.tensors[i].nchunks; j++)
@@ -366,6 +396,9 @@ static enum tr_status cmd_verify(struct ctx *x)
         }
         if (s != TR_OK)
             TR_CHECK_GOTO(verify_items(x, v, items, n, &bad), rc, exit);
+        else
+            for (int i = 0; i < n; i++)
+                bad += tag_bad(x, &v[i], &items[i]);
     }
     if (bad == 0) {
         printf("verify: %" PRId64 " chunks, %" PRId64 " bytes, all match\n", total, bytes);
@@ -790,7 +823,7 @@ static const struct ckpt_sub subs[] = {
     {"verify", cmd_verify, "fetch and re-hash every chunk of a manifest; exit 2 on a bad one"},
     {"inspect", cmd_inspect, "per-tensor sizes, dedup ratio, bytes added since the previous save"},
     {"export", cmd_export, "a manifest as safetensors (--output FILE) or npy files (--format npy --output DIR)"},
-    {"gc", cmd_gc, "remove old manifests (keeping --keep per run) and the chunks no kept one names"},
+    {"gc", cmd_gc, "remove the chunks no manifest names (and, with --keep N, older manifests); safe while jobs save"},
 };
 
 static void usage(FILE *fp)

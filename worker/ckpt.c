@@ -36,10 +36,11 @@ struct piece {
     int table;              /* dirty bitmap of this table; -1: saved every time (dense) */
     int64_t block;          /* its block in that bitmap */
     char hash[CKPT_HASH_LEN + 1]; /* of the last save ("" before the first) */
+    char tag[CKPT_HASH_LEN + 1];  /* its ckpt_chunk_tag */
     /* the save in flight */
     int copied;             /* in staging at stage_off */
     int64_t stage_off;
-    char fresh[CKPT_HASH_LEN + 1];
+    char fresh[CKPT_HASH_LEN + 1], fresh_tag[CKPT_HASH_LEN + 1];
 };
 
 struct wckpt {
@@ -324,6 +325,17 @@ static enum tr_status collect_parts(struct wckpt *w, const struct ckpt_manifest 
     return ckpt_manifest_check(m, "the merged manifest");
 }
 
+/* A part or manifest was refused for a missing chunk: a gc removed one that this
+ * save had sent but not yet named (it was older than gc's grace). Sends this
+ * save's chunks again (HEAD then PUT) for the one retry; chunks named from an
+ * earlier save cannot be sent again, and the retry then fails and says so. */
+static enum tr_status resend(struct wckpt *w, const struct ckpt_put_item *items, int n, struct ckpt_xfer_stats *st)
+{
+    LOG_WARN("checkpoint of step %lld: %s lacks a chunk this save sent (a gc ran meanwhile): sending them again",
+             (long long)w->step, ckpt_client_where(w->cl));
+    return ckpt_put_chunks(w->cl, items, n, st);
+}
+
 /* The background half of a save: hash, store, part, and on rank 0 merge and commit. */
 static enum tr_status run_save(struct wckpt *w)
 {
@@ -343,6 +355,8 @@ static enum tr_status run_save(struct wckpt *w)
             continue;
         const int64_t bytes = (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
         ckpt_hash((const char *)w->stage + p->stage_off, (size_t)bytes, p->fresh);
+        ckpt_chunk_tag(p->name, p->r0, p->r1, p->c0, p->c1, (const char *)w->stage + p->stage_off, (size_t)bytes,
+                       p->fresh_tag);
         items[nput++] = (struct ckpt_put_item){p->fresh, (const char *)w->stage + p->stage_off, bytes};
         copied_bytes += bytes;
     }
@@ -355,14 +369,19 @@ static enum tr_status run_save(struct wckpt *w)
         const struct piece *p = &w->pc[i];
         struct ckpt_tensor *t;
         TR_CHECK_GOTO(ckpt_manifest_add_tensor(&part, p->name, p->ndim, p->shape[0], p->shape[1], &t), rc, exit);
-        struct ckpt_chunk ch = {p->r0, p->r1, p->c0, p->c1, (p->r1 - p->r0) * (p->c1 - p->c0) * 4, ""};
+        struct ckpt_chunk ch = {p->r0, p->r1, p->c0, p->c1, (p->r1 - p->r0) * (p->c1 - p->c0) * 4, "", ""};
         snprintf(ch.hash, sizeof ch.hash, "%s", p->copied ? p->fresh : p->hash);
+        snprintf(ch.tag, sizeof ch.tag, "%s", p->copied ? p->fresh_tag : p->tag);
         TR_CHECK_GOTO(ckpt_tensor_add_chunk(t, &ch), rc, exit);
         all_bytes += ch.bytes;
     }
     if (w->world > 1 && w->rank != 0) {
         TR_CHECK_GOTO(ckpt_manifest_dump(&part, &text, &n), rc, exit);
-        TR_CHECK_GOTO(ckpt_put_part(w->cl, w->run, w->step, w->rank, text, n), rc, exit);
+        rc = ckpt_put_part(w->cl, w->run, w->step, w->rank, text, n);
+        if (rc == TR_ERR_NOT_FOUND && resend(w, items, nput, &st) == TR_OK)
+            rc = ckpt_put_part(w->cl, w->run, w->step, w->rank, text, n);
+        if (rc != TR_OK)
+            goto exit;
     } else {
         TR_CHECK_GOTO(collect_parts(w, &part, &man), rc, exit);
         json_decref(man.config);
@@ -374,8 +393,12 @@ static enum tr_status run_save(struct wckpt *w)
             goto exit;
         }
         TR_CHECK_GOTO(ckpt_manifest_dump(&man, &text, &n), rc, exit);
-        TR_CHECK_GOTO(ckpt_put_manifest(w->cl, w->run, w->step, text, n), rc, exit);
-        TR_CHECK_GOTO(ckpt_commit(w->cl, w->run, w->step), rc, exit);
+        rc = ckpt_put_manifest(w->cl, w->run, w->step, text, n);
+        if (rc == TR_ERR_NOT_FOUND && resend(w, items, nput, &st) == TR_OK)
+            rc = ckpt_put_manifest(w->cl, w->run, w->step, text, n);
+        if (rc != TR_OK)
+            goto exit;
+        TR_CHECK_GOTO(ckpt_commit_keep(w->cl, w->run, w->step, (int)w->c->keep_checkpoints), rc, exit);
         struct ckpt_manifest_totals tot;
         TR_CHECK_GOTO(ckpt_manifest_totals(&man, &tot), rc, exit);
         json_t *ev = json_object();
@@ -397,8 +420,10 @@ static enum tr_status run_save(struct wckpt *w)
                   (long long)st.chunks_skipped, (long long)tot.chunks, tot.bytes / 1048576.0, tr_clock_now() - t0);
     }
     for (int i = 0; i < w->npc; i++) /* the next incremental save starts from these */
-        if (w->pc[i].copied)
+        if (w->pc[i].copied) {
             memcpy(w->pc[i].hash, w->pc[i].fresh, sizeof w->pc[i].hash);
+            memcpy(w->pc[i].tag, w->pc[i].fresh_tag, sizeof w->pc[i].tag);
+        }
     w->bytes_sent_total += st.bytes_sent;
     w->bytes_full_total += all_bytes;
     LOG_DEBUG(CKPT, "checkpoint: step %lld: rank %d stored its part (%.2f MiB sent) in %.3f s", (long long)w->step,
@@ -517,6 +542,16 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
     snprintf(w->attempt, sizeof w->attempt, "%s", T->run_id);
     TR_CHECK(run_name(T, w->run, sizeof w->run));
     TR_CHECK(open_client(c, c->checkpoint_dir, &w->cl));
+    /* before training: a wrong token or a dead store is found now, not at the
+     * first save; and a run name is one job's (a second job with it is refused,
+     * also when both start at once: the claim is atomic in the store) */
+    TR_CHECK(ckpt_client_check(w->cl));
+    if (!c->resume) {
+        enum tr_status r = ckpt_claim(w->cl, w->run, w->attempt);
+        if (r == TR_ERR_RANGE)
+            r = TR_ERR_ARG; /* the user's choice of name: exit 2 */
+        TR_CHECK(r);
+    }
     w->ntables = T->src.ntables;
     w->block_rows = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->block_rows);
     w->dirty = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->dirty);
@@ -804,6 +839,20 @@ static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, con
             o += ch->bytes;
         }
         TR_CHECK_GOTO(ckpt_get_chunks(cl, items, b - a, NULL), rc, exit);
+        for (int j = a; j < b; j++) { /* the bytes belong to this tensor and place (manifest.h, tag) */
+            const struct ckpt_chunk *ch = &mt->chunks[sel[j]];
+            char tag[CKPT_HASH_LEN + 1];
+            if (!ch->tag[0])
+                continue;
+            ckpt_chunk_tag(mt->name, ch->r0, ch->r1, ch->c0, ch->c1, items[j - a].dst, (size_t)ch->bytes, tag);
+            if (strcmp(tag, ch->tag) != 0) {
+                LOG_ERROR("restore: %s: chunk '%s' holds other bytes than were saved there (tag %s, the manifest "
+                          "says %s): the manifest's chunks were swapped or moved",
+                          what[j], ch->hash, tag, ch->tag);
+                rc = TR_ERR_FORMAT;
+                goto exit;
+            }
+        }
         for (int j = a; j < b; j++)
             TR_CHECK_GOTO(patch(m, t, &mt->chunks[sel[j]], (const float *)items[j - a].dst, &tmp, &tmp_cap), rc,
                           exit);
@@ -934,6 +983,10 @@ static enum tr_status restore_local(struct train *T, int *fresh)
     char what[256];
     snprintf(what, sizeof what, "%s %s#%s@%lld", flag, where, run, (long long)step);
     TR_CHECK_GOTO(ckpt_manifest_parse(text, n, what, &man), rc, exit);
+    if (man.format_version < 2 && T->dist.rank == 0)
+        LOG_WARN("%s: a manifest of format %d (before chunk tags): whether each chunk belongs to its tensor is not "
+                 "checked",
+                 what, man.format_version);
     TR_CHECK_GOTO(check_config(T, &man, what), rc, exit);
     TR_CHECK_GOTO(for_each_held(T->m, T->dist.rank, add_target, &ts), rc, exit);
     const double t0 = tr_clock_now();

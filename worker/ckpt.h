@@ -14,7 +14,8 @@
  *
  * Restore (--resume, --restore): every rank reads the manifest, refuses a model
  * config that differs (naming the field), fetches only the chunks that overlap
- * what it holds (any world size, either split mode) and writes them into the
+ * what it holds (any world size, either split mode), checks each chunk's tag (its
+ * bytes belong to that tensor and place: manifest.h) and writes them into the
  * model; the step, the data position and the first loss come back too. */
 #ifndef TR_WORKER_CKPT_H
 #define TR_WORKER_CKPT_H
@@ -32,9 +33,13 @@ struct wckpt;
 
 /* Opens the checkpoint store of a run that saves (--checkpoint_dir) and plans
  * what this rank saves; starts the saver thread with --checkpoint_async and dirty
- * tracking with --checkpoint_incremental. *out = NULL (and TR_OK) when the run
- * does not save. Errors (logged): TR_ERR_ARG (a bad run name or URL, a missing
- * token file), TR_ERR_IO, TR_ERR_NOMEM, TR_ERR_SYS (the thread). */
+ * tracking with --checkpoint_incremental. Before training it checks that the
+ * store answers and takes the token, and, without --resume, claims the run name
+ * in the store (every rank with the job's id: one job per name). Each commit
+ * asks the store to keep --keep_checkpoints manifests of the run. *out = NULL
+ * (and TR_OK) when the run does not save. Errors (logged): TR_ERR_ARG (a bad run
+ * name or URL, a missing or wrong token, a run name another job holds),
+ * TR_ERR_IO, TR_ERR_REMOTE (no store), TR_ERR_NOMEM, TR_ERR_SYS (the thread). */
 enum tr_status wckpt_open(struct train *T, struct wckpt **out) TR_WUR;
 
 /* Starts a save of the state after T->step steps (waits for the previous save

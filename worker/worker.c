@@ -61,6 +61,10 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          NULL, NULL, 0, NULL},
         {"checkpoint_timeout", TR_OPT_DOUBLE, &c->checkpoint_timeout, "600",
          "seconds rank 0 waits for every rank's part of a checkpoint (0: forever)", 0, 1e9, NULL, NULL, 0, NULL},
+        {"keep_checkpoints", TR_OPT_INT64, &c->keep_checkpoints, "3",
+         "after each commit the store keeps this run's N newest committed checkpoints and removes the older "
+         "manifests (never the latest; their chunks go with the next `terarec ckpt gc`); 0: keep all",
+         0, 1e6, NULL, NULL, 0, NULL},
         {"run_name", TR_OPT_STRING, &c->run_name, NULL,
          "the run's name in the checkpoint store (default: a generated id, printed at start)", TR_OPT_NOBOUNDS, NULL,
          NULL, 0, NULL},

@@ -31,6 +31,7 @@ struct worker_cfg {
     int checkpoint_async, checkpoint_incremental;
     int64_t checkpoint_chunk_bytes;
     double checkpoint_timeout;      /* seconds rank 0 waits for the other ranks' parts */
+    int64_t keep_checkpoints;       /* committed manifests the store keeps for the run (0: all) */
     char *run_name;
     int resume;
     char *restore;         /* URL_or_PATH#RUN@STEP */

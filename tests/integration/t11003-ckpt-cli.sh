@@ -232,7 +232,7 @@ suite() {
     # gc: keep 1 leaves step 20; the orphan and step 10's own chunks go
     local before after
     before=$(find "$root/chunks" -type f | wc -l)
-    if out=$($T ckpt gc "${D[@]}" 2>&1) && echo "$out" | grep -q 'manifests kept 1, removed 2' &&
+    if out=$($T ckpt gc "${D[@]}" --keep 1 --grace 0 2>&1) && echo "$out" | grep -q 'manifests kept 1, removed 2' &&
         after=$(find "$root/chunks" -type f | wc -l) && [ "$after" -lt "$before" ] &&
         [ "$after" -eq "$($PY -c "import json; m = json.load(open('$root/runs/demo/manifests/20.json'));
 print(len(set(c['hash'] for t in m['tensors'] for c in t['chunks'])))")" ] &&

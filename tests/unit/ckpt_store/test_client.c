@@ -348,8 +348,9 @@ static void check_objects(struct ckpt_client *c)
     tr_free(steps);
     /* gc keeps step 20 only */
     struct ckpt_gc_stats gs = {0};
-    TH_EQ_ST(ckpt_gc(c, 0, &gs), TR_ERR_ARG);
-    TH_EQ_ST(ckpt_gc(c, 1, &gs), TR_OK);
+    struct ckpt_gc_opts bad = {-1, 0}, keep1 = {1, 0};
+    TH_EQ_ST(ckpt_gc(c, &bad, &gs), TR_ERR_ARG);
+    TH_EQ_ST(ckpt_gc(c, &keep1, &gs), TR_OK);
     TH_EQ(gs.manifests_removed, 1);
     TH_CHECK(gs.chunks_removed >= 2);
     TH_EQ_ST(ckpt_list_steps(c, "r1", &steps, &ns), TR_OK);

@@ -110,7 +110,7 @@ static void refuses_naming_fields(void)
     static const struct {
         const char *find, *replace, *path;
     } cases[] = {
-        {"\"format_version\": 1", "\"format_version\": 2", "format_version"},
+        {"\"format_version\": 1", "\"format_version\": 3", "format_version"},
         {"\"format_version\": 1", "\"format_version\": \"1\"", "format_version"},
         {"\"format_version\": 1, ", "", "format_version"},
         {"\"kind\": \"manifest\"", "\"kind\": \"whole\"", "kind"},
@@ -232,7 +232,7 @@ static void stripes_and_blocks(void)
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&m, "emb/0", 2, n, 2, &t), TR_OK);
     for (int i = 0; i < n; i++) {
         int r = (int)(((int64_t)i * 7919) % n); /* 7919 is prime to n: a permutation */
-        struct ckpt_chunk c = {r, r + 1, 0, 2, 8, H1};
+        struct ckpt_chunk c = {r, r + 1, 0, 2, 8, H1, ""};
         TH_EQ_ST_REQ(ckpt_tensor_add_chunk(t, &c), TR_OK);
     }
     TH_EQ_ST(ckpt_manifest_check(&m, "big"), TR_OK);
@@ -253,9 +253,9 @@ static void build_and_merge(void)
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "", 2, 4, 4, &t), TR_ERR_ARG);
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 0, &t), TR_ERR_ARG);
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 4, &t), TR_OK);
-    struct ckpt_chunk c = {0, 4, 0, 2, 32, H1};
+    struct ckpt_chunk c = {0, 4, 0, 2, 32, H1, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &c), TR_OK);
-    struct ckpt_chunk out = {0, 5, 0, 2, 40, H1};
+    struct ckpt_chunk out = {0, 5, 0, 2, 40, H1, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &out), TR_ERR_ARG);
     TH_EQ_ST(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 3, &t), TR_ERR_ARG); /* another shape */
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p0, "emb/0", 2, 4, 4, &t), TR_OK);  /* the same one */
@@ -267,7 +267,7 @@ static void build_and_merge(void)
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &c), TR_OK);
     TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&p1, "bias", 1, 3, 99, &t), TR_OK);
     TH_EQ(t->shape[1], 1);
-    struct ckpt_chunk b = {0, 3, 0, 1, 12, H2};
+    struct ckpt_chunk b = {0, 3, 0, 1, 12, H2, ""};
     TH_EQ_ST(ckpt_tensor_add_chunk(t, &b), TR_OK);
     TH_EQ_ST(ckpt_manifest_check(&p0, "p0"), TR_OK);
     TH_EQ_ST(ckpt_manifest_merge(&m, &p0), TR_OK);
@@ -300,7 +300,49 @@ static void build_and_merge(void)
     ckpt_manifest_release(&p1);
 }
 
+/* Format 2: each chunk's tag is dumped and parsed back; a version 2 chunk
+ * without one is refused; a chunk without a tag makes the dump format 1; the tag
+ * binds the bytes to the tensor's name and place. */
+static void chunk_tags(void)
+{
+    struct ckpt_manifest m, back;
+    TH_EQ_ST_REQ(ckpt_manifest_init(&m, "r", 3, -1, 1, "columnwise"), TR_OK);
+    struct ckpt_tensor *t;
+    TH_EQ_ST_REQ(ckpt_manifest_add_tensor(&m, "emb/0", 2, 2, 2, &t), TR_OK);
+    const float v[4] = {1, 2, 3, 4};
+    struct ckpt_chunk c = {0, 2, 0, 2, 16, "", ""};
+    ckpt_hash(v, sizeof v, c.hash);
+    ckpt_chunk_tag("emb/0", 0, 2, 0, 2, v, sizeof v, c.tag);
+    TH_EQ_ST(ckpt_tensor_add_chunk(t, &c), TR_OK);
+    char other[CKPT_HASH_LEN + 1];
+    ckpt_chunk_tag("emb/1", 0, 2, 0, 2, v, sizeof v, other);
+    TH_CHECK(strcmp(other, c.tag) != 0); /* same bytes, another tensor */
+    ckpt_chunk_tag("emb/0", 0, 1, 0, 2, v, sizeof v, other);
+    TH_CHECK(strcmp(other, c.tag) != 0); /* another place */
+    char *text;
+    size_t n;
+    TH_EQ_ST_REQ(ckpt_manifest_dump(&m, &text, &n), TR_OK);
+    TH_CHECK(strstr(text, "\"format_version\": 2") != NULL);
+    TH_EQ_ST_REQ(ckpt_manifest_parse(text, n, "v2", &back), TR_OK);
+    TH_EQ_STR(back.tensors[0].chunks[0].tag, c.tag);
+    ckpt_manifest_release(&back);
+    char *tag = strstr(text, ", \"tag\"");
+    TH_REQUIRE(tag != NULL);
+    memmove(tag, tag + 2 + 5 + 2 + 2 + CKPT_HASH_LEN, strlen(tag + 2 + 5 + 2 + 2 + CKPT_HASH_LEN) + 1);
+    TH_EQ_ST(ckpt_manifest_parse(text, strlen(text), "v2 without a tag", &back), TR_ERR_FORMAT);
+    tr_free(text);
+    t->chunks[0].tag[0] = '\0';
+    TH_EQ_ST_REQ(ckpt_manifest_dump(&m, &text, &n), TR_OK);
+    TH_CHECK(strstr(text, "\"format_version\": 1") != NULL && !strstr(text, "tag"));
+    TH_EQ_ST(ckpt_manifest_parse(text, n, "v1", &back), TR_OK);
+    TH_EQ(back.format_version, 1);
+    ckpt_manifest_release(&back);
+    tr_free(text);
+    ckpt_manifest_release(&m);
+}
+
 static const struct th_case cases[] = {
+    {"chunk_tags", chunk_tags},
     {"round_trip", round_trip},
     {"refuses_naming_fields", refuses_naming_fields},
     {"stripes_and_blocks", stripes_and_blocks},

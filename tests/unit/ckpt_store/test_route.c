@@ -48,6 +48,19 @@ static void routes(void)
     r = R("POST", "/gc?keep=3");
     TH_EQ(r.op, CKPT_R_GC);
     TH_EQ(r.keep, 3);
+    r = R("POST", "/gc"); /* keep all, the default grace */
+    TH_EQ(r.op, CKPT_R_GC);
+    TH_EQ(r.keep, 0);
+    TH_EQ(r.grace_s, -1);
+    r = R("POST", "/gc?keep=0&grace=5");
+    TH_EQ(r.keep, 0);
+    TH_EQ(r.grace_s, 5);
+    r = R("PUT", "/runs/r/LATEST?keep=2");
+    TH_EQ(r.op, CKPT_R_LATEST);
+    TH_EQ(r.keep, 2);
+    r = R("POST", "/runs/r/claim");
+    TH_EQ(r.op, CKPT_R_CLAIM);
+    TH_EQ_STR(r.run, "r");
     TH_EQ(R("POST", "/gc?x=1&keep=2").keep, 2);
     TH_EQ(R("GET", "/runs/r/LATEST?ignored=1").op, CKPT_R_LATEST); /* other queries are ignored */
 }
@@ -116,8 +129,10 @@ static const struct {
     {"GET", "/gc?keep=1", 405},
     {"BREW", "/metrics", 405},
     /* gc's keep */
-    {"POST", "/gc", 400},
-    {"POST", "/gc?keep=0", 400},
+    {"POST", "/gc?grace=x", 400},
+    {"POST", "/gc?grace=-1", 400},
+    {"PUT", "/runs/r/LATEST?keep=x", 400},
+    {"GET", "/runs/r/claim", 405},
     {"POST", "/gc?keep=x", 400},
     {"POST", "/gc?keep=", 400},
     {"POST", "/gc?keep=1000001", 400},

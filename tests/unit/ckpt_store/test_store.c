@@ -39,6 +39,8 @@ static int count_files(const char *d, const char *part)
     while ((e = readdir(dp))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
+        if (!part && (strcmp(e->d_name, ".lock") == 0 || strstr(e->d_name, ".xxh3")))
+            continue; /* the store's lock files and the manifests' recorded hashes */
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", d, e->d_name);
         struct stat st;
@@ -186,7 +188,7 @@ static char *make_manifest(struct ckpt_fs *fs, const char *run, int64_t step, in
     TR_ASSERT(ckpt_manifest_add_tensor(&m, "emb/0", 2, 2, 2, &t) == TR_OK);
     for (int r = 0; r < 2; r++) {
         float v[2] = {seed, seed + (float)r + 1};
-        struct ckpt_chunk c = {r, r + 1, 0, 2, sizeof v, ""};
+        struct ckpt_chunk c = {r, r + 1, 0, 2, sizeof v, "", ""};
         ckpt_hash(v, sizeof v, c.hash);
         if (store)
             TR_ASSERT(ckpt_fs_chunk_put(fs, c.hash, v, sizeof v) == TR_OK);
@@ -304,8 +306,9 @@ static void gc_keeps(void)
     TH_EQ(count_files(dir, NULL), 5 + 10 + 1 + 1 + 1 + 2); /* manifests, chunks, LATEST, part, orphan, temps */
 
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 0, &st), TR_ERR_ARG);
-    TH_EQ_ST(ckpt_fs_gc(&fs, 2, &st), TR_OK);
+    struct ckpt_gc_opts bad = {-1, 0}, keep2 = {2, 0}, keep1 = {1, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &bad, &st), TR_ERR_ARG);
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep2, &st), TR_OK);
     TH_EQ(st.manifests_kept, 2);
     TH_EQ(st.manifests_removed, 3); /* 1, 2 and the uncommitted 5 */
     TH_EQ(st.chunks_kept, 4);
@@ -332,7 +335,7 @@ static void gc_keeps(void)
     snprintf(p, sizeof p, "%s/runs/r/parts", dir);
     TH_CHECK(!exists(p));
     /* keep 1: only LATEST's */
-    TH_EQ_ST(ckpt_fs_gc(&fs, 1, &st), TR_OK);
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep1, &st), TR_OK);
     TH_EQ(st.manifests_kept, 1);
     TH_EQ(st.manifests_removed, 1);
     TH_EQ(st.chunks_removed, 2);
@@ -351,7 +354,8 @@ static void gc_uncommitted_run(void)
     TH_EQ_ST(ckpt_fs_manifest_put(&fs, "never", 1, text, n), TR_OK);
     tr_free(text);
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 3, &st), TR_OK);
+    struct ckpt_gc_opts keep3 = {3, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep3, &st), TR_OK);
     TH_EQ(st.manifests_removed, 1);
     TH_EQ(st.chunks_removed, 2);
     TH_EQ(count_files(dir, NULL), 0);
@@ -376,14 +380,116 @@ static void gc_broken_latest(void)
     snprintf(p, sizeof p, "%s/runs/r/LATEST", dir);
     TH_EQ_ST(tr_file_write_atomic(p, "one\n", 4), TR_OK);
     struct ckpt_gc_stats st;
-    TH_EQ_ST(ckpt_fs_gc(&fs, 1, &st), TR_ERR_FORMAT);
+    struct ckpt_gc_opts keep1 = {1, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &keep1, &st), TR_ERR_FORMAT);
     TH_EQ(st.chunks_removed, 0);
     TH_EQ(count_files(dir, NULL), 1 + 2 + 1 + 1);
     ckpt_fs_close(&fs);
     TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
 }
 
+/* One job per run name; LATEST only moves forward; retention at commit; a
+ * manifest edited after it was stored is refused; a touched chunk. */
+static void claims_latest_and_hashes(void)
+{
+    make_dir();
+    struct ckpt_fs fs;
+    TH_EQ_ST_REQ(ckpt_fs_open(&fs, dir), TR_OK);
+    char holder[300];
+    TH_EQ_ST(ckpt_fs_claim(&fs, "r", "job-a", holder, sizeof holder), TR_OK);
+    TH_EQ_ST(ckpt_fs_claim(&fs, "r", "job-a", holder, sizeof holder), TR_OK); /* another rank of job a */
+    TH_EQ_ST(ckpt_fs_claim(&fs, "r", "job-b", holder, sizeof holder), TR_ERR_RANGE);
+    TH_EQ_STR(holder, "job-a");
+    TH_EQ_ST(ckpt_fs_claim(&fs, "r", "two\nlines", holder, sizeof holder), TR_ERR_ARG);
+    size_t n;
+    for (int s = 1; s <= 4; s++) {
+        char *text = make_manifest(&fs, "r", s, -1, (float)s, 1, &n);
+        TH_EQ_ST(ckpt_fs_manifest_put(&fs, "r", s, text, n), TR_OK);
+        tr_free(text);
+    }
+    TH_EQ_ST(ckpt_fs_commit_keep(&fs, "r", 3, 0), TR_OK);
+    TH_EQ_ST(ckpt_fs_commit_keep(&fs, "r", 2, 0), TR_ERR_RANGE); /* never back */
+    TH_EQ_ST(ckpt_fs_commit_keep(&fs, "r", 3, 0), TR_OK);        /* the same step again */
+    int64_t latest = -1;
+    TH_EQ_ST(ckpt_fs_latest(&fs, "r", &latest), TR_OK);
+    TH_EQ(latest, 3);
+    /* a different manifest of a committed step is refused; the same one is not */
+    char *other = make_manifest(&fs, "r", 2, -1, 99.0f, 1, &n);
+    TH_EQ_ST(ckpt_fs_manifest_put(&fs, "r", 2, other, n), TR_ERR_RANGE);
+    tr_free(other);
+    char *same = NULL;
+    TH_EQ_ST(ckpt_fs_manifest_get(&fs, "r", 2, &same, &n), TR_OK);
+    TH_EQ_ST(ckpt_fs_manifest_put(&fs, "r", 2, same, n), TR_OK);
+    tr_free(same);
+    /* a run created before claims existed owns its name */
+    TH_EQ_ST(ckpt_fs_claim(&fs, "r2", "x", holder, sizeof holder), TR_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/runs/old/manifests", dir);
+    TH_EQ_ST(tr_file_mkdir_p(p), TR_OK);
+    TH_EQ_ST(ckpt_fs_claim(&fs, "old", "x", holder, sizeof holder), TR_ERR_RANGE);
+    /* keep 2 at the commit of 4: 1 and 2 go, 3 and 4 stay */
+    TH_EQ_ST(ckpt_fs_commit_keep(&fs, "r", 4, 2), TR_OK);
+    int64_t *steps;
+    int k;
+    TH_EQ_ST(ckpt_fs_list_steps(&fs, "r", &steps, &k), TR_OK);
+    TH_EQ_REQ(k, 2);
+    TH_EQ(steps[0], 3);
+    TH_EQ(steps[1], 4);
+    tr_free(steps);
+    /* one byte of a stored manifest changed: refused on every read */
+    snprintf(p, sizeof p, "%s/runs/r/manifests/4.json", dir);
+    char *text = NULL;
+    TH_EQ_ST_REQ(tr_file_read_all(p, &text, &n), TR_OK);
+    char *at = strstr(text, "\"step\": 4");
+    TH_REQUIRE(at != NULL);
+    at[8] = '5';
+    TH_EQ_ST(tr_file_write_atomic(p, text, n), TR_OK);
+    tr_free(text);
+    TH_EQ_ST(ckpt_fs_manifest_get(&fs, "r", 4, &text, &n), TR_ERR_FORMAT);
+    TH_CHECK(text == NULL);
+    /* touch: the size, and NOT_FOUND / ARG */
+    char h[CKPT_HASH_LEN + 1];
+    ckpt_hash("abc", 3, h);
+    int64_t bytes = 0;
+    TH_EQ_ST(ckpt_fs_chunk_touch(&fs, h, &bytes), TR_ERR_NOT_FOUND);
+    TH_EQ_ST(ckpt_fs_chunk_touch(&fs, "nothash", &bytes), TR_ERR_ARG);
+    TH_EQ_ST(ckpt_fs_chunk_put(&fs, h, "abc", 3), TR_OK);
+    TH_EQ_ST(ckpt_fs_chunk_touch(&fs, h, &bytes), TR_OK);
+    TH_EQ(bytes, 3);
+    ckpt_fs_close(&fs);
+    TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
+}
+
+/* gc's grace: what was written just before gc began stays (a save in flight). */
+static void gc_grace(void)
+{
+    make_dir();
+    struct ckpt_fs fs;
+    TH_EQ_ST_REQ(ckpt_fs_open(&fs, dir), TR_OK);
+    char orphan[CKPT_HASH_LEN + 1];
+    ckpt_hash("orphan", 6, orphan);
+    TH_EQ_ST(ckpt_fs_chunk_put(&fs, orphan, "orphan", 6), TR_OK);
+    size_t n;
+    char *text = make_manifest(&fs, "r", 7, -1, 1.0f, 1, &n); /* uncommitted: a save in flight */
+    TH_EQ_ST(ckpt_fs_manifest_put(&fs, "r", 7, text, n), TR_OK);
+    tr_free(text);
+    struct ckpt_gc_stats st;
+    struct ckpt_gc_opts young = {0, 60}, now = {0, 0};
+    TH_EQ_ST(ckpt_fs_gc(&fs, &young, &st), TR_OK);
+    TH_EQ(st.chunks_removed, 0);
+    TH_EQ(st.manifests_removed, 0);
+    TH_EQ(st.manifests_kept, 1);
+    TH_EQ_ST(ckpt_fs_gc(&fs, &now, &st), TR_OK);
+    TH_EQ(st.chunks_removed, 3);
+    TH_EQ(st.manifests_removed, 1);
+    TH_EQ(count_files(dir, NULL), 0);
+    ckpt_fs_close(&fs);
+    TH_EQ_ST(tr_file_rm_rf(dir), TR_OK);
+}
+
 static const struct th_case cases[] = {
+    {"claims_latest_and_hashes", claims_latest_and_hashes},
+    {"gc_grace", gc_grace},
     {"gc_broken_latest", gc_broken_latest},
     {"hashes", hashes},
     {"chunks", chunks},
