@@ -605,8 +605,9 @@ static enum tr_status resume_check(struct launch *L, char *missing, size_t n, en
     struct stat st;
     if (L->ckpt_root) {
         ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
-        if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            snprintf(missing, n, "the checkpoint store '%s' (%s)", root, strerror(errno ? errno : ENOTDIR));
+        const int e = stat(root, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (e) {
+            snprintf(missing, n, "the checkpoint store '%s' (%s)", root, strerror(e));
             *level = RESUME_NO_STORE;
             return TR_ERR_NOT_FOUND;
         }
