@@ -1,8 +1,10 @@
 /* train.c: `terarec train`, the launcher (train.h). One thread: a poll() loop
  * over the ranks' report connections (common/evproto.h), a signalfd for SIGCHLD
- * and the signals a job gets (SIGINT, SIGTERM, SIGUSR1), and a tick that checks
- * for hangs and redraws the progress line. Only this process writes the run
- * history (db/). */
+ * and the signals a job gets (SIGINT, SIGTERM, SIGUSR1, SIGHUP; SIGPIPE is
+ * ignored), and a tick that checks for hangs, a failed loader, and redraws the
+ * progress line. Only this process writes the run history (db/). Its death is
+ * not handled here: each child gets SIGTERM from the kernel (proc.h), and each
+ * worker ends when its report connection closes. */
 #define TR_SUBSYS TR_SUB_INIT
 #include "train.h"
 
