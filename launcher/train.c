@@ -1535,10 +1535,11 @@ static enum tr_status check_flags(struct launch *L)
         LOG_HINT("give the directory 'terarec data prepare --output' wrote");
         return TR_ERR_ARG;
     }
-    if (ds && (!L->ctr.image || mapped)) {
+    if (ds && (!L->ctr.image || mapped) && !c->dry_run) {
         /* the loader's own checks (the FeatureSpec, each file's size), here, before
          * anything starts: a bad dataset is one error line naming the file, not a
-         * loader that fails in its log while the workers wait for it */
+         * loader that fails in its log while the workers wait for it (a dry run
+         * only shows the commands: the directory is enough) */
         struct job_cfg job = c->w.job;
         job.dataset_path = data;
         struct source src;
