@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,7 +22,14 @@
 enum tr_status proc_start(struct proc *p, const char *what, char *const argv[], const char *log,
                           const sigset_t *mask)
 {
+    return proc_start_ex(p, what, argv, log, mask, SIGTERM);
+}
+
+enum tr_status proc_start_ex(struct proc *p, const char *what, char *const argv[], const char *log,
+                             const sigset_t *mask, int death_sig)
+{
     memset(p, 0, sizeof *p);
+    const pid_t parent = getpid();
     p->what = what;
     if (!(p->log = tr_strdup(log)))
         return TR_ERR_NOMEM;
@@ -38,6 +46,15 @@ enum tr_status proc_start(struct proc *p, const char *what, char *const argv[], 
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* the launcher gone (kill -9, a closed terminal), the child gets death_sig:
+         * it survives the exec (not for set-uid programs, which terarec does not
+         * start). It fires when the forking *thread* ends: the launcher forks from
+         * its only thread. A launcher that died before this line is seen here. */
+        if (death_sig > 0) {
+            prctl(PR_SET_PDEATHSIG, death_sig);
+            if (getppid() != parent)
+                _exit(128 + death_sig);
+        }
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;

@@ -30,6 +30,13 @@ struct proc {
 enum tr_status proc_start(struct proc *p, const char *what, char *const argv[], const char *log,
                           const sigset_t *mask) TR_WUR;
 
+/* proc_start, with the signal the child gets when the launcher dies (kill -9, a
+ * closed terminal): prctl(PR_SET_PDEATHSIG) before the exec, 0 for none.
+ * proc_start gives SIGTERM: what makes srun kill its tasks at once ("forcing
+ * job termination"), mpirun end its ranks, and the loader and a local store stop. */
+enum tr_status proc_start_ex(struct proc *p, const char *what, char *const argv[], const char *log,
+                             const sigset_t *mask, int death_sig) TR_WUR;
+
 /* Sends sig to the child's process group (nothing when it ended). */
 void proc_signal(const struct proc *p, int sig);
 

@@ -1,8 +1,10 @@
 /* train.c: `terarec train`, the launcher (train.h). One thread: a poll() loop
  * over the ranks' report connections (common/evproto.h), a signalfd for SIGCHLD
- * and the signals a job gets (SIGINT, SIGTERM, SIGUSR1), and a tick that checks
- * for hangs and redraws the progress line. Only this process writes the run
- * history (db/). */
+ * and the signals a job gets (SIGINT, SIGTERM, SIGUSR1, SIGHUP; SIGPIPE is
+ * ignored), and a tick that checks for hangs, a failed loader, and redraws the
+ * progress line. Only this process writes the run history (db/). Its death is
+ * not handled here: each child gets SIGTERM from the kernel (proc.h), and each
+ * worker ends when its report connection closes. */
 #define TR_SUBSYS TR_SUB_INIT
 #include "train.h"
 
@@ -40,6 +42,7 @@
 #include "../db/db.h"
 #include "../kernels/kern.h"
 #include "../loader_svc/loader.h"
+#include "../loader_svc/source.h"
 #include "../worker/plan.h"
 #include "../worker/worker.h"
 #include "container.h"
@@ -58,6 +61,7 @@ struct launch_cfg {
     char *resume;
     char *run_dir;
     int requeue;
+    int allow_fresh_start;
     char *mpirun_args;
     char *srun_args;
     char *container_image;
@@ -80,7 +84,7 @@ static int is_managed(const char *name)
     return 0;
 }
 
-#define LAUNCH_OWN_OPTS 17
+#define LAUNCH_OWN_OPTS 18
 
 /* `terarec train` without any model or data flag: a small model on synthetic data
  * (the same as `make run`) */
@@ -121,6 +125,11 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
          TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
         {"resume", TR_OPT_STRING, &c->resume, NULL,
          "RUN: a new run that continues RUN (id, unique prefix or name) from its last committed checkpoint",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+        {"allow_fresh_start", TR_OPT_BOOL, &c->allow_fresh_start, "false",
+         "with --resume RUN (or a requeued SLURM job): when the checkpoint to continue from is gone (the store, "
+         "the run's directory, its LATEST, the manifest or a chunk), start from step 0 instead of stopping with an "
+         "error naming what is missing",
          TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
         {"run_dir", TR_OPT_PATH, &c->run_dir, NULL,
          "where the run's logs and job token go (default: runs/<id> beside the history file); every node must "
@@ -195,6 +204,8 @@ struct launch {
     int slurm, nodes, world, attempt, restarts;
     const char *slurm_job;
     int resumed_same_row; /* a requeued SLURM job continuing its run */
+    char prev_status[32]; /* how the attempt before it ended */
+    char fresh_reason[PATH_MAX + 512]; /* a resumed run starting from step 0: why */
     char resumed_from[64];
     sigset_t orig_mask;
     int sfd, lfd;
@@ -215,13 +226,36 @@ struct launch {
     int stop_sig; /* the signal that asked for the stop */
     double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
     int step_killed;
+    int loader_failed; /* the loader ended on an error before the workers */
     char hung_reason[1024];
+    char loader_error[1024]; /* its first error line */
     json_t *final_metrics;
 };
 
 static double now_wall(void)
 {
     return tr_clock_wall();
+}
+
+/* Flushes stdout. A reader that went away (`terarec train | head -1`: SIGPIPE is
+ * ignored, the write fails with EPIPE) is not a request to stop: the run goes on
+ * and is recorded; what it would print goes to /dev/null from then on (said once
+ * on stderr). */
+static void out_flush(void)
+{
+    static int closed;
+    if (fflush(stdout) == 0 || closed)
+        return;
+    const int e = errno;
+    closed = 1;
+    int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (nul >= 0) {
+        dup2(nul, 1);
+        close(nul);
+    }
+    clearerr(stdout);
+    fprintf(stderr, "terarec: stdout is closed (%s): the run goes on without progress lines (terarec runs show)\n",
+            strerror(e));
 }
 
 static void db_try(enum tr_status rc, const char *what)
@@ -555,6 +589,89 @@ static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64
     return rc;
 }
 
+/* What a resumed run would continue from, checked before anything starts: the
+ * store's directory (a store this launcher serves or writes directly), the run's
+ * directory runs/RUN in it, its LATEST, the manifest LATEST names and, in a local
+ * store, the file of every chunk that manifest lists. TR_OK with *step the
+ * checkpoint's step; TR_ERR_NOT_FOUND with `missing` saying what is gone and
+ * *level how far the check got (RESUME_NO_STORE ... RESUME_NO_CHUNK), not logged;
+ * other errors (a store that cannot be reached, a manifest that does not parse)
+ * logged. */
+enum resume_gap { RESUME_NO_STORE = 1, RESUME_NO_RUN, RESUME_NO_LATEST, RESUME_NO_MANIFEST, RESUME_NO_CHUNK };
+
+static enum tr_status resume_check(struct launch *L, char *missing, size_t n, enum resume_gap *level, int64_t *step)
+{
+    *step = -1;
+    *level = 0;
+    char root[PATH_MAX], token[PATH_MAX], p[PATH_MAX + 128];
+    struct stat st;
+    if (L->ckpt_root) {
+        ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
+        const int e = stat(root, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+        if (e) {
+            snprintf(missing, n, "the checkpoint store '%s' (%s)", root, strerror(e));
+            *level = RESUME_NO_STORE;
+            return TR_ERR_NOT_FOUND;
+        }
+        snprintf(p, sizeof p, "%s/runs/%s", root, L->ckpt_run);
+        if (stat(p, &st) != 0) {
+            snprintf(missing, n, "the run's checkpoint directory '%s' (%s)", p, strerror(errno));
+            *level = RESUME_NO_RUN;
+            return TR_ERR_NOT_FOUND;
+        }
+    }
+    if (L->ckpt_token)
+        ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
+    struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 3, .timeout = 60};
+    struct ckpt_client *cl = NULL;
+    TR_CHECK(ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl));
+    char *text = NULL;
+    size_t len = 0;
+    struct ckpt_manifest m;
+    memset(&m, 0, sizeof m);
+    int64_t s = -1;
+    enum tr_status rc = ckpt_get_latest(cl, L->ckpt_run, &s);
+    if (rc == TR_ERR_NOT_FOUND) {
+        if (L->ckpt_root)
+            snprintf(missing, n, "'%s/runs/%s/LATEST' (no committed checkpoint)", root, L->ckpt_run);
+        else
+            snprintf(missing, n, "a committed checkpoint (LATEST) of run '%s' in the store %s", L->ckpt_run,
+                     L->ckpt_where);
+        *level = RESUME_NO_LATEST;
+        goto exit;
+    }
+    if (rc == TR_OK)
+        rc = ckpt_get_manifest(cl, L->ckpt_run, s, &text, &len);
+    if (rc == TR_ERR_NOT_FOUND) {
+        snprintf(missing, n, "the manifest of step %lld that LATEST names (%s/runs/%s/manifests/%lld.json)",
+                 (long long)s, L->ckpt_root ? root : L->ckpt_where, L->ckpt_run, (long long)s);
+        *level = RESUME_NO_MANIFEST;
+        goto exit;
+    }
+    if (rc == TR_OK)
+        rc = ckpt_manifest_parse(text, len, "the latest manifest", &m);
+    if (rc != TR_OK)
+        goto exit;
+    *step = m.step;
+    if (!ckpt_client_remote(cl)) /* a chunk file per hash; a remote store's are checked by restore */
+        for (int t = 0; t < m.ntensors && rc == TR_OK; t++)
+            for (int c = 0; c < m.tensors[t].nchunks && rc == TR_OK; c++) {
+                char *where = ckpt_client_chunk_location(cl, m.tensors[t].chunks[c].hash);
+                if (where && access(where, F_OK) != 0) {
+                    snprintf(missing, n, "chunk %s of tensor '%s' in the manifest of step %lld (%s)",
+                             m.tensors[t].chunks[c].hash, m.tensors[t].name, (long long)m.step, where);
+                    *level = RESUME_NO_CHUNK;
+                    rc = TR_ERR_NOT_FOUND;
+                }
+                tr_free(where);
+            }
+exit:
+    ckpt_manifest_release(&m);
+    tr_free(text);
+    ckpt_client_close(&cl);
+    return rc;
+}
+
 /* The loader's and the workers' commands of one attempt (pos: the data position to
  * start from, "" for the start). */
 static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const char *pos, int resume)
@@ -698,7 +815,7 @@ static void clear_line(struct launch *L)
 {
     if (L->tty && L->drawn) {
         fputs("\r\033[K", stdout);
-        fflush(stdout);
+        out_flush();
         L->drawn = 0;
     }
 }
@@ -742,7 +859,7 @@ static void show_progress(struct launch *L, int final)
     } else {
         printf("%s\n", line);
     }
-    fflush(stdout);
+    out_flush();
 }
 
 static void json_out(struct launch *L, const char *type, json_t *o)
@@ -756,7 +873,7 @@ static void json_out(struct launch *L, const char *type, json_t *o)
     char *s = json_dumps(o, JSON_COMPACT);
     if (s)
         printf("%s\n", s);
-    fflush(stdout);
+    out_flush();
     free(s);
     json_decref(o);
 }
@@ -818,7 +935,7 @@ static void on_event(struct launch *L, const json_t *m)
         } else {
             clear_line(L);
             printf("validation: step %lld, auc %.6f, logloss %.6f\n", (long long)step, auc, ll);
-            fflush(stdout);
+            out_flush();
         }
     } else if (!strcmp(kind, "ckpt")) {
         const char *where = json_string_value(json_object_get(d, "checkpoint_committed"));
@@ -834,7 +951,7 @@ static void on_event(struct launch *L, const json_t *m)
         } else {
             clear_line(L);
             printf("checkpoint: step %lld committed (%s)\n", (long long)step, url);
-            fflush(stdout);
+            out_flush();
         }
     } else if (!strcmp(kind, "summary")) {
         json_decref(L->final_metrics);
@@ -1158,6 +1275,40 @@ static void check_hang(struct launch *L)
     kill_step(L);
 }
 
+/* The loader ended before the workers, on an error (its dataset, its ring): the
+ * workers would wait for batches until --loader_timeout. Its error and hint lines
+ * go to the console, and the step is ended now. */
+static void check_loader(struct launch *L)
+{
+    if (L->loader_failed || L->workers.ended || L->loader.pid <= 0 || !proc_poll(&L->loader))
+        return;
+    const int st = L->loader.status;
+    if (L->stop || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        return; /* it drained for a stop, or served every batch it had */
+    L->loader_failed = 1;
+    char how[96];
+    proc_describe(st, how, sizeof how);
+    char *tail = proc_tail(L->loader.log, 40);
+    clear_line(L);
+    fprintf(stderr, "terarec: the loader failed (%s); its log %s says:\n", how, L->loader.log);
+    int shown = 0;
+    for (char *save = NULL, *ln = strtok_r(tail ? tail : (char *)"", "\n", &save); ln;
+         ln = strtok_r(NULL, "\n", &save)) {
+        const char *e = strstr(ln, " error: "), *h = strstr(ln, " hint: ");
+        if (!e && !h)
+            continue;
+        fprintf(stderr, "  %s\n", (e ? e : h) + 1);
+        shown++;
+        if (e && !*L->loader_error)
+            snprintf(L->loader_error, sizeof L->loader_error, "%s", e + 8);
+    }
+    if (!shown) /* no error line: its last lines */
+        fprintf(stderr, "%s\n", tail ? tail : "");
+    tr_free(tail);
+    record_event(L, "loader_failed", json_pack("{s:s,s:s}", "status", how, "error", L->loader_error));
+    kill_step(L);
+}
+
 /* Reads what the connections polled in pf[0 .. nc) have for us (by fd: a
  * connection that closes leaves the array reordered). */
 static void read_ready(struct launch *L, const struct pollfd *pf, int nc, const char *token)
@@ -1170,6 +1321,22 @@ static void read_ready(struct launch *L, const struct pollfd *pf, int nc, const 
                 conn_read(L, j, token);
                 break;
             }
+    }
+}
+
+/* The signals that came (SIGCHLD only wakes the loop). SIGHUP (the terminal
+ * closed) is a cancel, like Ctrl-C: the run stops after a checkpoint and is
+ * recorded. */
+static void read_signals(struct launch *L)
+{
+    struct signalfd_siginfo si;
+    while (read(L->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGUSR1)
+            request_stop(L, STOP_PREEMPT, SIGUSR1);
+        else if (si.ssi_signo == SIGTERM)
+            request_stop(L, L->slurm ? STOP_PREEMPT : STOP_CANCEL, SIGTERM);
+        else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
+            request_stop(L, STOP_CANCEL, (int)si.ssi_signo);
     }
 }
 
@@ -1190,23 +1357,15 @@ static void supervise(struct launch *L, const char *token)
         for (int i = 0; i < nc; i++)
             pf[2 + i] = (struct pollfd){.fd = L->conns[i].fd, .events = POLLIN};
         int k = poll(pf, (nfds_t)(nc + 2), 250);
-        if (k > 0 && (pf[0].revents & POLLIN)) {
-            struct signalfd_siginfo si;
-            while (read(L->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGUSR1)
-                    request_stop(L, STOP_PREEMPT, SIGUSR1);
-                else if (si.ssi_signo == SIGTERM)
-                    request_stop(L, L->slurm ? STOP_PREEMPT : STOP_CANCEL, SIGTERM);
-                else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
-                    request_stop(L, STOP_CANCEL, (int)si.ssi_signo);
-            }
-        }
+        if (k > 0 && (pf[0].revents & POLLIN))
+            read_signals(L);
         if (k > 0 && (pf[1].revents & POLLIN))
             accept_all(L);
         if (k > 0)
             read_ready(L, pf + 2, nc, token);
         tr_free(pf);
         proc_poll(&L->workers);
+        check_loader(L);
         if (L->stop && !L->stop_sent)
             request_stop(L, L->stop, SIGTERM);
         check_hang(L);
@@ -1226,6 +1385,15 @@ static void supervise(struct launch *L, const char *token)
             next_draw = tr_clock_now() + 1;
             show_progress(L, 0);
         }
+    }
+    /* SLURM's SIGTERM (scontrol requeue, a preemption, the time limit) reaches
+     * every process of the job: srun then kills its tasks at once ("forcing job
+     * termination"), and ours may come just after the step ended: a failed step is
+     * not taken for a failure before a second has passed without one */
+    if (L->slurm && !L->stop && !(WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0)) {
+        struct pollfd p = {.fd = L->sfd, .events = POLLIN};
+        if (poll(&p, 1, 1000) > 0)
+            read_signals(L);
     }
     /* the reports still in flight (a bye written just before the exit) */
     const double until = tr_clock_now() + 1.0;
@@ -1371,6 +1539,19 @@ static enum tr_status check_flags(struct launch *L)
         LOG_HINT("give the directory 'terarec data prepare --output' wrote");
         return TR_ERR_ARG;
     }
+    if (ds && (!L->ctr.image || mapped) && !c->dry_run) {
+        /* the loader's own checks (the FeatureSpec, each file's size), here, before
+         * anything starts: a bad dataset is one error line naming the file, not a
+         * loader that fails in its log while the workers wait for it (a dry run
+         * only shows the commands: the directory is enough) */
+        struct job_cfg job = c->w.job;
+        job.dataset_path = data;
+        struct source src;
+        enum tr_status rc = source_open_reader(&src, &job);
+        source_close(&src);
+        if (rc != TR_OK)
+            return TR_ERR_ARG; /* logged, with a hint */
+    }
     if (c->w.mode != WORKER_MODE_TRAIN) {
         LOG_ERROR("terarec train: --mode %s is for terarec-worker alone", c->w.mode == 1 ? "eval" : "inference");
         LOG_HINT("run terarec-worker --mode eval|inference --restore ... directly");
@@ -1424,8 +1605,25 @@ static const char *status_of(struct launch *L, int *exit_code, char *reason, siz
         *exit_code = 1;
         return DB_HUNG;
     }
+    if (L->loader_failed) {
+        snprintf(reason, n, "the loader failed: %s (log: %s)", *L->loader_error ? L->loader_error : "see its log",
+                 L->loader.log);
+        *exit_code = 1;
+        return DB_FAILED;
+    }
     if (ok && L->stop == STOP_PREEMPT) {
         snprintf(reason, n, "preempted at step %lld (checkpoint saved)", (long long)L->step);
+        *exit_code = 0;
+        return DB_PREEMPTED;
+    }
+    if (L->stop == STOP_PREEMPT) {
+        /* SLURM ended the step before the workers' last save (srun kills its tasks
+         * on SLURM's SIGTERM): still preempted, and the next attempt continues
+         * from the last committed checkpoint */
+        char st[96];
+        snprintf(reason, n, "preempted at step %lld; the workers were ended (%s) before their last checkpoint: "
+                 "the next attempt continues from the last committed one",
+                 (long long)L->step, proc_describe(L->workers.status, st, sizeof st));
         *exit_code = 0;
         return DB_PREEMPTED;
     }
@@ -1539,8 +1737,50 @@ static int dry_run(struct launch *L, const char *dbpath)
         tr_free(q);
         argv_free(cmds[i]);
     }
-    fflush(stdout);
+    out_flush();
     return 0;
+}
+
+/* Before a resumed run starts anything: is its checkpoint there, whole
+ * (resume_check)? --resume RUN stops with an error naming what is missing, unless
+ * --allow_fresh_start (then *fresh: it starts from step 0, said on the console
+ * and in the history). A requeued job whose run never committed a checkpoint
+ * (no run directory or LATEST in a store that is there) starts from step 0 with
+ * a warning; one whose store, manifest or chunks are gone stops like --resume.
+ * TR_ERR_NOT_FOUND (logged) or the store's errors. */
+static enum tr_status resume_gate(struct launch *L, int *fresh)
+{
+    char missing[PATH_MAX + 512] = "";
+    enum resume_gap level = 0;
+    int64_t step = -1;
+    *fresh = 0;
+    enum tr_status rc = resume_check(L, missing, sizeof missing, &level, &step);
+    char what[160];
+    if (L->resumed_same_row)
+        snprintf(what, sizeof what, "the requeued SLURM job %s (run %s, %s before)", L->slurm_job, L->id,
+                 L->prev_status);
+    else
+        snprintf(what, sizeof what, "--resume %s", L->c->resume);
+    if (rc == TR_OK) {
+        LOG_INFO(INIT, "%s: continuing from the checkpoint of step %lld", what, (long long)step);
+        return TR_OK;
+    }
+    if (rc != TR_ERR_NOT_FOUND) {
+        LOG_ERROR("%s: cannot read the checkpoint to continue from (%s)", what, tr_strerror(rc));
+        return rc;
+    }
+    const int never_saved = L->resumed_same_row && (level == RESUME_NO_RUN || level == RESUME_NO_LATEST);
+    if (!never_saved && !L->c->allow_fresh_start) {
+        LOG_ERROR("%s: the checkpoint to continue from is gone: %s is missing", what, missing);
+        LOG_HINT("restore it, or pass --allow_fresh_start to train run %s's steps again from step 0",
+                 L->resumed_same_row ? L->id : L->resumed_from);
+        return TR_ERR_NOT_FOUND;
+    }
+    *fresh = 1;
+    fprintf(stderr, "terarec: %s: %s is missing: starting from step 0%s\n", what, missing,
+            never_saved ? " (no checkpoint was committed before)" : " (--allow_fresh_start)");
+    snprintf(L->fresh_reason, sizeof L->fresh_reason, "%.*s missing", (int)sizeof L->fresh_reason - 16, missing);
+    return TR_OK;
 }
 
 static int run_launch(struct launch *L, int argc, char **argv)
@@ -1570,16 +1810,31 @@ static int run_launch(struct launch *L, int argc, char **argv)
     if (db_open(dbpath, 1, &L->db) != TR_OK)
         return 2;
 
-    /* which run: a requeued job continues its own; --resume RUN starts one after RUN */
+    /* which run: a requeued job continues its own row from its last committed
+     * checkpoint, whatever ended the attempt before (preempted, failed, hung,
+     * cancelled, a node lost, or a row left running by a launcher that was killed);
+     * --resume RUN starts a new row after RUN */
     char *prev = NULL;
+    const int restarts = env_int("SLURM_RESTART_COUNT", 0);
     if (L->slurm && db_run_by_slurm_job(L->db, slurm_job, &prev) == TR_OK) {
-        char *st = NULL;
-        if (db_run_get(L->db, prev, "status", &st) == TR_OK && st && strcmp(st, DB_COMPLETED) &&
-            strcmp(st, DB_FAILED) && strcmp(st, DB_HUNG) && strcmp(st, DB_CANCELLED)) {
+        char *st = NULL, *name = NULL;
+        if (db_run_get(L->db, prev, "status", &st) != TR_OK || db_run_get(L->db, prev, "name", &name) != TR_OK)
+            return 2;
+        /* the same job without a requeue (SLURM_RESTART_COUNT unset): a second
+         * `terarec train` in one batch script continues an unfinished run of it,
+         * not a finished one nor one of another --name */
+        const int other_name = c->name && name && strcmp(c->name, name);
+        if (restarts > 0 || (st && strcmp(st, DB_COMPLETED) && !other_name)) {
             snprintf(L->id, sizeof L->id, "%s", prev);
+            snprintf(L->prev_status, sizeof L->prev_status, "%s", st ? st : "?");
             L->resumed_same_row = 1;
         }
         tr_free(st);
+        tr_free(name);
+    } else if (L->slurm && restarts > 0) {
+        LOG_WARN("SLURM job %s was requeued (SLURM_RESTART_COUNT=%d) but the run history %s has no run of it: "
+                 "a new run starts",
+                 slurm_job, restarts, db_path(L->db));
     }
     tr_free(prev);
     char *from_ckpt_run = NULL, *from_ckpt_url = NULL;
@@ -1633,6 +1888,9 @@ static int run_launch(struct launch *L, int argc, char **argv)
         return 2;
     if (ctr_mount_run(L, serve, 1) != TR_OK)
         return 2;
+    int fresh = 0; /* a resumed run that starts from step 0 (--allow_fresh_start, or nothing saved yet) */
+    if ((L->resumed_same_row || *L->resumed_from) && resume_gate(L, &fresh) != TR_OK)
+        return 2;
     if (open_listener(L) != TR_OK)
         return 1;
 
@@ -1683,9 +1941,11 @@ static int run_launch(struct launch *L, int argc, char **argv)
         printf("terarec: run %s%s: %d worker%s on %d node%s%s%s; logs in %s\n", L->id,
                L->resumed_same_row ? " (requeued: resuming)" : "", L->world, L->world == 1 ? "" : "s", L->nodes,
                L->nodes == 1 ? "" : "s", L->slurm ? ", SLURM job " : "", L->slurm ? L->slurm_job : "", L->run_dir);
-    fflush(stdout);
+    out_flush();
 
-    int resume = L->resumed_same_row || *L->resumed_from;
+    int resume = (L->resumed_same_row || *L->resumed_from) && !fresh;
+    if (fresh)
+        record_event(L, "fresh_start", json_pack("{s:s}", "reason", L->fresh_reason));
     const char *status = DB_FAILED;
     char reason[2048] = "";
     if (serve && start_ckpt(L) != TR_OK) {
@@ -1706,8 +1966,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
             if (L->ranks[r].hello && !L->ranks[r].bye)
                 db_try(db_process_exit(L->db, L->id, L->attempt, r, -1, L->hung ? SIGKILL : 0, now_wall()),
                        "an exit");
-        if (strcmp(status, DB_FAILED) || L->restarts >= c->max_restarts)
-            break;
+        if (strcmp(status, DB_FAILED) || L->restarts >= c->max_restarts || L->loader_failed)
+            break; /* (the loader's error is its input's: a restart would meet it again) */
         char *tail = proc_tail(L->workers.log, 20);
         record_event(L, "failed_attempt", json_pack("{s:i,s:s,s:s}", "attempt", L->attempt, "reason", reason,
                                                     "log", tail ? tail : ""));
@@ -1749,7 +2009,7 @@ done:
                 *reason ? ": " : "", reason);
         printf("run history: %s (terarec runs show %s)\n", db_path(L->db), L->id);
     }
-    fflush(stdout);
+    out_flush();
     /* SIGUSR1 (sbatch --signal) asks us to requeue; a SIGTERM under SLURM comes with
      * SLURM's own decision (requeue, preemption, time limit, scancel) */
     if (!strcmp(status, DB_PREEMPTED) && L->slurm && c->requeue && L->stop_sig == SIGUSR1) {
@@ -1819,6 +2079,8 @@ int train_cmd_main(int argc, char **argv)
         sigaddset(&set, SIGUSR1);
         sigaddset(&set, SIGHUP);
         sigprocmask(SIG_BLOCK, &set, &L.orig_mask);
+        /* a closed stdout is not a reason to stop (out_flush); the children get SIG_DFL back */
+        signal(SIGPIPE, SIG_IGN);
         L.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
         code = run_launch(&L, argc, argv);
         if (L.sfd >= 0)

@@ -6,7 +6,9 @@
  * events. It records how the run ends (completed, failed, hung, preempted,
  * cancelled), restarts failed workers from the last committed checkpoint
  * (--max_restarts) and, under SLURM, requeues a preempted job, whose next start
- * finds the run by its SLURM job id and resumes it. */
+ * finds the run by its SLURM job id and resumes it from the last committed
+ * checkpoint, whatever ended the attempt before. A resumed run whose checkpoint is
+ * gone stops before anything starts (unless --allow_fresh_start). */
 #ifndef TR_LAUNCHER_TRAIN_H
 #define TR_LAUNCHER_TRAIN_H
 
@@ -17,8 +19,10 @@ extern "C" {
 #endif
 
 /* `terarec train ARGS...` (argv[0] is "train"). Returns the exit status: 0 when
- * the run completed (or was preempted and requeued), 2 for bad input found before
- * anything started, 1 when the run failed or hung, 130 when it was cancelled. */
+ * the run completed (or was preempted), 2 for bad input found before anything
+ * started (a bad dataset, a --resume whose checkpoint is gone), 1 when the run
+ * failed or hung, 130 when it was cancelled (SIGINT, SIGHUP, SIGTERM outside
+ * SLURM). */
 int train_cmd_main(int argc, char **argv);
 
 /* Parses the launcher's lines of a failed worker step's log: Open MPI's "...rank R

@@ -13,6 +13,7 @@
 #include "../common/param.h"
 #include "../common/version.h"
 #include "../kernels/kern.h"
+#include "report.h"
 #include "worker.h"
 
 static void on_term(int sig)
@@ -22,6 +23,12 @@ static void on_term(int sig)
     (void)sig;
     if (write(2, msg, sizeof msg - 1) < 0) {
     }
+}
+
+static void on_launcher_gone(const char *addr)
+{
+    LOG_ERROR("the launcher at '%s' is gone (its connection closed): this worker ends", addr);
+    _exit(1);
 }
 
 int main(int argc, char **argv)
@@ -45,6 +52,7 @@ int main(int argc, char **argv)
             sa.sa_handler = on_term;
             sa.sa_flags = SA_RESTART;
             sigaction(SIGTERM, &sa, NULL);
+            report_on_launcher_gone(on_launcher_gone);
         }
         rc = worker_run(&cfg, NULL);
         if (tr_status_exit_code(rc) == 1) /* bad input was already reported in one line */

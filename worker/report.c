@@ -1,7 +1,9 @@
 /* report.c: a rank's messages to the launcher (report.h, common/evproto.h): the
  * hello, the beat thread, rank 0's event sink, error and bye. Every message is
  * one line written under one mutex with non-blocking sends, so a slow or absent
- * launcher costs training at most about a second per event. It does not queue
+ * launcher costs training at most about a second per event. The beat thread also
+ * notices the launcher's end of the connection closing (the launcher killed) and
+ * calls the process's handler (report_on_launcher_gone). It does not queue
  * messages for later, reconnect, or read anything from the launcher. */
 #define TR_SUBSYS TR_SUB_NET
 #include "report.h"
@@ -46,6 +48,28 @@ struct report {
     pthread_cond_t stop_cv;    /* on CLOCK_MONOTONIC */
     int stop;
 };
+
+static report_gone_fn on_gone; /* report_on_launcher_gone */
+
+void report_on_launcher_gone(report_gone_fn fn)
+{
+    on_gone = fn;
+}
+
+/* Has the launcher closed its end? (It never writes: a read that sees the end of
+ * the stream, or a reset, means it is gone.) */
+static int launcher_closed(struct report *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int closed = 0;
+    if (r->fd >= 0) {
+        char c;
+        ssize_t k = recv(r->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        closed = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return closed;
+}
 
 /* The launcher stopped reading or went away: say so once, send nothing more.
  * Called with r->mu held. */
@@ -157,6 +181,8 @@ static void *beat_main(void *arg)
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->stop_mu);
+        if (on_gone && launcher_closed(r))
+            on_gone(r->addr); /* does not return */
         send_beat(r);
         pthread_mutex_lock(&r->stop_mu);
     }

@@ -37,6 +37,14 @@ struct report_who {
 enum tr_status report_open(const char *addr, const char *token_file, const struct report_who *who, double timeout,
                            struct report **out) TR_WUR;
 
+/* What a rank does when its launcher is gone (the launcher's end of the
+ * connection closed, seen by the beat thread within about EVPROTO_BEAT_SEC):
+ * fn(addr) is called on the beat thread and must not return (main() ends the
+ * process). Without one (the default) the rank only stops sending. Set it once,
+ * before report_open. */
+typedef void (*report_gone_fn)(const char *addr);
+void report_on_launcher_gone(report_gone_fn fn);
+
 /* Steps done so far, for the next beats. r may be NULL. Thread-safe. */
 void report_set_step(struct report *r, int64_t step);
 

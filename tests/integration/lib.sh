@@ -15,7 +15,7 @@ export TR_TEST_TAG=$TMP
 own_pids() {
     local p
     for p in $(pgrep -f "$1" || true); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "TR_TEST_TAG=$TR_TEST_TAG" && echo "$p"
+        tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qxF "TR_TEST_TAG=$TR_TEST_TAG" && echo "$p"
     done
     return 0
 }

@@ -6,7 +6,11 @@
 # - a USR1 mid-run (what --signal=B:USR1@120 sends): every rank checkpoints, the run is
 #   recorded preempted, the job requeues itself, resumes and ends with the same weights,
 #   bit for bit, as an uninterrupted run; the same for `scontrol requeue` (SIGTERM to
-#   every process of the job: the workers and the stores wait for the launcher's stop);
+#   every process of the job, srun included, which kills its tasks: the attempt is
+#   recorded preempted, and the requeued job continues the same row from the last
+#   committed checkpoint);
+# - kill -9 of the launcher in an allocation whose shell lives on: every program it
+#   started ends within 10 s, and no checkpoint file is written after;
 # - kill -9 of one worker on the second node: failed, naming the rank and the host,
 #   within 10 s; with --max_restarts 1 the job resumes and completes;
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming it;
@@ -179,20 +183,28 @@ else
 fi
 
 # ---- scontrol requeue mid-run: SLURM's SIGTERM reaches every process of the job -------------------
+# srun answers it by killing its tasks at once ("forcing job termination"), so the
+# workers' save at the signal may or may not go through: the attempt is recorded
+# preempted either way (never failed), and the requeued job continues its row from
+# the last committed checkpoint (never step 0)
 mkdir -p rq
-job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_every 200 --name rq --dump_weights "$TMP/rq")
-if wait_step rq 100 120; then
+job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 600 --checkpoint_every 50 --name rq --dump_weights "$TMP/rq")
+if poll 120 "v >= 100" "select max(c.step) from checkpoints c join runs r on r.id = c.run where r.name = ?" rq; then
+    saved=$(q "select max(step) from checkpoints c join runs r on r.id = c.run where r.name = 'rq'")
     scontrol requeue "$job"
     release "$job"
     if wait_status rq 120 && wait_job "$job" 60; then
         row=$(q "select status, restarts from runs where name = 'rq'")
         ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'rq'")
-        stop=$(q "select max(step) from checkpoints c join runs r on r.id = c.run where r.name = 'rq'
-                  and c.time < (select min(time) from events e where e.run = r.id and e.kind = 'requeued')")
+        from=$(q "select json_extract(e.data, '$.from_step') from events e join runs r on r.id = e.run
+                  where r.name = 'rq' and e.kind = 'restarted'")
+        first=$(q "select min(m.step) from metrics m join runs r on r.id = m.run where r.name = 'rq' and m.name = 'loss'
+                   and m.time > (select min(time) from events e where e.run = r.id and e.kind = 'requeued')")
         echo "$ev" | grep -q 'preempt_signal,preempted,requeued,restarted.*completed' && [ "$row" = "completed|1" ] &&
-            [ "$stop" -gt 100 ] && [ "$stop" -lt 600 ] &&
-            ok "scontrol requeue: a checkpoint at step $stop, preempted, requeued and resumed ($ev)" ||
-            fail "scontrol requeue" "$row; $ev; last checkpoint before the requeue: $stop"
+            [ -n "$from" ] && [ "$from" -ge "$saved" ] && [ -n "$first" ] && [ "$first" -gt "$from" ] &&
+            [ "$(q "select count(*) from runs where slurm_job_id = '$job'")" = 1 ] &&
+            ok "scontrol requeue: preempted, requeued, one run resumed from step $from (saved before: $saved; $ev)" ||
+            fail "scontrol requeue" "$row; $ev; saved $saved before the requeue, resumed from $from, first step $first"
         same=1
         for r in 0 1 2 3; do cmp -s "full/rank$r.bin" "rq/rank$r.bin" || same=0; done
         [ $same = 1 ] && ok "scontrol requeue: the same weights as the uninterrupted run, bit for bit" ||
@@ -202,9 +214,40 @@ if wait_step rq 100 120; then
         scancel "$job"
     fi
 else
-    fail "scontrol requeue: no progress" "$(job_tail "$job")"
+    fail "scontrol requeue: no checkpoint" "$(job_tail "$job")"
     scancel "$job"
 fi
+
+# ---- kill -9 of the launcher inside an allocation ---------------------------------------------------
+# (a batch shell that lives on, as an salloc shell does: SLURM ends nothing by itself)
+{
+    echo '#!/bin/bash'
+    echo "export PATH=$TR_BIN:\$PATH"
+    echo "terarec train $(echo $F) --max_steps 1000000 --checkpoint_every 20 --name lk &"
+    echo "echo \$! >$TMP/lk.pid"
+    echo 'wait'
+    echo 'sleep 600'
+} >lk.sh
+job=$(sb -N 2 -n 4 lk.sh)
+if wait_step lk 40 120; then
+    mine="terarec-(worker|loader|ckpt).*$TMP/hist/"
+    n=$(pgrep -f "$mine" | wc -l)
+    kill -9 "$(cat lk.pid)"
+    t0=$(date +%s.%N)
+    for i in $(seq 1 100); do [ -z "$(pgrep -f "$mine")" ] && break; sleep 0.1; done
+    secs=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+    left=$(pgrep -f "$mine" | xargs -r ps -o args= -p | cut -c1-60)
+    [ "$n" -ge 6 ] && [ -z "$left" ] && ok "kill -9 of the launcher in an allocation: its $n programs ended in $secs s" ||
+        fail "kill -9 of the launcher in an allocation" "$n before; after $secs s: $left"
+    a=$(find "$TMP/hist/checkpoints" -type f | sort)
+    sleep 3
+    [ "$a" = "$(find "$TMP/hist/checkpoints" -type f | sort)" ] && ok "no checkpoint file written after its end" ||
+        fail "no checkpoint file written after the launcher's end"
+else
+    fail "kill -9 of the launcher: no progress" "$(job_tail "$job")"
+fi
+scancel "$job"
+wait_job "$job" 30
 
 # ---- kill -9 of one worker on trnode2 ------------------------------------------------------------------
 job=$(sb -N 2 -n 4 "$SL/terarec.sbatch" $F --max_steps 1000000 --name k9)

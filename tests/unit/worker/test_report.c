@@ -412,6 +412,52 @@ static void launcher_gone(void)
     remove_dir();
 }
 
+/* the process's handler (worker/main.c ends the process there; here the beat
+ * thread ends, which the handler's "does not return" allows) */
+static volatile int gone_calls;
+static char gone_addr[160];
+
+static void on_gone(const char *addr)
+{
+    snprintf(gone_addr, sizeof gone_addr, "%s", addr);
+    gone_calls++;
+    pthread_exit(NULL);
+}
+
+/* With a handler set, the launcher closing its end (killed) calls it within about
+ * a beat, with no message sent to it; a connection left open calls nothing. */
+static void launcher_gone_handler(void)
+{
+    make_dir();
+    char addr[160];
+    int lfd = listen_unix(addr, sizeof addr);
+    const struct report_who who = {0, 1, 0};
+    report_on_launcher_gone(on_gone);
+    gone_calls = 0;
+    struct report *r = NULL;
+    TH_EQ_ST_REQ(report_open(addr, token_file("tok"), &who, 5.0, &r), TR_OK);
+    struct peer *p = malloc(sizeof *p);
+    peer_accept(p, lfd);
+    struct timespec beat = {2, 500000000L};
+    nanosleep(&beat, NULL);
+    TH_EQ(gone_calls, 0); /* open: beats only */
+    const double t0 = tr_clock_now();
+    close(p->fd);
+    while (!gone_calls && tr_clock_now() - t0 < 5.0) {
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+    }
+    const double took = tr_clock_now() - t0;
+    TH_EQ(gone_calls, 1);
+    TH_EQ_STR(gone_addr, addr);
+    TH_CHECKF(took < 2.5, "the closed connection was seen after %.2f s", took);
+    report_on_launcher_gone(NULL);
+    report_free(&r);
+    free(p);
+    close(lfd);
+    remove_dir();
+}
+
 static void refused(void)
 {
     make_dir();
@@ -519,6 +565,7 @@ static const struct th_case cases[] = {
     {"hello_and_beats_tcp", hello_and_beats_tcp},
     {"events_error_bye_unix", events_error_bye_unix},
     {"launcher_gone", launcher_gone},
+    {"launcher_gone_handler", launcher_gone_handler},
     {"refused", refused},
     {"connect_retries", connect_retries},
     {"last_error_line", last_error_line},
