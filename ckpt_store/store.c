@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -699,41 +700,51 @@ enum tr_status ckpt_fs_claim(const struct ckpt_fs *fs, const char *run, const ch
     enum tr_status rc = TR_OK;
     char *dir = run_dir(fs, run), *path = path_fmt("%s/runs/%s/CLAIM", fs->root, run);
     char *mdir = path_fmt("%s/runs/%s/manifests", fs->root, run), *latest = path_fmt("%s/runs/%s/LATEST", fs->root, run);
-    char *text = NULL;
+    char *text = NULL, *tmp = NULL;
     size_t n = 0;
     if (!dir || !path || !mdir || !latest) {
         rc = TR_ERR_NOMEM;
         goto exit;
     }
     TR_CHECK_GOTO(mkdir_one(dir), rc, exit);
-    /* O_EXCL: of two jobs starting at once, exactly one creates it */
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-        char line[300];
-        int k = snprintf(line, sizeof line, "%s\n", owner);
-        rc = note_io(path, tr_file_write_all(fd, line, (size_t)k, path));
-        if (rc == TR_OK && fsync(fd) != 0) {
-            LOG_ERROR("cannot sync '%s': %s", path, strerror(errno));
-            rc = TR_ERR_IO;
-        }
-        close(fd);
-        if (rc == TR_OK)
-            rc = tr_file_fsync_dir(path);
-        if (rc != TR_OK) {
-            (void)unlink(path);
-            goto exit;
-        }
-        /* a run an older store version wrote has no CLAIM: its checkpoints own the name */
-        struct stat sb;
-        if (stat(latest, &sb) == 0 || stat(mdir, &sb) == 0) {
-            (void)unlink(path);
-            snprintf(holder, holder_n, "%s", "(a job before claims existed)");
-            rc = TR_ERR_RANGE;
-        }
+    /* a run an older store version wrote has no CLAIM: its checkpoints own the name */
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT && (stat(latest, &sb) == 0 || stat(mdir, &sb) == 0)) {
+        snprintf(holder, holder_n, "%s", "(a job before claims existed)");
+        rc = TR_ERR_RANGE;
         goto exit;
     }
-    if (errno != EEXIST) {
-        LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
+    /* written whole under a name of its own, then link()ed: of two jobs starting at
+     * once exactly one gets CLAIM, and nobody ever reads it half-written (the ranks
+     * of one job claim at once too) */
+    if (!(tmp = path_fmt("%s/runs/%s/CLAIM.tmp-%ld-%lx", fs->root, run, (long)getpid(), (unsigned long)pthread_self()))) {
+        rc = TR_ERR_NOMEM;
+        goto exit;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        LOG_ERROR("cannot create '%s': %s", tmp, strerror(errno));
+        rc = note_io(tmp, TR_ERR_IO);
+        goto exit;
+    }
+    char line[300];
+    int k = snprintf(line, sizeof line, "%s\n", owner);
+    rc = note_io(tmp, tr_file_write_all(fd, line, (size_t)k, tmp));
+    if (rc == TR_OK && fsync(fd) != 0) {
+        LOG_ERROR("cannot sync '%s': %s", tmp, strerror(errno));
+        rc = TR_ERR_IO;
+    }
+    close(fd);
+    int linked = rc == TR_OK && link(tmp, path) == 0, err = errno;
+    (void)unlink(tmp);
+    if (rc != TR_OK)
+        goto exit;
+    if (linked) {
+        rc = tr_file_fsync_dir(path);
+        goto exit;
+    }
+    if (err != EEXIST) {
+        LOG_ERROR("cannot create '%s': %s", path, strerror(err));
         rc = note_io(path, TR_ERR_IO);
         goto exit;
     }
@@ -748,6 +759,7 @@ enum tr_status ckpt_fs_claim(const struct ckpt_fs *fs, const char *run, const ch
     }
 exit:
     tr_free(text);
+    tr_free(tmp);
     tr_free(dir);
     tr_free(path);
     tr_free(mdir);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,6 +391,64 @@ static void gc_broken_latest(void)
 
 /* One job per run name; LATEST only moves forward; retention at commit; a
  * manifest edited after it was stored is refused; a touched chunk. */
+/* The ranks of one job claim its run name at once (each rank calls claim); none may
+ * see the claim half-written and take it for another job's. Two jobs at once: one
+ * job's ranks all win, the other's all lose. */
+struct claimer {
+    const struct ckpt_fs *fs;
+    pthread_barrier_t *go;
+    char run[32];
+    const char *owner;
+    enum tr_status rc;
+};
+
+static void *claim_thread(void *p)
+{
+    struct claimer *c = p;
+    char holder[300];
+    pthread_barrier_wait(c->go);
+    c->rc = ckpt_fs_claim(c->fs, c->run, c->owner, holder, sizeof holder);
+    return NULL;
+}
+
+static void claims_at_once(void)
+{
+    make_dir();
+    struct ckpt_fs fs;
+    TH_EQ_ST_REQ(ckpt_fs_open(&fs, dir), TR_OK);
+    enum { NT = 8, ROUNDS = 150 };
+    int same_job_refused = 0, two_jobs_bad = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, NT);
+        struct claimer c[NT];
+        pthread_t th[NT];
+        const int two = round % 2; /* odd rounds: half the threads are another job */
+        for (int i = 0; i < NT; i++) {
+            c[i] = (struct claimer){.fs = &fs, .go = &go, .owner = two && (i & 1) ? "job-y" : "job-x"};
+            snprintf(c[i].run, sizeof c[i].run, "at-once-%d", round);
+            pthread_create(&th[i], NULL, claim_thread, &c[i]);
+        }
+        int won[2] = {0, 0}, lost[2] = {0, 0};
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            const int y = c[i].owner[4] == 'y';
+            if (c[i].rc == TR_OK)
+                won[y]++;
+            else
+                lost[y]++;
+        }
+        pthread_barrier_destroy(&go);
+        if (!two)
+            same_job_refused += lost[0];
+        else if (!((won[0] == NT / 2 && lost[1] == NT / 2) || (won[1] == NT / 2 && lost[0] == NT / 2)))
+            two_jobs_bad++;
+    }
+    TH_EQ(same_job_refused, 0);
+    TH_EQ(two_jobs_bad, 0);
+    ckpt_fs_close(&fs);
+}
+
 static void claims_latest_and_hashes(void)
 {
     make_dir();
@@ -489,6 +548,7 @@ static void gc_grace(void)
 
 static const struct th_case cases[] = {
     {"claims_latest_and_hashes", claims_latest_and_hashes},
+    {"claims_at_once", claims_at_once},
     {"gc_grace", gc_grace},
     {"gc_broken_latest", gc_broken_latest},
     {"hashes", hashes},
