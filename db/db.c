@@ -837,6 +837,13 @@ enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts)
     return need_changed(db, id, changes);
 }
 
+enum tr_status db_run_set_ckpt_run(struct db *db, const char *id, const char *ckpt_run)
+{
+    int changes = 0;
+    TR_CHECK(write1(db, id, &changes, "UPDATE runs SET ckpt_run = ?1 WHERE id = ?2", "tt", ckpt_run, id));
+    return need_changed(db, id, changes);
+}
+
 enum tr_status db_run_heartbeat(struct db *db, const char *id, double now)
 {
     int changes = 0;

@@ -132,6 +132,10 @@ enum tr_status db_run_finish(struct db *db, const char *id, const char *status, 
  * calling process (host, pid, start time) and its heartbeat now. */
 enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts) TR_WUR;
 
+/* The run's checkpoint run (its name in the store) becomes ckpt_run: a requeued
+ * run whose checkpoints are gone starting again under a name of its own. */
+enum tr_status db_run_set_ckpt_run(struct db *db, const char *id, const char *ckpt_run) TR_WUR;
+
 /* The launcher is alive at `now` (seconds since the epoch): one small write,
  * meant every few seconds (the launcher: about every 10 s; a run whose launcher
  * is on another host is lost after DB_LOST_AFTER_S without one). A run judged

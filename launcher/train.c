@@ -1743,11 +1743,14 @@ static int dry_run(struct launch *L, const char *dbpath)
 
 /* Before a resumed run starts anything: is its checkpoint there, whole
  * (resume_check)? --resume RUN stops with an error naming what is missing, unless
- * --allow_fresh_start (then *fresh: it starts from step 0, said on the console
- * and in the history). A requeued job whose run never committed a checkpoint
- * (no run directory or LATEST in a store that is there) starts from step 0 with
- * a warning; one whose store, manifest or chunks are gone stops like --resume.
- * TR_ERR_NOT_FOUND (logged) or the store's errors. */
+ * --allow_fresh_start (then *fresh = FRESH_NEW_NAME: it starts from step 0 under a
+ * checkpoint run of its own, said on the console and in the history). A requeued
+ * job whose run never committed a checkpoint (no run directory or LATEST in a
+ * store that is there) starts from step 0 with a warning (*fresh = FRESH_SAME_NAME:
+ * its workers resume a run with nothing in it yet); one whose store, manifest or
+ * chunks are gone stops like --resume. TR_ERR_NOT_FOUND (logged) or the store's
+ * errors. */
+enum { FRESH_NO, FRESH_SAME_NAME, FRESH_NEW_NAME };
 static enum tr_status resume_gate(struct launch *L, int *fresh)
 {
     char missing[PATH_MAX + 512] = "";
@@ -1776,7 +1779,7 @@ static enum tr_status resume_gate(struct launch *L, int *fresh)
                  L->resumed_same_row ? L->id : L->resumed_from);
         return TR_ERR_NOT_FOUND;
     }
-    *fresh = 1;
+    *fresh = never_saved ? FRESH_SAME_NAME : FRESH_NEW_NAME;
     fprintf(stderr, "terarec: %s: %s is missing: starting from step 0%s\n", what, missing,
             never_saved ? " (no checkpoint was committed before)" : " (--allow_fresh_start)");
     snprintf(L->fresh_reason, sizeof L->fresh_reason, "%.*s missing", (int)sizeof L->fresh_reason - 16, missing);
@@ -1888,9 +1891,18 @@ static int run_launch(struct launch *L, int argc, char **argv)
         return 2;
     if (ctr_mount_run(L, serve, 1) != TR_OK)
         return 2;
-    int fresh = 0; /* a resumed run that starts from step 0 (--allow_fresh_start, or nothing saved yet) */
+    int fresh = FRESH_NO; /* a resumed run that starts from step 0 (resume_gate) */
     if ((L->resumed_same_row || *L->resumed_from) && resume_gate(L, &fresh) != TR_OK)
         return 2;
+    if (fresh == FRESH_NEW_NAME) {
+        /* the broken run's name stays the store's (claimed by the job that wrote it,
+         * its remains for gc): the fresh start saves under a name of its own */
+        if (L->resumed_same_row)
+            snprintf(L->ckpt_run, sizeof L->ckpt_run, "%.40s-a%d", L->id, L->attempt);
+        else
+            snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", L->id);
+        fprintf(stderr, "terarec: its checkpoints go to run '%s' of the store\n", L->ckpt_run);
+    }
     if (open_listener(L) != TR_OK)
         return 1;
 
@@ -1909,6 +1921,8 @@ static int run_launch(struct launch *L, int argc, char **argv)
     enum tr_status rc;
     if (L->resumed_same_row) {
         rc = db_run_reopen(L->db, L->id, NULL);
+        if (rc == TR_OK && fresh == FRESH_NEW_NAME)
+            rc = db_run_set_ckpt_run(L->db, L->id, L->ckpt_run);
         if (rc == TR_OK)
             record_event(L, "requeued", json_pack("{s:s,s:i}", "slurm_job_id", L->slurm_job, "attempt", L->attempt));
     } else {
@@ -1943,7 +1957,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
                L->nodes == 1 ? "" : "s", L->slurm ? ", SLURM job " : "", L->slurm ? L->slurm_job : "", L->run_dir);
     out_flush();
 
-    int resume = (L->resumed_same_row || *L->resumed_from) && !fresh;
+    int resume = (L->resumed_same_row || *L->resumed_from) && fresh != FRESH_NEW_NAME;
     if (fresh)
         record_event(L, "fresh_start", json_pack("{s:s}", "reason", L->fresh_reason));
     const char *status = DB_FAILED;

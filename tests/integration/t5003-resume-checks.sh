@@ -74,6 +74,12 @@ row=$(q "select r.status, (select group_concat(step) from metrics m where m.run 
 [ $rc -eq 0 ] && [ "$row" = "completed|10,20,30|1" ] && echo "$out" | grep -q 'is missing: starting from step 0' &&
     ok "--allow_fresh_start: trains from step 0, said on the console and in the history" ||
     fail "--allow_fresh_start" "exit $rc: $row; $(echo "$out" | tail -n 3)"
+fid=$(q "select id from runs where name = 'fresh'")
+row=$(q "select ckpt_run from runs where name = 'fresh'")
+[ -n "$fid" ] && [ "$row" = "$fid" ] && [ "$(cat "$CK/runs/$fid/LATEST" 2>/dev/null)" = 30 ] &&
+    [ ! -e "$CK/runs/$RUN/LATEST" ] && echo "$out" | grep -q "its checkpoints go to run '$fid'" &&
+    ok "--allow_fresh_start: saves under a checkpoint run of its own (the other job's name is not taken over)" ||
+    fail "--allow_fresh_start: its own checkpoint run" "ckpt_run '$row' of run '$fid', LATEST $(cat "$CK/runs/$fid/LATEST" 2>&1)"
 rm -rf "$CK" && cp -a ck.keep "$CK"
 out=$(timeout 120 $T train --db "$DB" $M --max_steps 30 --print_freq 10 --resume base --name more 2>&1 </dev/null)
 rc=$?
@@ -111,7 +117,7 @@ slurm() {
     local v=(PATH="$TMP/bin:$PATH" SLURM_JOB_ID="$job" SLURM_JOB_NODELIST="$(hostname)" SLURM_NTASKS=1
              SLURM_JOB_NUM_NODES=1)
     [ "$n" -gt 0 ] && v+=(SLURM_RESTART_COUNT="$n")
-    exec env -u SLURM_RESTART_COUNT "${v[@]}" $T train --db "$DB" $M --print_freq 10 --checkpoint_every 20 "$@"
+    exec env -u SLURM_RESTART_COUNT "${v[@]}" $T train --db "$DB" $M --print_freq 10 --checkpoint_every "${CKE:-20}" "$@"
 }
 # requeued NAME JOB: the job started again continues NAME's row from its last checkpoint and completes
 requeued() {
@@ -163,6 +169,31 @@ if wait_step rq-lost 60 60; then
 else
     kill -9 $lp; wait $lp
     fail "requeue after a lost launcher: no progress" "$(tail -n 5 rql.out)"
+fi
+
+# a requeued job whose attempt before never committed a checkpoint: step 0 again, said
+# on the console, into the same row and the same checkpoint run (its workers resume a
+# run with nothing in it yet: a fresh claim would be refused as another job's)
+CKE=1000000 slurm 4203 0 --max_steps 1000000 --name rq-none >rqn.out 2>&1 &
+lp=$!
+if wait_step rq-none 10 60; then
+    kill -9 "$(q "select p.pid from processes p join runs r on r.id = p.run where r.name = 'rq-none'")"
+    wait $lp
+    ck0=$(q "select ckpt_run from runs where name = 'rq-none'")
+    out=$(CKE=20 slurm 4203 1 --max_steps 40 --name rq-none 2>&1 </dev/null)
+    rc=$?
+    row=$(q "select count(*), min(status), min(ckpt_run) = '$ck0' from runs where slurm_job_id = '4203'")
+    first=$(q "select min(m.step) from metrics m join runs r on r.id = m.run where r.name = 'rq-none'
+               and m.name = 'loss' and m.time > (select max(time) from events e where e.run = r.id
+               and e.kind = 'requeued')")
+    [ $rc -eq 0 ] && [ "$row" = "1|completed|1" ] && [ "$first" = 10 ] &&
+        echo "$out" | grep -q 'no checkpoint was committed before' &&
+        ok "nothing saved before the requeue: step 0 again in the same row and checkpoint run, said so" ||
+        fail "nothing saved before the requeue" "exit $rc: rows|status|same ckpt run: $row; first step $first;
+            $(echo "$out" | tail -n 4)"
+else
+    kill -9 $lp; wait $lp
+    fail "requeue with nothing saved: no progress" "$(tail -n 5 rqn.out)"
 fi
 
 # a second `terarec train` in the same job, not requeued, after a completed run: a new row
