@@ -227,6 +227,7 @@ struct launch {
     double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
     int step_killed;
     int loader_failed; /* the loader ended on an error before the workers */
+    double loader_end_seen; /* when the supervisor saw the loader end on an error (check_loader) */
     char hung_reason[1024];
     char loader_error[1024]; /* its first error line */
     json_t *final_metrics;
@@ -1275,6 +1276,8 @@ static void check_hang(struct launch *L)
     kill_step(L);
 }
 
+enum { LOADER_BLAME_S = 3 }; /* seconds the workers may take to end after their loader */
+
 /* The loader ended before the workers, on an error (its dataset, its ring): the
  * workers would wait for batches until --loader_timeout. Its error and hint lines
  * go to the console, and the step is ended now. */
@@ -1285,6 +1288,14 @@ static void check_loader(struct launch *L)
     const int st = L->loader.status;
     if (L->stop || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return; /* it drained for a stop, or served every batch it had */
+    /* A loader also ends when the worker it feeds dies ("worker ... is gone"): a
+     * failure of the workers' (a rank lost: the supervisor ends the step, and
+     * --max_restarts may restart it). Only a loader that ended while every rank
+     * goes on for LOADER_BLAME_S more is the cause. */
+    if (!L->loader_end_seen)
+        L->loader_end_seen = tr_clock_now();
+    if (L->t_rank_lost || tr_clock_now() - L->loader_end_seen < LOADER_BLAME_S)
+        return;
     L->loader_failed = 1;
     char how[96];
     proc_describe(st, how, sizeof how);
@@ -1995,6 +2006,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
         resume = 1;
         proc_release(&L->workers);
         proc_release(&L->loader);
+        L->loader_end_seen = 0;
     }
 done:
     clear_line(L);

@@ -8,7 +8,8 @@
 # - bad input (an unwritable or newer database, an unknown run, flags the worker would
 #   refuse) exits 2 with one line before anything starts (no run row);
 # - kill -9 of one worker: failed, naming the rank and the host, within 10 s; with
-#   --max_restarts 1 it resumes from the last checkpoint and completes;
+#   --max_restarts 1 it resumes from the last checkpoint and completes (rank 1, and
+#   rank 0, whose death also ends the loader that feeds it);
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming the silent rank;
 # - Ctrl-C (SIGINT) to the launcher: cancelled after a checkpoint;
 # - --resume RUN continues a finished run in a new row;
@@ -129,24 +130,31 @@ fi
 
 # ---- ... and with --max_restarts 1 it completes -----------------------------------------------------------
 # (2000 steps: at about 300 steps a second, 400 could end between seeing step 120 and
-# the kill, which then found no process)
-$T train --db "$DB" --workers 2 $M --max_steps 2000 --print_freq 10 --checkpoint_every 50 --max_restarts 1 \
-    --name restart >restart.out 2>&1 &
-lp=$!
-if wait_step restart 120; then
-    kill -9 "$(rank_pid restart 1)"
-    wait $lp
-    rc=$?
-    row=$(q "select status, restarts from runs where name = 'restart'")
-    ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = 'restart'")
-    [ $rc -eq 0 ] && [ "$row" = "completed|1" ] && echo "$ev" | grep -q 'failed_attempt,restarted' &&
-        [ "$(q "select max(step) from metrics m join runs r on r.id = m.run where r.name = 'restart'")" = 2000 ] &&
-        ok "--max_restarts 1: restarted from the checkpoint and completed ($ev)" ||
-        fail "--max_restarts 1" "exit $rc: $row; $ev; $(tail -n 5 restart.out)"
-else
-    kill $lp; wait $lp
-    fail "--max_restarts: no progress" "$(tail -n 5 restart.out)"
-fi
+# the kill, which then found no process). Rank 0 too: the loader feeds it, sees it
+# gone and ends with an error of its own, which is the workers' failure (restarted),
+# not the loader's (not restarted: its input would fail again)
+restart_case() { # RANK
+    local name=restart$1 rc row ev
+    $T train --db "$DB" --workers 2 $M --max_steps 2000 --print_freq 10 --checkpoint_every 50 --max_restarts 1 \
+        --name $name >$name.out 2>&1 &
+    lp=$!
+    if wait_step $name 120; then
+        kill -9 "$(rank_pid $name $1)"
+        wait $lp
+        rc=$?
+        row=$(q "select status, restarts from runs where name = '$name'")
+        ev=$(q "select group_concat(kind) from events e join runs r on r.id = e.run where r.name = '$name'")
+        [ $rc -eq 0 ] && [ "$row" = "completed|1" ] && echo "$ev" | grep -q 'failed_attempt,restarted' &&
+            [ "$(q "select max(step) from metrics m join runs r on r.id = m.run where r.name = '$name'")" = 2000 ] &&
+            ok "--max_restarts 1, rank $1 killed: restarted from the checkpoint and completed ($ev)" ||
+            fail "--max_restarts 1, rank $1 killed" "exit $rc: $row; $ev; $(tail -n 5 $name.out)"
+    else
+        kill $lp; wait $lp
+        fail "--max_restarts: no progress" "$(tail -n 5 $name.out)"
+    fi
+}
+restart_case 1
+restart_case 0
 
 # ---- SIGSTOP: hung within --hang_timeout + 5 s ---------------------------------------------------------
 $T train --db "$DB" --workers 2 $M --max_steps 1000000 --print_freq 10 --hang_timeout 5 --name hang >hang.out 2>&1 &
