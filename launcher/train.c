@@ -1276,25 +1276,35 @@ static void check_hang(struct launch *L)
     kill_step(L);
 }
 
-enum { LOADER_BLAME_S = 3 }; /* seconds the workers may take to end after their loader */
+enum { LOADER_BLAME_S = 1 }; /* seconds a rank's death may take to reach us after its loader's end */
 
 /* The loader ended before the workers, on an error (its dataset, its ring): the
- * workers would wait for batches until --loader_timeout. Its error and hint lines
- * go to the console, and the step is ended now. */
-static void check_loader(struct launch *L)
+ * workers would wait for batches until --loader_timeout, or end on the loader's
+ * error. Its error and hint lines go to the console, the step is ended now, and
+ * the run fails as the loader's (not restarted: the same input fails again).
+ * A loader also ends when the worker it feeds dies ("worker ... is gone"): a
+ * rank lost before the loader ended makes it the workers' failure (which
+ * --max_restarts restarts). final: the workers have ended (supervise is over). */
+static void check_loader(struct launch *L, int final)
 {
-    if (L->loader_failed || L->workers.ended || L->loader.pid <= 0 || !proc_poll(&L->loader))
+    if (L->loader_failed || L->loader.pid <= 0)
+        return;
+    const int workers_ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
+    /* workers that failed on their loader's error may end before it has: a second */
+    for (int i = 0; final && !workers_ok && !L->stop && i < 20 && !proc_poll(&L->loader); i++)
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    if (!proc_poll(&L->loader))
         return;
     const int st = L->loader.status;
     if (L->stop || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return; /* it drained for a stop, or served every batch it had */
-    /* A loader also ends when the worker it feeds dies ("worker ... is gone"): a
-     * failure of the workers' (a rank lost: the supervisor ends the step, and
-     * --max_restarts may restart it). Only a loader that ended while every rank
-     * goes on for LOADER_BLAME_S more is the cause. */
+    if (final && workers_ok)
+        return; /* the workers finished: whatever the loader did after */
     if (!L->loader_end_seen)
         L->loader_end_seen = tr_clock_now();
-    if (L->t_rank_lost || tr_clock_now() - L->loader_end_seen < LOADER_BLAME_S)
+    if (L->t_rank_lost && L->t_rank_lost <= L->loader_end_seen)
+        return;
+    if (!final && tr_clock_now() - L->loader_end_seen < LOADER_BLAME_S)
         return;
     L->loader_failed = 1;
     char how[96];
@@ -1317,7 +1327,8 @@ static void check_loader(struct launch *L)
         fprintf(stderr, "%s\n", tail ? tail : "");
     tr_free(tail);
     record_event(L, "loader_failed", json_pack("{s:s,s:s}", "status", how, "error", L->loader_error));
-    kill_step(L);
+    if (!final)
+        kill_step(L);
 }
 
 /* Reads what the connections polled in pf[0 .. nc) have for us (by fd: a
@@ -1376,7 +1387,7 @@ static void supervise(struct launch *L, const char *token)
             read_ready(L, pf + 2, nc, token);
         tr_free(pf);
         proc_poll(&L->workers);
-        check_loader(L);
+        check_loader(L, 0);
         if (L->stop && !L->stop_sent)
             request_stop(L, L->stop, SIGTERM);
         check_hang(L);
@@ -1983,6 +1994,7 @@ static int run_launch(struct launch *L, int argc, char **argv)
             break;
         }
         supervise(L, L->token);
+        check_loader(L, 1);
         proc_stop(&L->loader, 5);
         ctr_remove(L, &L->loader, "loader");
         ctr_remove(L, &L->workers, "workers");
