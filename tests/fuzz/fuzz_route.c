@@ -52,8 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (r.op == CKPT_R_PART && r.rank < 0)
             abort();
-        if (r.op == CKPT_R_GC && r.keep < 1)
-            abort();
+        if ((r.op == CKPT_R_GC || r.op == CKPT_R_LATEST) && (r.keep < 0 || r.keep > 1000000))
+            abort(); /* 0: keep all */
+        if (r.op == CKPT_R_GC && r.grace_s < -1)
+            abort(); /* -1: the default grace */
     }
     free(buf);
     return 0;
