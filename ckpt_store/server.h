@@ -29,7 +29,7 @@
  *                                              job's, 409 another job's (in use)
  *   POST /gc[?keep=N][&grace=S]                200 {"manifests_removed": ..., ...}; keep 0
  *                                              or absent: every committed manifest;
- *                                              grace (default 60 s): ckpt_fs_gc
+ *                                              grace (default 3600 s): ckpt_fs_gc
  * A write that fails for a full disk (ENOSPC, EDQUOT) answers 507 with the cause.
  * Connections: at most --max_connections, --max_connections_per_ip from one
  * address, closed after --idle_timeout s without a byte; SIGTERM stops at once

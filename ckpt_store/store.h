@@ -163,7 +163,7 @@ struct ckpt_gc_stats {
     int64_t chunks_kept, chunks_removed, bytes_removed;
     int64_t parts_removed, temps_removed;
 };
-#define CKPT_GC_GRACE_S 60.0 /* gc's default grace */
+#define CKPT_GC_GRACE_S 3600.0 /* gc's default grace: to outlast any save (first chunk to manifest) */
 
 struct ckpt_gc_opts {
     int keep;       /* committed manifests kept per run (LATEST and the newest

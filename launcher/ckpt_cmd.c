@@ -65,8 +65,9 @@ static void cmd_opts(struct ckpt_cmd_cfg *c, struct tr_opt *o, size_t cap)
         {"keep", TR_OPT_INT, &c->keep, "0",
          "gc: committed manifests kept per run, the latest always among them (0: all of them)", 0, 1e6, NULL, NULL,
          0, NULL},
-        {"grace", TR_OPT_DOUBLE, &c->grace, "60",
-         "gc: chunks, parts and unfinished saves modified less than this many seconds before gc began are kept",
+        {"grace", TR_OPT_DOUBLE, &c->grace, "3600",
+         "gc: chunks, parts and unfinished saves modified less than this many seconds before gc began are kept "
+         "(a save's chunks are named only when its manifest is stored: keep it longer than the longest save)",
          0, 1e9, NULL, NULL, 0, NULL},
         {"parallel", TR_OPT_INT, &c->parallel, "8", "transfers in flight", 1, 256, NULL, NULL, 0, NULL},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},

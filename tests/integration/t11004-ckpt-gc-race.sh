@@ -53,7 +53,7 @@ done
 [ -n "$URL" ] || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 
 t0=$(date +%s.%N)
-$T ckpt gc --checkpoint_dir "$URL" --checkpoint_token_file "$TMP/token" --grace 2 >"$TMP/gc0.out" 2>&1
+$T ckpt gc --checkpoint_dir "$URL" --checkpoint_token_file "$TMP/token" --grace 10 >"$TMP/gc0.out" 2>&1
 t1=$(date +%s.%N)
 GC_S=$($PY -c "print(round($t1 - $t0, 2))")
 grep -q 'chunks kept '"$NFILL"', removed 0' "$TMP/gc0.out" && ok "one gc walk keeps the filler's chunks (${GC_S} s)" ||
@@ -63,7 +63,7 @@ grep -q 'chunks kept '"$NFILL"', removed 0' "$TMP/gc0.out" && ok "one gc walk ke
 gc_loop() {
     local n=0
     while [ ! -e "$TMP/stop" ]; do
-        if ! $T ckpt gc "$@" --grace 2 >>"$TMP/gc.$BASHPID.out" 2>&1; then
+        if ! $T ckpt gc "$@" --grace 10 >>"$TMP/gc.$BASHPID.out" 2>&1; then
             echo "gc failed" >>"$TMP/gc.failed"
         fi
         n=$((n + 1))

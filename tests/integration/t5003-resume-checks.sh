@@ -62,7 +62,7 @@ gone "LATEST deleted" "error: --resume base: .*'$CK/runs/$RUN/LATEST' \(no commi
 gone "the manifest deleted" "error: --resume base: .*the manifest of step 20 that LATEST names" \
     'rm "$CK/runs/$RUN/manifests/20.json"'
 gone "a chunk deleted" "error: --resume base: .*chunk [0-9a-f]{32} of tensor '[^']+' in the manifest of step 20 \($CK/chunks/" \
-    'rm "$(find "$CK/chunks" -type f | head -n 1)"'
+    'rm "$CK/chunks/$(python3 -c "import json,sys; h=json.load(open(sys.argv[1]))[\"tensors\"][0][\"chunks\"][0][\"hash\"]; print(h[:2] + \"/\" + h)" "$CK/runs/$RUN/manifests/20.json")"'
 [ "$(q "select count(*) from runs")" = "$n0" ] && ok "no run row for a refused --resume" ||
     fail "no run row for a refused --resume" "$(q 'select name, status from runs')"
 rm -rf "$CK" && cp -a ck.keep "$CK" && rm "$CK/runs/$RUN/LATEST"
