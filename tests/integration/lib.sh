@@ -19,6 +19,23 @@ own_pids() {
     done
     return 0
 }
+# start_store ROOT [FLAGS...]: terarec-ckpt serving ROOT on a free loopback port with the
+# token in $TMP/token; sets URL, PORT and SPID (its pid: the test kills it at exit);
+# fails (status 1) when it does not say where it listens within 10 s ($TMP/srv.err)
+start_store() {
+    local root=$1 i
+    shift
+    "$TR_BIN/terarec-ckpt" --root "$root" --token_file "$TMP/token" "$@" >"$TMP/srv.out" 2>"$TMP/srv.err" &
+    SPID=$!
+    URL=""
+    for i in $(seq 200); do
+        URL=$(sed -n 's/^terarec-ckpt: listening on //p' "$TMP/srv.out")
+        [ -n "$URL" ] && break
+        sleep 0.05
+    done
+    PORT=${URL##*:}
+    [ -n "$URL" ]
+}
 _n=0 _pass=0 _fail=0 _skip=0
 ok() { _n=$((_n + 1)); _pass=$((_pass + 1)); echo "ok $_n - $1"; }
 fail() { _n=$((_n + 1)); _fail=$((_fail + 1)); echo "not ok $_n - $1"; [ $# -gt 1 ] && echo "# $2"; return 0; }

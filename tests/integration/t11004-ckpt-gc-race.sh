@@ -42,15 +42,7 @@ open(os.path.join(root, "runs", "filler", "LATEST"), "w").write("1\n")
 PYEOF
 [ -f "$ROOT/runs/filler/LATEST" ] && ok "a store with $NFILL chunks" || { fail "fill the store"; done_testing; }
 
-$S --root "$ROOT" --token_file "$TMP/token" >"$TMP/srv.out" 2>"$TMP/srv.err" &
-SPID=$!
-URL=""
-for _ in $(seq 200); do
-    URL=$(sed -n 's/^terarec-ckpt: listening on //p' "$TMP/srv.out")
-    [ -n "$URL" ] && break
-    sleep 0.05
-done
-[ -n "$URL" ] || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+start_store "$ROOT" || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 
 t0=$(date +%s.%N)
 $T ckpt gc --checkpoint_dir "$URL" --checkpoint_token_file "$TMP/token" --grace 10 >"$TMP/gc0.out" 2>&1

@@ -30,20 +30,6 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 4000 ]; then
     FLOOD=0 # 3000 sockets do not fit in this process's descriptors
 fi
 
-# start_server ROOT [FLAGS...]: sets URL, PORT and SPID
-start_server() {
-    local root=$1; shift
-    $S --root "$root" --token_file "$TMP/token" "$@" >"$TMP/srv.out" 2>"$TMP/srv.err" &
-    SPID=$!
-    URL=""
-    for _ in $(seq 200); do
-        URL=$(sed -n 's/^terarec-ckpt: listening on //p' "$TMP/srv.out")
-        [ -n "$URL" ] && break
-        sleep 0.05
-    done
-    PORT=${URL##*:}
-    [ -n "$URL" ]
-}
 AUTH="Authorization: Bearer $(cat "$TMP/token")"
 BASE="--batch_size 250 --synthetic_dataset_cardinalities 30,7,50,7,2000,3 --embedding_dim 8 --bottom_mlp_dims 16,8
       --top_mlp_dims 16,1 --learning_rate 0.5 --synthetic_dataset_valid_batches 2 --synthetic_dataset_train_batches 7
@@ -77,7 +63,7 @@ for s in socks:
 print("flooding: %d sockets, %d sent half a header" % (n, sent), flush=True)
 time.sleep(hold)
 PYEOF
-start_server "$TMP/store" --idle_timeout 3 || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+start_store "$TMP/store" --idle_timeout 3 || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 $PY "$TMP/flood.py" "$PORT" 3000 60 >"$TMP/flood.out" 2>&1 &
 FPID=$!
 for _ in $(seq 200); do
@@ -133,7 +119,7 @@ FPID=""
 
 # the same flood, still connected when SIGTERM comes (connections the server
 # has not closed yet: no idle time has passed)
-start_server "$TMP/store" || { fail "server restarts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+start_store "$TMP/store" || { fail "server restarts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 $PY "$TMP/flood.py" "$PORT" 3000 60 >"$TMP/flood.out" 2>&1 &
 FPID=$!
 for _ in $(seq 200); do
@@ -164,7 +150,7 @@ else
 fi
 
 # ---- a wrong token: refused before the first step
-start_server "$TMP/store" || { fail "server restarts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+start_store "$TMP/store" || { fail "server restarts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 out=$(timeout 60 $W $BASE --max_steps 3 --checkpoint_dir "$URL" --checkpoint_token_file "$TMP/wrong" \
     --run_name wrongtok 2>&1)
 rc=$?
@@ -182,7 +168,7 @@ SPID=""
 MNT=$TMP/small
 mkdir -p "$MNT"
 if mount -t tmpfs -o size=2m tmpfs "$MNT" 2>/dev/null; then
-    start_server "$MNT/store" || { fail "server on the tmpfs starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+    start_store "$MNT/store" || { fail "server on the tmpfs starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
     out=$(timeout 120 $W $BASE --synthetic_dataset_cardinalities 30,7,50,7,40000,3 --embedding_dim 16 --bottom_mlp_dims 16,16 \
         --max_steps 1 --checkpoint_dir "$URL" --checkpoint_token_file "$TMP/token" --run_name full 2>&1)
     rc=$?

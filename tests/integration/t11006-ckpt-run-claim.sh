@@ -16,15 +16,7 @@ done
 printf 'tok-%s\n' "$RANDOM$RANDOM" >"$TMP/token"
 SPID=""
 trap 'for p in $SPID; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-$S --root "$TMP/store" --token_file "$TMP/token" >"$TMP/srv.out" 2>"$TMP/srv.err" &
-SPID=$!
-URL=""
-for _ in $(seq 200); do
-    URL=$(sed -n 's/^terarec-ckpt: listening on //p' "$TMP/srv.out")
-    [ -n "$URL" ] && break
-    sleep 0.05
-done
-[ -n "$URL" ] || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
+start_store "$TMP/store" || { fail "server starts" "$(tail -n 3 "$TMP/srv.err")"; done_testing; }
 AUTH="Authorization: Bearer $(cat "$TMP/token")"
 BASE="--batch_size 250 --synthetic_dataset_cardinalities 30,7,50,7,2000,3 --embedding_dim 8 --bottom_mlp_dims 16,8
       --top_mlp_dims 16,1 --learning_rate 0.5 --synthetic_dataset_valid_batches 2 --synthetic_dataset_train_batches 7
