@@ -397,7 +397,7 @@ deps-bench:
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -D_DEFAULT_SOURCE -I$(BUILD)/gen
-FUZZ_LIB_SRCS := ckpt_store/manifest.c ckpt_store/store.c ckpt_store/route.c $(COMMON_SRCS)
+FUZZ_LIB_SRCS := ckpt_store/manifest.c ckpt_store/store.c ckpt_store/store_run.c ckpt_store/store_gc.c ckpt_store/route.c $(COMMON_SRCS)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRCS) $(wildcard ckpt_store/*.h common/*.h)
 	@mkdir -p $(@D)
