@@ -1,17 +1,16 @@
-/* client.c: the checkpoint store client of client.h. A local path is served by
- * direct calls to store.h; a URL by libcurl: one multi handle, a pool of easy
- * handles reused across requests (their connections stay open), `parallel`
- * transfers in flight, retries with backoff on 5xx and connection errors. It
+/* client.c: the checkpoint store client of client.h: opening a store (a local
+ * path, served by direct calls to store.h, or a URL: its token and a curl multi
+ * handle) and a run's objects (manifests, parts, LATEST, claims, the health check,
+ * listing, gc). Requests run in client_http.c, chunks move in client_chunks.c. It
  * does not cache anything, and it never follows redirects. */
 #define TR_SUBSYS TR_SUB_CKPT
 #define _GNU_SOURCE
-#include "client.h"
+#include "client_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,373 +20,8 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
-#include "../common/clock.h"
 #include "../common/file.h"
 #include "../common/log.h"
-
-#define ERRBODY_MAX 512
-#define TEXT_MAX ((int64_t)4 << 30) /* largest manifest or listing accepted */
-
-struct ckpt_client {
-    char *where;          /* the URL without a trailing '/', or the path */
-    int remote;
-    struct ckpt_fs fs;    /* local mode */
-    int parallel, retries;
-    double timeout;
-    struct curl_slist *headers;
-    CURLM *multi;
-    CURL **pool;          /* (parallel) easy handles, NULL until first used */
-    int *pool_busy;
-};
-
-/* ---- one HTTP request ------------------------------------------------------------ */
-
-enum req_method { M_HEAD, M_GET, M_PUT, M_POST };
-static const char *const method_names[] = {"HEAD", "GET", "PUT", "POST"};
-
-struct req {
-    enum req_method method;
-    char *url;             /* owned */
-    const char *body;      /* PUT: sent from memory */
-    int64_t body_len, body_off;
-    char *dst;             /* GET: into a fixed buffer of dst_cap bytes ... */
-    int64_t dst_cap;
-    int grow;              /* ... or a growing tr_malloc'd one (text answers) */
-    int64_t got;
-    int overflow;
-    int64_t range_off, range_len; /* range_len > 0: a Range request */
-    char err[ERRBODY_MAX];  /* the body of an error answer, first bytes */
-    size_t err_len;
-    int quiet_404;         /* a 404 is an answer, not an error to log */
-    int quiet_4xx;         /* no 4xx is logged here: the caller says it */
-    /* outcome */
-    long status;           /* HTTP status; 0 when none came */
-    CURLcode cc;
-    int attempts;
-    double ready_at;
-    int slot;              /* pool slot while in flight, else -1 */
-    int done;
-};
-
-static void req_release(struct req *r)
-{
-    tr_free(r->url);
-    if (r->grow)
-        tr_free(r->dst);
-    r->url = NULL;
-    r->dst = NULL;
-}
-
-/* The body of an answer: error answers go to r->err (first bytes), successful
- * ones to the caller's buffer, bounds-checked (more than expected is an error). */
-static size_t body_cb(char *p, size_t size, size_t nmemb, void *arg)
-{
-    CURL *e = arg;
-    struct req *r = NULL;
-    size_t n = size * nmemb;
-    long code = 0;
-    curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
-    if (code < 200 || code >= 300) {
-        size_t k = TR_MIN(n, sizeof r->err - 1 - r->err_len);
-        memcpy(r->err + r->err_len, p, k);
-        r->err_len += k;
-        r->err[r->err_len] = '\0';
-        return n;
-    }
-    if (!r->grow && !r->dst)
-        return n; /* an answer nobody asked to keep (PUT, POST) */
-    if (r->grow) {
-        if (r->got + (int64_t)n + 1 > r->dst_cap) {
-            int64_t cap = TR_MAX(r->dst_cap * 2, r->got + (int64_t)n + 1);
-            if (cap < 4096)
-                cap = 4096;
-            if (cap > TEXT_MAX) {
-                r->overflow = 1;
-                return 0;
-            }
-            char *q = tr_realloc(r->dst, (size_t)cap);
-            if (!q) {
-                r->overflow = 1;
-                return 0;
-            }
-            r->dst = q;
-            r->dst_cap = cap;
-        }
-    } else if (r->got + (int64_t)n > r->dst_cap) {
-        r->overflow = 1;
-        return 0;
-    }
-    if (n)
-        memcpy(r->dst + r->got, p, n);
-    r->got += (int64_t)n;
-    return n;
-}
-
-static size_t read_cb(char *p, size_t size, size_t nmemb, void *arg)
-{
-    struct req *r = arg;
-    size_t n = TR_MIN(size * nmemb, (size_t)(r->body_len - r->body_off));
-    if (n)
-        memcpy(p, r->body + r->body_off, n);
-    r->body_off += (int64_t)n;
-    return n;
-}
-
-/* libcurl rewinds a body it must send again (a reused connection that was
- * closed under it). */
-static int seek_cb(void *arg, curl_off_t off, int origin)
-{
-    struct req *r = arg;
-    if (origin != SEEK_SET || off < 0 || off > r->body_len)
-        return CURL_SEEKFUNC_CANTSEEK;
-    r->body_off = (int64_t)off;
-    return CURL_SEEKFUNC_OK;
-}
-
-static int retryable(const struct req *r)
-{
-    if (r->cc == CURLE_OK)
-        return r->status >= 500 && r->status != 507; /* a full disk stays full */
-    switch (r->cc) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_PARTIAL_FILE:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-static CURL *pool_handle(struct ckpt_client *c, int slot)
-{
-    if (!c->pool[slot])
-        c->pool[slot] = curl_easy_init();
-    else
-        curl_easy_reset(c->pool[slot]);
-    return c->pool[slot];
-}
-
-static enum tr_status req_start(struct ckpt_client *c, struct req *r, int slot)
-{
-    CURL *e = pool_handle(c, slot);
-    if (!e)
-        return TR_ERR_NOMEM;
-    r->slot = slot;
-    r->got = 0;
-    r->overflow = 0;
-    r->body_off = 0;
-    r->err_len = 0;
-    r->err[0] = '\0';
-    r->status = 0;
-    r->cc = CURLE_OK;
-    r->attempts++;
-    curl_easy_setopt(e, CURLOPT_URL, r->url);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(c->timeout + 0.999));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout * 1000));
-    /* large buffers: chunks are megabytes, and each callback is a copy and a hash update */
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);
-    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)e);
-    switch (r->method) {
-    case M_HEAD:
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-        break;
-    case M_GET:
-        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-        if (r->range_len > 0) {
-            char range[64];
-            snprintf(range, sizeof range, "%" PRId64 "-%" PRId64, r->range_off, r->range_off + r->range_len - 1);
-            curl_easy_setopt(e, CURLOPT_RANGE, range); /* copied by libcurl */
-        }
-        break;
-    case M_PUT:
-        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, read_cb);
-        curl_easy_setopt(e, CURLOPT_READDATA, (void *)r);
-        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, seek_cb);
-        curl_easy_setopt(e, CURLOPT_SEEKDATA, (void *)r);
-        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
-        break;
-    case M_POST:
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(r->body ? r->body_len : 0));
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "");
-        break;
-    }
-    if (curl_multi_add_handle(c->multi, e) != CURLM_OK)
-        return TR_ERR_NOMEM;
-    c->pool_busy[slot] = 1;
-    return TR_OK;
-}
-
-/* The server's reason: the first line of an error answer. */
-static const char *reason_of(struct req *r)
-{
-    char *nl = strpbrk(r->err, "\r\n");
-    if (nl)
-        *nl = '\0';
-    return r->err_len ? r->err : "(no reason given)";
-}
-
-/* Runs n requests, `parallel` at a time, retrying as client.h says. Each request
- * ends with an answer (r->status; any 2xx, 4xx) or a failure (r->cc, or 5xx
- * after the retries). Returns TR_OK when every request got an answer below 500
- * without a transfer error; otherwise the first failure (logged), after the
- * requests in flight finish; requests not started then stay undone. A 4xx is
- * logged here (but a 404 with quiet_404) and left to the caller to map. */
-static enum tr_status http_run(struct ckpt_client *c, struct req *reqs, int n, struct ckpt_xfer_stats *st)
-{
-    enum tr_status rc = TR_OK;
-    int next = 0, inflight = 0, finished = 0;
-    int *retry = NULL, nretry = 0;
-    if (n == 0)
-        return TR_OK;
-    retry = tr_malloc((size_t)n * sizeof *retry);
-    if (!retry)
-        return TR_ERR_NOMEM;
-    for (int i = 0; i < n; i++) {
-        reqs[i].slot = -1;
-        reqs[i].attempts = 0;
-        reqs[i].done = 0;
-    }
-    while (finished < n) {
-        const double now = tr_clock_now();
-        double wake = now + 1.0;
-        /* start what is ready while slots are free */
-        for (int slot = 0; slot < c->parallel && rc == TR_OK; slot++) {
-            if (c->pool_busy[slot])
-                continue;
-            struct req *r = NULL;
-            for (int k = 0; k < nretry; k++) {
-                if (reqs[retry[k]].ready_at <= now) {
-                    r = &reqs[retry[k]];
-                    retry[k] = retry[--nretry];
-                    break;
-                }
-            }
-            if (!r && next < n)
-                r = &reqs[next++];
-            if (!r)
-                break;
-            enum tr_status s = req_start(c, r, slot);
-            if (s != TR_OK) {
-                rc = s;
-                break;
-            }
-            inflight++;
-            if (st)
-                st->requests++;
-        }
-        for (int k = 0; k < nretry; k++)
-            wake = TR_MIN(wake, reqs[retry[k]].ready_at);
-        if (rc != TR_OK && inflight == 0)
-            break;
-        if (inflight == 0 && nretry == 0 && (rc != TR_OK || next >= n))
-            break;
-        int running = 0;
-        curl_multi_perform(c->multi, &running);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(c->multi, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            CURL *e = msg->easy_handle;
-            struct req *r = NULL;
-            curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
-            r->cc = msg->data.result;
-            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
-            curl_multi_remove_handle(c->multi, e);
-            c->pool_busy[r->slot] = 0;
-            r->slot = -1;
-            inflight--;
-            if (r->overflow && r->cc == CURLE_WRITE_ERROR) {
-                LOG_ERROR("%s %s: %s answer", method_names[r->method], r->url,
-                          r->grow ? "an oversized or unstorable" : "a longer than expected");
-                r->done = 1;
-                finished++;
-                if (rc == TR_OK)
-                    rc = r->grow ? TR_ERR_NOMEM : TR_ERR_FORMAT;
-                continue;
-            }
-            if (retryable(r) && r->attempts <= c->retries && rc == TR_OK) {
-                double delay = 0.1 * (double)(1 << TR_MIN(r->attempts - 1, 10));
-                LOG_INFO(CKPT, "%s %s: %s; retry %d in %.1f s", method_names[r->method], r->url,
-                         r->cc != CURLE_OK ? curl_easy_strerror(r->cc) : "server error", r->attempts, delay);
-                r->ready_at = tr_clock_now() + delay;
-                retry[nretry++] = (int)(r - reqs);
-                if (st)
-                    st->retries++;
-                continue;
-            }
-            r->done = 1;
-            finished++;
-            if (r->cc != CURLE_OK) {
-                LOG_ERROR("%s %s: %s (after %d attempt%s)", method_names[r->method], r->url,
-                          curl_easy_strerror(r->cc), r->attempts, r->attempts == 1 ? "" : "s");
-                if (rc == TR_OK)
-                    rc = r->cc == CURLE_OPERATION_TIMEDOUT ? TR_ERR_TIMEOUT : TR_ERR_REMOTE;
-            } else if (r->status >= 500 || r->status < 100) {
-                LOG_ERROR("%s %s: %ld %s (after %d attempt%s)", method_names[r->method], r->url, r->status,
-                          reason_of(r), r->attempts, r->attempts == 1 ? "" : "s");
-                if (rc == TR_OK)
-                    rc = TR_ERR_REMOTE;
-            } else if (r->status >= 400 && !(r->status == 404 && r->quiet_404) && !r->quiet_4xx) {
-                LOG_ERROR("%s %s: %ld %s", method_names[r->method], r->url, r->status, reason_of(r));
-            } else if (st && r->status < 300) {
-                st->bytes_received += r->got;
-            }
-        }
-        if (finished >= n)
-            break;
-        int ms = (int)((wake - tr_clock_now()) * 1000);
-        ms = TR_MAX(0, TR_MIN(ms, 100));
-        curl_multi_poll(c->multi, NULL, 0, ms, NULL);
-    }
-    /* a failure stopped the loop: nothing is in flight (inflight reached 0) */
-    TR_ASSERT(inflight == 0 || rc == TR_OK);
-    tr_free(retry);
-    return rc;
-}
-
-/* The status of an answer the caller did not expect (logged by http_run). */
-static enum tr_status status_of(long code)
-{
-    if (code == 404 || code == 409)
-        return TR_ERR_NOT_FOUND;
-    if (code == 400 || code == 422)
-        return TR_ERR_FORMAT;
-    if (code == 507)
-        return TR_ERR_IO;
-    if (code == 413 || code == 416)
-        return TR_ERR_RANGE;
-    if (code == 401 || code == 403 || (code >= 400 && code < 500))
-        return TR_ERR_ARG;
-    return TR_ERR_REMOTE;
-}
-
-static char *url_of(const struct ckpt_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *url_of(const struct ckpt_client *c, const char *fmt, ...)
-{
-    char path[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(path, sizeof path, fmt, ap);
-    va_end(ap);
-    size_t n = strlen(c->where) + strlen(path) + 1;
-    char *s = tr_malloc(n);
-    if (s)
-        snprintf(s, n, "%s%s", c->where, path);
-    return s;
-}
 
 /* ---- open and close ---------------------------------------------------------------- */
 
@@ -512,345 +146,24 @@ char *ckpt_client_chunk_location(const struct ckpt_client *c, const char *hash)
 {
     if (!c->remote)
         return ckpt_fs_chunk_path(&c->fs, hash);
-    return url_of(c, "/chunks/%s", hash);
-}
-
-/* ---- chunks -------------------------------------------------------------------------- */
-
-static void free_reqs(struct req *reqs, int n)
-{
-    for (int i = 0; reqs && i < n; i++)
-        req_release(&reqs[i]);
-    tr_free(reqs);
-}
-
-/* ---- local mode: items spread over `parallel` threads -------------------------------
- * A chunk's write ends in two fsyncs; several in flight let the device merge them,
- * as the HTTP mode's parallel transfers do. */
-
-struct local_job {
-    struct ckpt_client *c;
-    const struct ckpt_put_item *put;
-    const struct ckpt_get_item *get;
-    int n;
-    int next;                   /* the next item to take (under mu) */
-    pthread_mutex_t mu;
-    enum tr_status rc;          /* the first failure */
-    struct ckpt_xfer_stats st;
-};
-
-static enum tr_status put_one_local(struct ckpt_client *c, const struct ckpt_put_item *it,
-                                    struct ckpt_xfer_stats *st)
-{
-    int64_t have = 0;
-    enum tr_status s = ckpt_fs_chunk_touch(&c->fs, it->hash, &have);
-    if (s == TR_OK && have == it->bytes) {
-        st->chunks_skipped++;
-        return TR_OK;
-    }
-    if (s != TR_OK && s != TR_ERR_NOT_FOUND)
-        return s;
-    TR_CHECK(ckpt_fs_chunk_put(&c->fs, it->hash, it->data, (size_t)it->bytes));
-    st->chunks_sent++;
-    st->bytes_sent += it->bytes;
-    return TR_OK;
-}
-
-static enum tr_status get_one_local(struct ckpt_client *c, const struct ckpt_get_item *it,
-                                    struct ckpt_xfer_stats *st);
-
-static void *local_worker(void *arg)
-{
-    struct local_job *j = arg;
-    struct ckpt_xfer_stats st = {0};
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        int i = j->rc == TR_OK && j->next < j->n ? j->next++ : -1;
-        pthread_mutex_unlock(&j->mu);
-        if (i < 0)
-            break;
-        enum tr_status s = j->put ? put_one_local(j->c, &j->put[i], &st) : get_one_local(j->c, &j->get[i], &st);
-        if (s != TR_OK) {
-            pthread_mutex_lock(&j->mu);
-            if (j->rc == TR_OK)
-                j->rc = s;
-            pthread_mutex_unlock(&j->mu);
-        }
-    }
-    pthread_mutex_lock(&j->mu);
-    j->st.chunks_sent += st.chunks_sent;
-    j->st.chunks_skipped += st.chunks_skipped;
-    j->st.bytes_sent += st.bytes_sent;
-    j->st.bytes_received += st.bytes_received;
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
-/* Runs the job's items on up to c->parallel threads (this one included). */
-static enum tr_status run_local(struct local_job *j, struct ckpt_xfer_stats *st)
-{
-    pthread_t th[64];
-    int nt = TR_MIN(TR_MIN(j->c->parallel, j->n), (int)TR_ARRAY_SIZE(th) + 1), started = 0;
-    pthread_mutex_init(&j->mu, NULL);
-    for (int t = 1; t < nt; t++) {
-        if (pthread_create(&th[started], NULL, local_worker, j) != 0)
-            break; /* fewer threads: the items still all get done */
-        started++;
-    }
-    local_worker(j);
-    for (int t = 0; t < started; t++)
-        pthread_join(th[t], NULL);
-    pthread_mutex_destroy(&j->mu);
-    if (st) {
-        st->chunks_sent += j->st.chunks_sent;
-        st->chunks_skipped += j->st.chunks_skipped;
-        st->bytes_sent += j->st.bytes_sent;
-        st->bytes_received += j->st.bytes_received;
-    }
-    return j->rc;
-}
-
-static enum tr_status put_chunks_local(struct ckpt_client *c, const struct ckpt_put_item *items, int n,
-                                       struct ckpt_xfer_stats *st)
-{
-    struct local_job j = {.c = c, .put = items, .n = n};
-    return run_local(&j, st);
-}
-
-enum tr_status ckpt_put_chunks(struct ckpt_client *c, const struct ckpt_put_item *items, int n,
-                               struct ckpt_xfer_stats *st)
-{
-    enum tr_status rc = TR_OK;
-    if (n <= 0)
-        return TR_OK;
-    if (!c->remote)
-        return put_chunks_local(c, items, n, st);
-    struct req *reqs = tr_calloc((size_t)n, sizeof *reqs);
-    int *idx = tr_malloc((size_t)n * sizeof *idx);
-    int nmiss = 0;
-    if (!reqs || !idx) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    /* which does the store have? */
-    for (int i = 0; i < n; i++) {
-        reqs[i].method = M_HEAD;
-        reqs[i].quiet_404 = 1;
-        if (!ckpt_hash_ok(items[i].hash)) {
-            LOG_ERROR("chunk name '%s' is not a hash", items[i].hash);
-            rc = TR_ERR_ARG;
-            goto exit;
-        }
-        if (!(reqs[i].url = url_of(c, "/chunks/%s", items[i].hash))) {
-            rc = TR_ERR_NOMEM;
-            goto exit;
-        }
-    }
-    TR_CHECK_GOTO(http_run(c, reqs, n, st), rc, exit);
-    for (int i = 0; i < n; i++) {
-        if (reqs[i].status == 404) {
-            idx[nmiss++] = i;
-        } else if (reqs[i].status >= 200 && reqs[i].status < 300) {
-            if (st)
-                st->chunks_skipped++;
-        } else {
-            rc = status_of(reqs[i].status);
-            goto exit;
-        }
-    }
-    /* send the missing ones, reusing the first nmiss requests */
-    for (int k = 0; k < nmiss; k++) {
-        const struct ckpt_put_item *it = &items[idx[k]];
-        struct req *r = &reqs[k];
-        char *url = reqs[idx[k]].url;
-        reqs[idx[k]].url = r->url;
-        r->url = url;
-        r->method = M_PUT;
-        r->quiet_404 = 0;
-        r->body = it->data;
-        r->body_len = it->bytes;
-    }
-    TR_CHECK_GOTO(http_run(c, reqs, nmiss, st), rc, exit);
-    for (int k = 0; k < nmiss; k++) {
-        if (reqs[k].status < 200 || reqs[k].status >= 300) {
-            rc = status_of(reqs[k].status);
-            goto exit;
-        }
-        if (st) {
-            st->chunks_sent++;
-            st->bytes_sent += reqs[k].body_len;
-        }
-    }
-exit:
-    free_reqs(reqs, n);
-    tr_free(idx);
-    return rc;
-}
-
-static int whole_chunk(const struct ckpt_get_item *it)
-{
-    return it->chunk_bytes > 0 && it->off == 0 && it->bytes == it->chunk_bytes;
-}
-
-/* The hash check of a whole chunk fetched into it->dst. */
-static enum tr_status check_hash(struct ckpt_client *c, const struct ckpt_get_item *it)
-{
-    char got[CKPT_HASH_LEN + 1];
-    ckpt_hash(it->dst, (size_t)it->bytes, got);
-    if (!strcmp(got, it->hash))
-        return TR_OK;
-    char *where = ckpt_client_chunk_location(c, it->hash);
-    LOG_ERROR("chunk %s (%s): hash %s, expected %s", where ? where : it->hash, it->what ? it->what : "?", got,
-              it->hash);
-    tr_free(where);
-    return TR_ERR_FORMAT;
-}
-
-static void log_get_failure(struct ckpt_client *c, const struct ckpt_get_item *it, const char *why)
-{
-    char *where = ckpt_client_chunk_location(c, it->hash);
-    LOG_ERROR("chunk %s (%s): %s", where ? where : it->hash, it->what ? it->what : "?", why);
-    tr_free(where);
-}
-
-static enum tr_status get_one_local(struct ckpt_client *c, const struct ckpt_get_item *it,
-                                    struct ckpt_xfer_stats *st)
-{
-    if (it->bytes == 0)
-        return TR_OK;
-    enum tr_status s = ckpt_fs_chunk_read(&c->fs, it->hash, it->off, it->bytes, it->dst);
-    if (s == TR_ERR_NOT_FOUND)
-        log_get_failure(c, it, "missing");
-    else if (s == TR_ERR_RANGE)
-        log_get_failure(c, it, "shorter than the range asked");
-    if (s == TR_OK && whole_chunk(it))
-        s = check_hash(c, it);
-    if (s == TR_ERR_RANGE)
-        s = TR_ERR_FORMAT;
-    if (s == TR_OK)
-        st->bytes_received += it->bytes;
-    return s;
-}
-
-enum tr_status ckpt_get_chunks(struct ckpt_client *c, const struct ckpt_get_item *items, int n,
-                               struct ckpt_xfer_stats *st)
-{
-    enum tr_status rc = TR_OK;
-    if (n <= 0)
-        return TR_OK;
-    if (!c->remote) {
-        struct local_job j = {.c = c, .get = items, .n = n};
-        return run_local(&j, st);
-    }
-    struct req *reqs = tr_calloc((size_t)n, sizeof *reqs);
-    if (!reqs)
-        return TR_ERR_NOMEM;
-    int m = 0;
-    int *of = tr_malloc((size_t)n * sizeof *of);
-    if (!of) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    for (int i = 0; i < n; i++) {
-        const struct ckpt_get_item *it = &items[i];
-        if (it->bytes == 0)
-            continue;
-        struct req *r = &reqs[m];
-        of[m++] = i;
-        r->method = M_GET;
-        r->quiet_404 = 1;
-        r->dst = it->dst;
-        r->dst_cap = it->bytes;
-        if (!whole_chunk(it)) {
-            r->range_off = it->off;
-            r->range_len = it->bytes;
-        }
-        if (!(r->url = url_of(c, "/chunks/%s", it->hash))) {
-            rc = TR_ERR_NOMEM;
-            goto exit;
-        }
-    }
-    rc = http_run(c, reqs, m, st);
-    for (int k = 0; k < m; k++) {
-        const struct ckpt_get_item *it = &items[of[k]];
-        struct req *r = &reqs[k];
-        enum tr_status s = TR_OK;
-        if (!r->done)
-            continue;
-        if (r->cc != CURLE_OK || r->status >= 500 || r->overflow)
-            continue; /* logged by http_run */
-        if (r->status == 404) {
-            log_get_failure(c, it, "missing");
-            s = TR_ERR_NOT_FOUND;
-        } else if (r->status == 416 || (r->status >= 200 && r->status < 300 && r->got != it->bytes)) {
-            char why[96];
-            snprintf(why, sizeof why, "short: %" PRId64 " bytes from offset %" PRId64 ", %" PRId64 " asked",
-                     r->status == 416 ? 0 : r->got, it->off, it->bytes);
-            log_get_failure(c, it, why);
-            s = TR_ERR_FORMAT;
-        } else if (r->status >= 400) {
-            s = status_of(r->status);
-        } else if (whole_chunk(it)) {
-            s = check_hash(c, it);
-        }
-        if (s != TR_OK && rc == TR_OK)
-            rc = s;
-    }
-exit:
-    for (int i = 0; i < n; i++)
-        reqs[i].dst = NULL; /* the caller's buffers */
-    free_reqs(reqs, n);
-    tr_free(of);
-    return rc;
+    return ckpt_client_url(c, "/chunks/%s", hash);
 }
 
 /* ---- run objects --------------------------------------------------------------------- */
 
-/* One request whose answer body (when 2xx) is returned as a NUL-terminated
- * tr_malloc'd text; *code gets the status. */
-static enum tr_status http_one(struct ckpt_client *c, enum req_method method, char *url, const char *body,
-                               size_t n, int quiet_404, long *code, char **text, size_t *len)
-{
-    struct req r;
-    memset(&r, 0, sizeof r);
-    r.method = method;
-    r.url = url;
-    r.body = body;
-    r.body_len = (int64_t)n;
-    r.grow = 1;
-    r.quiet_404 = quiet_404;
-    if (!url)
-        return TR_ERR_NOMEM;
-    enum tr_status rc = http_run(c, &r, 1, NULL);
-    *code = r.status;
-    if (rc == TR_OK && text && r.status >= 200 && r.status < 300) {
-        if (!r.dst && !(r.dst = tr_malloc(1)))
-            rc = TR_ERR_NOMEM;
-        if (rc == TR_OK) {
-            r.dst[r.got] = '\0';
-            *text = r.dst;
-            if (len)
-                *len = (size_t)r.got;
-            r.dst = NULL;
-        }
-    }
-    req_release(&r);
-    return rc;
-}
-
 static enum tr_status put_text(struct ckpt_client *c, char *url, const char *text, size_t n)
 {
     long code = 0;
-    TR_CHECK(http_one(c, M_PUT, url, text, n, 0, &code, NULL, NULL));
-    return code >= 200 && code < 300 ? TR_OK : status_of(code);
+    TR_CHECK(ckpt_http_one(c, CKPT_REQ_PUT, url, text, n, 0, &code, NULL, NULL));
+    return code >= 200 && code < 300 ? TR_OK : ckpt_http_status(code);
 }
 
 static enum tr_status get_text(struct ckpt_client *c, char *url, int quiet_404, char **text, size_t *n)
 {
     long code = 0;
     *text = NULL;
-    TR_CHECK(http_one(c, M_GET, url, NULL, 0, quiet_404, &code, text, n));
-    return code >= 200 && code < 300 ? TR_OK : status_of(code);
+    TR_CHECK(ckpt_http_one(c, CKPT_REQ_GET, url, NULL, 0, quiet_404, &code, text, n));
+    return code >= 200 && code < 300 ? TR_OK : ckpt_http_status(code);
 }
 
 static enum tr_status check_run(const char *run)
@@ -866,7 +179,7 @@ enum tr_status ckpt_put_manifest(struct ckpt_client *c, const char *run, int64_t
     if (!c->remote)
         return ckpt_fs_manifest_put(&c->fs, run, step, text, n);
     TR_CHECK(check_run(run));
-    return put_text(c, url_of(c, "/runs/%s/manifests/%" PRId64 ".json", run, step), text, n);
+    return put_text(c, ckpt_client_url(c, "/runs/%s/manifests/%" PRId64 ".json", run, step), text, n);
 }
 
 enum tr_status ckpt_get_manifest(struct ckpt_client *c, const char *run, int64_t step, char **text, size_t *n)
@@ -874,7 +187,7 @@ enum tr_status ckpt_get_manifest(struct ckpt_client *c, const char *run, int64_t
     if (!c->remote)
         return ckpt_fs_manifest_get(&c->fs, run, step, text, n);
     TR_CHECK(check_run(run));
-    return get_text(c, url_of(c, "/runs/%s/manifests/%" PRId64 ".json", run, step), 0, text, n);
+    return get_text(c, ckpt_client_url(c, "/runs/%s/manifests/%" PRId64 ".json", run, step), 0, text, n);
 }
 
 enum tr_status ckpt_put_part(struct ckpt_client *c, const char *run, int64_t step, int rank, const char *text,
@@ -883,7 +196,7 @@ enum tr_status ckpt_put_part(struct ckpt_client *c, const char *run, int64_t ste
     if (!c->remote)
         return ckpt_fs_part_put(&c->fs, run, step, rank, text, n);
     TR_CHECK(check_run(run));
-    return put_text(c, url_of(c, "/runs/%s/parts/%" PRId64 "/%d.json", run, step, rank), text, n);
+    return put_text(c, ckpt_client_url(c, "/runs/%s/parts/%" PRId64 "/%d.json", run, step, rank), text, n);
 }
 
 enum tr_status ckpt_get_part(struct ckpt_client *c, const char *run, int64_t step, int rank, char **text, size_t *n)
@@ -891,7 +204,7 @@ enum tr_status ckpt_get_part(struct ckpt_client *c, const char *run, int64_t ste
     if (!c->remote)
         return ckpt_fs_part_get(&c->fs, run, step, rank, text, n);
     TR_CHECK(check_run(run));
-    return get_text(c, url_of(c, "/runs/%s/parts/%" PRId64 "/%d.json", run, step, rank), 1, text, n);
+    return get_text(c, ckpt_client_url(c, "/runs/%s/parts/%" PRId64 "/%d.json", run, step, rank), 1, text, n);
 }
 
 enum tr_status ckpt_commit_keep(struct ckpt_client *c, const char *run, int64_t step, int keep)
@@ -901,7 +214,8 @@ enum tr_status ckpt_commit_keep(struct ckpt_client *c, const char *run, int64_t 
     TR_CHECK(check_run(run));
     char body[32];
     int n = snprintf(body, sizeof body, "%" PRId64, step);
-    char *url = keep > 0 ? url_of(c, "/runs/%s/LATEST?keep=%d", run, keep) : url_of(c, "/runs/%s/LATEST", run);
+    char *url = keep > 0 ? ckpt_client_url(c, "/runs/%s/LATEST?keep=%d", run, keep)
+                         : ckpt_client_url(c, "/runs/%s/LATEST", run);
     return put_text(c, url, body, (size_t)n);
 }
 
@@ -918,25 +232,25 @@ enum tr_status ckpt_claim(struct ckpt_client *c, const char *run, const char *ow
     if (!c->remote) {
         rc = ckpt_fs_claim(&c->fs, run, owner, holder, sizeof holder);
     } else {
-        struct req r;
+        struct ckpt_req r;
         memset(&r, 0, sizeof r);
-        r.method = M_POST;
-        r.url = url_of(c, "/runs/%s/claim", run);
+        r.method = CKPT_REQ_POST;
+        r.url = ckpt_client_url(c, "/runs/%s/claim", run);
         r.body = owner;
         r.body_len = (int64_t)strlen(owner);
         r.grow = 1;
         r.quiet_4xx = 1;
         if (!r.url)
             return TR_ERR_NOMEM;
-        rc = http_run(c, &r, 1, NULL);
+        rc = ckpt_http_run(c, &r, 1, NULL);
         if (rc == TR_OK && r.status == 409) {
-            snprintf(holder, sizeof holder, "%.299s", reason_of(&r));
+            snprintf(holder, sizeof holder, "%.299s", ckpt_req_reason(&r));
             rc = TR_ERR_RANGE;
         } else if (rc == TR_OK && (r.status < 200 || r.status >= 300)) {
-            LOG_ERROR("POST %s: %ld %s", r.url, r.status, reason_of(&r));
-            rc = status_of(r.status);
+            LOG_ERROR("POST %s: %ld %s", r.url, r.status, ckpt_req_reason(&r));
+            rc = ckpt_http_status(r.status);
         }
-        req_release(&r);
+        ckpt_req_release(&r);
     }
     if (rc == TR_ERR_RANGE) {
         if (c->remote)
@@ -952,26 +266,26 @@ enum tr_status ckpt_client_check(struct ckpt_client *c)
 {
     if (!c->remote)
         return TR_OK;
-    struct req r;
+    struct ckpt_req r;
     memset(&r, 0, sizeof r);
-    r.method = M_GET;
-    r.url = url_of(c, "/healthz");
+    r.method = CKPT_REQ_GET;
+    r.url = ckpt_client_url(c, "/healthz");
     r.grow = 1;
     r.quiet_4xx = 1;
     if (!r.url)
         return TR_ERR_NOMEM;
-    enum tr_status rc = http_run(c, &r, 1, NULL);
+    enum tr_status rc = ckpt_http_run(c, &r, 1, NULL);
     if (rc == TR_OK && (r.status == 401 || r.status == 403)) {
-        LOG_ERROR("checkpoint store %s refused the token: %ld %s", c->where, r.status, reason_of(&r));
+        LOG_ERROR("checkpoint store %s refused the token: %ld %s", c->where, r.status, ckpt_req_reason(&r));
         LOG_HINT("--checkpoint_token_file must hold the token the store was started with (terarec-ckpt --token_file)");
         rc = TR_ERR_ARG;
     } else if (rc == TR_OK && (r.status < 200 || r.status >= 300)) {
-        LOG_ERROR("checkpoint store %s: GET /healthz: %ld %s", c->where, r.status, reason_of(&r));
-        rc = status_of(r.status);
+        LOG_ERROR("checkpoint store %s: GET /healthz: %ld %s", c->where, r.status, ckpt_req_reason(&r));
+        rc = ckpt_http_status(r.status);
     } else if (rc != TR_OK) {
         LOG_HINT("is the checkpoint store %s running and reachable from this node?", c->where);
     }
-    req_release(&r);
+    ckpt_req_release(&r);
     return rc;
 }
 
@@ -982,7 +296,7 @@ enum tr_status ckpt_get_latest(struct ckpt_client *c, const char *run, int64_t *
     TR_CHECK(check_run(run));
     char *text = NULL;
     size_t n = 0;
-    TR_CHECK(get_text(c, url_of(c, "/runs/%s/LATEST", run), 1, &text, &n));
+    TR_CHECK(get_text(c, ckpt_client_url(c, "/runs/%s/LATEST", run), 1, &text, &n));
     char *end = NULL;
     errno = 0;
     long long v = strtoll(text, &end, 10);
@@ -1028,7 +342,7 @@ enum tr_status ckpt_list_runs(struct ckpt_client *c, char ***names, int *n)
     *names = NULL;
     *n = 0;
     json_t *root = NULL, *arr = NULL;
-    TR_CHECK(get_json_array(c, url_of(c, "/runs"), "runs", &root, &arr));
+    TR_CHECK(get_json_array(c, ckpt_client_url(c, "/runs"), "runs", &root, &arr));
     enum tr_status rc = TR_OK;
     size_t m = json_array_size(arr);
     char **v = m ? tr_calloc(m, sizeof *v) : NULL;
@@ -1067,7 +381,7 @@ enum tr_status ckpt_list_steps(struct ckpt_client *c, const char *run, int64_t *
     *n = 0;
     TR_CHECK(check_run(run));
     json_t *root = NULL, *arr = NULL;
-    enum tr_status rc = get_json_array(c, url_of(c, "/runs/%s/manifests", run), "steps", &root, &arr);
+    enum tr_status rc = get_json_array(c, ckpt_client_url(c, "/runs/%s/manifests", run), "steps", &root, &arr);
     if (rc == TR_ERR_NOT_FOUND)
         return TR_OK; /* a missing run lists no steps */
     TR_CHECK(rc);
@@ -1108,10 +422,10 @@ enum tr_status ckpt_gc(struct ckpt_client *c, const struct ckpt_gc_opts *o, stru
     char *text = NULL;
     size_t n = 0;
     long code = 0;
-    char *url = url_of(c, "/gc?keep=%d&grace=%lld", keep, (long long)ceil(o->grace_s));
-    TR_CHECK(http_one(c, M_POST, url, NULL, 0, 0, &code, &text, &n));
+    char *url = ckpt_client_url(c, "/gc?keep=%d&grace=%lld", keep, (long long)ceil(o->grace_s));
+    TR_CHECK(ckpt_http_one(c, CKPT_REQ_POST, url, NULL, 0, 0, &code, &text, &n));
     if (code < 200 || code >= 300)
-        return status_of(code);
+        return ckpt_http_status(code);
     json_error_t err;
     json_t *root = json_loadb(text, n, 0, &err);
     tr_free(text);
