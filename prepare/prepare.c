@@ -1,12 +1,13 @@
 /* prepare.c: `terarec data prepare`: Criteo TSV (plain or gzip) to the seed's
  * split-binary dataset plus feature_spec.yaml. Options, checks of the inputs and
- * of the output directory, the passes (threshold mode: count, then write; hash
- * mode: write only; threshold mode with --test_fraction: rows, count, write), the
- * train/test split, the shuffle, the yaml, and the atomic
- * rename of OUT.tmp-PID into place. Parsing, threading, counting and shuffling
- * live in the sibling prepare_*.c files. The threshold vocabulary is counted on the
- * training rows only (the seed counts the test rows too, a leak). It writes no validation split (the seed
- * writes one but never reads it).
+ * of the output directory, the order of the passes (threshold mode: count, then
+ * write; hash mode: write only; threshold mode with --test_fraction: rows, count,
+ * write), the shuffle, and the atomic rename of OUT.tmp-PID into place. The passes
+ * themselves and the train/test split are in prepare_pass.c, the staging folders
+ * and the yaml in prepare_output.c; parsing, threading, counting and shuffling
+ * live in the other prepare_*.c files. The threshold vocabulary is counted on the
+ * training rows only (the seed counts the test rows too, a leak). It writes no
+ * validation split (the seed writes one but never reads it).
  *
  * Memory: the counting tables take --memory_limit / 2 (and as much again while a
  * spill sorts), a shuffle bucket at most --memory_limit / 2 plus --memory_limit / 4
@@ -16,11 +17,9 @@
 #define _GNU_SOURCE
 #include "prepare.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,65 +39,11 @@
 #include "../loader_svc/feature_spec.h"
 #include "prepare_internal.h"
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the split-binary files are little-endian; this writer stores native integers"
-#endif
-
 #define MAX_OPTS 24
-
-struct prepare_opts {
-    char *output;
-    int64_t frequency_threshold;
-    int64_t max_ind_range;
-    int test_files;
-    double test_fraction;
-    int shuffle;
-    int64_t shuffle_seed;
-    int threads;
-    int64_t memory_limit;
-    int64_t chunk_size;
-    int strict, force, progress;
-    int numerical_transform;   /* enum prepare_num_transform */
-    int hash_missing;          /* HASH_MISSING_* */
-};
 
 enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
 static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
 static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
-
-enum { PASS_ROWS, PASS_COUNT, PASS_WRITE };
-
-/* State shared by the work threads (read-only during a pass) and the consumer. */
-struct prepare_ctx {
-    const struct prepare_opts *o;
-    const struct prepare_input *inputs;
-    int ninputs;
-    int hash;                  /* hash mode */
-    int pass;
-    int reserved;              /* hash mode: id 0 only for missing, 1 + h % (R - 1) for the rest */
-    uint64_t M;                /* hash mode modulus (R, or R - 1 when reserved) */
-    uint64_t M_inv;            /* fastmod constant for 32-bit values */
-    struct prepare_counter *counter;
-    struct prepare_dict dict;
-    size_t width[PREPARE_NCOL];
-    int64_t card[PREPARE_CAT];
-    int nthreads;
-    /* consumer state */
-    int cur_file;
-    int64_t line_base, rows, nbad, nempty;
-    int report, shown;
-    int64_t n_train;           /* rows before the test split by position; -1 unknown */
-    int64_t *chunk_row0;       /* (nchunks) rows before chunk seq, from the PASS_ROWS pass; NULL without one */
-    int64_t nchunks, chunks_cap;
-    struct prepare_sink train, test;
-};
-
-static const char *col_names[PREPARE_NCOL] = {
-    "label.bin",  "numerical.bin", "cat_0.bin",  "cat_1.bin",  "cat_2.bin",  "cat_3.bin",  "cat_4.bin",
-    "cat_5.bin",  "cat_6.bin",     "cat_7.bin",  "cat_8.bin",  "cat_9.bin",  "cat_10.bin", "cat_11.bin",
-    "cat_12.bin", "cat_13.bin",    "cat_14.bin", "cat_15.bin", "cat_16.bin", "cat_17.bin", "cat_18.bin",
-    "cat_19.bin", "cat_20.bin",    "cat_21.bin", "cat_22.bin", "cat_23.bin", "cat_24.bin", "cat_25.bin",
-};
 
 static const char usage[] =
     "usage: terarec data prepare [options] --output DIR INPUT...\n"
@@ -238,246 +183,7 @@ fail:
     tr_free(out);
     goto exit;
 }
-
-/* ---- work functions (any thread) -------------------------------------------------------- */
-
-static void note_bad(struct prepare_chunk *c, int64_t line, const char *s, size_t n, enum prepare_bad why, int field)
-{
-    if (c->nerrs < PREPARE_MAX_ERRS) {
-        struct prepare_err *e = &c->errs[c->nerrs++];
-        e->line = line;
-        prepare_describe_bad(s, n, why, field, e->msg, sizeof e->msg);
-    }
-    c->nbad++;
-}
-
-/* Splits chunk c into lines; counts empty and malformed ones (the first few kept
- * with their line numbers) and calls fn(arg, row) for each valid row, in order.
- * Sets c->nlines. Stops at fn's first error. */
-static enum tr_status each_row(struct prepare_chunk *c, enum tr_status (*fn)(void *arg, const struct prepare_row *row),
-                               void *arg)
-{
-    const char *p = c->buf, *end = c->buf + c->len;
-    int64_t line = 0;
-    struct prepare_row row;
-    while (p < end) {
-        const char *q = memchr(p, '\n', (size_t)(end - p));
-        if (!q)
-            q = end;
-        size_t n = (size_t)(q - p);
-        line++;
-        if (n && p[n - 1] == '\r')
-            n--;
-        if (n == 0) {
-            c->nempty++;
-        } else {
-            int field;
-            enum prepare_bad why = prepare_parse_line(p, n, &row, &field);
-            if (why != PREPARE_LINE_OK)
-                note_bad(c, line, p, n, why, field);
-            else
-                TR_CHECK(fn(arg, &row));
-        }
-        p = q + 1;
-    }
-    c->nlines = line;
-    return TR_OK;
-}
-
-struct row_arg {
-    struct prepare_ctx *x;
-    struct prepare_chunk *c;
-    int thread;
-};
-
-static enum tr_status rows_row(void *arg, const struct prepare_row *row)
-{
-    (void)row;
-    ((struct row_arg *)arg)->c->nrows++;
-    return TR_OK;
-}
-
-static enum tr_status rows_work(void *vctx, int thread, struct prepare_chunk *c)
-{
-    struct row_arg a = {vctx, c, thread};
-    return each_row(c, rows_row, &a);
-}
-
-/* 1 if the row about to be numbered c->nrows in chunk c belongs to the test split */
-static int in_test(const struct prepare_ctx *x, const struct prepare_chunk *c)
-{
-    if (x->o->test_files > 0)
-        return c->file >= x->ninputs - x->o->test_files;
-    if (c->seq >= x->nchunks) /* the inputs grew since the rows pass; the consumer stops the run */
-        return 1;
-    return x->chunk_row0[c->seq] + c->nrows >= x->n_train;
-}
-
-static enum tr_status count_row(void *arg, const struct prepare_row *row)
-{
-    struct row_arg *a = arg;
-    int test = in_test(a->x, a->c);
-    a->c->nrows++;
-    return test ? TR_OK : prepare_counter_add(a->x->counter, a->thread, row); /* the vocabulary: train rows only */
-}
-
-static enum tr_status count_work(void *vctx, int thread, struct prepare_chunk *c)
-{
-    struct row_arg a = {vctx, c, thread};
-    return each_row(c, count_row, &a);
-}
-
-static enum tr_status ensure_rows(struct prepare_chunk *c, const size_t *width, int64_t need)
-{
-    if (need <= c->rows_cap)
-        return TR_OK;
-    for (int k = 0; k < PREPARE_NCOL; k++) {
-        uint8_t *np = tr_realloc(c->col[k], (size_t)need * width[k]);
-        if (!np)
-            return TR_ERR_NOMEM;
-        c->col[k] = np;
-    }
-    c->rows_cap = need;
-    return TR_OK;
-}
-
-/* a % m for a < 2^32, m < 2^32 with one multiplication pair (Lemire's fastmod) */
-static inline uint32_t fastmod32(uint32_t a, uint64_t m_inv, uint32_t m)
-{
-    return (uint32_t)(((unsigned __int128)(m_inv * a) * m) >> 64);
-}
-
-static inline void store_id(uint8_t *col, size_t w, int64_t k, uint32_t id)
-{
-    if (w == 1) {
-        col[k] = (uint8_t)id;
-    } else if (w == 2) {
-        uint16_t v = (uint16_t)id;
-        memcpy(col + 2 * k, &v, 2);
-    } else {
-        memcpy(col + 4 * k, &id, 4);
-    }
-}
-
-static enum tr_status write_row(void *arg, const struct prepare_row *row)
-{
-    struct row_arg *a = arg;
-    struct prepare_ctx *x = a->x;
-    struct prepare_chunk *c = a->c;
-    const int64_t k = c->nrows;
-    if (k == c->rows_cap)
-        TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
-    c->col[PREPARE_COL_LABEL][k] = row->label;
-    memcpy(c->col[PREPARE_COL_NUM] + (size_t)k * (2 * PREPARE_NUM), row->num, 2 * PREPARE_NUM);
-    if (x->hash) {
-        for (int i = 0; i < PREPARE_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
-            uint64_t v = row->cat[i];
-            uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
-            if (x->reserved)
-                id = (row->cat_present >> i) & 1u ? id + 1 : 0;
-            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
-        }
-    } else {
-        for (int i = 0; i < PREPARE_CAT; i++) {
-            uint32_t id = (row->cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row->cat[i]) : 0;
-            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
-        }
-    }
-    c->nrows = k + 1;
-    return TR_OK;
-}
-
-static enum tr_status write_work(void *vctx, int thread, struct prepare_chunk *c)
-{
-    struct row_arg a = {vctx, c, thread};
-    TR_CHECK(ensure_rows(c, a.x->width, (int64_t)(c->len / 160) + 64));
-    c->nrows = 0;
-    return each_row(c, write_row, &a);
-}
-
-/* ---- the consumer (calling thread, chunks in input order) -------------------------------- */
-
-static enum tr_status consume(void *vctx, struct prepare_chunk *c)
-{
-    struct prepare_ctx *x = vctx;
-    if (c->file != x->cur_file) {
-        x->cur_file = c->file;
-        x->line_base = 0;
-    }
-    const char *path = x->inputs[c->file].path;
-    if (x->report && c->nbad) {
-        if (x->o->strict) {
-            prepare_progress_clear();
-            LOG_ERROR("%s:%lld: %s", path, (long long)(x->line_base + c->errs[0].line), c->errs[0].msg);
-            LOG_HINT("without --strict malformed lines are skipped and counted");
-            return TR_ERR_ARG;
-        }
-        for (int i = 0; i < c->nerrs && x->shown < PREPARE_MAX_ERRS; i++, x->shown++) {
-            prepare_progress_clear();
-            LOG_WARN("%s:%lld: %s (line skipped)", path, (long long)(x->line_base + c->errs[i].line),
-                     c->errs[i].msg);
-        }
-    }
-    x->line_base += c->nlines;
-    x->nbad += c->nbad;
-    x->nempty += c->nempty;
-    if (x->pass == PASS_ROWS) {
-        if (x->nchunks == x->chunks_cap) {
-            int64_t cap = x->chunks_cap ? 2 * x->chunks_cap : 256;
-            int64_t *np = tr_realloc(x->chunk_row0, (size_t)cap * sizeof *np);
-            if (!np)
-                return TR_ERR_NOMEM;
-            x->chunk_row0 = np;
-            x->chunks_cap = cap;
-        }
-        TR_ASSERT(c->seq == x->nchunks);
-        x->chunk_row0[x->nchunks++] = x->rows;
-    } else if (x->pass == PASS_COUNT && x->chunk_row0 &&
-               (c->seq >= x->nchunks || x->chunk_row0[c->seq] != x->rows)) {
-        prepare_progress_clear();
-        LOG_ERROR("the inputs changed while they were prepared (chunk %lld starts at row %lld, then %lld)",
-                  (long long)c->seq, (long long)(c->seq < x->nchunks ? x->chunk_row0[c->seq] : -1),
-                  (long long)x->rows);
-        return TR_ERR_ARG;
-    }
-    if (x->pass == PASS_WRITE) {
-        int64_t r0 = x->rows, n = c->nrows;
-        if (x->o->test_files > 0) {
-            struct prepare_sink *s = c->file >= x->ninputs - x->o->test_files ? &x->test : &x->train;
-            TR_CHECK(prepare_sink_put(s, c, 0, n, x->width));
-        } else if (x->n_train >= 0) {
-            int64_t k = TR_MAX((int64_t)0, TR_MIN(n, x->n_train - r0));
-            TR_CHECK(prepare_sink_put(&x->train, c, 0, k, x->width));
-            TR_CHECK(prepare_sink_put(&x->test, c, k, n - k, x->width));
-        } else {
-            TR_CHECK(prepare_sink_put(&x->train, c, 0, n, x->width)); /* the tail moves to test at the end */
-        }
-    }
-    x->rows += c->nrows;
-    return TR_OK;
-}
-
-static enum tr_status run_pass(struct prepare_ctx *x, int pass, int report, int64_t *tsv_bytes)
-{
-    x->pass = pass;
-    x->report = report;
-    x->cur_file = -1;
-    x->line_base = x->rows = x->nbad = x->nempty = 0;
-    struct prepare_pipe_cfg pc = {
-        .inputs = x->inputs,
-        .ninputs = x->ninputs,
-        .threads = x->nthreads,
-        .chunk_size = (size_t)x->o->chunk_size,
-        .work = pass == PASS_ROWS ? rows_work : pass == PASS_COUNT ? count_work : write_work,
-        .consume = consume,
-        .ctx = x,
-        .label = pass == PASS_ROWS ? "rows" : pass == PASS_COUNT ? "count" : "write",
-        .progress = x->o->progress && isatty(2),
-    };
-    return prepare_pipe_run(&pc, tsv_bytes);
-}
-
-/* ---- checks, the feature spec, the output directory -------------------------------------- */
+/* ---- checks of the options and the inputs ------------------------------------------------ */
 
 static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *opts, int ninputs)
 {
@@ -548,226 +254,6 @@ static enum tr_status check_inputs(struct prepare_input *in, int n)
     return TR_OK;
 }
 
-/* 1 if dir exists and holds anything, 0 if empty or absent, -1 if it is not a directory */
-static int dir_state(const char *dir)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return 0;
-    if (!S_ISDIR(st.st_mode))
-        return -1;
-    DIR *d = opendir(dir);
-    if (!d)
-        return 1;
-    int any = 0;
-    struct dirent *e;
-    while (!any && (e = readdir(d)) != NULL)
-        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return any;
-}
-
-/* The host name a staging folder's owner wrote into DIR.tmp-PID/.scratch/owner;
- * "" when there is none (an older run, or one past its scratch stage). */
-static enum tr_status staging_owner(const char *stage_dir, char *host, size_t n)
-{
-    host[0] = '\0';
-    char *scratch = tr_file_join(stage_dir, ".scratch"), *p = scratch ? tr_file_join(scratch, "owner") : NULL;
-    if (!p) {
-        tr_free(scratch);
-        return TR_ERR_NOMEM;
-    }
-    FILE *fp = fopen(p, "r");
-    if (fp) {
-        if (!fgets(host, (int)n, fp))
-            host[0] = '\0';
-        host[strcspn(host, "\n")] = '\0';
-        fclose(fp);
-    }
-    tr_free(p);
-    tr_free(scratch);
-    return TR_OK;
-}
-
-/* Removes the staging folders OUT.tmp-PID (and OUT.tmp-PID.old) that runs killed
- * before they could clean up left next to `out`: those whose process no longer
- * exists on this host. Folders of live processes, of this process and of other
- * hosts are left alone. Prints one line for each folder removed. Failing to
- * remove one is a warning, not an error: the run does not need it gone.
- * TR_ERR_NOMEM. */
-static enum tr_status remove_stale_staging(const char *out)
-{
-    enum tr_status rc = TR_OK;
-    const char *slash = strrchr(out, '/');
-    char *parent = tr_strdup(slash ? out : ".");
-    const char *base = slash ? slash + 1 : out;
-    if (!parent)
-        return TR_ERR_NOMEM;
-    if (slash)
-        parent[slash == out ? 1 : slash - out] = '\0';
-    char host[256] = "";
-    if (gethostname(host, sizeof host - 1) != 0)
-        host[0] = '\0';
-    const size_t nb = strlen(base);
-    DIR *d = opendir(parent);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        const char *name = e->d_name;
-        if (strncmp(name, base, nb) != 0 || strncmp(name + nb, ".tmp-", 5) != 0)
-            continue;
-        char *end;
-        errno = 0;
-        long pid = strtol(name + nb + 5, &end, 10);
-        if (errno || end == name + nb + 5 || pid <= 0 || (*end && strcmp(end, ".old") != 0))
-            continue;
-        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* ours (removed by the caller), alive, or not ours to judge */
-        char *path = tr_file_join(parent, name), owner[256];
-        if (!path || (rc = staging_owner(path, owner, sizeof owner)) != TR_OK) {
-            tr_free(path);
-            rc = TR_ERR_NOMEM;
-            break;
-        }
-        if (owner[0] && strcmp(owner, host) != 0) {
-            LOG_WARN("leaving staging folder '%s' alone: it belongs to process %ld on host '%s'", path, pid, owner);
-        } else if (tr_file_rm_rf(path) == TR_OK) {
-            printf("removed stale staging folder '%s' of process %ld, which no longer runs\n", path, pid);
-            fflush(stdout);
-        } else {
-            LOG_WARN("cannot remove stale staging folder '%s' of process %ld", path, pid);
-        }
-        tr_free(path);
-    }
-    if (d)
-        closedir(d);
-    tr_free(parent);
-    return rc;
-}
-
-static enum tr_status list_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static enum tr_status list_add(char ***v, int *n, const char *fmt, ...)
-{
-    char buf[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    char **nv = tr_realloc(*v, (size_t)(*n + 1) * sizeof *nv);
-    if (!nv)
-        return TR_ERR_NOMEM;
-    *v = nv;
-    if (!(nv[*n] = tr_strdup(buf)))
-        return TR_ERR_NOMEM;
-    (*n)++;
-    return TR_OK;
-}
-
-static int feature_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct feature_spec_feature *)a)->name, ((const struct feature_spec_feature *)b)->name);
-}
-
-/* The seed's DLRM FeatureSpec: features sorted by name (as yaml.dump), mappings test then train. */
-static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
-{
-    memset(fs, 0, sizeof *fs);
-    for (int j = 0; j < PREPARE_NUM; j++)
-        TR_CHECK(list_add(&fs->numerical, &fs->nnumerical, "num_%d", j));
-    for (int i = 0; i < PREPARE_CAT; i++)
-        TR_CHECK(list_add(&fs->categorical, &fs->ncategorical, "cat_%d.bin", i));
-    TR_CHECK(list_add(&fs->label, &fs->nlabel, "label"));
-
-    int nf = PREPARE_NUM + PREPARE_CAT + 1;
-    fs->features = tr_calloc((size_t)nf, sizeof *fs->features);
-    if (!fs->features)
-        return TR_ERR_NOMEM;
-    for (int f = 0; f < nf; f++) {
-        struct feature_spec_feature *ft = &fs->features[f];
-        const char *name, *dtype;
-        ft->cardinality = -1;
-        if (f < PREPARE_NUM) {
-            name = fs->numerical[f];
-            dtype = "float16";
-        } else if (f < PREPARE_NUM + PREPARE_CAT) {
-            name = fs->categorical[f - PREPARE_NUM];
-            ft->cardinality = card[f - PREPARE_NUM];
-            dtype = feature_spec_dtype_name(feature_spec_cat_dtype(ft->cardinality));
-        } else {
-            name = "label";
-            dtype = "bool";
-        }
-        ft->name = tr_strdup(name);
-        ft->dtype = tr_strdup(dtype);
-        fs->nfeatures = f + 1;
-        if (!ft->name || !ft->dtype)
-            return TR_ERR_NOMEM;
-    }
-    qsort(fs->features, (size_t)nf, sizeof *fs->features, feature_cmp);
-
-    static const char *const splits[2] = {"test", "train"};
-    fs->mappings = tr_calloc(2, sizeof *fs->mappings);
-    if (!fs->mappings)
-        return TR_ERR_NOMEM;
-    for (int m = 0; m < 2; m++) {
-        struct feature_spec_mapping *mp = &fs->mappings[m];
-        fs->nmappings = m + 1;
-        if (!(mp->name = tr_strdup(splits[m])))
-            return TR_ERR_NOMEM;
-        mp->chunks = tr_calloc(PREPARE_NCOL, sizeof *mp->chunks);
-        if (!mp->chunks)
-            return TR_ERR_NOMEM;
-        for (int k = 0; k < PREPARE_NCOL; k++) {
-            struct feature_spec_chunk *ch = &mp->chunks[k];
-            mp->nchunks = k + 1;
-            if (!(ch->type = tr_strdup("split_binary")))
-                return TR_ERR_NOMEM;
-            /* chunk order as the seed: numerical, label, cat_0..cat_25 */
-            int col = k == 0 ? PREPARE_COL_NUM : k == 1 ? PREPARE_COL_LABEL : k;
-            if (col == PREPARE_COL_NUM) {
-                for (int j = 0; j < PREPARE_NUM; j++)
-                    TR_CHECK(list_add(&ch->features, &ch->nfeatures, "num_%d", j));
-            } else if (col == PREPARE_COL_LABEL) {
-                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "label"));
-            } else {
-                TR_CHECK(list_add(&ch->features, &ch->nfeatures, "cat_%d.bin", col - PREPARE_COL_CAT0));
-            }
-            TR_CHECK(list_add(&ch->files, &ch->nfiles, "%s/%s", splits[m], col_names[col]));
-        }
-    }
-    return TR_OK;
-}
-
-static enum tr_status write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows)
-{
-    enum tr_status rc = TR_OK;
-    struct feature_spec fs;
-    FILE *fp = NULL;
-    char *path;
-    TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
-    TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
-    if (vocabulary_rows && !(fs.vocabulary_rows = tr_strdup(vocabulary_rows))) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    fp = fopen(path, "w");
-    if (!fp) {
-        LOG_ERROR("cannot create '%s': %s", path, strerror(errno));
-        rc = TR_ERR_IO;
-        goto exit;
-    }
-    errno = 0;
-    rc = feature_spec_write(&fs, fp);
-    int e = errno;
-    if (fclose(fp) != 0 || rc != TR_OK) {
-        LOG_ERROR("cannot write '%s': %s", path, strerror(rc != TR_OK && e ? e : errno ? errno : EIO));
-        rc = TR_ERR_IO;
-    }
-exit:
-    feature_spec_release(&fs);
-    tr_free(path);
-    return rc;
-}
-
 static void format_cards(const int64_t *card, char *buf, size_t cap)
 {
     size_t k = 0;
@@ -812,7 +298,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     }
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/';)
         out[--n] = '\0';
-    int st = dir_state(out);
+    int st = prepare_dir_state(out);
     if (st < 0) {
         LOG_ERROR("--output: '%s' exists and is not a directory", out);
         rc = TR_ERR_ARG;
@@ -836,7 +322,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         memcpy(tmp, out, n);
         strcpy(tmp + n, suffix);
     }
-    TR_CHECK_GOTO(remove_stale_staging(out), rc, fail);
+    TR_CHECK_GOTO(prepare_remove_stale_staging(out), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(tmp), rc, fail); /* a leftover of a dead process with our pid */
     made_tmp = 1;
     TR_CHECK_GOTO(tr_file_join_to(tmp, ".scratch", &scratch), rc, fail);
@@ -868,11 +354,11 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         /* the vocabulary comes from the training rows; by fraction their number is known only
            after a first pass, which also records where each chunk's rows start */
         if (o->test_fraction > 0) {
-            TR_CHECK_GOTO(run_pass(&x, PASS_ROWS, 1, &tsv_bytes), rc, fail);
+            TR_CHECK_GOTO(prepare_run_pass(&x, PREPARE_PASS_ROWS, 1, &tsv_bytes), rc, fail);
             x.n_train = x.rows - llround(o->test_fraction * (double)x.rows);
         }
         TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
-        TR_CHECK_GOTO(run_pass(&x, PASS_COUNT, o->test_fraction == 0, &tsv_bytes), rc, fail);
+        TR_CHECK_GOTO(prepare_run_pass(&x, PREPARE_PASS_COUNT, o->test_fraction == 0, &tsv_bytes), rc, fail);
         pass1_rows = x.rows;
         spills = prepare_counter_spills(x.counter);
         TR_CHECK_GOTO(prepare_counter_finish(x.counter, o->frequency_threshold, &x.dict), rc, fail);
@@ -888,9 +374,9 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     }
 
     /* the write pass */
-    TR_CHECK_GOTO(prepare_sink_open(&x.train, o->shuffle ? stage : train_dir, col_names), rc, fail);
-    TR_CHECK_GOTO(prepare_sink_open(&x.test, test_dir, col_names), rc, fail);
-    TR_CHECK_GOTO(run_pass(&x, PASS_WRITE, x.hash, &tsv_bytes), rc, fail);
+    TR_CHECK_GOTO(prepare_sink_open(&x.train, o->shuffle ? stage : train_dir, prepare_col_names), rc, fail);
+    TR_CHECK_GOTO(prepare_sink_open(&x.test, test_dir, prepare_col_names), rc, fail);
+    TR_CHECK_GOTO(prepare_run_pass(&x, PREPARE_PASS_WRITE, x.hash, &tsv_bytes), rc, fail);
     if (pass1_rows >= 0 && pass1_rows != x.rows) {
         LOG_ERROR("the inputs changed while they were prepared (%lld rows, then %lld)", (long long)pass1_rows,
                   (long long)x.rows);
@@ -928,7 +414,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
             .src_dir = stage,
             .dst_dir = train_dir,
             .scratch_dir = scratch,
-            .names = col_names,
+            .names = prepare_col_names,
             .width = x.width,
             .nrows = train_rows,
             .seed = (uint64_t)o->shuffle_seed,
@@ -937,7 +423,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         };
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
-    TR_CHECK_GOTO(write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
+    TR_CHECK_GOTO(prepare_write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;
@@ -957,7 +443,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     }
 
     /* into place: an existing (empty, or --force) directory is moved aside first, removed last */
-    if (dir_state(out) > 0 || access(out, F_OK) == 0) {
+    if (prepare_dir_state(out) > 0 || access(out, F_OK) == 0) {
         size_t n = strlen(tmp);
         old = tr_malloc(n + 8);
         if (!old) {

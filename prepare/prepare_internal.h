@@ -3,7 +3,9 @@
  * the Criteo line parser (prepare_parse.c), the chunked multi-threaded text
  * pipeline (prepare_pipe.c), exact frequency counting with spilled sorted runs
  * and the dictionaries built from it (prepare_count.c), the seeded shuffle
- * (prepare_shuffle.c) and the column sinks (prepare_io.c). */
+ * (prepare_shuffle.c), the column sinks (prepare_io.c), and the run's options
+ * and state that prepare.c shares with its passes (prepare_pass.c) and its
+ * output (prepare_output.c). */
 #ifndef TR_PREPARE_INTERNAL_H
 #define TR_PREPARE_INTERNAL_H
 
@@ -229,6 +231,80 @@ enum tr_status prepare_sink_move_tail(struct prepare_sink *from, struct prepare_
                                       const size_t *width) TR_WUR;
 /* Closes the files (keeping them); TR_ERR_IO if a close fails. Safe twice. */
 enum tr_status prepare_sink_close(struct prepare_sink *s) TR_WUR;
+
+/* ---- the run (prepare.c), its passes (prepare_pass.c), its output (prepare_output.c) ---- */
+
+/* The options, as prepare.c's table parses them. */
+struct prepare_opts {
+    char *output;
+    int64_t frequency_threshold;
+    int64_t max_ind_range;
+    int test_files;
+    double test_fraction;
+    int shuffle;
+    int64_t shuffle_seed;
+    int threads;
+    int64_t memory_limit;
+    int64_t chunk_size;
+    int strict, force, progress;
+    int numerical_transform;   /* enum prepare_num_transform */
+    int hash_missing;          /* HASH_MISSING_* of prepare.c */
+};
+
+/* The passes over the text: rows (with --test_fraction in threshold mode: how
+ * many rows, and where each chunk's rows start), count (threshold mode: the
+ * vocabulary), write. */
+enum prepare_pass { PREPARE_PASS_ROWS, PREPARE_PASS_COUNT, PREPARE_PASS_WRITE };
+
+/* State shared by the work threads (read-only during a pass) and the consumer. */
+struct prepare_ctx {
+    const struct prepare_opts *o;
+    const struct prepare_input *inputs;
+    int ninputs;
+    int hash;                  /* hash mode */
+    int pass;
+    int reserved;              /* hash mode: id 0 only for missing, 1 + h % (R - 1) for the rest */
+    uint64_t M;                /* hash mode modulus (R, or R - 1 when reserved) */
+    uint64_t M_inv;            /* fastmod constant for 32-bit values */
+    struct prepare_counter *counter;
+    struct prepare_dict dict;
+    size_t width[PREPARE_NCOL];
+    int64_t card[PREPARE_CAT];
+    int nthreads;
+    /* consumer state */
+    int cur_file;
+    int64_t line_base, rows, nbad, nempty;
+    int report, shown;
+    int64_t n_train;           /* rows before the test split by position; -1 unknown */
+    int64_t *chunk_row0;       /* (nchunks) rows before chunk seq, from the PASS_ROWS pass; NULL without one */
+    int64_t nchunks, chunks_cap;
+    struct prepare_sink train, test;
+};
+
+/* Runs pass `pass` (enum prepare_pass) over x's inputs with x->nthreads work
+ * threads (prepare_pipe_run): resets the consumer state, counts rows, malformed
+ * and empty lines into x, and in the write pass puts the rows into x->train and
+ * x->test. report: show malformed lines (and, with --strict, fail on the first).
+ * *tsv_bytes receives the text bytes read. Errors as prepare_pipe_run, and
+ * TR_ERR_ARG (logged: a malformed line under --strict, inputs changed since the
+ * rows pass), TR_ERR_IO and TR_ERR_NOMEM from the sinks. */
+enum tr_status prepare_run_pass(struct prepare_ctx *x, int pass, int report, int64_t *tsv_bytes) TR_WUR;
+
+/* The file names of the PREPARE_NCOL output columns, in column order. */
+extern const char *const prepare_col_names[PREPARE_NCOL];
+/* 1 if dir exists and holds anything, 0 if empty or absent, -1 if it is not a directory. */
+int prepare_dir_state(const char *dir);
+/* Removes the staging folders OUT.tmp-PID (and OUT.tmp-PID.old) that runs killed
+ * before they could clean up left next to `out`: those whose process no longer
+ * exists on this host. Folders of live processes, of this process and of other
+ * hosts are left alone. Prints one line for each folder removed. Failing to
+ * remove one is a warning, not an error: the run does not need it gone.
+ * TR_ERR_NOMEM. */
+enum tr_status prepare_remove_stale_staging(const char *out) TR_WUR;
+/* Writes dir/feature_spec.yaml for the split-binary columns with these
+ * cardinalities (PREPARE_CAT of them); vocabulary_rows, when not NULL, is recorded
+ * as metadata (threshold mode: "train"). TR_ERR_IO (logged), TR_ERR_NOMEM. */
+enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows) TR_WUR;
 
 #ifdef __cplusplus
 }
