@@ -1,7 +1,7 @@
 /* manifest.c: a checkpoint's manifest (manifest.h): parsing and validation of
  * untrusted JSON (jansson; every field with its type and range, the stripe and
  * block rule in O(n log n)), writing it back, building and merging manifests.
- * It reads no chunk: whether the chunks exist is the store's business (store.c). */
+ * It reads no chunk: whether the chunks exist is the store's business (store_run.c). */
 #define TR_SUBSYS TR_SUB_CKPT
 #define _GNU_SOURCE
 #include "manifest.h"

@@ -3,7 +3,7 @@
  * strtol/sscanf), and the numerical transforms (the seed's float16(ln(x + 3)) or
  * float16(ln(1 + max(x, 0)))) with a table for the small integers that make up
  * nearly all of the data. It does
- * not map categorical values to ids (prepare.c does, by mode).
+ * not map categorical values to ids (prepare_pass.c does, by mode).
  * Categorical values are taken as integers of 1 to 16 hex digits of either case,
  * so "abc" and "00000abc" are one value; the seed's Spark compares strings, which
  * is the same for the real data (always 8 lowercase digits). */
