@@ -1,7 +1,8 @@
 /* db.c: a connection to the run history (db.h) on SQLite: the default path,
  * directory and file creation, the refusal of foreign and unwritable files, the
- * journal choice by file system type, the writer's and the reader's opens,
- * prepared statements and transactions. The schema and its migrations are schema.c's, the lost-run check
+ * journal choice by file system type, the writer's and the reader's opens (each
+ * connection with the SQL functions of query.h), prepared statements and
+ * transactions. The schema and its migrations are schema.c's, the lost-run check
  * of an open lost.c's, the writes write.c's, the reads query.c's. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
@@ -21,6 +22,7 @@
 #include "../common/check.h"
 #include "../common/log.h"
 #include "db_internal.h"
+#include "query.h"
 
 #define DB_BUSY_MS 30000
 
@@ -327,13 +329,14 @@ static char *file_uri(const char *path, const char *query)
     return u;
 }
 
-/* What every connection gets once open: extended result codes and the busy
- * timeout. */
+/* What every connection gets once open: extended result codes, the busy
+ * timeout, and the SQL functions of the queries (query.h), so that no caller
+ * registers them. TR_ERR_DB (logged). */
 static enum tr_status start_conn(struct db *db)
 {
     sqlite3_extended_result_codes(db->h, 1);
     sqlite3_busy_timeout(db->h, DB_BUSY_MS);
-    return TR_OK;
+    return db_sql_functions(db);
 }
 
 /* The start both opens share: the connection (uri with `flags`), extended result

@@ -2,7 +2,8 @@
  * the SQLite handle behind a struct db, statements prepared and bound from a
  * type string, the transaction helpers, the schema (schema.c), the launcher's
  * identity and the lost-run check (lost.c), the web server (serve.c) and the chart
- * writer of `runs plot` (plot.c), and the JSON of --json the server shares. */
+ * writer of `runs plot` (plot.c). The queries `runs` and `runs serve` share are
+ * query.h's. */
 #ifndef TR_DB_INTERNAL_H
 #define TR_DB_INTERNAL_H
 
@@ -10,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 #include <sqlite3.h>
 
 #include "db.h"
@@ -91,32 +91,6 @@ void db_pid_space(char *buf, size_t n);
 
 /* This host's name into buf ("localhost" when unknown). */
 void db_host_name(char *buf, size_t n);
-
-/* ---- the JSON of `terarec runs ... --json`, shared with `terarec runs serve` (runs_cmd.c) ---- */
-
-/* Registers the SQL functions the queries below use (tr_time, tr_dur, tr_ended)
- * on db's connection. TR_ERR_DB (logged). */
-enum tr_status db_sql_functions(struct db *db) TR_WUR;
-
-/* `runs list --json`: an array of runs, newest first; status (NULL: any), name (a
- * part of the name or id; NULL: any), limit (-1: all). *out is the caller's
- * (json_decref); NULL on error. TR_ERR_DB (logged), TR_ERR_NOMEM. */
-enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit,
-                            json_t **out) TR_WUR;
-
-/* `runs show --json` (all_metrics 0) / `runs export --format json` (1): the run
- * and its tables as one object (the caller checks that the run exists).
- * Ownership and errors as db_json_runs. */
-enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
-
-/* The query of a run's (?1) last value of each metric (name, step, value, time),
- * exposed so that tests can look at its plan. */
-extern const char db_sql_last_metrics[];
-
-/* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
- * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */
-enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after,
-                               json_t **out) TR_WUR;
 
 /* ---- `terarec runs serve` (serve.c) ---------------------------------------------------------- */
 

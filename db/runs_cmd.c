@@ -3,7 +3,8 @@
  * JSON exports written atomically, charts through plot.c, and `serve` (serve.c).
  * Only `rm` opens it for writing (one transaction; --checkpoints also removes the
  * runs' checkpoint directories); the others open it read-only (db_open_readonly);
- * nothing here creates a history that is not there. The --json builders (db_json_*) are shared with the web server. */
+ * nothing here creates a history that is not there. The --json builders (db_json_*)
+ * and the SQL they share with the web server are query.c's. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"
@@ -25,6 +26,7 @@
 #include "../common/log.h"
 #include "../common/param.h"
 #include "db_internal.h"
+#include "query.h"
 
 enum { FMT_CSV = 0, FMT_JSON = 1 };
 static const char *const format_choices[] = {"csv", "json", NULL};
@@ -88,101 +90,6 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 }
 
 /* ---- output helpers ---------------------------------------------------------------------- */
-
-static void fmt_time(double t, char *buf, size_t n)
-{
-    time_t s = (time_t)t;
-    struct tm tm;
-    if (!isfinite(t) || t <= 0 || !localtime_r(&s, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm))
-        snprintf(buf, n, "-");
-}
-
-static void fmt_duration(double secs, char *buf, size_t n)
-{
-    if (!isfinite(secs) || secs < 0) {
-        snprintf(buf, n, "-");
-        return;
-    }
-    int64_t s = (int64_t)llround(secs);
-    if (s >= 3600)
-        snprintf(buf, n, "%" PRId64 "h%02dm", s / 3600, (int)(s / 60 % 60));
-    else if (s >= 60)
-        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)(s % 60));
-    else
-        snprintf(buf, n, "%ds", (int)s);
-}
-
-static const char *sig_name(int sig)
-{
-    static const struct {
-        int sig;
-        const char *name;
-    } names[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-                 {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-                 {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-                 {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
-                 {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}};
-    for (size_t i = 0; i < TR_ARRAY_SIZE(names); i++)
-        if (names[i].sig == sig)
-            return names[i].name;
-    return NULL;
-}
-
-/* SQL: tr_time(t) local time text, tr_dur(start, end) "1h02m" (end NULL: until
- * now), tr_ended(exit_code, signal) "exit 0" / "SIGKILL" / "running". */
-static void sql_time(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
-        sqlite3_result_null(c);
-        return;
-    }
-    fmt_time(sqlite3_value_double(v[0]), buf, sizeof buf);
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-static void sql_dur(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
-        sqlite3_result_null(c);
-        return;
-    }
-    double end = sqlite3_value_type(v[1]) == SQLITE_NULL ? (double)time(NULL) : sqlite3_value_double(v[1]);
-    fmt_duration(end - sqlite3_value_double(v[0]), buf, sizeof buf);
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-static void sql_ended(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[1]) != SQLITE_NULL) {
-        int sig = sqlite3_value_int(v[1]);
-        const char *name = sig_name(sig);
-        if (name)
-            snprintf(buf, sizeof buf, "%s", name);
-        else
-            snprintf(buf, sizeof buf, "signal %d", sig);
-    } else if (sqlite3_value_type(v[0]) != SQLITE_NULL) {
-        snprintf(buf, sizeof buf, "exit %d", sqlite3_value_int(v[0]));
-    } else {
-        snprintf(buf, sizeof buf, "running");
-    }
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-enum tr_status db_sql_functions(struct db *db)
-{
-    sqlite3 *h = db_sqlite(db);
-    if (sqlite3_create_function(h, "tr_time", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_time, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_dur", 2, SQLITE_UTF8, NULL, sql_dur, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_ended", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_ended, NULL, NULL))
-        return db_sql_error(db, "cannot register functions");
-    return TR_OK;
-}
 
 /* A text table: cells row-major, each tr_strdup'd. */
 struct table {
@@ -289,73 +196,6 @@ static enum tr_status print_stmt(struct ctx *x, sqlite3_stmt *st, const char *in
     return rc;
 }
 
-/* Columns holding JSON text come out as JSON values. */
-static int json_column(const char *name)
-{
-    return !strcmp(name, "config") || !strcmp(name, "final_metrics") || !strcmp(name, "data");
-}
-
-static json_t *cell_json(sqlite3_stmt *st, int c)
-{
-    switch (sqlite3_column_type(st, c)) {
-    case SQLITE_NULL:
-        return json_null();
-    case SQLITE_INTEGER:
-        return json_integer((json_int_t)sqlite3_column_int64(st, c));
-    case SQLITE_FLOAT:
-        return json_real(sqlite3_column_double(st, c));
-    default: {
-        const char *s = (const char *)sqlite3_column_text(st, c);
-        if (json_column(sqlite3_column_name(st, c))) {
-            json_t *j = json_loads(s, JSON_DECODE_ANY, NULL);
-            if (j)
-                return j;
-        }
-        return json_string(s);
-    }
-    }
-}
-
-/* Steps st to its end: an array of objects, one per row, in *out. Finalizes st. */
-static enum tr_status stmt_json(struct db *db, sqlite3_stmt *st, json_t **out)
-{
-    enum tr_status rc = TR_OK;
-    json_t *a = json_array();
-    int s;
-    while (a && (s = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *o = json_object();
-        for (int c = 0; o && c < sqlite3_column_count(st); c++)
-            json_object_set_new(o, sqlite3_column_name(st, c), cell_json(st, c));
-        if (!o || json_array_append_new(a, o) != 0) {
-            rc = TR_ERR_NOMEM;
-            break;
-        }
-    }
-    if (!a)
-        rc = TR_ERR_NOMEM;
-    else if (rc == TR_OK && s != SQLITE_DONE)
-        rc = db_sql_error(db, "cannot read");
-    sqlite3_finalize(st);
-    if (rc != TR_OK) {
-        json_decref(a);
-        a = NULL;
-    }
-    *out = a;
-    return rc;
-}
-
-static enum tr_status query_json(struct db *db, json_t **out, const char *sql, const char *types, ...)
-{
-    sqlite3_stmt *st = NULL;
-    va_list ap;
-    va_start(ap, types);
-    enum tr_status rc = db_preparev(db, &st, sql, types, ap);
-    va_end(ap);
-    *out = NULL;
-    TR_CHECK(rc);
-    return stmt_json(db, st, out);
-}
-
 static enum tr_status query_print(struct ctx *x, const char *indent, const char *sql, const char *types, ...)
 {
     sqlite3_stmt *st = NULL;
@@ -414,29 +254,6 @@ static void free_ids(struct ctx *x, char **ids)
 
 /* ---- list ----------------------------------------------------------------------------------- */
 
-#define LAST_LOSS                                                                                          \
-    "(SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'loss' ORDER BY step DESC, m.rowid DESC " \
-    "LIMIT 1)"
-
-/* The runs of `list`: ?1 status (NULL: any), ?2 limit (-1: all), ?3 a part of the
- * name or id (NULL: any). */
-#define LIST_WHERE                                                                                   \
-    " FROM runs r WHERE (?1 IS NULL OR r.status = ?1) AND (?3 IS NULL OR instr(r.id, ?3) > 0"        \
-    " OR instr(coalesce(r.name, ''), ?3) > 0) ORDER BY r.start_time DESC, r.rowid DESC LIMIT ?2"
-
-enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit, json_t **out)
-{
-    static const char sql[] =
-        "SELECT r.id, r.name, r.status, r.start_time, r.end_time,"
-        " coalesce(r.end_time, CAST(strftime('%s', 'now') AS REAL)) - r.start_time AS duration_s,"
-        " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " LAST_LOSS " AS last_loss,"
-        " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc,"
-        " (SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'samples_per_s'"
-        "  ORDER BY step DESC, m.rowid DESC LIMIT 1) AS samples_per_s, r.nodes, r.workers, r.hosts,"
-        " r.slurm_job_id, r.restarts, r.resumed_from" LIST_WHERE;
-    return query_json(db, out, sql, "tit", status, limit, name);
-}
-
 static enum tr_status cmd_list(struct ctx *x)
 {
     const struct runs_cfg *c = x->cfg;
@@ -453,67 +270,23 @@ static enum tr_status cmd_list(struct ctx *x)
         json_decref(a);
         return rc;
     }
-    const char *where = LIST_WHERE;
+    const char *where = DB_SQL_LIST_WHERE;
     char sql[1024];
     snprintf(sql, sizeof sql,
              "SELECT r.id AS id, r.name AS name, r.status AS status, tr_time(r.start_time) AS start,"
              " tr_dur(r.start_time, r.end_time) AS duration, (SELECT max(step) FROM metrics WHERE run = r.id) AS steps,"
              " %s AS last_loss, (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc, r.workers AS workers,"
              " coalesce('slurm ' || r.slurm_job_id, r.hosts) AS 'hosts/job'%s",
-             LAST_LOSS, where);
+             DB_SQL_LAST_LOSS, where);
     return query_print(x, "", sql, "tit", c->status, limit, (const char *)NULL);
 }
 
 /* ---- show / export ---------------------------------------------------------------------------- */
 
-#define Q_RUN "SELECT * FROM runs WHERE id = ?"
-/* The last value of each metric: the names by a skip scan of metrics_run_name_step
- * (one probe per name, not a pass over the run's rows per row), then one probe
- * each for its last step. */
-#define Q_LAST_METRICS                                                                                        \
-    "WITH RECURSIVE names(n) AS (SELECT (SELECT min(name) FROM metrics WHERE run = ?1) UNION ALL"            \
-    " SELECT (SELECT min(name) FROM metrics WHERE run = ?1 AND name > n) FROM names WHERE n IS NOT NULL)"      \
-    " SELECT m.name AS name, m.step AS step, m.value AS value, m.time AS time FROM names, metrics m"            \
-    " WHERE n IS NOT NULL AND m.rowid = (SELECT rowid FROM metrics WHERE run = ?1 AND name = n"               \
-    " ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY m.name"
-const char db_sql_last_metrics[] = Q_LAST_METRICS;
-#define Q_METRICS "SELECT step, name, value, time FROM metrics WHERE run = ? ORDER BY step, name, rowid"
-#define Q_EVALS "SELECT step, auc, logloss, samples, time FROM evals WHERE run = ? ORDER BY step, rowid"
-#define Q_CKPTS "SELECT step, manifest_url, bytes, stall_s, time FROM checkpoints WHERE run = ? ORDER BY step, rowid"
-#define Q_PROCS                                                                                        \
-    "SELECT attempt, rank, host, pid, exit_code, signal, tr_ended(exit_code, signal) AS ended, start_time," \
-    " end_time FROM processes WHERE run = ? ORDER BY attempt, rank"
-#define Q_EVENTS "SELECT time, kind, data FROM events WHERE run = ? ORDER BY time, rowid"
-
-enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out)
-{
-    static const char *const keys[] = {"metrics", "evals", "checkpoints", "processes", "events"};
-    const char *queries[] = {all_metrics ? Q_METRICS : Q_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS};
-    enum tr_status rc = TR_OK;
-    json_t *o = json_object(), *runs = NULL, *t = NULL;
-    *out = NULL;
-    if (!o)
-        return TR_ERR_NOMEM;
-    TR_CHECK_GOTO(query_json(db, &runs, Q_RUN, "t", id), rc, fail);
-    json_object_set(o, "run", json_array_get(runs, 0));
-    for (size_t i = 0; i < TR_ARRAY_SIZE(keys); i++) {
-        TR_CHECK_GOTO(query_json(db, &t, queries[i], "t", id), rc, fail);
-        json_object_set_new(o, i == 0 && !all_metrics ? "last_metrics" : keys[i], t);
-        t = NULL;
-    }
-    json_decref(runs);
-    *out = o;
-    return TR_OK;
-fail:
-    json_decref(runs);
-    json_decref(o);
-    return rc;
-}
-
 static enum tr_status show_text(struct ctx *x, const char *id)
 {
     sqlite3_stmt *st = NULL;
-    TR_CHECK(db_prepare(x->db, &st, Q_RUN, "t", id));
+    TR_CHECK(db_prepare(x->db, &st, DB_SQL_RUN, "t", id));
     if (sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
         return db_sql_error(x->db, "cannot read the run");
@@ -526,7 +299,7 @@ static enum tr_status show_text(struct ctx *x, const char *id)
         if (sqlite3_column_type(st, c) == SQLITE_TEXT)
             v = (const char *)sqlite3_column_text(st, c);
         else if ((strstr(name, "_time") || !strcmp(name, "heartbeat")) && sqlite3_column_type(st, c) != SQLITE_NULL)
-            fmt_time(sqlite3_column_double(st, c), buf, sizeof buf);
+            db_fmt_time(sqlite3_column_double(st, c), buf, sizeof buf);
         else
             cell_text(st, c, buf, sizeof buf);
         printf("  %-14s %s\n", name, v);
@@ -534,7 +307,7 @@ static enum tr_status show_text(struct ctx *x, const char *id)
     sqlite3_finalize(st);
     static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events"};
     static const char *const queries[] = {
-        "SELECT name, step, value, tr_time(time) AS time FROM (" Q_LAST_METRICS ")",
+        "SELECT name, step, value, tr_time(time) AS time FROM (" DB_SQL_LAST_METRICS ")",
         "SELECT step, auc, logloss, samples, tr_time(time) AS time FROM evals WHERE run = ? ORDER BY step, rowid",
         "SELECT step, manifest_url, bytes, stall_s, tr_time(time) AS time FROM checkpoints WHERE run = ?"
         " ORDER BY step, rowid",
@@ -635,14 +408,6 @@ static enum tr_status cmd_export(struct ctx *x)
 
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
-enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after, json_t **out)
-{
-    return query_json(db, out,
-                      "SELECT step, name, value, time FROM metrics WHERE run = ?1 AND (?2 IS NULL OR name = ?2)"
-                      " AND step > ?3 ORDER BY step, name, rowid",
-                      "tti", id, name, after < 0 ? INT64_MIN : after);
-}
-
 static enum tr_status cmd_metrics(struct ctx *x)
 {
     char **ids = NULL;
@@ -682,7 +447,7 @@ static enum tr_status cmd_metrics(struct ctx *x)
 
 #define Q_SUMMARY                                                                                             \
     "SELECT r.id AS id, r.name AS name, r.status AS status,"                                                  \
-    " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " LAST_LOSS " AS final_loss,"                \
+    " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " DB_SQL_LAST_LOSS " AS final_loss,"                \
     " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc,"                                             \
     " (SELECT auc FROM evals WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1) AS last_auc,"          \
     " (SELECT logloss FROM evals WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1) AS logloss,"       \
@@ -739,7 +504,7 @@ static enum tr_status cmd_compare(struct ctx *x)
     }
     for (int i = 0; i < x->nargs; i++) {
         json_t *a = NULL;
-        TR_CHECK_GOTO(query_json(x->db, &a, Q_SUMMARY, "t", ids[i]), rc, exit);
+        TR_CHECK_GOTO(db_query_json(x->db, &a, Q_SUMMARY, "t", ids[i]), rc, exit);
         json_t *o = json_array_get(a, 0);
         json_t *cfg = json_object_get(o, "config");
         configs[i] = json_is_object(cfg) ? json_incref(cfg) : json_object();
@@ -1214,7 +979,6 @@ int runs_cmd_main(int argc, char **argv)
         TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
     else /* readers never block a job's writes, and read what they cannot write */
         TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit);
-    TR_CHECK_GOTO(db_sql_functions(x.db), rc, exit);
     rc = sub->fn(&x);
 exit:
     db_close(x.db);
