@@ -1,15 +1,31 @@
 /* db_internal.h: what the files of db/ share and nothing outside db/ includes:
  * the SQLite handle behind a struct db, statements prepared and bound from a
- * type string, the transaction helpers, and the chart writer of `runs plot`. */
+ * type string, the transaction helpers, the schema (schema.c), the launcher's
+ * identity and the lost-run check (lost.c), the web server (serve.c) and the chart
+ * writer of `runs plot` (plot.c). The queries `runs` and `runs serve` share are
+ * query.h's. */
 #ifndef TR_DB_INTERNAL_H
 #define TR_DB_INTERNAL_H
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include <jansson.h>
 #include <sqlite3.h>
 
 #include "db.h"
+
+/* An open run history (db.c opens and closes it). */
+struct db {
+    sqlite3 *h;
+    char *path;
+    char *uri;           /* what sqlite3_open_v2 was given (a file: URI for readers) */
+    int flags;           /* and its flags */
+    int version;         /* the file's schema version */
+    const char *journal; /* "wal" or "delete" */
+    int (*busy)(void *, int); /* db_set_busy's handler, or NULL: the busy timeout */
+    void *busy_arg;
+};
 
 /* The connection; valid until db_close. */
 sqlite3 *db_sqlite(struct db *db);
@@ -37,31 +53,44 @@ enum tr_status db_begin(struct db *db) TR_WUR;
 enum tr_status db_commit(struct db *db) TR_WUR;
 void db_rollback(struct db *db);
 
-/* ---- the JSON of `terarec runs ... --json`, shared with `terarec runs serve` (runs_cmd.c) ---- */
+/* Runs sql (statements without results); on failure logs "run history 'PATH':
+ * <what>: <sqlite message>" and returns TR_ERR_DB. */
+enum tr_status db_exec(struct db *db, const char *sql, const char *what) TR_WUR;
 
-/* Registers the SQL functions the queries below use (tr_time, tr_dur, tr_ended)
- * on db's connection. TR_ERR_DB (logged). */
-enum tr_status db_sql_functions(struct db *db) TR_WUR;
+/* 1 when this process could write path and its directory (a reader migrates an
+ * old file and records lost runs then, through a writer's connection). */
+int db_may_write(const char *path);
 
-/* `runs list --json`: an array of runs, newest first; status (NULL: any), name (a
- * part of the name or id; NULL: any), limit (-1: all). *out is the caller's
- * (json_decref); NULL on error. TR_ERR_DB (logged), TR_ERR_NOMEM. */
-enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit,
-                            json_t **out) TR_WUR;
+/* ---- the schema (schema.c) ------------------------------------------------------------------- */
 
-/* `runs show --json` (all_metrics 0) / `runs export --format json` (1): the run
- * and its tables as one object (the caller checks that the run exists).
- * Ownership and errors as db_json_runs. */
-enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
+/* The columns of table runs, in order (db.h). */
+#define DB_RUN_NCOLUMNS 23
+extern const char *const db_run_columns[DB_RUN_NCOLUMNS];
 
-/* The query of a run's (?1) last value of each metric (name, step, value, time),
- * exposed so that tests can look at its plan. */
-extern const char db_sql_last_metrics[];
+/* The file's schema version (PRAGMA user_version) in *v. TR_ERR_ARG for a file
+ * that is not an SQLite database, TR_ERR_DB otherwise (both logged). */
+enum tr_status db_schema_version(struct db *db, int *v) TR_WUR;
 
-/* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
- * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */
-enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after,
-                               json_t **out) TR_WUR;
+/* Logs that the file has the newer schema version v (with a hint); TR_ERR_ARG. */
+enum tr_status db_schema_newer(const struct db *db, int v) TR_WUR;
+
+/* Brings the schema up to DB_SCHEMA_VERSION, one migration at a time in one
+ * BEGIN IMMEDIATE transaction; a file at version 0 must be empty. TR_ERR_ARG
+ * (newer or foreign file), TR_ERR_DB (all logged). */
+enum tr_status db_schema_migrate(struct db *db) TR_WUR;
+
+/* ---- the launcher of a run, and lost runs (lost.c) --------------------------------------------- */
+
+/* The start time of process pid (field 22 of /proc/PID/stat, clock ticks since
+ * boot), or -1 when there is no such process or it is a zombie. */
+int64_t db_proc_start(int64_t pid);
+
+/* Where this process's pids mean what they say: the boot id and the pid
+ * namespace ("BOOT_ID/pid:[INODE]") into buf; "" when unknown. */
+void db_pid_space(char *buf, size_t n);
+
+/* This host's name into buf ("localhost" when unknown). */
+void db_host_name(char *buf, size_t n);
 
 /* ---- `terarec runs serve` (serve.c) ---------------------------------------------------------- */
 

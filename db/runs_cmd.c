@@ -1,21 +1,18 @@
-/* runs_cmd.c: `terarec runs list | show | metrics | compare | export | rm | plot`
- * over the run history (db.h): tables for people, --json for programs, CSV and
- * JSON exports written atomically, charts through plot.c, and `serve` (serve.c).
- * Only `rm` opens it for writing (one transaction; --checkpoints also removes the
- * runs' checkpoint directories); the others open it read-only (db_open_readonly);
- * nothing here creates a history that is not there. The --json builders (db_json_*) are shared with the web server. */
+/* runs_cmd.c: `terarec runs <command>`: the options of every subcommand (one
+ * table, masked per subcommand), the dispatch, `serve` (serve.c), and the output
+ * helpers the subcommands share (tables for people, --json on stdout or to a file,
+ * the runs named on the command line). The subcommands are runs_show.c,
+ * runs_export.c and runs_rm.c; their queries' shared SQL and JSON are query.c's.
+ * Only `rm` opens the history for writing; the others open it read-only
+ * (db_open_readonly); nothing here creates a history that is not there. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"
 
-#include <inttypes.h>
-#include <math.h>
-#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -25,23 +22,10 @@
 #include "../common/log.h"
 #include "../common/param.h"
 #include "db_internal.h"
+#include "runs_cmd.h"
 
-enum { FMT_CSV = 0, FMT_JSON = 1 };
 static const char *const format_choices[] = {"csv", "json", NULL};
 
-struct runs_cfg {
-    char *db, *status, *name, *output, *metric, *title, *listen, *token_file;
-    int json, limit, format, width, height, checkpoints, request_timeout;
-};
-
-struct ctx {
-    struct runs_cfg *cfg;
-    struct db *db;
-    char **args; /* the positional arguments (runs) */
-    int nargs;
-};
-
-/* Which subcommands take an option (bits of subs[] below). */
 enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM = 32, S_PLOT = 64, S_SERVE = 128,
        S_ALL = 255 };
 
@@ -89,108 +73,7 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 
 /* ---- output helpers ---------------------------------------------------------------------- */
 
-static void fmt_time(double t, char *buf, size_t n)
-{
-    time_t s = (time_t)t;
-    struct tm tm;
-    if (!isfinite(t) || t <= 0 || !localtime_r(&s, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm))
-        snprintf(buf, n, "-");
-}
-
-static void fmt_duration(double secs, char *buf, size_t n)
-{
-    if (!isfinite(secs) || secs < 0) {
-        snprintf(buf, n, "-");
-        return;
-    }
-    int64_t s = (int64_t)llround(secs);
-    if (s >= 3600)
-        snprintf(buf, n, "%" PRId64 "h%02dm", s / 3600, (int)(s / 60 % 60));
-    else if (s >= 60)
-        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)(s % 60));
-    else
-        snprintf(buf, n, "%ds", (int)s);
-}
-
-static const char *sig_name(int sig)
-{
-    static const struct {
-        int sig;
-        const char *name;
-    } names[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-                 {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-                 {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-                 {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
-                 {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}};
-    for (size_t i = 0; i < TR_ARRAY_SIZE(names); i++)
-        if (names[i].sig == sig)
-            return names[i].name;
-    return NULL;
-}
-
-/* SQL: tr_time(t) local time text, tr_dur(start, end) "1h02m" (end NULL: until
- * now), tr_ended(exit_code, signal) "exit 0" / "SIGKILL" / "running". */
-static void sql_time(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
-        sqlite3_result_null(c);
-        return;
-    }
-    fmt_time(sqlite3_value_double(v[0]), buf, sizeof buf);
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-static void sql_dur(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
-        sqlite3_result_null(c);
-        return;
-    }
-    double end = sqlite3_value_type(v[1]) == SQLITE_NULL ? (double)time(NULL) : sqlite3_value_double(v[1]);
-    fmt_duration(end - sqlite3_value_double(v[0]), buf, sizeof buf);
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-static void sql_ended(sqlite3_context *c, int n, sqlite3_value **v)
-{
-    (void)n;
-    char buf[32];
-    if (sqlite3_value_type(v[1]) != SQLITE_NULL) {
-        int sig = sqlite3_value_int(v[1]);
-        const char *name = sig_name(sig);
-        if (name)
-            snprintf(buf, sizeof buf, "%s", name);
-        else
-            snprintf(buf, sizeof buf, "signal %d", sig);
-    } else if (sqlite3_value_type(v[0]) != SQLITE_NULL) {
-        snprintf(buf, sizeof buf, "exit %d", sqlite3_value_int(v[0]));
-    } else {
-        snprintf(buf, sizeof buf, "running");
-    }
-    sqlite3_result_text(c, buf, -1, SQLITE_TRANSIENT);
-}
-
-enum tr_status db_sql_functions(struct db *db)
-{
-    sqlite3 *h = db_sqlite(db);
-    if (sqlite3_create_function(h, "tr_time", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_time, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_dur", 2, SQLITE_UTF8, NULL, sql_dur, NULL, NULL) ||
-        sqlite3_create_function(h, "tr_ended", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_ended, NULL, NULL))
-        return db_sql_error(db, "cannot register functions");
-    return TR_OK;
-}
-
-/* A text table: cells row-major, each tr_strdup'd. */
-struct table {
-    char **cells;
-    int ncol, nrow, cap;
-};
-
-static enum tr_status table_add(struct table *t, const char *s)
+enum tr_status runs_table_add(struct runs_table *t, const char *s)
 {
     if ((t->nrow + 1) * t->ncol > t->cap) {
         int cap = t->cap ? t->cap * 2 : 64;
@@ -214,7 +97,7 @@ static enum tr_status table_add(struct table *t, const char *s)
     return TR_OK;
 }
 
-static void table_release(struct table *t)
+void runs_table_release(struct runs_table *t)
 {
     for (int i = 0; i < t->cap; i++)
         tr_free(t->cells[i]);
@@ -222,7 +105,7 @@ static void table_release(struct table *t)
     memset(t, 0, sizeof *t);
 }
 
-static void table_print(const struct table *t, const char *indent)
+void runs_table_print(const struct runs_table *t, const char *indent)
 {
     int w[64] = {0};
     TR_ASSERT(t->ncol <= 64);
@@ -240,7 +123,7 @@ static void table_print(const struct table *t, const char *indent)
     }
 }
 
-static void cell_text(sqlite3_stmt *st, int c, char *buf, size_t n)
+void runs_cell_text(sqlite3_stmt *st, int c, char *buf, size_t n)
 {
     switch (sqlite3_column_type(st, c)) {
     case SQLITE_NULL:
@@ -259,22 +142,22 @@ static void cell_text(sqlite3_stmt *st, int c, char *buf, size_t n)
 
 /* Steps a prepared statement to its end and prints its rows as a table with a
  * header, under `indent`; "(none)" when it has no rows. Finalizes st. */
-static enum tr_status print_stmt(struct ctx *x, sqlite3_stmt *st, const char *indent)
+enum tr_status runs_print_stmt(struct runs_ctx *x, sqlite3_stmt *st, const char *indent)
 {
     enum tr_status rc = TR_OK;
-    struct table t = {.ncol = sqlite3_column_count(st)};
+    struct runs_table t = {.ncol = sqlite3_column_count(st)};
     for (int c = 0; c < t.ncol && rc == TR_OK; c++)
-        rc = table_add(&t, sqlite3_column_name(st, c));
+        rc = runs_table_add(&t, sqlite3_column_name(st, c));
     int s;
     while (rc == TR_OK && (s = sqlite3_step(st)) == SQLITE_ROW)
         for (int c = 0; c < t.ncol && rc == TR_OK; c++) {
             const char *v = (const char *)sqlite3_column_text(st, c);
             char buf[64];
             if (sqlite3_column_type(st, c) != SQLITE_TEXT) {
-                cell_text(st, c, buf, sizeof buf);
+                runs_cell_text(st, c, buf, sizeof buf);
                 v = buf;
             }
-            rc = table_add(&t, v);
+            rc = runs_table_add(&t, v);
         }
     if (rc == TR_OK && s != SQLITE_DONE)
         rc = db_sql_error(x->db, "cannot read");
@@ -282,81 +165,14 @@ static enum tr_status print_stmt(struct ctx *x, sqlite3_stmt *st, const char *in
         if (t.nrow <= 1)
             printf("%s(none)\n", indent);
         else
-            table_print(&t, indent);
+            runs_table_print(&t, indent);
     }
-    table_release(&t);
+    runs_table_release(&t);
     sqlite3_finalize(st);
     return rc;
 }
 
-/* Columns holding JSON text come out as JSON values. */
-static int json_column(const char *name)
-{
-    return !strcmp(name, "config") || !strcmp(name, "final_metrics") || !strcmp(name, "data");
-}
-
-static json_t *cell_json(sqlite3_stmt *st, int c)
-{
-    switch (sqlite3_column_type(st, c)) {
-    case SQLITE_NULL:
-        return json_null();
-    case SQLITE_INTEGER:
-        return json_integer((json_int_t)sqlite3_column_int64(st, c));
-    case SQLITE_FLOAT:
-        return json_real(sqlite3_column_double(st, c));
-    default: {
-        const char *s = (const char *)sqlite3_column_text(st, c);
-        if (json_column(sqlite3_column_name(st, c))) {
-            json_t *j = json_loads(s, JSON_DECODE_ANY, NULL);
-            if (j)
-                return j;
-        }
-        return json_string(s);
-    }
-    }
-}
-
-/* Steps st to its end: an array of objects, one per row, in *out. Finalizes st. */
-static enum tr_status stmt_json(struct db *db, sqlite3_stmt *st, json_t **out)
-{
-    enum tr_status rc = TR_OK;
-    json_t *a = json_array();
-    int s;
-    while (a && (s = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *o = json_object();
-        for (int c = 0; o && c < sqlite3_column_count(st); c++)
-            json_object_set_new(o, sqlite3_column_name(st, c), cell_json(st, c));
-        if (!o || json_array_append_new(a, o) != 0) {
-            rc = TR_ERR_NOMEM;
-            break;
-        }
-    }
-    if (!a)
-        rc = TR_ERR_NOMEM;
-    else if (rc == TR_OK && s != SQLITE_DONE)
-        rc = db_sql_error(db, "cannot read");
-    sqlite3_finalize(st);
-    if (rc != TR_OK) {
-        json_decref(a);
-        a = NULL;
-    }
-    *out = a;
-    return rc;
-}
-
-static enum tr_status query_json(struct db *db, json_t **out, const char *sql, const char *types, ...)
-{
-    sqlite3_stmt *st = NULL;
-    va_list ap;
-    va_start(ap, types);
-    enum tr_status rc = db_preparev(db, &st, sql, types, ap);
-    va_end(ap);
-    *out = NULL;
-    TR_CHECK(rc);
-    return stmt_json(db, st, out);
-}
-
-static enum tr_status query_print(struct ctx *x, const char *indent, const char *sql, const char *types, ...)
+enum tr_status runs_query_print(struct runs_ctx *x, const char *indent, const char *sql, const char *types, ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
@@ -364,11 +180,11 @@ static enum tr_status query_print(struct ctx *x, const char *indent, const char 
     enum tr_status rc = db_preparev(x->db, &st, sql, types, ap);
     va_end(ap);
     TR_CHECK(rc);
-    return print_stmt(x, st, indent);
+    return runs_print_stmt(x, st, indent);
 }
 
 /* Prints j (indented) on stdout, or writes it to path atomically. */
-static enum tr_status emit_json(json_t *j, const char *path)
+enum tr_status runs_emit_json(json_t *j, const char *path)
 {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     if (!s)
@@ -388,7 +204,7 @@ static enum tr_status emit_json(json_t *j, const char *path)
 
 /* The runs named on the command line, resolved, in ids (tr_malloc'd array of
  * tr_malloc'd ids). */
-static enum tr_status resolve_all(struct ctx *x, int min, char ***ids)
+enum tr_status runs_resolve(struct runs_ctx *x, int min, char ***ids)
 {
     *ids = NULL;
     if (x->nargs < min) {
@@ -405,671 +221,16 @@ static enum tr_status resolve_all(struct ctx *x, int min, char ***ids)
     return TR_OK;
 }
 
-static void free_ids(struct ctx *x, char **ids)
+void runs_free_ids(struct runs_ctx *x, char **ids)
 {
     for (int i = 0; ids && i < x->nargs; i++)
         tr_free(ids[i]);
     tr_free(ids);
 }
 
-/* ---- list ----------------------------------------------------------------------------------- */
-
-#define LAST_LOSS                                                                                          \
-    "(SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'loss' ORDER BY step DESC, m.rowid DESC " \
-    "LIMIT 1)"
-
-/* The runs of `list`: ?1 status (NULL: any), ?2 limit (-1: all), ?3 a part of the
- * name or id (NULL: any). */
-#define LIST_WHERE                                                                                   \
-    " FROM runs r WHERE (?1 IS NULL OR r.status = ?1) AND (?3 IS NULL OR instr(r.id, ?3) > 0"        \
-    " OR instr(coalesce(r.name, ''), ?3) > 0) ORDER BY r.start_time DESC, r.rowid DESC LIMIT ?2"
-
-enum tr_status db_json_runs(struct db *db, const char *status, const char *name, int64_t limit, json_t **out)
-{
-    static const char sql[] =
-        "SELECT r.id, r.name, r.status, r.start_time, r.end_time,"
-        " coalesce(r.end_time, CAST(strftime('%s', 'now') AS REAL)) - r.start_time AS duration_s,"
-        " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " LAST_LOSS " AS last_loss,"
-        " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc,"
-        " (SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'samples_per_s'"
-        "  ORDER BY step DESC, m.rowid DESC LIMIT 1) AS samples_per_s, r.nodes, r.workers, r.hosts,"
-        " r.slurm_job_id, r.restarts, r.resumed_from" LIST_WHERE;
-    return query_json(db, out, sql, "tit", status, limit, name);
-}
-
-static enum tr_status cmd_list(struct ctx *x)
-{
-    const struct runs_cfg *c = x->cfg;
-    if (x->nargs > 0) {
-        LOG_ERROR("unexpected argument '%s'", x->args[0]);
-        LOG_HINT("'terarec runs list' takes options only (--status, --limit, --json)");
-        return TR_ERR_ARG;
-    }
-    const int64_t limit = c->limit > 0 ? c->limit : -1;
-    if (c->json) {
-        json_t *a = NULL;
-        TR_CHECK(db_json_runs(x->db, c->status, NULL, limit, &a));
-        enum tr_status rc = emit_json(a, NULL);
-        json_decref(a);
-        return rc;
-    }
-    const char *where = LIST_WHERE;
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "SELECT r.id AS id, r.name AS name, r.status AS status, tr_time(r.start_time) AS start,"
-             " tr_dur(r.start_time, r.end_time) AS duration, (SELECT max(step) FROM metrics WHERE run = r.id) AS steps,"
-             " %s AS last_loss, (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc, r.workers AS workers,"
-             " coalesce('slurm ' || r.slurm_job_id, r.hosts) AS 'hosts/job'%s",
-             LAST_LOSS, where);
-    return query_print(x, "", sql, "tit", c->status, limit, (const char *)NULL);
-}
-
-/* ---- show / export ---------------------------------------------------------------------------- */
-
-#define Q_RUN "SELECT * FROM runs WHERE id = ?"
-/* The last value of each metric: the names by a skip scan of metrics_run_name_step
- * (one probe per name, not a pass over the run's rows per row), then one probe
- * each for its last step. */
-#define Q_LAST_METRICS                                                                                        \
-    "WITH RECURSIVE names(n) AS (SELECT (SELECT min(name) FROM metrics WHERE run = ?1) UNION ALL"            \
-    " SELECT (SELECT min(name) FROM metrics WHERE run = ?1 AND name > n) FROM names WHERE n IS NOT NULL)"      \
-    " SELECT m.name AS name, m.step AS step, m.value AS value, m.time AS time FROM names, metrics m"            \
-    " WHERE n IS NOT NULL AND m.rowid = (SELECT rowid FROM metrics WHERE run = ?1 AND name = n"               \
-    " ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY m.name"
-const char db_sql_last_metrics[] = Q_LAST_METRICS;
-#define Q_METRICS "SELECT step, name, value, time FROM metrics WHERE run = ? ORDER BY step, name, rowid"
-#define Q_EVALS "SELECT step, auc, logloss, samples, time FROM evals WHERE run = ? ORDER BY step, rowid"
-#define Q_CKPTS "SELECT step, manifest_url, bytes, stall_s, time FROM checkpoints WHERE run = ? ORDER BY step, rowid"
-#define Q_PROCS                                                                                        \
-    "SELECT attempt, rank, host, pid, exit_code, signal, tr_ended(exit_code, signal) AS ended, start_time," \
-    " end_time FROM processes WHERE run = ? ORDER BY attempt, rank"
-#define Q_EVENTS "SELECT time, kind, data FROM events WHERE run = ? ORDER BY time, rowid"
-
-enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out)
-{
-    static const char *const keys[] = {"metrics", "evals", "checkpoints", "processes", "events"};
-    const char *queries[] = {all_metrics ? Q_METRICS : Q_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS};
-    enum tr_status rc = TR_OK;
-    json_t *o = json_object(), *runs = NULL, *t = NULL;
-    *out = NULL;
-    if (!o)
-        return TR_ERR_NOMEM;
-    TR_CHECK_GOTO(query_json(db, &runs, Q_RUN, "t", id), rc, fail);
-    json_object_set(o, "run", json_array_get(runs, 0));
-    for (size_t i = 0; i < TR_ARRAY_SIZE(keys); i++) {
-        TR_CHECK_GOTO(query_json(db, &t, queries[i], "t", id), rc, fail);
-        json_object_set_new(o, i == 0 && !all_metrics ? "last_metrics" : keys[i], t);
-        t = NULL;
-    }
-    json_decref(runs);
-    *out = o;
-    return TR_OK;
-fail:
-    json_decref(runs);
-    json_decref(o);
-    return rc;
-}
-
-static enum tr_status show_text(struct ctx *x, const char *id)
-{
-    sqlite3_stmt *st = NULL;
-    TR_CHECK(db_prepare(x->db, &st, Q_RUN, "t", id));
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
-        return db_sql_error(x->db, "cannot read the run");
-    }
-    printf("run %s\n", id);
-    for (int c = 1; c < sqlite3_column_count(st); c++) {
-        const char *name = sqlite3_column_name(st, c);
-        char buf[64];
-        const char *v = buf;
-        if (sqlite3_column_type(st, c) == SQLITE_TEXT)
-            v = (const char *)sqlite3_column_text(st, c);
-        else if ((strstr(name, "_time") || !strcmp(name, "heartbeat")) && sqlite3_column_type(st, c) != SQLITE_NULL)
-            fmt_time(sqlite3_column_double(st, c), buf, sizeof buf);
-        else
-            cell_text(st, c, buf, sizeof buf);
-        printf("  %-14s %s\n", name, v);
-    }
-    sqlite3_finalize(st);
-    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events"};
-    static const char *const queries[] = {
-        "SELECT name, step, value, tr_time(time) AS time FROM (" Q_LAST_METRICS ")",
-        "SELECT step, auc, logloss, samples, tr_time(time) AS time FROM evals WHERE run = ? ORDER BY step, rowid",
-        "SELECT step, manifest_url, bytes, stall_s, tr_time(time) AS time FROM checkpoints WHERE run = ?"
-        " ORDER BY step, rowid",
-        "SELECT attempt, rank, host, pid, tr_ended(exit_code, signal) AS ended, tr_time(start_time) AS start,"
-        " tr_time(end_time) AS 'end' FROM processes WHERE run = ? ORDER BY attempt, rank",
-        "SELECT tr_time(time) AS time, kind, data FROM events WHERE run = ? ORDER BY events.time, rowid",
-    };
-    for (size_t i = 0; i < TR_ARRAY_SIZE(titles); i++) {
-        printf("%s:\n", titles[i]);
-        TR_CHECK(query_print(x, "  ", queries[i], "t", id));
-    }
-    return TR_OK;
-}
-
-static enum tr_status cmd_show(struct ctx *x)
-{
-    char **ids = NULL;
-    enum tr_status rc = resolve_all(x, 1, &ids);
-    for (int i = 0; rc == TR_OK && i < x->nargs; i++) {
-        if (x->cfg->json) {
-            json_t *j = NULL;
-            rc = db_json_run(x->db, ids[i], 0, &j);
-            if (rc == TR_OK)
-                rc = emit_json(j, NULL);
-            json_decref(j);
-        } else {
-            if (i > 0)
-                printf("\n");
-            rc = show_text(x, ids[i]);
-        }
-    }
-    free_ids(x, ids);
-    return rc;
-}
-
-#define Q_EXPORT_CSV                                                                          \
-    "SELECT step, name, value FROM metrics WHERE run = ?1"                                    \
-    " UNION ALL SELECT step, 'auc', auc FROM evals WHERE run = ?1"                            \
-    " UNION ALL SELECT step, 'logloss', logloss FROM evals WHERE run = ?1 ORDER BY 1, 2"
-
-static enum tr_status export_csv(struct ctx *x, const char *id, const char *path)
-{
-    sqlite3_stmt *st = NULL;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return TR_ERR_NOMEM;
-    enum tr_status rc = db_prepare(x->db, &st, Q_EXPORT_CSV, "t", id);
-    int s = SQLITE_DONE;
-    if (rc == TR_OK) {
-        fprintf(f, "step,name,value\n");
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            fprintf(f, "%lld,%s,", (long long)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1));
-            if (sqlite3_column_type(st, 2) != SQLITE_NULL)
-                fprintf(f, "%.17g", sqlite3_column_double(st, 2));
-            fputc('\n', f);
-        }
-        if (s != SQLITE_DONE)
-            rc = db_sql_error(x->db, "cannot read the metrics");
-    }
-    sqlite3_finalize(st);
-    if (fclose(f) != 0 && rc == TR_OK)
-        rc = TR_ERR_NOMEM;
-    if (rc == TR_OK) {
-        if (path)
-            rc = tr_file_write_atomic(path, buf, len);
-        else
-            fwrite(buf, 1, len, stdout);
-    }
-    free(buf);
-    return rc;
-}
-
-static enum tr_status cmd_export(struct ctx *x)
-{
-    if (x->nargs != 1) {
-        LOG_ERROR("export takes one run, not %d", x->nargs);
-        LOG_HINT("terarec runs export RUN --format csv|json [-o FILE]");
-        return TR_ERR_ARG;
-    }
-    char **ids = NULL;
-    enum tr_status rc = resolve_all(x, 1, &ids);
-    if (rc == TR_OK && x->cfg->format == FMT_CSV) {
-        rc = export_csv(x, ids[0], x->cfg->output);
-    } else if (rc == TR_OK) {
-        json_t *j = NULL;
-        rc = db_json_run(x->db, ids[0], 1, &j);
-        if (rc == TR_OK)
-            rc = emit_json(j, x->cfg->output);
-        json_decref(j);
-    }
-    if (rc == TR_OK && x->cfg->output)
-        fprintf(stderr, "exported run %s to %s\n", ids[0], x->cfg->output);
-    free_ids(x, ids);
-    return rc;
-}
-
-/* ---- metrics ------------------------------------------------------------------------------------ */
-
-enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after, json_t **out)
-{
-    return query_json(db, out,
-                      "SELECT step, name, value, time FROM metrics WHERE run = ?1 AND (?2 IS NULL OR name = ?2)"
-                      " AND step > ?3 ORDER BY step, name, rowid",
-                      "tti", id, name, after < 0 ? INT64_MIN : after);
-}
-
-static enum tr_status cmd_metrics(struct ctx *x)
-{
-    char **ids = NULL;
-    enum tr_status rc = resolve_all(x, 1, &ids);
-    const char *sql = "SELECT step, name, value FROM metrics WHERE run = ?1 AND (?2 IS NULL OR name = ?2)"
-                      " ORDER BY step, name, rowid";
-    for (int i = 0; rc == TR_OK && i < x->nargs; i++) {
-        sqlite3_stmt *st = NULL;
-        if (x->cfg->json) {
-            json_t *a = NULL;
-            rc = db_json_metrics(x->db, ids[i], x->cfg->name, -1, &a);
-            if (rc == TR_OK)
-                rc = emit_json(a, NULL);
-            json_decref(a);
-            continue;
-        }
-        rc = db_prepare(x->db, &st, sql, "tt", ids[i], x->cfg->name);
-        if (rc != TR_OK)
-            break;
-        printf("step,name,value\n");
-        int s;
-        while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-            char v[64];
-            cell_text(st, 2, v, sizeof v);
-            printf("%lld,%s,%s\n", (long long)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
-                   sqlite3_column_type(st, 2) == SQLITE_NULL ? "" : v);
-        }
-        if (s != SQLITE_DONE)
-            rc = db_sql_error(x->db, "cannot read the metrics");
-        sqlite3_finalize(st);
-    }
-    free_ids(x, ids);
-    return rc;
-}
-
-/* ---- compare -------------------------------------------------------------------------------------- */
-
-#define Q_SUMMARY                                                                                             \
-    "SELECT r.id AS id, r.name AS name, r.status AS status,"                                                  \
-    " (SELECT max(step) FROM metrics WHERE run = r.id) AS steps, " LAST_LOSS " AS final_loss,"                \
-    " (SELECT max(auc) FROM evals WHERE run = r.id) AS best_auc,"                                             \
-    " (SELECT auc FROM evals WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1) AS last_auc,"          \
-    " (SELECT logloss FROM evals WHERE run = r.id ORDER BY step DESC, rowid DESC LIMIT 1) AS logloss,"       \
-    " (SELECT value FROM metrics m WHERE m.run = r.id AND m.name = 'samples_per_s'"                         \
-    "  ORDER BY step DESC, m.rowid DESC LIMIT 1) AS samples_per_s, r.config AS config FROM runs r WHERE r.id = ?"
-
-/* The config keys whose values are not the same in every run: an object of key
- * -> array (one value per run, null where a run lacks it). */
-static json_t *config_diff(json_t *const *configs, int n)
-{
-    json_t *d = json_object();
-    for (int i = 0; d && i < n; i++) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(configs[i], k, v)
-        {
-            (void)v;
-            if (json_object_get(d, k))
-                continue;
-            int same = 1;
-            json_t *first = json_object_get(configs[0], k);
-            for (int j = 1; j < n; j++)
-                if (!first || !json_object_get(configs[j], k) || !json_equal(first, json_object_get(configs[j], k)))
-                    same = 0;
-            if (same)
-                continue;
-            json_t *a = json_array();
-            for (int j = 0; a && j < n; j++) {
-                json_t *e = json_object_get(configs[j], k);
-                json_array_append(a, e ? e : json_null());
-            }
-            json_object_set_new(d, k, a);
-        }
-    }
-    return d;
-}
-
-static enum tr_status cmd_compare(struct ctx *x)
-{
-    char **ids = NULL;
-    enum tr_status rc = TR_OK;
-    json_t *rows = json_array(), *diff = NULL;
-    json_t **configs = tr_calloc((size_t)TR_MAX(x->nargs, 1), sizeof *configs);
-    struct table t = {.ncol = x->nargs + 1};
-    if (!rows || !configs) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    TR_CHECK_GOTO(resolve_all(x, 2, &ids), rc, exit);
-    if (x->nargs > 63) {
-        LOG_ERROR("compare takes at most 63 runs");
-        rc = TR_ERR_ARG;
-        goto exit;
-    }
-    for (int i = 0; i < x->nargs; i++) {
-        json_t *a = NULL;
-        TR_CHECK_GOTO(query_json(x->db, &a, Q_SUMMARY, "t", ids[i]), rc, exit);
-        json_t *o = json_array_get(a, 0);
-        json_t *cfg = json_object_get(o, "config");
-        configs[i] = json_is_object(cfg) ? json_incref(cfg) : json_object();
-        json_object_del(o, "config");
-        json_array_append(rows, o);
-        json_decref(a);
-    }
-    diff = config_diff(configs, x->nargs);
-    if (!diff) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    if (x->cfg->json) {
-        json_t *j = json_pack("{s:O,s:O}", "runs", rows, "config_diff", diff);
-        rc = j ? emit_json(j, NULL) : TR_ERR_NOMEM;
-        json_decref(j);
-        goto exit;
-    }
-    static const char *const fields[] = {"id",       "name",    "status",       "steps", "final_loss",
-                                         "best_auc", "last_auc", "logloss", "samples_per_s"};
-    for (size_t f = 0; f < TR_ARRAY_SIZE(fields); f++) {
-        TR_CHECK_GOTO(table_add(&t, fields[f]), rc, exit);
-        for (int i = 0; i < x->nargs; i++) {
-            json_t *v = json_object_get(json_array_get(rows, (size_t)i), fields[f]);
-            char buf[64];
-            const char *s = buf;
-            if (json_is_string(v))
-                s = json_string_value(v);
-            else if (json_is_integer(v))
-                snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-            else if (json_is_real(v))
-                snprintf(buf, sizeof buf, "%.6g", json_real_value(v));
-            else
-                s = "-";
-            TR_CHECK_GOTO(table_add(&t, s), rc, exit);
-        }
-    }
-    const char *k;
-    json_t *vals;
-    json_object_foreach(diff, k, vals)
-    {
-        char name[256];
-        snprintf(name, sizeof name, "config.%s", k);
-        TR_CHECK_GOTO(table_add(&t, name), rc, exit);
-        for (int i = 0; i < x->nargs; i++) {
-            json_t *v = json_array_get(vals, (size_t)i);
-            char *s = json_is_null(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            rc = table_add(&t, json_is_string(v) ? json_string_value(v) : s);
-            free(s);
-            TR_CHECK_GOTO(rc, rc, exit);
-        }
-    }
-    table_print(&t, "");
-    if (json_object_size(diff) == 0)
-        printf("(the configs are the same)\n");
-exit:
-    table_release(&t);
-    for (int i = 0; configs && i < x->nargs; i++)
-        json_decref(configs[i]);
-    tr_free(configs);
-    json_decref(rows);
-    json_decref(diff);
-    free_ids(x, ids);
-    return rc;
-}
-
-/* ---- rm -------------------------------------------------------------------------------------------- */
-
-static enum tr_status count_rows(struct ctx *x, const char *table, const char *id, int64_t *n)
-{
-    char sql[96];
-    sqlite3_stmt *st = NULL;
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE run = ?", table);
-    TR_CHECK(db_prepare(x->db, &st, sql, "t", id));
-    enum tr_status rc = TR_OK;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        *n = sqlite3_column_int64(st, 0);
-    else
-        rc = db_sql_error(x->db, "cannot count rows");
-    sqlite3_finalize(st);
-    return rc;
-}
-
-/* The checkpoint directory of run id (ROOT/runs/<ckpt_run>) in *dir (tr_malloc'd;
- * NULL with a message when the run has none), after the refusals of
- * `rm --checkpoints`: a running run, a store behind a URL, a checkpoint run that
- * a run not being removed shares (runs resumed from it). TR_ERR_ARG (logged). */
-static enum tr_status ckpt_dir_of(struct ctx *x, char **ids, const char *id, char **dir)
-{
-    enum tr_status rc = TR_OK;
-    char *url = NULL, *run = NULL, *status = NULL;
-    sqlite3_stmt *st = NULL;
-    *dir = NULL;
-    TR_CHECK_GOTO(db_run_get(x->db, id, "ckpt_url", &url), rc, exit);
-    TR_CHECK_GOTO(db_run_get(x->db, id, "ckpt_run", &run), rc, exit);
-    TR_CHECK_GOTO(db_run_get(x->db, id, "status", &status), rc, exit);
-    if (!url || !*url || !run || !*run) {
-        printf("run %s has no checkpoint store recorded: no checkpoints to remove\n", id);
-        goto exit;
-    }
-    if (status && !strcmp(status, DB_RUNNING)) {
-        LOG_ERROR("run %s is running: its checkpoints are in use", id);
-        LOG_HINT("wait for it to end (or cancel it), then 'terarec runs rm %s --checkpoints'", id);
-        rc = TR_ERR_ARG;
-        goto exit;
-    }
-    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
-        LOG_ERROR("run %s keeps its checkpoints in the store at %s, whose files this command cannot remove", id, url);
-        LOG_HINT("leave out --checkpoints to remove only the history's rows; the store's admin removes "
-                 "runs/%s/ there, and 'terarec ckpt gc' its chunks", run);
-        rc = TR_ERR_ARG;
-        goto exit;
-    }
-    if (strchr(run, '/') || !strcmp(run, ".") || !strcmp(run, "..")) {
-        LOG_ERROR("run %s names the checkpoint run '%s', which is not a plain name: not removed", id, run);
-        rc = TR_ERR_ARG;
-        goto exit;
-    }
-    TR_CHECK_GOTO(db_prepare(x->db, &st, "SELECT id FROM runs WHERE ckpt_run = ?1 AND ckpt_url = ?2 AND id <> ?3"
-                             " ORDER BY start_time, rowid", "ttt", run, url, id),
-                  rc, exit);
-    int s;
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *other = (const char *)sqlite3_column_text(st, 0);
-        int removed = 0;
-        for (int i = 0; i < x->nargs; i++)
-            removed |= !strcmp(ids[i], other);
-        if (removed)
-            continue;
-        LOG_ERROR("run %s shares its checkpoints (checkpoint run '%s') with run %s, which stays", id, run, other);
-        LOG_HINT("remove both ('terarec runs rm %s %s --checkpoints'), or leave out --checkpoints", id, other);
-        rc = TR_ERR_ARG;
-        goto exit;
-    }
-    if (s != SQLITE_DONE) {
-        rc = db_sql_error(x->db, "cannot read the runs");
-        goto exit;
-    }
-    const char *root = !strncmp(url, "serve:", 6) ? url + 6 : url;
-    if (asprintf(dir, "%s/runs/%s", root, run) < 0) {
-        *dir = NULL;
-        rc = TR_ERR_NOMEM;
-    } else {
-        char *d = tr_strdup(*dir);
-        free(*dir);
-        if (!(*dir = d))
-            rc = TR_ERR_NOMEM;
-    }
-exit:
-    sqlite3_finalize(st);
-    tr_free(url);
-    tr_free(run);
-    tr_free(status);
-    return rc;
-}
-
-static enum tr_status cmd_rm(struct ctx *x)
-{
-    static const char *const tables[] = {"metrics", "evals", "checkpoints", "processes", "events"};
-    char **ids = NULL, **dirs = NULL;
-    enum tr_status rc = TR_OK;
-    int64_t(*counts)[5] = NULL;
-    TR_CHECK_GOTO(resolve_all(x, 1, &ids), rc, exit);
-    counts = tr_calloc((size_t)x->nargs, sizeof *counts);
-    dirs = tr_calloc((size_t)x->nargs, sizeof *dirs);
-    if (!counts || !dirs) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    /* every refusal before anything is removed */
-    for (int i = 0; x->cfg->checkpoints && i < x->nargs; i++) {
-        int dup = 0;
-        for (int j = 0; j < i; j++)
-            dup |= !strcmp(ids[i], ids[j]);
-        if (!dup)
-            TR_CHECK_GOTO(ckpt_dir_of(x, ids, ids[i], &dirs[i]), rc, exit);
-    }
-    TR_CHECK_GOTO(db_begin(x->db), rc, exit);
-    for (int i = 0; i < x->nargs; i++) {
-        int dup = 0;
-        for (int j = 0; j < i; j++)
-            dup |= !strcmp(ids[i], ids[j]);
-        if (dup) {
-            counts[i][0] = -1;
-            continue;
-        }
-        for (size_t k = 0; k < TR_ARRAY_SIZE(tables); k++)
-            TR_CHECK_GOTO(count_rows(x, tables[k], ids[i], &counts[i][k]), rc, fail);
-        sqlite3_stmt *st = NULL;
-        TR_CHECK_GOTO(db_prepare(x->db, &st, "DELETE FROM runs WHERE id = ?", "t", ids[i]), rc, fail);
-        int s = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (s != SQLITE_DONE) {
-            rc = db_sql_error(x->db, "cannot delete");
-            goto fail;
-        }
-    }
-    TR_CHECK_GOTO(db_commit(x->db), rc, fail);
-    for (int i = 0; i < x->nargs; i++)
-        if (counts[i][0] >= 0)
-            printf("removed run %s (%" PRId64 " metrics, %" PRId64 " evals, %" PRId64 " checkpoints, %" PRId64
-                   " processes, %" PRId64 " events)\n",
-                   ids[i], counts[i][0], counts[i][1], counts[i][2], counts[i][3], counts[i][4]);
-    /* the rows are gone; a checkpoint directory that stays is said, the rest removed */
-    for (int i = 0; i < x->nargs; i++) {
-        if (!dirs[i])
-            continue;
-        struct stat sb;
-        if (stat(dirs[i], &sb) != 0) {
-            printf("run %s: no checkpoint directory %s (nothing to remove)\n", ids[i], dirs[i]);
-            continue;
-        }
-        enum tr_status r = tr_file_rm_rf(dirs[i]);
-        if (r != TR_OK) {
-            LOG_HINT("remove what is left of %s by hand", dirs[i]);
-            if (rc == TR_OK)
-                rc = r;
-            continue;
-        }
-        char root[4096];
-        snprintf(root, sizeof root, "%.*s", (int)(strlen(dirs[i]) - strlen("/runs/") - strlen(strrchr(dirs[i], '/') + 1)),
-                 dirs[i]);
-        printf("removed the checkpoints of run %s: %s (their chunks are removed by the next "
-               "'terarec ckpt gc --checkpoint_dir %s')\n", ids[i], dirs[i], root);
-    }
-exit:
-    tr_free(counts);
-    for (int i = 0; dirs && i < x->nargs; i++)
-        tr_free(dirs[i]);
-    tr_free(dirs);
-    free_ids(x, ids);
-    return rc;
-fail:
-    db_rollback(x->db);
-    goto exit;
-}
-
-/* ---- plot -------------------------------------------------------------------------------------------- */
-
-#define Q_SERIES                                                                                        \
-    "SELECT step, value FROM metrics WHERE run = ?1 AND name = ?2 AND value IS NOT NULL"                \
-    " UNION ALL SELECT step, CASE ?2 WHEN 'auc' THEN auc ELSE logloss END FROM evals"                   \
-    " WHERE run = ?1 AND ?2 IN ('auc', 'logloss') AND (CASE ?2 WHEN 'auc' THEN auc ELSE logloss END) IS NOT NULL" \
-    " ORDER BY 1"
-
-struct series {
-    double *x, *y;
-    int n;
-    char label[256];
-};
-
-static enum tr_status load_series(struct ctx *x, const char *id, struct series *s)
-{
-    sqlite3_stmt *st = NULL;
-    TR_CHECK(db_prepare(x->db, &st, Q_SERIES, "tt", id, x->cfg->metric));
-    enum tr_status rc = TR_OK;
-    int cap = 0, r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        if (s->n == cap) {
-            cap = cap ? cap * 2 : 256;
-            double *a = tr_realloc(s->x, (size_t)cap * sizeof *a);
-            if (a)
-                s->x = a;
-            double *b = tr_realloc(s->y, (size_t)cap * sizeof *b);
-            if (b)
-                s->y = b;
-            if (!a || !b) {
-                rc = TR_ERR_NOMEM;
-                break;
-            }
-        }
-        s->x[s->n] = (double)sqlite3_column_int64(st, 0);
-        s->y[s->n] = sqlite3_column_double(st, 1);
-        s->n++;
-    }
-    if (rc == TR_OK && r != SQLITE_DONE)
-        rc = db_sql_error(x->db, "cannot read the metrics");
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static enum tr_status cmd_plot(struct ctx *x)
-{
-    const struct runs_cfg *c = x->cfg;
-    char **ids = NULL;
-    enum tr_status rc = TR_OK;
-    struct series *s = NULL;
-    struct db_plot_series *ps = NULL;
-    TR_CHECK_GOTO(resolve_all(x, 1, &ids), rc, exit);
-    s = tr_calloc((size_t)x->nargs, sizeof *s);
-    ps = tr_calloc((size_t)x->nargs, sizeof *ps);
-    if (!s || !ps) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    for (int i = 0; i < x->nargs; i++) {
-        TR_CHECK_GOTO(load_series(x, ids[i], &s[i]), rc, exit);
-        if (s[i].n == 0) {
-            LOG_ERROR("run %s has no '%s' values", ids[i], c->metric);
-            LOG_HINT("'terarec runs metrics %s' lists its metrics (auc and logloss come from its evals)", ids[i]);
-            rc = TR_ERR_NOT_FOUND;
-            goto exit;
-        }
-        char *name = NULL;
-        TR_CHECK_GOTO(db_run_get(x->db, ids[i], "name", &name), rc, exit);
-        if (name && strcmp(name, ids[i]) != 0)
-            snprintf(s[i].label, sizeof s[i].label, "%s (%s)", ids[i], name);
-        else
-            snprintf(s[i].label, sizeof s[i].label, "%s", ids[i]);
-        tr_free(name);
-        ps[i] = (struct db_plot_series){.label = s[i].label, .x = s[i].x, .y = s[i].y, .n = s[i].n};
-    }
-    struct db_plot_opts o = {.path = c->output, .title = c->title ? c->title : c->metric, .xlabel = "step",
-                             .ylabel = c->metric, .width = c->width, .height = c->height};
-    TR_CHECK_GOTO(db_plot_write(ps, x->nargs, &o), rc, exit);
-    fprintf(stderr, "plotted '%s' of %d run%s to %s\n", c->metric, x->nargs, x->nargs == 1 ? "" : "s", c->output);
-exit:
-    for (int i = 0; s && i < x->nargs; i++) {
-        tr_free(s[i].x);
-        tr_free(s[i].y);
-    }
-    tr_free(s);
-    tr_free(ps);
-    free_ids(x, ids);
-    return rc;
-}
-
 /* ---- serve ------------------------------------------------------------------------------------------ */
 
-static enum tr_status cmd_serve(struct ctx *x)
+static enum tr_status cmd_serve(struct runs_ctx *x)
 {
     if (x->nargs > 0) {
         LOG_ERROR("unexpected argument '%s'", x->args[0]);
@@ -1085,21 +246,21 @@ static enum tr_status cmd_serve(struct ctx *x)
 
 struct runs_sub {
     const char *name;
-    enum tr_status (*fn)(struct ctx *x);
+    enum tr_status (*fn)(struct runs_ctx *x);
     unsigned bit;
     const char *args;
     const char *help;
 };
 
 static const struct runs_sub subs[] = {
-    {"list", cmd_list, S_LIST, "", "the runs, newest first: status, duration, steps, last loss, best auc"},
-    {"show", cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, processes, events"},
-    {"metrics", cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
-    {"compare", cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side, and the config values that differ"},
-    {"export", cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
-    {"rm", cmd_rm, S_RM, " RUN... [--checkpoints]",
+    {"list", runs_cmd_list, S_LIST, "", "the runs, newest first: status, duration, steps, last loss, best auc"},
+    {"show", runs_cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, processes, events"},
+    {"metrics", runs_cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
+    {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side, and the config values that differ"},
+    {"export", runs_cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
+    {"rm", runs_cmd_rm, S_RM, " RUN... [--checkpoints]",
      "delete runs and everything recorded about them (--checkpoints: and their checkpoints)"},
-    {"plot", cmd_plot, S_PLOT, " RUN... -o FILE.png|.svg", "a metric of runs over steps, as a line chart"},
+    {"plot", runs_cmd_plot, S_PLOT, " RUN... -o FILE.png|.svg", "a metric of runs over steps, as a line chart"},
     {"serve", cmd_serve, S_SERVE, "", "a read-only web page of the runs, their curves, checkpoints and events"},
 };
 
@@ -1182,7 +343,7 @@ int runs_cmd_main(int argc, char **argv)
         if (opt_subs[i] & sub->bit)
             opts[nopts++] = all[i];
     opts[nopts] = (struct tr_opt){0};
-    struct ctx x = {.cfg = &cfg};
+    struct runs_ctx x = {.cfg = &cfg};
     char **optv = NULL;
     int nopt = 0, want = 0;
     enum tr_status rc = split_args(opts, argc - 1, argv + 1, &optv, &nopt, &x.args, &x.nargs);
@@ -1214,7 +375,6 @@ int runs_cmd_main(int argc, char **argv)
         TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
     else /* readers never block a job's writes, and read what they cannot write */
         TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit);
-    TR_CHECK_GOTO(db_sql_functions(x.db), rc, exit);
     rc = sub->fn(&x);
 exit:
     db_close(x.db);

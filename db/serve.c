@@ -30,6 +30,7 @@
 #include "../common/file.h"
 #include "../common/log.h"
 #include "db_internal.h"
+#include "query.h"
 
 #define DYGRAPHS_DIR "/usr/share/javascript/dygraphs"
 #define COOKIE "tr_token"
@@ -173,7 +174,6 @@ static enum tr_status req_db(struct req *q)
     if (q->db)
         return TR_OK;
     TR_CHECK(db_reopen(q->s->db, &q->db));
-    TR_CHECK(db_sql_functions(q->db));
     sqlite3_progress_handler(db_sqlite(q->db), 1000, req_progress, q);
     db_set_busy(q->db, req_busy, q);
     return db_check_lost(q->db);

@@ -14,6 +14,7 @@
 #include "../../../common/check.h"
 #include "../../../common/harness.h"
 #include "../../../db/db_internal.h"
+#include "../../../db/query.h"
 
 static char dir[64];
 static char path[128];

@@ -1,0 +1,196 @@
+/* write.c: the writes of the launcher (`terarec train`) to the run history: a
+ * run's row (created, finished, reopened after a requeue, its heartbeat) and its
+ * children (metrics, evals, checkpoints, processes, events), each write one
+ * BEGIN IMMEDIATE transaction. `runs rm` deletes in runs_rm.c; reads are
+ * query.c's. */
+#define TR_SUBSYS TR_SUB_DB
+#include "db.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/check.h"
+#include "../common/log.h"
+#include "db_internal.h"
+
+/* ---- runs ----------------------------------------------------------------------------- */
+
+/* One statement in its own transaction; *changes (may be NULL) gets the rows it
+ * changed. A foreign key failure means the run does not exist: TR_ERR_NOT_FOUND. */
+static enum tr_status write1(struct db *db, const char *run, int *changes, const char *sql, const char *types, ...)
+{
+    enum tr_status rc = TR_OK;
+    sqlite3_stmt *st = NULL;
+    TR_CHECK(db_begin(db));
+    va_list ap;
+    va_start(ap, types);
+    rc = db_preparev(db, &st, sql, types, ap);
+    va_end(ap);
+    if (rc != TR_OK)
+        goto fail;
+    int s = sqlite3_step(st);
+    const int ext = sqlite3_extended_errcode(db->h);
+    if ((s & 0xff) == SQLITE_CONSTRAINT && ext == SQLITE_CONSTRAINT_FOREIGNKEY) {
+        LOG_ERROR("run history '%s': no run '%s'", db->path, run);
+        rc = TR_ERR_NOT_FOUND;
+        goto fail;
+    }
+    if ((s & 0xff) == SQLITE_CONSTRAINT && (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE)) {
+        LOG_ERROR("run history '%s': a run '%s' exists already", db->path, run);
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (s != SQLITE_DONE) {
+        rc = db_sql_error(db, "cannot write");
+        goto fail;
+    }
+    if (changes)
+        *changes = sqlite3_changes(db->h);
+    sqlite3_finalize(st);
+    st = NULL;
+    TR_CHECK_GOTO(db_commit(db), rc, fail);
+    return TR_OK;
+fail:
+    sqlite3_finalize(st);
+    db_rollback(db);
+    return rc;
+}
+
+enum tr_status db_run_create(struct db *db, const struct db_run *r)
+{
+    if (!r->id || !*r->id) {
+        LOG_ERROR("run history '%s': a run needs an id", db->path);
+        return TR_ERR_ARG;
+    }
+    char host[256], space[160];
+    const char *lhost = r->launcher_host, *lns = r->launcher_ns;
+    int64_t lpid = r->launcher_pid, lstart = r->launcher_start;
+    if (lpid == 0) { /* the calling process runs it */
+        db_host_name(host, sizeof host);
+        db_pid_space(space, sizeof space);
+        lhost = host;
+        lns = *space ? space : NULL;
+        lpid = getpid();
+        lstart = db_proc_start(lpid);
+    }
+    if (lstart <= 0)
+        lstart = -1;
+    return write1(db, r->id, NULL,
+                  "INSERT INTO runs (id, name, status, cmdline, config, git_hash, hosts, nodes, workers,"
+                  " slurm_job_id, ckpt_url, ckpt_run, resumed_from, start_time, launcher_host, launcher_pid,"
+                  " launcher_start, launcher_ns, heartbeat) VALUES"
+                  " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, nullif(?, -1), nullif(?, -1), ?, ?)",
+                  "tttttttnnttttdtiitd", r->id, r->name, r->status ? r->status : DB_RUNNING, r->cmdline, r->config,
+                  r->git_hash, r->hosts, r->nodes, r->workers, r->slurm_job_id, r->ckpt_url, r->ckpt_run,
+                  r->resumed_from, r->start_time, lhost, lpid, lstart, lns, r->start_time);
+}
+
+static enum tr_status need_changed(struct db *db, const char *id, int changes)
+{
+    if (changes > 0)
+        return TR_OK;
+    LOG_ERROR("run history '%s': no run '%s'", db->path, id);
+    return TR_ERR_NOT_FOUND;
+}
+
+enum tr_status db_run_finish(struct db *db, const char *id, const char *status, double end_time,
+                             const char *final_metrics, const char *reason)
+{
+    int changes = 0;
+    TR_CHECK(write1(db, id, &changes,
+                    "UPDATE runs SET status = ?1,"
+                    " end_time = CASE WHEN ?2 > 0 THEN ?2 ELSE end_time END,"
+                    " final_metrics = coalesce(?3, final_metrics), reason = coalesce(?4, reason) WHERE id = ?5",
+                    "tdttt", status, end_time > 0 ? end_time : 0.0, final_metrics, reason, id));
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts)
+{
+    int changes = 0;
+    char host[256], space[160];
+    db_host_name(host, sizeof host);
+    db_pid_space(space, sizeof space);
+    TR_CHECK(write1(db, id, &changes,
+                    "UPDATE runs SET status = 'running', end_time = NULL, restarts = restarts + 1,"
+                    " hosts = coalesce(?1, hosts), launcher_host = ?3, launcher_pid = ?4,"
+                    " launcher_start = nullif(?5, -1), heartbeat = ?6, launcher_ns = nullif(?7, '') WHERE id = ?2",
+                    "tttiidt", hosts, id, host, (int64_t)getpid(), db_proc_start(getpid()), (double)time(NULL), space));
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_set_ckpt_run(struct db *db, const char *id, const char *ckpt_run)
+{
+    int changes = 0;
+    TR_CHECK(write1(db, id, &changes, "UPDATE runs SET ckpt_run = ?1 WHERE id = ?2", "tt", ckpt_run, id));
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_heartbeat(struct db *db, const char *id, double now)
+{
+    int changes = 0;
+    /* a run judged lost while its launcher was only slow to beat is running again */
+    TR_CHECK(write1(db, id, &changes,
+                    "UPDATE runs SET heartbeat = ?1, status = CASE status WHEN 'lost' THEN 'running' ELSE status END,"
+                    " end_time = CASE status WHEN 'lost' THEN NULL ELSE end_time END,"
+                    " reason = CASE status WHEN 'lost' THEN NULL ELSE reason END WHERE id = ?2",
+                    "dt", now, id));
+    return need_changed(db, id, changes);
+}
+
+/* ---- children ----------------------------------------------------------------------------- */
+
+enum tr_status db_metric_add(struct db *db, const char *run, int64_t step, const char *name, double value,
+                             double time)
+{
+    return write1(db, run, NULL, "INSERT INTO metrics (run, step, name, value, time) VALUES (?, ?, ?, ?, ?)",
+                  "titdd", run, step, name, value, time);
+}
+
+enum tr_status db_eval_add(struct db *db, const char *run, int64_t step, double auc, double logloss, int64_t samples,
+                           double time)
+{
+    return write1(db, run, NULL,
+                  "INSERT INTO evals (run, step, auc, logloss, samples, time) VALUES (?, ?, ?, ?, ?, ?)", "tiddid",
+                  run, step, auc, logloss, samples, time);
+}
+
+enum tr_status db_ckpt_add(struct db *db, const char *run, int64_t step, const char *manifest_url, int64_t bytes,
+                           double stall_s, double time)
+{
+    return write1(db, run, NULL,
+                  "INSERT INTO checkpoints (run, step, manifest_url, bytes, stall_s, time) VALUES (?, ?, ?, ?, ?, ?)",
+                  "titidd", run, step, manifest_url, bytes, stall_s, time);
+}
+
+enum tr_status db_process_add(struct db *db, const char *run, int attempt, int rank, const char *host, int64_t pid,
+                              double time)
+{
+    return write1(db, run, NULL,
+                  "INSERT INTO processes (run, attempt, rank, host, pid, start_time) VALUES (?, ?, ?, ?, ?, ?)",
+                  "tnntid", run, attempt, rank, host, pid, time);
+}
+
+enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int rank, int exit_code, int signal,
+                               double time)
+{
+    int changes = 0;
+    TR_CHECK(write1(db, run, &changes,
+                    "UPDATE processes SET exit_code = CASE WHEN ?1 >= 0 THEN ?1 END,"
+                    " signal = CASE WHEN ?2 > 0 THEN ?2 END, end_time = ?3"
+                    " WHERE run = ?4 AND attempt = ?5 AND rank = ?6",
+                    "nndtnn", exit_code, signal, time, run, attempt, rank));
+    if (changes == 0) {
+        LOG_ERROR("run history '%s': run '%s' has no process of attempt %d rank %d", db->path, run, attempt, rank);
+        return TR_ERR_NOT_FOUND;
+    }
+    return TR_OK;
+}
+
+enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data)
+{
+    return write1(db, run, NULL, "INSERT INTO events (run, time, kind, data) VALUES (?, ?, ?, ?)", "tdtt", run,
+                  time, kind, data);
+}
