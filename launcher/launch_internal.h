@@ -224,7 +224,8 @@ void launch_intake_drain(struct launch *L, const char *token);
  * (n bytes) why. Returns the run's status: TR_OK (completed, preempted),
  * TR_ERR_INTERRUPTED (cancelled), TR_ERR_REMOTE (failed, hung), TR_ERR_IO (the
  * children did not start). */
-enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason, size_t n);
+enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason,
+                                         size_t n) TR_WUR;
 
 /* Stops the checkpoint store(s) at the end of the run. */
 void launch_stop_ckpt(struct launch *L);
