@@ -311,7 +311,7 @@ test-gpu: all
 test-unit: $(TEST_BINS) $(CUDA_PLUGIN)
 	$(Q)TR_TEST_ONLY=bins tests/run.sh $(BUILD)
 
-# the programs find each other beside /proc/self/exe (launcher/train.c) and the CUDA
+# the programs find each other beside /proc/self/exe (launcher/rundir.c) and the CUDA
 # plugin in ../lib (kernels/backend.c; the RUNPATH has $ORIGIN/../lib too)
 PREFIX ?= /usr/local
 DESTDIR ?=

@@ -232,6 +232,19 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
     return TR_ERR_ARG;
 }
 
+int kern_backend_uses_device(const char *name)
+{
+    /* every backend a job may name, this build's or not */
+    static const struct {
+        const char *name;
+        int device;
+    } kinds[] = {{"cuda", 1}, {"cpu", 0}};
+    for (size_t k = 0; name && k < TR_ARRAY_SIZE(kinds); k++)
+        if (!strcmp(name, kinds[k].name))
+            return kinds[k].device;
+    return -1;
+}
+
 enum tr_status kern_backend_check(const char *name, const struct kern_backend_opts *o)
 {
     const int reduced = o->precision == KERN_PREC_BF16 || o->precision == KERN_PREC_FP16;

@@ -555,6 +555,12 @@ enum tr_status kern_backend_open(const char *name, const struct kern_backend_opt
  * For launchers that check a job before starting its workers on this machine. */
 enum tr_status kern_backend_check(const char *name, const struct kern_backend_opts *o) TR_WUR;
 
+/* Whether backend `name` computes on a device rather than the host CPUs, asked by
+ * name alone (whether or not this build has it, with nothing opened): 1 ("cuda"),
+ * 0 ("cpu"), -1 when it depends on the machine ("auto") or the name is unknown.
+ * For launchers and planners that decide without the backend. Thread-safe. */
+int kern_backend_uses_device(const char *name);
+
 /* Releases an instance opened by kern_backend_open; safe on a zeroed one. */
 void kern_backend_close(struct kern_backend *be);
 

@@ -245,7 +245,8 @@ int plan_cmd_main(int argc, char **argv)
     /* the workers' backend, opened here only to ask its workspace sizes (a cuda
      * plan needs no GPU: it is made on login nodes) */
     const int threads = plan_threads(job, kern_cpu_count(), c.per_node);
-    struct kern_backend_opts bo = plan_backend_opts(job, threads, 0, job->backend == JOB_BACKEND_CUDA);
+    const int sizing_only = kern_backend_uses_device(job_backend_name(job->backend)) == 1;
+    struct kern_backend_opts bo = plan_backend_opts(job, threads, 0, sizing_only);
     TR_CHECK_GOTO(kern_backend_open(job_backend_name(job->backend), &bo, &be), rc, exit);
     w = tr_calloc((size_t)world, sizeof *w);
     if (!w) {

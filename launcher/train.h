@@ -12,8 +12,6 @@
 #ifndef TR_LAUNCHER_TRAIN_H
 #define TR_LAUNCHER_TRAIN_H
 
-#include <stddef.h>
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,15 +20,8 @@ extern "C" {
  * the run completed (or was preempted), 2 for bad input found before anything
  * started (a bad dataset, a --resume whose checkpoint is gone), 1 when the run
  * failed or hung, 130 when it was cancelled (SIGINT, SIGHUP, SIGTERM outside
- * SLURM). */
+ * SLURM); the codes are tr_status_exit_code's (common/status.h). */
 int train_cmd_main(int argc, char **argv);
-
-/* Parses the launcher's lines of a failed worker step's log: Open MPI's "...rank R
- * with PID P on node H exited on signal S" and srun's "srun: error: H: task R:
- * Killed|Exited with exit code C" (and their variants). Fills the first failed
- * rank's *rank, host (n bytes), *sig (0 when none) and *code (-1 when none);
- * returns 1 when a line matched, 0 otherwise. (Exposed for tests.) */
-int train_parse_step_failure(const char *line, int *rank, char *host, size_t n, int *sig, int *code);
 
 #ifdef __cplusplus
 }

@@ -55,6 +55,16 @@ static void registry(void)
     kern_backend_close(&be);
 }
 
+/* Whether a backend computes on a device, by name, in any build (launchers ask it). */
+static void uses_device(void)
+{
+    TH_EQ(kern_backend_uses_device("cuda"), 1);
+    TH_EQ(kern_backend_uses_device("cpu"), 0);
+    TH_EQ(kern_backend_uses_device("auto"), -1);
+    TH_EQ(kern_backend_uses_device("tpu"), -1);
+    TH_EQ(kern_backend_uses_device(NULL), -1);
+}
+
 /* Two instances with different thread counts; opening them or sizing a
  * workspace on one never changes the process's OpenMP setting; each op runs on
  * its own instance's threads. */
@@ -188,6 +198,7 @@ static void cuda_plugin_loads(void)
 
 static const struct th_case cases[] = {
     {"registry", registry},
+    {"uses_device", uses_device},
     {"cuda_plugin_loads", cuda_plugin_loads},
     {"instances_are_independent", instances_are_independent},
     {"check_macros", check_macros},

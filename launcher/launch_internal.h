@@ -1,0 +1,276 @@
+/* launch_internal.h: the state of one `terarec train` (struct launch) and the
+ * functions its files share; nothing outside launcher/ includes it. train.c parses
+ * the options and runs the phases; start.c starts the children, intake.c reads the
+ * ranks' reports, supervise.c watches an attempt and ends it, rundir.c makes the
+ * run's paths, resume.c decides which run this is, history.c writes the run
+ * history and progress.c the console. All of it runs on the launcher's one thread. */
+#ifndef TR_LAUNCHER_LAUNCH_INTERNAL_H
+#define TR_LAUNCHER_LAUNCH_INTERNAL_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/param.h"
+#include "../common/status.h"
+#include "../worker/worker.h"
+#include "container.h"
+#include "proc.h"
+
+struct db;
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+struct launch_cfg {
+    struct worker_cfg w; /* the training flags, passed on to the workers (and the loader's to it) */
+    int workers;
+    char *db;
+    int json;
+    double hang_timeout;
+    int max_restarts;
+    char *name;
+    char *resume;
+    char *run_dir;
+    int requeue;
+    int allow_fresh_start;
+    char *mpirun_args;
+    char *srun_args;
+    char *container_image;
+    char *container_mounts;
+    int container_runtime; /* index into runtime_choices (train.c) */
+    char *container_bin_dir;
+    int dry_run;
+};
+
+/* ---- the state of a launch ---------------------------------------------------------------- */
+
+struct rank {
+    int hello, bye, exit_code, error;
+    char host[128];
+    long pid;
+    int64_t step;
+    double last_beat, lost_at; /* lost_at: when its connection closed without a bye */
+    char message[512];
+};
+
+struct conn {
+    int fd;
+    int rank; /* -1 until its hello */
+    char *buf;
+    size_t len;
+};
+
+enum stop_why { STOP_NONE = 0, STOP_PREEMPT, STOP_CANCEL };
+
+/* The report intake (intake.c): the listener and the ranks' connections. */
+struct launch_intake {
+    int lfd;
+    struct conn *conns;
+    int nconns;
+};
+
+/* What the console shows (progress.c), from rank 0's events (intake.c). */
+struct launch_progress {
+    int64_t step, total;
+    double samples_per_s, loss, auc;
+    int have_auc, tty, drawn;
+    json_t *final_metrics; /* rank 0's summary event */
+};
+
+/* Supervision (supervise.c): the signals, a stop asked for, a hang, a failed loader. */
+struct launch_watch {
+    int sfd; /* the signalfd of the signals a job gets */
+    enum stop_why stop;
+    int stop_sent, hung;
+    int stop_sig;       /* the signal that asked for the stop */
+    int loader_failed;  /* the loader ended on an error before the workers */
+    double loader_end_seen; /* when the supervisor saw the loader end on an error (check_loader) */
+    char hung_reason[1024];
+    char loader_error[1024]; /* its first error line */
+};
+
+/* The run history (history.c) and which run this is (resume.c). */
+struct launch_hist {
+    struct db *db;
+    int restarts;
+    int resumed_same_row; /* a requeued SLURM job continuing its run */
+    char prev_status[32]; /* how the attempt before it ended */
+    char fresh_reason[PATH_MAX + 512]; /* a resumed run starting from step 0: why */
+    char resumed_from[64];
+};
+
+/* One `terarec train`. Its first fields are the run's identity, paths and
+ * placement (rundir.c, resume.c) and its children (start.c), which the commands
+ * are built from; then the ranks and the attempt's clocks, which start_attempt
+ * resets; then what each of the other files owns. */
+struct launch {
+    struct launch_cfg *c;
+    struct tr_opt *opts;
+    int nworker_opts;
+    char exe_dir[PATH_MAX];
+    char id[64], run_dir[PATH_MAX], token_file[PATH_MAX + 16], token[64], host[128];
+    char ckpt_run[64], ckpt_where[PATH_MAX];
+    const char *ckpt_token; /* the store's token file: ours, or --checkpoint_token_file for an outside one */
+    char *ckpt_root; /* the store's directory (when we serve or write it) */
+    int ckpt_url;    /* workers reach it over HTTP */
+    int slurm, nodes, world, attempt;
+    const char *slurm_job;
+    sigset_t orig_mask;
+    char events_addr[256];
+    struct proc ckpt, loader, workers;
+    struct ctr ctr; /* --container-image (ctr.image NULL: none) */
+    struct rank *ranks;
+    int nranks;
+    int64_t last_progress_step;
+    double t_last_progress;
+    double t_prev_step; /* wall time of the last step report */
+    double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
+    int step_killed;
+    struct launch_intake in;
+    struct launch_progress prog;
+    struct launch_watch watch;
+    struct launch_hist hist;
+};
+
+/* ---- rundir.c: the run's paths ------------------------------------------------------------ */
+
+/* The directory of this program into L->exe_dir; checks that the other programs
+ * are beside it (unless they are a container image's). TR_ERR_IO, TR_ERR_ARG (logged). */
+enum tr_status launch_find_exe_dir(struct launch *L) TR_WUR;
+
+/* A new run id: YYYYMMDD-HHMMSS-xxxxxx (local time, 3 random bytes), into out. */
+void launch_make_id(char *out, size_t n);
+
+/* The value of environment variable name as an int, def when unset or empty. */
+int launch_env_int(const char *name, int def);
+
+/* The directory of the run history's file dbpath into base (n bytes), and the
+ * run's directory into L->run_dir: --run_dir, else runs/<id> beside the history. */
+void launch_run_paths(struct launch *L, const char *dbpath, char *base, size_t n);
+
+/* The checkpoint store, from where (--checkpoint_dir, or the resumed run's): a URL
+ * (an outside server), a path (written directly), or serve:ROOT or nothing (a
+ * terarec-ckpt per node that this launcher runs, *serve = 1; by default in
+ * checkpoints/ beside the run history, base). TR_ERR_ARG (logged). */
+enum tr_status launch_ckpt_setup(struct launch *L, const char *where, const char *base, int *serve) TR_WUR;
+
+/* In a container: the run's directory and the store's (serve) mounted at their own
+ * paths; create: make the store's first. tr_file_mkdir_p's errors (only with create). */
+enum tr_status launch_ctr_mount_run(struct launch *L, int serve, int create);
+
+/* Makes the run's directory, its job token and its checkpoint store's setting
+ * (from_ckpt_url: the resumed run's store, else --checkpoint_dir), and the mounts;
+ * *serve as launch_ckpt_setup. Errors logged: TR_ERR_IO, TR_ERR_ARG. */
+enum tr_status launch_rundir_make(struct launch *L, const char *dbpath, const char *from_ckpt_url,
+                                  int *serve) TR_WUR;
+
+/* ---- resume.c: which run, and what it continues from ----------------------------------------- */
+
+/* how a resumed run starts (launch_resume_gate) */
+enum { FRESH_NO, FRESH_SAME_NAME, FRESH_NEW_NAME };
+
+/* Which run this is: a requeued SLURM job's own row (L->hist.resumed_same_row), a
+ * new row after --resume RUN (L->hist.resumed_from), or a new one; fills L->id,
+ * L->ckpt_run, L->attempt and *from_ckpt_url (the store the run used, owned by the
+ * caller, NULL when none). Errors (logged): the history's, TR_ERR_NOT_FOUND. */
+enum tr_status launch_pick_run(struct launch *L, char **from_ckpt_url) TR_WUR;
+
+/* For a resumed run, before anything starts: is its checkpoint there, whole? Sets
+ * *fresh (FRESH_NO, or how it starts from step 0, with L->ckpt_run renamed for
+ * FRESH_NEW_NAME); TR_ERR_NOT_FOUND (logged) when it is gone, or the store's errors. */
+enum tr_status launch_resume_gate(struct launch *L, int *fresh) TR_WUR;
+
+/* ---- start.c: starting the children ----------------------------------------------------------- */
+
+/* Starts the checkpoint store(s) and waits for them to listen; L->ckpt_where is
+ * then their URL. TR_ERR_IO (logged). */
+enum tr_status launch_start_ckpt(struct launch *L) TR_WUR;
+
+/* Starts the loader and the workers of one attempt (resume: from the last
+ * committed checkpoint) and resets the attempt's clocks and ranks. TR_ERR_IO, the
+ * store's errors. */
+enum tr_status launch_start_attempt(struct launch *L, int resume) TR_WUR;
+
+/* Removes the local container of prog, a program started as what ("ckpt",
+ * "loader", "workers"); nothing without one. */
+void launch_ctr_remove(struct launch *L, const struct proc *prog, const char *what);
+
+/* --dry_run: prints the commands of a new run; nothing is created, started or
+ * recorded. TR_ERR_ARG (logged) for a bad --checkpoint_dir. */
+enum tr_status launch_dry_run(struct launch *L, const char *dbpath) TR_WUR;
+
+/* ---- intake.c: the ranks' reports -------------------------------------------------------------- */
+
+/* Opens the report listener (loopback locally, every address under SLURM) and
+ * sets L->events_addr. TR_ERR_IO (logged). */
+enum tr_status launch_intake_open(struct launch *L) TR_WUR;
+
+/* Accepts every pending connection on the listener. */
+void launch_intake_accept(struct launch *L);
+
+/* Reads what the connections polled in pf[0 .. nc) have (token: the job's). */
+void launch_intake_read(struct launch *L, const struct pollfd *pf, int nc, const char *token);
+
+/* Reads the reports still in flight for up to a second, then closes every connection. */
+void launch_intake_drain(struct launch *L, const char *token);
+
+/* ---- supervise.c: watching an attempt ----------------------------------------------------------- */
+
+/* Runs the attempts: starts each, supervises it until its workers end, and
+ * restarts failed ones (--max_restarts). *status is the run's end (DB_*), reason
+ * (n bytes) why. Returns the run's status: TR_OK (completed, preempted),
+ * TR_ERR_INTERRUPTED (cancelled), TR_ERR_REMOTE (failed, hung), TR_ERR_IO (the
+ * children did not start). */
+enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason,
+                                         size_t n) TR_WUR;
+
+/* Stops the checkpoint store(s) at the end of the run. */
+void launch_stop_ckpt(struct launch *L);
+
+/* A preempted SLURM run that was asked to (SIGUSR1, --requeue) requeues its job. */
+void launch_requeue(struct launch *L, const char *status);
+
+/* ---- history.c: the run history --------------------------------------------------------------- */
+
+/* Logs a warning when rc (a write to the history, of what) failed: the run goes on. */
+void launch_db_try(enum tr_status rc, const char *what);
+
+/* Records event kind with data (taken: may be NULL) in the run's history. */
+void launch_record_event(struct launch *L, const char *kind, json_t *data);
+
+/* The run's row before anything starts: a new one (the command line argv, the
+ * config, the store: serve or not), or the requeued one reopened (fresh: how it
+ * starts, launch_resume_gate). The history's errors (logged). */
+enum tr_status launch_history_open(struct launch *L, char **argv, int serve, int fresh) TR_WUR;
+
+/* The attempt's ranks that never said goodbye, recorded as ended. */
+void launch_history_exits(struct launch *L);
+
+/* The run's end: its last event (with the workers' log's tail for a failure, also
+ * shown on stderr) and its row's status and reason. */
+void launch_history_end(struct launch *L, const char *status, const char *reason);
+
+/* ---- progress.c: the console ------------------------------------------------------------------- */
+
+/* Flushes stdout; a closed one is not a reason to stop (its lines go to /dev/null). */
+void launch_out_flush(void);
+
+/* Clears the progress line of a terminal. */
+void launch_clear_line(struct launch *L);
+
+/* Shows the progress line (final: the last one, ended by a newline). */
+void launch_show_progress(struct launch *L, int final);
+
+/* With --json, prints o (taken) with its type and run as a line; else frees o. */
+void launch_json_out(struct launch *L, const char *type, json_t *o);
+
+/* The run's first line: its id, workers, nodes and logs. */
+void launch_say_start(struct launch *L);
+
+/* The run's last lines: how it ended and where its history is. */
+void launch_say_end(struct launch *L, const char *status, const char *reason);
+
+#endif

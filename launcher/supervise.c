@@ -1,0 +1,442 @@
+/* supervise.c: watching an attempt and ending it: the loop over the signals, the
+ * reports and a tick (supervise), a stop asked for (SIGINT, SIGTERM, SIGUSR1,
+ * SIGHUP), a hang, a lost rank, a failed loader; how the attempt ended and why;
+ * restarts (--max_restarts), and the requeue of a preempted SLURM job. Reading the
+ * reports is intake.c's, starting the children start.c's. */
+#define TR_SUBSYS TR_SUB_INIT
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/alloc.h"
+#include "../common/check.h"
+#include "../common/clock.h"
+#include "../common/evproto.h"
+#include "../common/log.h"
+#include "../db/db.h"
+#include "launch_internal.h"
+
+static void request_stop(struct launch *L, enum stop_why why, int sig)
+{
+    if (L->watch.stop && (L->watch.stop_sent || why == L->watch.stop)) {
+        if (sig == SIGINT && L->watch.stop == STOP_CANCEL) { /* a second Ctrl-C: at once */
+            launch_clear_line(L);
+            fprintf(stderr, "terarec: second interrupt: stopping the workers now\n");
+            proc_signal(&L->workers, SIGKILL);
+            proc_signal(&L->loader, SIGKILL);
+        }
+        return;
+    }
+    L->watch.stop = why;
+    L->watch.stop_sig = sig;
+    launch_clear_line(L);
+    fprintf(stderr,
+            "terarec: %s (%s): the workers stop after the next batch and save a checkpoint%s\n",
+            why == STOP_PREEMPT ? "preemption" : "stop requested", strsignal(sig),
+            sig == SIGINT ? " (Ctrl-C again: at once)" : "");
+    launch_record_event(L, why == STOP_PREEMPT ? "preempt_signal" : "cancel_signal",
+                 json_pack("{s:s}", "signal", strsignal(sig)));
+    /* the loader's first SIGTERM drains: every rank stops after the same step */
+    proc_signal(&L->loader, SIGTERM);
+    L->watch.stop_sent = 1;
+}
+
+/* Sends signal `sig` (a name: KILL, INT) to this job's step named `name` (srun
+ * --job-name), through scancel: it reaches tasks on every node, a stopped one too. */
+static void slurm_step_signal(struct launch *L, const char *name, const char *sig, int background)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "(for s in $(squeue -h -s -j %s -o '%%i %%j' | awk '$2==\"%s\"{print $1}'); do "
+             "scancel --signal=%s \"$s\"; done) >/dev/null 2>&1 </dev/null%s",
+             L->slurm_job, name, sig, background ? " &" : "");
+    if (system(cmd) != 0)
+        LOG_WARN("could not signal the SLURM step %s of job %s", name, L->slurm_job);
+}
+
+/* Ends the workers' step: SIGKILL to the ranks on this node (a stopped process
+ * ignores SIGTERM, and the workers leave SIGTERM to us) and, under SLURM, to the
+ * step on every node (kill_ranks); then to mpirun or srun (kill_step). */
+static void kill_ranks(struct launch *L)
+{
+    for (int r = 0; r < L->nranks; r++)
+        if (L->ranks[r].hello && L->ranks[r].pid > 0 && !strcmp(L->ranks[r].host, L->host))
+            kill((pid_t)L->ranks[r].pid, SIGKILL);
+    /* scancel (a round trip to slurmctld) reaches the tasks on every node, in the
+     * background */
+    if (L->slurm)
+        slurm_step_signal(L, "terarec-worker", "KILL", 1);
+}
+
+static void kill_step(struct launch *L)
+{
+    kill_ranks(L);
+    proc_signal(&L->workers, SIGCONT);
+    proc_signal(&L->workers, SIGKILL);
+}
+
+static void check_hang(struct launch *L)
+{
+    const double tmo = L->c->hang_timeout;
+    if (tmo <= 0 || L->watch.hung || L->workers.ended)
+        return;
+    const double now = tr_clock_now();
+    if (now - L->t_last_progress < tmo)
+        return;
+    L->watch.hung = 1;
+    char silent[512] = "";
+    size_t k = 0;
+    for (int r = 0; r < L->world; r++) {
+        const struct rank *rk = r < L->nranks ? &L->ranks[r] : NULL;
+        if (rk && rk->hello && rk->last_beat > 0 && now - rk->last_beat < 5 * EVPROTO_BEAT_SEC)
+            continue;
+        if (k < sizeof silent - 64)
+            k += (size_t)snprintf(silent + k, sizeof silent - k, "%s%d (%s)", k ? ", " : "", r,
+                                  rk && rk->hello ? rk->host : "never reported");
+    }
+    snprintf(L->watch.hung_reason, sizeof L->watch.hung_reason, "no training step for %.0f s after step %lld; silent ranks: %s",
+             tmo, (long long)(L->last_progress_step > 0 ? L->last_progress_step : 0), k ? silent : "none");
+    launch_clear_line(L);
+    LOG_ERROR("run %s hung: %s: killing its workers", L->id, L->watch.hung_reason);
+    kill_step(L);
+}
+
+enum { LOADER_BLAME_S = 1 }; /* seconds a rank's death may take to reach us after its loader's end */
+
+/* The loader ended before the workers, on an error (its dataset, its ring): the
+ * workers would wait for batches until --loader_timeout, or end on the loader's
+ * error. Its error and hint lines go to the console, the step is ended now, and
+ * the run fails as the loader's (not restarted: the same input fails again).
+ * A loader also ends when the worker it feeds dies ("worker ... is gone"): a
+ * rank lost before the loader ended makes it the workers' failure (which
+ * --max_restarts restarts). final: the workers have ended (supervise is over). */
+static void check_loader(struct launch *L, int final)
+{
+    if (L->watch.loader_failed || L->loader.pid <= 0)
+        return;
+    const int workers_ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
+    /* workers that failed on their loader's error may end before it has: a second */
+    for (int i = 0; final && !workers_ok && !L->watch.stop && i < 20 && !proc_poll(&L->loader); i++)
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    if (!proc_poll(&L->loader))
+        return;
+    const int st = L->loader.status;
+    if (L->watch.stop || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        return; /* it drained for a stop, or served every batch it had */
+    if (final && workers_ok)
+        return; /* the workers finished: whatever the loader did after */
+    if (!L->watch.loader_end_seen)
+        L->watch.loader_end_seen = tr_clock_now();
+    if (L->t_rank_lost && L->t_rank_lost <= L->watch.loader_end_seen)
+        return;
+    if (!final && tr_clock_now() - L->watch.loader_end_seen < LOADER_BLAME_S)
+        return;
+    L->watch.loader_failed = 1;
+    char how[96];
+    proc_describe(st, how, sizeof how);
+    char *tail = proc_tail(L->loader.log, 40);
+    launch_clear_line(L);
+    fprintf(stderr, "terarec: the loader failed (%s); its log %s says:\n", how, L->loader.log);
+    int shown = 0;
+    for (char *save = NULL, *ln = strtok_r(tail ? tail : (char *)"", "\n", &save); ln;
+         ln = strtok_r(NULL, "\n", &save)) {
+        const char *e = strstr(ln, " error: "), *h = strstr(ln, " hint: ");
+        if (!e && !h)
+            continue;
+        fprintf(stderr, "  %s\n", (e ? e : h) + 1);
+        shown++;
+        if (e && !*L->watch.loader_error)
+            snprintf(L->watch.loader_error, sizeof L->watch.loader_error, "%s", e + 8);
+    }
+    if (!shown) /* no error line: its last lines */
+        fprintf(stderr, "%s\n", tail ? tail : "");
+    tr_free(tail);
+    launch_record_event(L, "loader_failed", json_pack("{s:s,s:s}", "status", how, "error", L->watch.loader_error));
+    if (!final)
+        kill_step(L);
+}
+
+/* The signals that came (SIGCHLD only wakes the loop). SIGHUP (the terminal
+ * closed) is a cancel, like Ctrl-C: the run stops after a checkpoint and is
+ * recorded. */
+static void read_signals(struct launch *L)
+{
+    struct signalfd_siginfo si;
+    while (read(L->watch.sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGUSR1)
+            request_stop(L, STOP_PREEMPT, SIGUSR1);
+        else if (si.ssi_signo == SIGTERM)
+            request_stop(L, L->slurm ? STOP_PREEMPT : STOP_CANCEL, SIGTERM);
+        else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
+            request_stop(L, STOP_CANCEL, (int)si.ssi_signo);
+    }
+}
+
+/* Runs the loop until the current attempt's workers end. */
+static void supervise(struct launch *L, const char *token)
+{
+    double next_draw = 0, next_beat = 0;
+    while (!L->workers.ended) {
+        if (tr_clock_now() > next_beat) { /* alive, for the history (a vanished launcher's run is lost) */
+            next_beat = tr_clock_now() + 10;
+            launch_db_try(db_run_heartbeat(L->hist.db, L->id, tr_clock_wall()), "the heartbeat");
+        }
+        struct pollfd *pf = tr_malloc((size_t)(L->in.nconns + 2) * sizeof *pf);
+        TR_ASSERT(pf);
+        pf[0] = (struct pollfd){.fd = L->watch.sfd, .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = L->in.lfd, .events = POLLIN};
+        const int nc = L->in.nconns;
+        for (int i = 0; i < nc; i++)
+            pf[2 + i] = (struct pollfd){.fd = L->in.conns[i].fd, .events = POLLIN};
+        int k = poll(pf, (nfds_t)(nc + 2), 250);
+        if (k > 0 && (pf[0].revents & POLLIN))
+            read_signals(L);
+        if (k > 0 && (pf[1].revents & POLLIN))
+            launch_intake_accept(L);
+        if (k > 0)
+            launch_intake_read(L, pf + 2, nc, token);
+        tr_free(pf);
+        proc_poll(&L->workers);
+        check_loader(L, 0);
+        if (L->watch.stop && !L->watch.stop_sent)
+            request_stop(L, L->watch.stop, SIGTERM);
+        check_hang(L);
+        /* a rank died: the step cannot go on (the others would wait in their next
+         * collective, and they leave SIGTERM to us): end it now */
+        if (L->t_rank_lost && !L->workers.ended) {
+            const double since = tr_clock_now() - L->t_rank_lost;
+            if (L->step_killed == 0 && since > 2.0) { /* the ranks; mpirun or srun then says who died first */
+                L->step_killed = 1;
+                kill_ranks(L);
+            } else if (L->step_killed == 1 && since > 6.0) {
+                L->step_killed = 2;
+                kill_step(L);
+            }
+        }
+        if (L->prog.tty && !L->c->json && tr_clock_now() > next_draw && L->prog.step > 0) {
+            next_draw = tr_clock_now() + 1;
+            launch_show_progress(L, 0);
+        }
+    }
+    /* SLURM's SIGTERM (scontrol requeue, a preemption, the time limit) reaches
+     * every process of the job: srun then kills its tasks at once ("forcing job
+     * termination"), and ours may come just after the step ended: a failed step is
+     * not taken for a failure before a second has passed without one */
+    if (L->slurm && !L->watch.stop && !(WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0)) {
+        struct pollfd p = {.fd = L->watch.sfd, .events = POLLIN};
+        if (poll(&p, 1, 1000) > 0)
+            read_signals(L);
+    }
+    launch_intake_drain(L, token);
+}
+
+/* Parses the launcher's lines of a failed worker step's log: Open MPI's "...rank R
+ * with PID P on node H exited on signal S" and srun's "srun: error: H: task R:
+ * Killed|Exited with exit code C" (and their variants). Fills the first failed
+ * rank's *rank, host (n bytes), *sig (0 when none) and *code (-1 when none);
+ * returns 1 when a line matched, 0 otherwise. */
+static int parse_step_failure(const char *line, int *rank, char *host, size_t n, int *sig, int *code)
+{
+    const char *p;
+    char h[256];
+    int r, s, c;
+    /* Open MPI 4: "mpirun noticed that process rank 1 with PID 123 on node H exited on signal 9 (Killed)." */
+    if ((p = strstr(line, "noticed that process rank "))) {
+        long pid;
+        if (sscanf(p, "noticed that process rank %d with PID %ld on node %255s exited on signal %d", &r, &pid, h,
+                   &s) == 4) {
+            *rank = r, *sig = s, *code = -1;
+            snprintf(host, n, "%s", h);
+            return 1;
+        }
+    }
+    /* Open MPI 4: "...process rank 1 with PID 123 on node H exited with status 3" / "exited on signal" variants */
+    if ((p = strstr(line, "Primary job  terminated normally")))
+        return 0;
+    if ((p = strstr(line, "srun: error: "))) {
+        char what[128];
+        if (sscanf(p, "srun: error: %255[^:]: task %d: %127[^\n]", h, &r, what) == 3) {
+            *rank = r;
+            snprintf(host, n, "%s", h);
+            if (sscanf(what, "Exited with exit code %d", &c) == 1) {
+                *code = c, *sig = 0;
+                return 1;
+            }
+            for (s = 1; s < NSIG; s++) {
+                const char *nm = strsignal(s);
+                if (nm && !strncmp(what, nm, strlen(nm))) {
+                    *sig = s, *code = -1;
+                    return 1;
+                }
+            }
+            *sig = 0, *code = -1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* What the workers' log says about the first rank that failed. */
+static int scan_step_log(struct launch *L, int *rank, char *host, size_t n, int *sig, int *code)
+{
+    FILE *fp = fopen(L->workers.log, "r");
+    if (!fp)
+        return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, fp))
+        found = parse_step_failure(line, rank, host, n, sig, code);
+    fclose(fp);
+    return found;
+}
+
+/* The reason a failed attempt failed, one line, into buf. */
+static void failure_reason(struct launch *L, char *buf, size_t n)
+{
+    char st[96];
+    proc_describe(L->workers.status, st, sizeof st);
+    int rank = -1, sig = 0, code = -1;
+    char host[256] = "";
+    int parsed = scan_step_log(L, &rank, host, sizeof host, &sig, &code);
+    /* the reports: a rank that said what went wrong, else one that vanished */
+    int rep = -1;
+    for (int r = 0; r < L->nranks && rep < 0; r++)
+        if (L->ranks[r].error)
+            rep = r;
+    const int said = rep;
+    for (int r = 0; r < L->nranks && said < 0; r++) /* the first to vanish */
+        if (L->ranks[r].hello && !L->ranks[r].bye && L->ranks[r].lost_at > 0 &&
+            (rep < 0 || L->ranks[r].lost_at < L->ranks[rep].lost_at))
+            rep = r;
+    if (parsed) {
+        if (!*host && rank >= 0 && rank < L->nranks)
+            snprintf(host, sizeof host, "%s", L->ranks[rank].host);
+        if (sig > 0)
+            snprintf(buf, n, "rank %d on %s was killed by signal %d (%s)", rank, host, sig, strsignal(sig));
+        else if (code >= 0)
+            snprintf(buf, n, "rank %d on %s exited with status %d%s%s", rank, host, code,
+                     rank < L->nranks && rank >= 0 && *L->ranks[rank].message ? ": " : "",
+                     rank < L->nranks && rank >= 0 ? L->ranks[rank].message : "");
+        else
+            snprintf(buf, n, "rank %d on %s failed (%s)", rank, host, st);
+    } else if (rep >= 0) {
+        struct rank *rk = &L->ranks[rep];
+        if (L->world == 1 && !L->slurm)
+            snprintf(buf, n, "rank %d on %s: %s%s%s", rep, rk->host, st, *rk->message ? ": " : "", rk->message);
+        else
+            snprintf(buf, n, "rank %d on %s: %s (workers: %s)", rep, rk->host, rk->message, st);
+    } else {
+        snprintf(buf, n, "the workers ended with %s before reporting", st);
+    }
+}
+
+/* How the attempt ended (DB_*), why into reason (n bytes), and the run's status
+ * for its exit code (*end). */
+static const char *status_of(struct launch *L, enum tr_status *end, char *reason, size_t n)
+{
+    *reason = 0;
+    const int ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
+    if (L->watch.hung) {
+        snprintf(reason, n, "%s", L->watch.hung_reason);
+        *end = TR_ERR_REMOTE;
+        return DB_HUNG;
+    }
+    if (L->watch.loader_failed) {
+        snprintf(reason, n, "the loader failed: %s (log: %s)", *L->watch.loader_error ? L->watch.loader_error : "see its log",
+                 L->loader.log);
+        *end = TR_ERR_REMOTE;
+        return DB_FAILED;
+    }
+    if (ok && L->watch.stop == STOP_PREEMPT) {
+        snprintf(reason, n, "preempted at step %lld (checkpoint saved)", (long long)L->prog.step);
+        *end = TR_OK;
+        return DB_PREEMPTED;
+    }
+    if (L->watch.stop == STOP_PREEMPT) {
+        /* SLURM ended the step before the workers' last save (srun kills its tasks
+         * on SLURM's SIGTERM): still preempted, and the next attempt continues
+         * from the last committed checkpoint */
+        char st[96];
+        snprintf(reason, n, "preempted at step %lld; the workers were ended (%s) before their last checkpoint: "
+                 "the next attempt continues from the last committed one",
+                 (long long)L->prog.step, proc_describe(L->workers.status, st, sizeof st));
+        *end = TR_OK;
+        return DB_PREEMPTED;
+    }
+    if (L->watch.stop == STOP_CANCEL) {
+        snprintf(reason, n, "cancelled at step %lld", (long long)L->prog.step);
+        *end = TR_ERR_INTERRUPTED;
+        return DB_CANCELLED;
+    }
+    if (ok) {
+        *end = TR_OK;
+        return DB_COMPLETED;
+    }
+    failure_reason(L, reason, n);
+    *end = TR_ERR_REMOTE;
+    return DB_FAILED;
+}
+
+enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason, size_t n)
+{
+    enum tr_status end = TR_ERR_IO;
+    *status = DB_FAILED;
+    for (;;) {
+        if (launch_start_attempt(L, resume) != TR_OK) {
+            snprintf(reason, n, "could not start the loader and workers (logs in %.1800s)", L->run_dir);
+            break;
+        }
+        supervise(L, L->token);
+        check_loader(L, 1);
+        proc_stop(&L->loader, 5);
+        launch_ctr_remove(L, &L->loader, "loader");
+        launch_ctr_remove(L, &L->workers, "workers");
+        *status = status_of(L, &end, reason, n);
+        launch_history_exits(L);
+        if (strcmp(*status, DB_FAILED) || L->hist.restarts >= L->c->max_restarts || L->watch.loader_failed)
+            break; /* (the loader's error is its input's: a restart would meet it again) */
+        char *tail = proc_tail(L->workers.log, 20);
+        launch_record_event(L, "failed_attempt", json_pack("{s:i,s:s,s:s}", "attempt", L->attempt, "reason", reason,
+                                                           "log", tail ? tail : ""));
+        tr_free(tail);
+        launch_clear_line(L);
+        fprintf(stderr, "terarec: attempt %d failed: %s; restarting from the last checkpoint (%d of %d)\n",
+                L->attempt, reason, L->hist.restarts + 1, L->c->max_restarts);
+        L->hist.restarts++;
+        L->attempt++;
+        launch_db_try(db_run_reopen(L->hist.db, L->id, NULL), "the restart");
+        resume = 1;
+        proc_release(&L->workers);
+        proc_release(&L->loader);
+        L->watch.loader_end_seen = 0;
+    }
+    return end;
+}
+
+void launch_stop_ckpt(struct launch *L)
+{
+    if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
+        slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
+    proc_stop(&L->ckpt, 10);
+    launch_ctr_remove(L, &L->ckpt, "ckpt");
+}
+
+void launch_requeue(struct launch *L, const char *status)
+{
+    /* SIGUSR1 (sbatch --signal) asks us to requeue; a SIGTERM under SLURM comes with
+     * SLURM's own decision (requeue, preemption, time limit, scancel) */
+    if (strcmp(status, DB_PREEMPTED) || !L->slurm || !L->c->requeue || L->watch.stop_sig != SIGUSR1)
+        return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "scontrol requeue %s", L->slurm_job);
+    launch_record_event(L, "requeue", json_pack("{s:s}", "slurm_job_id", L->slurm_job));
+    fprintf(stderr, "terarec: %s\n", cmd);
+    if (system(cmd) != 0)
+        LOG_ERROR("'%s' failed: the run stays preempted (terarec train --resume %s continues it)", cmd, L->id);
+}
