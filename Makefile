@@ -286,7 +286,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-.PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan test-gpu run fuzz bundle \
+.PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan tsan tsan-bins test-gpu run fuzz bundle \
   sanitize-cuda gpu-check install image image-cpu
 .SECONDARY:
 
@@ -346,6 +346,19 @@ sanitize-cuda: all
 
 asan:
 	$(MAKE) SANITIZE=address BUILD=build-asan test
+
+# ThreadSanitizer over the tests whose code runs threads: the store's parallel chunk
+# I/O and gc lock (test_store, test_client), the loader's ring (test_ring), the
+# workers' beat thread (test_report), the history's server (test_serve), and a real
+# 2-worker `terarec train` with its store, async checkpoints and `runs serve` (t6004).
+# OpenMP runs one thread (libgomp is not instrumented: its barriers look like races),
+# and tests/tsan.supp names the reports inside libraries (Open MPI) it leaves out.
+TSAN_TESTS := unit/ckpt_store/test_(store|client)|unit/loader_svc/test_ring|unit/worker/test_report|unit/db/test_serve|integration/t(6004|16001)-
+tsan-bins: $(BINS) $(TEST_BINS) $(TEST_PRELOADS)
+tsan:
+	$(MAKE) SANITIZE=thread BUILD=build-tsan CUDA=0 tsan-bins
+	$(Q)OMP_NUM_THREADS=1 TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp" TR_TEST_ONLY='$(TSAN_TESTS)' \
+	  tests/run.sh build-tsan
 ubsan:
 	$(MAKE) SANITIZE=undefined BUILD=build-ubsan test
 
@@ -416,6 +429,6 @@ $(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%
 	  grep -E '^#[0-9]+[[:space:]]+DONE' $(BUILD)/fuzz/$$n.log | tail -1 | sed "s/^/  $$n: /"
 
 clean:
-	rm -rf $(BUILD) build-asan build-ubsan
+	rm -rf $(BUILD) build-asan build-ubsan build-tsan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

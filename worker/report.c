@@ -49,11 +49,12 @@ struct report {
     int stop;
 };
 
-static report_gone_fn on_gone; /* report_on_launcher_gone */
+/* report_on_launcher_gone's handler: set by the main thread, read by beat threads */
+static _Atomic(report_gone_fn) on_gone;
 
 void report_on_launcher_gone(report_gone_fn fn)
 {
-    on_gone = fn;
+    atomic_store(&on_gone, fn);
 }
 
 /* Has the launcher closed its end? (It never writes: a read that sees the end of
@@ -181,8 +182,9 @@ static void *beat_main(void *arg)
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->stop_mu);
-        if (on_gone && launcher_closed(r))
-            on_gone(r->addr); /* does not return */
+        report_gone_fn gone = atomic_load(&on_gone);
+        if (gone && launcher_closed(r))
+            gone(r->addr); /* does not return */
         send_beat(r);
         pthread_mutex_lock(&r->stop_mu);
     }

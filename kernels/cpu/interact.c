@@ -23,7 +23,10 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define RB 4 /* rows per micro-tile */
 #define CB 16 /* columns per micro-tile (one v16f) */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+/* not under ASan or TSan: the clones' resolver runs while the program is relocated,
+ * before the sanitizer's runtime is ready (under TSan it crashes there) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 # define CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 # define CLONES

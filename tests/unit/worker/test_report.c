@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,13 +415,13 @@ static void launcher_gone(void)
 
 /* the process's handler (worker/main.c ends the process there; here the beat
  * thread ends, which the handler's "does not return" allows) */
-static volatile int gone_calls;
+static atomic_int gone_calls; /* published after gone_addr (seq_cst) */
 static char gone_addr[160];
 
 static void on_gone(const char *addr)
 {
     snprintf(gone_addr, sizeof gone_addr, "%s", addr);
-    gone_calls++;
+    atomic_fetch_add(&gone_calls, 1);
     pthread_exit(NULL);
 }
 
