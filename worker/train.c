@@ -263,10 +263,10 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     TR_CHECK(dist_init(&T->dist));
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
-    T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
+    T->threads = plan_threads_local(job, T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    TR_CHECK(comm_choose(&T->dist, &T->be, job->comm, job->gpus_per_node, &T->comm_setup, &T->together));
+    TR_CHECK(comm_choose_job(&T->dist, &T->be, job, &T->comm_setup, &T->together));
     TR_CHECK(comm_open(&T->dist, &T->be, T->comm_setup.choice, job->collective_timeout, &T->comm));
     if (rank == 0)
         LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
@@ -286,7 +286,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
      * checks its own view of the file system, and they stop together */
     TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c, rank), "could not write its output paths", &T->together));
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
-     * path the collectives library's unique id takes on GPU backends (comm_open),
+     * path the collectives library's unique id takes on device backends (comm_open),
      * exercised by every run */
     if (rank == 0)
         snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
