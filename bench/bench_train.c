@@ -124,17 +124,42 @@ static void format_dims(char *buf, size_t n, const int *v, int nv)
 
 /* ---- GEMM limit --------------------------------------------------------------- */
 
-static void gemm_add(struct bench_result *r, const struct dlrm_layer_info *L, const char *kind, enum dlrm_phase ph,
+static void gemm_add(struct bench_result *r, const char *layer, const char *kind, enum dlrm_phase ph,
                      int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
 {
     TR_ASSERT(r->ngemms < MAX_GEMMS);
     struct gemm_case *g = &r->gemms[r->ngemms++];
-    snprintf(g->name, sizeof g->name, "%.40s %s", L->name, kind);
+    snprintf(g->name, sizeof g->name, "%.40s %s", layer, kind);
     g->phase = ph;
     g->ta = ta, g->tb = tb;
     g->m = M, g->n = N, g->k = K;
     g->lda = lda, g->ldb = ldb, g->ldc = ldc;
     g->sec = 0.0;
+}
+
+struct gemm_walk {
+    struct bench_result *r;
+    int64_t B, ld_bottom_out; /* the batch; the last bottom layer's output stride (n*D) */
+    int nbottom;
+};
+
+/* One MLP layer's GEMMs, from its kernel (in, out) in the model's tensor walk. */
+static enum tr_status gemm_visit(void *ctx, const struct dlrm_tensor_view *v)
+{
+    const struct gemm_walk *w = ctx;
+    if (v->role != DLRM_ROLE_PARAM || strcmp(v->part, "kernel") != 0 ||
+        (v->group != DLRM_GROUP_BOTTOM && v->group != DLRM_GROUP_TOP))
+        return TR_OK;
+    const int part = v->group == DLRM_GROUP_TOP, l = v->layer_index;
+    const int64_t in = v->rows, out = v->cols, B = w->B;
+    const int64_t ldy = !part && l + 1 == w->nbottom ? w->ld_bottom_out : out;
+    enum dlrm_phase fwd = part ? DLRM_T_TOP_FWD : DLRM_T_BOTTOM_FWD;
+    enum dlrm_phase bwd = part ? DLRM_T_TOP_BWD : DLRM_T_BOTTOM_BWD;
+    gemm_add(w->r, v->layer, "fwd X*W", fwd, 0, 0, B, out, in, in, out, ldy);
+    gemm_add(w->r, v->layer, "dW X^T*dY", bwd, 1, 0, in, out, B, in, ldy, out);
+    if (part || l)
+        gemm_add(w->r, v->layer, "dX dY*W^T", bwd, 0, 1, B, in, out, ldy, out, in);
+    return TR_OK;
 }
 
 /* Lists the GEMMs a training step runs, as layer_fwd/layer_bwd in worker/dlrm.c issue
@@ -147,20 +172,9 @@ static void gemm_list(const struct dlrm *m, int64_t B, struct bench_result *r)
     struct dlrm_info mi;
     dlrm_get_info(m, &mi);
     r->ngemms = 0;
-    for (int part = 0; part < 2; part++) {
-        int nl = part ? mi.ntop : mi.nbottom;
-        for (int l = 0; l < nl; l++) {
-            struct dlrm_layer_info L;
-            dlrm_get_layer(m, part, l, &L);
-            const int64_t ldy = !part && l + 1 == nl ? (int64_t)mi.n * mi.emb_dim : L.out;
-            enum dlrm_phase fwd = part ? DLRM_T_TOP_FWD : DLRM_T_BOTTOM_FWD;
-            enum dlrm_phase bwd = part ? DLRM_T_TOP_BWD : DLRM_T_BOTTOM_BWD;
-            gemm_add(r, &L, "fwd X*W", fwd, 0, 0, B, L.out, L.in, L.in, L.out, ldy);
-            gemm_add(r, &L, "dW X^T*dY", bwd, 1, 0, L.in, L.out, B, L.in, ldy, L.out);
-            if (part || l)
-                gemm_add(r, &L, "dX dY*W^T", bwd, 0, 1, B, L.in, L.out, ldy, L.out, L.in);
-        }
-    }
+    struct gemm_walk w = {r, B, (int64_t)mi.n * mi.emb_dim, mi.nbottom};
+    const enum tr_status rc = dlrm_tensors(m, gemm_visit, &w);
+    TR_ASSERT(rc == TR_OK); /* gemm_visit never fails */
 }
 
 static int64_t gemm_a_elems(const struct gemm_case *g)

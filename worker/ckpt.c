@@ -1,9 +1,9 @@
 /* ckpt.c: the worker's checkpoints (ckpt.h): what each rank saves (pieces: row
  * blocks of the tensors it owns, each one chunk), the snapshot at a step
  * boundary, the saver thread (hash, store, part, and on rank 0 the merge and the
- * commit), and the restore of any manifest onto this rank's slices. It does not
- * decide when to save (worker.c does) and never talks to other ranks except
- * through the store, so the saver thread needs no collective. */
+ * commit). The restore is in ckpt_restore.c. It does not decide when to save
+ * (worker.c does) and never talks to other ranks except through the store, so
+ * the saver thread needs no collective. */
 #define TR_SUBSYS TR_SUB_CKPT
 #include "ckpt.h"
 
@@ -21,7 +21,11 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
-#include "train.h"
+#include "ckpt_internal.h"
+#include "dlrm.h"
+#include "events.h"
+#include "hybrid.h"
+#include "worker.h"
 
 /* One chunk this rank saves: rows [r0, r1) x cols [c0, c1) of a manifest tensor,
  * elements [off, off + (r1 - r0) * (c1 - c0)) of a model tensor. */
@@ -45,6 +49,7 @@ struct piece {
 
 struct wckpt {
     const struct worker_cfg *c;
+    struct wckpt_run r;     /* what it was opened with (borrowed pointers) */
     struct ckpt_client *cl;
     char run[CKPT_RUN_MAX + 1];
     char attempt[128];      /* this launch's run id: parts of other launches are ignored */
@@ -88,101 +93,32 @@ static int64_t rows_per_chunk(int64_t chunk_bytes, int64_t cols)
     return r > 0 ? r : 1;
 }
 
-/* A tensor this rank holds, as the manifest names it: rows x cols global, of
- * which it holds cols [c0, c1) of every row, at elements [off, off + rows * (c1 -
- * c0)) of model tensor (k, index). */
-struct held {
-    char name[CKPT_NAME_MAX + 1];
-    enum dlrm_tensor k;
-    int index;
-    int64_t off;
-    int ndim;
-    int64_t rows, cols, c0, c1;
-    int table;   /* the table (its dirty bitmap); -1: a dense tensor */
-    int saver;   /* this rank saves it: the dense tensors on rank 0 (the same on every
-                    rank that runs them, and rank 0 always does), each table slice by
-                    its holder, row-wise Adagrad state (one value per row, a replica on
-                    every slice holder) by the holder of column 0 */
+/* One tensor of the model's walk (dlrm_tensors) as a held tensor of this rank. */
+struct held_walk {
+    int rank;
+    wckpt_held_fn f;
+    void *arg;
 };
 
-typedef enum tr_status (*held_fn)(void *arg, const struct held *h);
-
-static enum tr_status held_emit(held_fn f, void *arg, struct held *h, const char *name, enum dlrm_tensor k,
-                                int64_t off, int ndim, int64_t rows, int64_t cols)
+static enum tr_status held_of_view(void *ctx, const struct dlrm_tensor_view *v)
 {
-    snprintf(h->name, sizeof h->name, "%s", name);
-    h->k = k;
-    h->off = off;
-    h->ndim = ndim;
-    h->rows = rows;
-    h->cols = ndim == 1 ? 1 : cols;
-    if (h->table < 0) {
-        h->c0 = 0;
-        h->c1 = h->cols;
+    const struct held_walk *hw = ctx;
+    struct held h = {.k = v->k, .index = v->index, .off = v->off, .ndim = v->ndim, .rows = v->rows,
+                     .cols = v->cols, .c0 = v->c0, .c1 = v->c1, .table = -1, .saver = hw->rank == 0};
+    snprintf(h.name, sizeof h.name, "%s", v->name);
+    if (v->group == DLRM_GROUP_EMB) {
+        h.table = v->index;
+        /* row-wise Adagrad state (one value per row) is a replica on every slice
+         * holder: the holder of column 0 saves it */
+        h.saver = v->role == DLRM_ROLE_EMB_STATE && v->ndim == 1 ? v->table_col0 == 0 : 1;
     }
-    return f(arg, h);
+    return hw->f(hw->arg, &h);
 }
 
-/* A dense tensor and, with Adagrad, its state. */
-static enum tr_status held_dense(const struct dlrm *m, int rank, held_fn f, void *arg, const char *name, int64_t off,
-                                 int64_t rows, int64_t cols, int ndim)
+enum tr_status wckpt_for_each_held(const struct dlrm *m, int rank, wckpt_held_fn f, void *arg)
 {
-    struct held h = {.index = 0, .table = -1, .saver = rank == 0};
-    TR_CHECK(held_emit(f, arg, &h, name, DLRM_PARAMS, off, ndim, rows, cols));
-    if (dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) == 0)
-        return TR_OK;
-    char sname[CKPT_NAME_MAX + 1];
-    snprintf(sname, sizeof sname, "%s/adagrad", name);
-    return held_emit(f, arg, &h, sname, DLRM_PARAMS_STATE, off, ndim, rows, cols);
-}
-
-/* Everything this rank holds (names: manifest.h), in a fixed order: the dense
- * tensors in DLRM_PARAMS order, then each table slice and its state. */
-static enum tr_status for_each_held(const struct dlrm *m, int rank, held_fn f, void *arg)
-{
-    struct dlrm_info mi;
-    dlrm_get_info(m, &mi);
-    char name[CKPT_NAME_MAX + 1];
-    for (int top = 0; top < 2; top++) {
-        for (int l = 0; l < (top ? mi.ntop : mi.nbottom); l++) {
-            struct dlrm_layer_info li;
-            dlrm_get_layer(m, top, l, &li);
-            snprintf(name, sizeof name, "dense/%s/kernel", li.name);
-            TR_CHECK(held_dense(m, rank, f, arg, name, li.w_off, li.in, li.out, 2));
-            snprintf(name, sizeof name, "dense/%s/bias", li.name);
-            TR_CHECK(held_dense(m, rank, f, arg, name, li.b_off, li.out, 1, 1));
-        }
-        for (int l = 0; !top && l < mi.ncross; l++) {
-            struct dlrm_cross_info ci;
-            dlrm_get_cross(m, l, &ci);
-            snprintf(name, sizeof name, "dense/%s/v_kernel", ci.name);
-            TR_CHECK(held_dense(m, rank, f, arg, name, ci.v_off, ci.width, ci.rank, 2));
-            snprintf(name, sizeof name, "dense/%s/u_kernel", ci.name);
-            TR_CHECK(held_dense(m, rank, f, arg, name, ci.u_off, ci.rank, ci.width, 2));
-            snprintf(name, sizeof name, "dense/%s/bias", ci.name);
-            TR_CHECK(held_dense(m, rank, f, arg, name, ci.b_off, ci.width, 1, 1));
-        }
-    }
-    for (int t = 0; t < mi.ntables; t++) {
-        struct dlrm_table_info ti;
-        dlrm_get_table(m, t, &ti);
-        if (ti.width == 0)
-            continue;
-        struct held h = {.index = t, .table = t, .saver = 1, .c0 = ti.col0, .c1 = ti.col0 + ti.width};
-        snprintf(name, sizeof name, "emb/%d", t);
-        TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE, 0, 2, ti.rows, mi.emb_dim));
-        const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);
-        snprintf(name, sizeof name, "emb/%d/adagrad", t);
-        if (ns == ti.rows * ti.width && mi.optim != KERN_OPT_ROWWISE_ADAGRAD) {
-            TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE_STATE, 0, 2, ti.rows, mi.emb_dim));
-        } else if (ns == ti.rows) {
-            h.c0 = 0;
-            h.c1 = 1;
-            h.saver = ti.col0 == 0;
-            TR_CHECK(held_emit(f, arg, &h, name, DLRM_TABLE_STATE, 0, 1, ti.rows, 1));
-        }
-    }
-    return TR_OK;
+    struct held_walk hw = {rank, f, arg};
+    return dlrm_tensors(m, held_of_view, &hw);
 }
 
 /* The pieces of what this rank saves: row blocks of about --checkpoint_chunk_bytes
@@ -231,13 +167,12 @@ static json_t *int_list(const int64_t *v, int n)
     return a;
 }
 
-/* The model's config: what a restore must match. */
-static json_t *config_json(const struct train *T)
+json_t *wckpt_config_json(const struct wckpt_run *r)
 {
-    const struct job_cfg *j = &T->c->job;
+    const struct job_cfg *j = &r->c->job;
     json_t *o = json_object();
-    json_object_set_new(o, "num_numerical_features", json_integer(T->src.num_features));
-    json_object_set_new(o, "table_cardinalities", int_list(T->src.rows, T->src.ntables));
+    json_object_set_new(o, "num_numerical_features", json_integer(r->num_features));
+    json_object_set_new(o, "table_cardinalities", int_list(r->rows, r->ntables));
     json_object_set_new(o, "embedding_dim", json_integer(j->embedding_dim));
     json_object_set_new(o, "bottom_mlp_dims", int_list(j->bottom.v, j->bottom.n));
     json_object_set_new(o, "top_mlp_dims", int_list(j->top.v, j->top.n));
@@ -249,16 +184,13 @@ static json_t *config_json(const struct train *T)
     return o;
 }
 
-static json_t *state_json(const struct train *T, const struct wckpt *w)
+static json_t *state_json(const struct wckpt *w, const struct wckpt_state *st)
 {
-    const struct job_cfg *j = &T->c->job;
-    struct source_pos p = {0, 0, 0};
-    if (T->dist.rank == 0)
-        source_tell((struct source *)&T->src, &p);
+    const struct job_cfg *j = &w->c->job;
     json_t *o = json_object(), *pos = json_object(), *rng = json_object();
-    json_object_set_new(o, "step", json_integer(T->step));
-    json_object_set_new(pos, "epoch", json_integer(p.epoch));
-    json_object_set_new(pos, "index", json_integer(p.index));
+    json_object_set_new(o, "step", json_integer(st->step));
+    json_object_set_new(pos, "epoch", json_integer(st->epoch));
+    json_object_set_new(pos, "index", json_integer(st->index));
     json_object_set_new(o, "position", pos);
     json_object_set_new(o, "seed", json_integer(j->seed));
     json_object_set_new(o, "batch_size", json_integer(j->batch_size));
@@ -269,10 +201,10 @@ static json_t *state_json(const struct train *T, const struct wckpt *w)
      * pure function of (seed, epoch) */
     json_object_set_new(rng, "kind", json_string("feistel6 permutation per epoch"));
     json_object_set_new(rng, "seed", json_integer(j->seed));
-    json_object_set_new(rng, "stream", json_integer(p.epoch));
+    json_object_set_new(rng, "stream", json_integer(st->epoch));
     json_object_set_new(o, "rng", rng);
-    json_object_set_new(o, "first_loss", events_num(T->res.first_loss));
-    json_object_set_new(o, "best_auc", events_num(T->res.best_auc));
+    json_object_set_new(o, "first_loss", events_num(st->first_loss));
+    json_object_set_new(o, "best_auc", events_num(st->best_auc));
     json_object_set_new(o, "attempt", json_string(w->attempt));
     return o;
 }
@@ -500,10 +432,9 @@ int64_t wckpt_last_step(const struct wckpt *w)
     return w ? w->last_step : -1;
 }
 
-/* The run's name: --run_name, or the generated run id. */
-static enum tr_status run_name(const struct train *T, char *out, size_t n)
+enum tr_status wckpt_run_name(const struct wckpt_run *run, char *out, size_t n)
 {
-    const char *r = T->c->run_name && *T->c->run_name ? T->c->run_name : T->run_id;
+    const char *r = run->c->run_name && *run->c->run_name ? run->c->run_name : run->run_id;
     if (!ckpt_run_ok(r)) {
         LOG_ERROR("--run_name '%s': a run name is 1 to %d characters of A-Z a-z 0-9 . _ - and does not start with '.'",
                   r, CKPT_RUN_MAX);
@@ -513,15 +444,15 @@ static enum tr_status run_name(const struct train *T, char *out, size_t n)
     return TR_OK;
 }
 
-static enum tr_status open_client(const struct worker_cfg *c, const char *where, struct ckpt_client **out)
+enum tr_status wckpt_open_client(const struct worker_cfg *c, const char *where, struct ckpt_client **out)
 {
     struct ckpt_client_opts o = {.token_file = c->checkpoint_token_file};
     return ckpt_client_open(where, &o, out);
 }
 
-enum tr_status wckpt_open(struct train *T, struct wckpt **out)
+enum tr_status wckpt_open(const struct wckpt_run *r, struct wckpt **out)
 {
-    const struct worker_cfg *c = T->c;
+    const struct worker_cfg *c = r->c;
     *out = NULL;
     if (!c->checkpoint_dir || !*c->checkpoint_dir)
         return TR_OK;
@@ -534,35 +465,36 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
     if (!(w->committed = json_array()))
         return TR_ERR_NOMEM;
     w->c = c;
-    w->rank = T->dist.rank;
-    w->world = T->dist.world;
-    w->last_step = T->step > 0 ? T->step : -1; /* a resumed run does not save its first state again */
+    w->r = *r;
+    w->rank = r->rank;
+    w->world = r->world;
+    w->last_step = r->step > 0 ? r->step : -1; /* a resumed run does not save its first state again */
     w->chunk_bytes = c->checkpoint_chunk_bytes;
-    snprintf(w->split, sizeof w->split, "%s", T->plan.mode == SHARD_COLUMNWISE ? "columnwise" : "tablewise");
-    snprintf(w->attempt, sizeof w->attempt, "%s", T->run_id);
-    TR_CHECK(run_name(T, w->run, sizeof w->run));
-    TR_CHECK(open_client(c, c->checkpoint_dir, &w->cl));
+    snprintf(w->split, sizeof w->split, "%s", r->columnwise ? "columnwise" : "tablewise");
+    snprintf(w->attempt, sizeof w->attempt, "%s", r->run_id);
+    TR_CHECK(wckpt_run_name(r, w->run, sizeof w->run));
+    TR_CHECK(wckpt_open_client(c, c->checkpoint_dir, &w->cl));
     /* before training: a wrong token or a dead store is found now, not at the
      * first save; and a run name is one job's (a second job with it is refused,
      * also when both start at once: the claim is atomic in the store) */
     TR_CHECK(ckpt_client_check(w->cl));
     if (!c->resume) {
-        enum tr_status r = ckpt_claim(w->cl, w->run, w->attempt);
-        if (r == TR_ERR_RANGE)
-            r = TR_ERR_ARG; /* the user's choice of name: exit 2 */
-        TR_CHECK(r);
+        enum tr_status rc = ckpt_claim(w->cl, w->run, w->attempt);
+        if (rc == TR_ERR_RANGE)
+            rc = TR_ERR_ARG; /* the user's choice of name: exit 2 */
+        TR_CHECK(rc);
     }
-    w->ntables = T->src.ntables;
+    w->ntables = r->ntables;
     w->block_rows = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->block_rows);
     w->dirty = tr_calloc((size_t)(w->ntables ? w->ntables : 1), sizeof *w->dirty);
     if (!w->block_rows || !w->dirty)
         return TR_ERR_NOMEM;
-    TR_CHECK(for_each_held(T->m, w->rank, plan_piece, w));
+    TR_CHECK(wckpt_for_each_held(r->m, w->rank, plan_piece, w));
     if (c->checkpoint_incremental) {
         int64_t most = 1;
-        TR_CHECK(hybrid_track_dirty(T->h, w->block_rows));
+        TR_CHECK(hybrid_track_dirty(r->h, w->block_rows));
         for (int t = 0; t < w->ntables; t++) {
-            const int64_t nb = hybrid_dirty_blocks(T->h, t);
+            const int64_t nb = hybrid_dirty_blocks(r->h, t);
             if (nb && !(w->dirty[t] = tr_calloc((size_t)nb, 1)))
                 return TR_ERR_NOMEM;
             most = TR_MAX(most, nb);
@@ -598,14 +530,14 @@ enum tr_status wckpt_open(struct train *T, struct wckpt **out)
     return TR_OK;
 }
 
-enum tr_status wckpt_save(struct wckpt *w, struct train *T)
+enum tr_status wckpt_save(struct wckpt *w, const struct wckpt_state *st)
 {
     const double t0 = tr_clock_now();
     pthread_mutex_lock(&w->mu);
     if (w->busy) {
         LOG_RANK0("checkpoint: step %lld waits for the save of step %lld to finish (saves are more frequent than "
                   "the store takes them)",
-                  (long long)T->step, (long long)w->step);
+                  (long long)st->step, (long long)w->step);
         while (w->busy)
             pthread_cond_wait(&w->cv, &w->mu);
     }
@@ -620,12 +552,12 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
     if (w->c->checkpoint_incremental)
         for (int t = 0; t < w->ntables; t++)
             if (w->dirty[t])
-                TR_CHECK(hybrid_take_dirty(T->h, t, w->dirty[t], w->zero));
+                TR_CHECK(hybrid_take_dirty(w->r.h, t, w->dirty[t], w->zero));
     for (int t = 0; t < w->ntables && TR_LOG_ON(TR_LOG_DEBUG, TR_SUB_CKPT); t++) {
-        int64_t nd = 0, nb = hybrid_dirty_blocks(T->h, t);
+        int64_t nd = 0, nb = hybrid_dirty_blocks(w->r.h, t);
         for (int64_t b = 0; w->dirty[t] && b < nb; b++)
             nd += w->dirty[t][b];
-        LOG_DEBUG(CKPT, "checkpoint: step %lld: table %d: %lld of %lld row blocks changed", (long long)T->step, t,
+        LOG_DEBUG(CKPT, "checkpoint: step %lld: table %d: %lld of %lld row blocks changed", (long long)st->step, t,
                   (long long)nd, (long long)nb);
     }
     int64_t need = 0;
@@ -641,14 +573,14 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
     for (int i = 0; i < w->npc; i++) {
         const struct piece *p = &w->pc[i];
         if (p->copied)
-            TR_CHECK(dlrm_tensor_read(T->m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
+            TR_CHECK(dlrm_tensor_read(w->r.m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
                                       (float *)((char *)w->stage + p->stage_off)));
     }
     free(w->config); /* json_dumps texts: malloc'd by jansson */
     free(w->state);
     w->config = w->state = NULL;
     if (w->rank == 0) {
-        json_t *cj = config_json(T), *sj = state_json(T, w);
+        json_t *cj = wckpt_config_json(&w->r), *sj = state_json(w, st);
         w->config = json_dumps(cj, JSON_COMPACT);
         w->state = json_dumps(sj, JSON_COMPACT);
         json_decref(cj);
@@ -656,8 +588,8 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
         if (!w->config || !w->state)
             return TR_ERR_NOMEM;
     }
-    w->step = T->step;
-    w->last_step = T->step;
+    w->step = st->step;
+    w->last_step = st->step;
     w->saves++;
     const double t_copy = tr_clock_now() - t0;
     if (!w->th_started) { /* synchronous: hashing and storing are part of the pause */
@@ -673,7 +605,7 @@ enum tr_status wckpt_save(struct wckpt *w, struct train *T)
     w->stall_max = TR_MAX(w->stall_max, stall);
     LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0 in %.2f ms; training paused %.2f ms (%.2f ms "
               "of it waiting for the previous save)%s",
-              (long long)T->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * (t_copy - t_wait),
+              (long long)st->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * (t_copy - t_wait),
               1e3 * stall, 1e3 * t_wait, w->th_started ? "; storing in the background" : ", stored");
     return rc;
 }
@@ -712,345 +644,3 @@ void wckpt_close(struct wckpt **pw)
     *pw = NULL;
 }
 
-/* ---- restore -------------------------------------------------------------------- */
-
-/* What a restore writes: everything this rank holds. */
-struct targets {
-    struct held *v;
-    int n;
-};
-
-static enum tr_status add_target(void *arg, const struct held *h)
-{
-    struct targets *ts = arg;
-    struct held *v = tr_realloc(ts->v, (size_t)(ts->n + 1) * sizeof *v);
-    if (!v)
-        return TR_ERR_NOMEM;
-    ts->v = v;
-    v[ts->n++] = *h;
-    return TR_OK;
-}
-
-/* The checkpoint's config field `key` against this run's; logs and returns
- * TR_ERR_ARG when they differ. */
-static enum tr_status same_field(const json_t *saved, const json_t *mine, const char *key, const char *flag,
-                                 const char *where)
-{
-    json_t *a = json_object_get(saved, key), *b = json_object_get(mine, key);
-    if (a && b && json_equal(a, b))
-        return TR_OK;
-    char *ta = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    char *tb = b ? json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    LOG_ERROR("%s: the checkpoint's %s is %s, this run's (%s) is %s", where, key, ta ? ta : "missing", flag,
-              tb ? tb : "missing");
-    LOG_HINT("a checkpoint restores only into the model it was saved from: run with the same %s, or start afresh",
-             flag);
-    free(ta);
-    free(tb);
-    return TR_ERR_ARG;
-}
-
-static enum tr_status check_config(const struct train *T, const struct ckpt_manifest *man, const char *where)
-{
-    static const char *const keys[][2] = {
-        {"table_cardinalities", "the dataset's cardinalities"},
-        {"num_numerical_features", "the dataset's numerical features"},
-        {"embedding_dim", "--embedding_dim"},
-        {"bottom_mlp_dims", "--bottom_mlp_dims"},
-        {"top_mlp_dims", "--top_mlp_dims"},
-        {"interaction", "--interaction"},
-        {"dcn_num_layers", "--dcn_num_layers"},
-        {"dcn_low_rank_dim", "--dcn_low_rank_dim"},
-        {"optimizer", "--optimizer"},
-    };
-    json_t *mine = config_json(T);
-    enum tr_status rc = TR_OK;
-    for (size_t i = 0; i < TR_ARRAY_SIZE(keys) && rc == TR_OK; i++)
-        rc = same_field(man->config, mine, keys[i][0], keys[i][1], where);
-    json_decref(mine);
-    return rc;
-}
-
-/* Writes rows [r0, r1) x cols [cc0, cc1) of chunk bytes `buf` (laid out rows x
- * (ch->c1 - ch->c0)) into target t. */
-static enum tr_status patch(struct dlrm *m, const struct held *t, const struct ckpt_chunk *ch, const float *buf,
-                            float **tmp, size_t *tmp_cap)
-{
-    const int64_t lo = TR_MAX(t->c0, ch->c0), hi = TR_MIN(t->c1, ch->c1);
-    const int64_t w = t->c1 - t->c0, cw = ch->c1 - ch->c0, nr = ch->r1 - ch->r0;
-    const int64_t dst = t->off + ch->r0 * w;
-    if (lo == t->c0 && hi == t->c1 && cw == w) /* the same columns: one copy */
-        return dlrm_tensor_write(m, t->k, t->index, dst, nr * w, buf);
-    const size_t need = (size_t)(nr * w) * sizeof(float);
-    if (need > *tmp_cap) {
-        float *p = tr_realloc(*tmp, need);
-        if (!p)
-            return TR_ERR_NOMEM;
-        *tmp = p;
-        *tmp_cap = need;
-    }
-    TR_CHECK(dlrm_tensor_read(m, t->k, t->index, dst, nr * w, *tmp));
-    for (int64_t r = 0; r < nr; r++)
-        memcpy(*tmp + r * w + (lo - t->c0), buf + r * cw + (lo - ch->c0), (size_t)(hi - lo) * sizeof(float));
-    return dlrm_tensor_write(m, t->k, t->index, dst, nr * w, *tmp);
-}
-
-/* Fetches the chunks of manifest tensor mt that overlap target t, a group of
- * at most GROUP_BYTES at a time (in parallel), and writes them into the model. */
-#define GROUP_BYTES ((int64_t)256 << 20)
-
-static enum tr_status restore_target(struct ckpt_client *cl, struct dlrm *m, const struct held *t,
-                                     const struct ckpt_tensor *mt, int64_t *bytes)
-{
-    enum tr_status rc = TR_OK;
-    int *sel = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *sel);
-    struct ckpt_get_item *items = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *items);
-    char(*what)[160] = tr_malloc((size_t)(mt->nchunks ? mt->nchunks : 1) * sizeof *what);
-    char *buf = NULL;
-    float *tmp = NULL;
-    size_t buf_cap = 0, tmp_cap = 0;
-    if (!sel || !items || !what) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    int ns = 0;
-    for (int i = 0; i < mt->nchunks; i++)
-        if (mt->chunks[i].c0 < t->c1 && mt->chunks[i].c1 > t->c0)
-            sel[ns++] = i;
-    for (int a = 0, b = 0; a < ns; a = b) {
-        int64_t group = 0;
-        for (b = a; b < ns && (b == a || group + mt->chunks[sel[b]].bytes <= GROUP_BYTES); b++)
-            group += mt->chunks[sel[b]].bytes;
-        if ((size_t)group > buf_cap) {
-            tr_big_free(buf, buf_cap);
-            buf = NULL;
-            buf_cap = 0;
-            void *p = NULL;
-            TR_CHECK_GOTO(tr_big_alloc((size_t)group, &p), rc, exit);
-            buf = p;
-            buf_cap = (size_t)group;
-        }
-        int64_t o = 0;
-        for (int j = a; j < b; j++) {
-            const struct ckpt_chunk *ch = &mt->chunks[sel[j]];
-            snprintf(what[j], sizeof what[j], "tensor %s rows [%lld, %lld) cols [%lld, %lld)", mt->name,
-                     (long long)ch->r0, (long long)ch->r1, (long long)ch->c0, (long long)ch->c1);
-            items[j - a] = (struct ckpt_get_item){ch->hash, buf + o, 0, ch->bytes, ch->bytes, what[j]};
-            o += ch->bytes;
-        }
-        TR_CHECK_GOTO(ckpt_get_chunks(cl, items, b - a, NULL), rc, exit);
-        for (int j = a; j < b; j++) { /* the bytes belong to this tensor and place (manifest.h, tag) */
-            const struct ckpt_chunk *ch = &mt->chunks[sel[j]];
-            char tag[CKPT_HASH_LEN + 1];
-            if (!ch->tag[0])
-                continue;
-            ckpt_chunk_tag(mt->name, ch->r0, ch->r1, ch->c0, ch->c1, items[j - a].dst, (size_t)ch->bytes, tag);
-            if (strcmp(tag, ch->tag) != 0) {
-                LOG_ERROR("restore: %s: chunk '%s' holds other bytes than were saved there (tag %s, the manifest "
-                          "says %s): the manifest's chunks were swapped or moved",
-                          what[j], ch->hash, tag, ch->tag);
-                rc = TR_ERR_FORMAT;
-                goto exit;
-            }
-        }
-        for (int j = a; j < b; j++)
-            TR_CHECK_GOTO(patch(m, t, &mt->chunks[sel[j]], (const float *)items[j - a].dst, &tmp, &tmp_cap), rc,
-                          exit);
-        *bytes += group;
-    }
-exit:
-    tr_free(sel);
-    tr_free(items);
-    tr_free(what);
-    tr_big_free(buf, buf_cap);
-    tr_free(tmp);
-    return rc;
-}
-
-/* Splits "WHERE#RUN@STEP" (RUN and STEP optional). */
-static enum tr_status parse_restore(const char *spec, char **where, char *run, size_t runsz, int64_t *step)
-{
-    *step = -1;
-    run[0] = '\0';
-    const char *hash = strrchr(spec, '#');
-    size_t wl = hash ? (size_t)(hash - spec) : strlen(spec);
-    if (hash) {
-        const char *at = strchr(hash + 1, '@');
-        size_t rl = at ? (size_t)(at - hash - 1) : strlen(hash + 1);
-        if (rl >= runsz)
-            rl = runsz - 1;
-        memcpy(run, hash + 1, rl);
-        run[rl] = '\0';
-        if (at && strcmp(at + 1, "latest") != 0) {
-            char *end;
-            long long v = strtoll(at + 1, &end, 10);
-            if (!at[1] || *end || v < 0) {
-                LOG_ERROR("--restore '%s': '@%s' is not a step number", spec, at + 1);
-                LOG_HINT("--restore URL_or_PATH#RUN@STEP, e.g. ckpt#myrun@1000 (or @latest)");
-                return TR_ERR_ARG;
-            }
-            *step = v;
-        }
-        if (!ckpt_run_ok(run)) {
-            LOG_ERROR("--restore '%s': '%s' is not a run name", spec, run);
-            LOG_HINT("--restore URL_or_PATH#RUN@STEP, e.g. ckpt#myrun@1000 (or @latest)");
-            return TR_ERR_ARG;
-        }
-    }
-    if (wl == 0) {
-        LOG_ERROR("--restore '%s': no checkpoint directory or URL before '#'", spec);
-        return TR_ERR_ARG;
-    }
-    *where = tr_malloc(wl + 1);
-    if (!*where)
-        return TR_ERR_NOMEM;
-    memcpy(*where, spec, wl);
-    (*where)[wl] = '\0';
-    return TR_OK;
-}
-
-/* This rank's half of a restore: find, read, check and apply the manifest.
- * *fresh = 1 when --resume finds nothing to resume. */
-static enum tr_status restore_local(struct train *T, int *fresh)
-{
-    const struct worker_cfg *c = T->c;
-    char *where = NULL, run[CKPT_RUN_MAX + 1];
-    int64_t step = -1;
-    struct ckpt_client *cl = NULL;
-    struct ckpt_manifest man = {0};
-    struct targets ts = {0};
-    char *text = NULL, flag[32];
-    size_t n = 0;
-    enum tr_status rc = TR_OK;
-    *fresh = 0;
-    if (c->restore && *c->restore) {
-        snprintf(flag, sizeof flag, "--restore");
-        TR_CHECK_GOTO(parse_restore(c->restore, &where, run, sizeof run, &step), rc, exit);
-    } else {
-        snprintf(flag, sizeof flag, "--resume");
-        if (!c->checkpoint_dir || !*c->checkpoint_dir) {
-            LOG_ERROR("--resume needs --checkpoint_dir (where the run's checkpoints are)");
-            rc = TR_ERR_ARG;
-            goto exit;
-        }
-        if (!c->run_name || !*c->run_name) {
-            LOG_ERROR("--resume needs --run_name (the run to resume)");
-            LOG_HINT("'terarec ckpt list --checkpoint_dir %s' lists the runs", c->checkpoint_dir);
-            rc = TR_ERR_ARG;
-            goto exit;
-        }
-        if (!(where = tr_strdup(c->checkpoint_dir))) {
-            rc = TR_ERR_NOMEM;
-            goto exit;
-        }
-        TR_CHECK_GOTO(run_name(T, run, sizeof run), rc, exit);
-    }
-    TR_CHECK_GOTO(open_client(c, where, &cl), rc, exit);
-    if (!run[0]) { /* no run named: the store's only run */
-        char **names = NULL;
-        int nn = 0;
-        TR_CHECK_GOTO(ckpt_list_runs(cl, &names, &nn), rc, exit);
-        if (nn == 1)
-            snprintf(run, sizeof run, "%s", names[0]);
-        ckpt_free_names(names, nn);
-        if (nn != 1) {
-            LOG_ERROR("%s '%s': the store holds %d runs; name one", flag, c->restore, nn);
-            LOG_HINT("--restore %s#RUN@STEP; 'terarec ckpt list --checkpoint_dir %s' lists them", where, where);
-            rc = nn ? TR_ERR_ARG : TR_ERR_NOT_FOUND;
-            goto exit;
-        }
-    }
-    if (step < 0) {
-        rc = ckpt_get_latest(cl, run, &step);
-        if (rc == TR_ERR_NOT_FOUND && !(c->restore && *c->restore)) {
-            LOG_RANK0("--resume: run %s has no checkpoint in %s yet: training starts at step 0", run, where);
-            *fresh = 1;
-            rc = TR_OK;
-            goto exit;
-        }
-        if (rc == TR_ERR_NOT_FOUND)
-            LOG_ERROR("%s: run %s has no committed checkpoint in %s", flag, run, where);
-        if (rc != TR_OK)
-            goto exit;
-    }
-    rc = ckpt_get_manifest(cl, run, step, &text, &n);
-    if (rc == TR_ERR_NOT_FOUND) {
-        LOG_ERROR("%s: run %s has no checkpoint of step %lld in %s", flag, run, (long long)step, where);
-        LOG_HINT("'terarec ckpt list --checkpoint_dir %s --run_name %s' lists its checkpoints", where, run);
-    }
-    if (rc != TR_OK)
-        goto exit;
-    char what[256];
-    snprintf(what, sizeof what, "%s %s#%s@%lld", flag, where, run, (long long)step);
-    TR_CHECK_GOTO(ckpt_manifest_parse(text, n, what, &man), rc, exit);
-    if (man.format_version < 2 && T->dist.rank == 0)
-        LOG_WARN("%s: a manifest of format %d (before chunk tags): whether each chunk belongs to its tensor is not "
-                 "checked",
-                 what, man.format_version);
-    TR_CHECK_GOTO(check_config(T, &man, what), rc, exit);
-    TR_CHECK_GOTO(for_each_held(T->m, T->dist.rank, add_target, &ts), rc, exit);
-    const double t0 = tr_clock_now();
-    int64_t bytes = 0;
-    for (int i = 0; i < ts.n; i++) {
-        const struct held *t = &ts.v[i];
-        const struct ckpt_tensor *mt = ckpt_manifest_find(&man, t->name);
-        if (!mt || mt->ndim != t->ndim || mt->shape[0] != t->rows || (t->ndim == 2 && mt->shape[1] != t->cols)) {
-            LOG_ERROR("%s: tensor %s is %s in the checkpoint (this model holds it as %lld x %lld)", what, t->name,
-                      mt ? "of another shape" : "missing", (long long)t->rows, (long long)t->cols);
-            LOG_HINT("the checkpoint was saved with another optimizer or model");
-            rc = TR_ERR_ARG;
-            goto exit;
-        }
-        TR_CHECK_GOTO(restore_target(cl, T->m, t, mt, &bytes), rc, exit);
-    }
-    /* the training state */
-    const json_t *st = man.state, *pos = json_object_get(st, "position");
-    T->step = man.step;
-    T->resume_pos.split = BATCH_TRAIN;
-    T->resume_pos.epoch = json_integer_value(json_object_get(pos, "epoch"));
-    T->resume_pos.index = json_integer_value(json_object_get(pos, "index"));
-    T->resumed = 1;
-    json_t *fl = json_object_get(st, "first_loss"), *ba = json_object_get(st, "best_auc");
-    if (json_is_number(fl))
-        T->res.first_loss = json_number_value(fl);
-    if (json_is_number(ba))
-        T->res.best_auc = json_number_value(ba);
-    json_t *bs = json_object_get(st, "batch_size");
-    if (json_is_integer(bs) && json_integer_value(bs) != c->job.batch_size)
-        LOG_RANK0("warning: %s was saved with --batch_size %lld, this run has %lld: the data position (epoch %lld, "
-                  "batch %lld) counts batches of the new size",
-                  what, (long long)json_integer_value(bs), (long long)c->job.batch_size,
-                  (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
-    LOG_RANK0("restored %s: step %lld, world %d %s -> %d %s; this rank read %.2f MiB in %.3f s; data resumes at "
-              "epoch %lld, batch %lld",
-              what, (long long)man.step, man.world, man.split, T->dist.world,
-              T->plan.mode == SHARD_COLUMNWISE ? "columnwise" : "tablewise", bytes / 1048576.0, tr_clock_now() - t0,
-              (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
-exit:
-    tr_free(ts.v);
-    tr_free(text);
-    tr_free(where);
-    ckpt_manifest_release(&man);
-    ckpt_client_close(&cl);
-    return rc;
-}
-
-enum tr_status wckpt_restore(struct train *T)
-{
-    const struct worker_cfg *c = T->c;
-    if (!c->resume && !(c->restore && *c->restore))
-        return TR_OK;
-    int fresh = 0;
-    enum tr_status rc = restore_local(T, &fresh);
-    if (rc == TR_OK && !fresh && T->dist.rank == 0) {
-        if (c->loader && *c->loader) {
-            T->resume_check = 1; /* the loader serves in order: its first batch is checked */
-        } else if ((rc = source_seek(&T->src, &T->resume_pos)) != TR_OK) {
-            LOG_ERROR("restore: the checkpoint's data position (epoch %lld, batch %lld) is outside this dataset",
-                      (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
-            LOG_HINT("restore with the dataset and --batch_size the checkpoint was trained with");
-        }
-    }
-    /* every rank read the same manifest, but a chunk or the seek may fail on one */
-    return comm_vote(&T->comm, rc, "could not restore the checkpoint", &T->together);
-}

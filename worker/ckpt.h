@@ -28,8 +28,34 @@
 extern "C" {
 #endif
 
-struct train;
+struct dlrm;
+struct events;
+struct hybrid;
 struct wckpt;
+struct worker_cfg;
+
+/* What a run's checkpoints need to know of it, borrowed: every pointer must stay
+ * valid until wckpt_close (wckpt_open) or until wckpt_restore returns. */
+struct wckpt_run {
+    const struct worker_cfg *c;  /* --checkpoint_*, --run_name, --resume, --restore, the job */
+    int rank, world;
+    const char *run_id;          /* this launch's id: the run name by default, and the
+                                    attempt a save's parts are tagged with */
+    int columnwise;              /* the shard plan splits tables by columns */
+    int num_features, ntables;   /* the dataset's shape (the manifest's config) */
+    const int64_t *rows;         /* (ntables) */
+    int64_t step;                /* steps done (wckpt_open: a resumed run does not save the
+                                    state it starts from again) */
+    struct dlrm *m;              /* the model: read by saves, written by a restore */
+    struct hybrid *h;            /* its step: dirty tracking (--checkpoint_incremental) */
+};
+
+/* The training state a save records beside the model (rank 0's is stored). */
+struct wckpt_state {
+    int64_t step;                /* steps done */
+    int64_t epoch, index;        /* the data position (rank 0: source_tell) */
+    double first_loss, best_auc; /* the run's so far (NaN: none) */
+};
 
 /* Opens the checkpoint store of a run that saves (--checkpoint_dir) and plans
  * what this rank saves; starts the saver thread with --checkpoint_async and dirty
@@ -40,12 +66,12 @@ struct wckpt;
  * (and TR_OK) when the run does not save. Errors (logged): TR_ERR_ARG (a bad run
  * name or URL, a missing or wrong token, a run name another job holds),
  * TR_ERR_IO, TR_ERR_REMOTE (no store), TR_ERR_NOMEM, TR_ERR_SYS (the thread). */
-enum tr_status wckpt_open(struct train *T, struct wckpt **out) TR_WUR;
+enum tr_status wckpt_open(const struct wckpt_run *r, struct wckpt **out) TR_WUR;
 
-/* Starts a save of the state after T->step steps (waits for the previous save
- * first). Synchronous without --checkpoint_async. Errors: the previous save's
- * failure (logged when it happened), snapshot errors. */
-enum tr_status wckpt_save(struct wckpt *w, struct train *T) TR_WUR;
+/* Starts a save of the model and of st (waits for the previous save first).
+ * Synchronous without --checkpoint_async. Errors: the previous save's failure
+ * (logged when it happened), snapshot errors. */
+enum tr_status wckpt_save(struct wckpt *w, const struct wckpt_state *st) TR_WUR;
 
 /* Waits for the save in flight, if any, and returns its result. */
 enum tr_status wckpt_wait(struct wckpt *w) TR_WUR;
@@ -53,7 +79,6 @@ enum tr_status wckpt_wait(struct wckpt *w) TR_WUR;
 /* Emits the "checkpoint committed" event of each save committed since the last
  * call (rank 0: where, run, bytes sent, seconds), to ev; nothing on other ranks.
  * Safe on NULL. Errors of the sinks. */
-struct events;
 enum tr_status wckpt_events(struct wckpt *w, struct events *ev) TR_WUR;
 
 /* Step of the last save started (-1: none). */
@@ -62,14 +87,23 @@ int64_t wckpt_last_step(const struct wckpt *w);
 /* Stops the saver thread (after the save in flight) and frees. Safe on NULL. */
 void wckpt_close(struct wckpt **w);
 
-/* Restores the model, the step, the data position and the first loss from
- * --resume or --restore, when either is given (nothing otherwise; with --resume
- * and nothing committed yet the run starts from step 0, saying so). Collective:
- * every rank returns the same status. Errors (logged, naming the flag, field,
- * tensor or chunk): TR_ERR_ARG (a config that differs, bad flags), TR_ERR_NOT_FOUND
- * (no such run or step, a missing chunk), TR_ERR_FORMAT (a bad manifest, a chunk
- * whose bytes do not match its hash), TR_ERR_IO, TR_ERR_REMOTE. */
-enum tr_status wckpt_restore(struct train *T) TR_WUR;
+/* What a restore brought back (ckpt_restore.c). */
+struct wckpt_restored {
+    int restored;                /* 0: nothing to restore (no flag, or --resume and
+                                    nothing committed yet); the rest is untouched */
+    struct wckpt_state st;       /* the step, the data position, first loss and best AUC
+                                    (NaN where the checkpoint has none) */
+};
+
+/* Restores this rank's part of the model from --resume or --restore, when either
+ * is given (nothing otherwise; with --resume and nothing committed yet the run
+ * starts from step 0, saying so), and the training state into *out. Local: the
+ * caller makes it collective (every rank reads the same manifest, but a chunk may
+ * fail on one). Errors (logged, naming the flag, field, tensor or chunk):
+ * TR_ERR_ARG (a config that differs, bad flags), TR_ERR_NOT_FOUND (no such run
+ * or step, a missing chunk), TR_ERR_FORMAT (a bad manifest, a chunk whose bytes
+ * do not match its hash), TR_ERR_IO, TR_ERR_REMOTE. */
+enum tr_status wckpt_restore(const struct wckpt_run *r, struct wckpt_restored *out) TR_WUR;
 
 #ifdef __cplusplus
 }

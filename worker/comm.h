@@ -160,6 +160,11 @@ struct comm_setup {
 enum tr_status comm_choose(const struct dist_info *d, const struct kern_backend *be, int flag, int gpus_per_node,
                            struct comm_setup *s, int *together) TR_WUR;
 
+/* comm_choose for a job's flags: --comm and --gpus_per_node of job (borrowed). */
+struct job_cfg;
+enum tr_status comm_choose_job(const struct dist_info *d, const struct kern_backend *be, const struct job_cfg *job,
+                               struct comm_setup *s, int *together) TR_WUR;
+
 /* After comm_open: which network NCCL chose between nodes, from the file
  * comm_choose named (read and removed; s->nccl_log becomes ""), and, for a job on
  * several nodes over a backend with device memory (be->i->queue not NULL), what

@@ -14,6 +14,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/fabric.h"
+#include "../common/job.h"
 
 int comm_device_sharing(const struct dist_peer *peers, int n, int *a, int *b)
 {
@@ -180,4 +181,10 @@ void comm_check_fabric(struct comm_setup *s, const struct dist_info *d, const st
     } else {
         LOG_INFO(INIT, "node %d (%s): network between nodes: %s", d->node, d->host, line);
     }
+}
+
+enum tr_status comm_choose_job(const struct dist_info *d, const struct kern_backend *be, const struct job_cfg *job,
+                               struct comm_setup *s, int *together)
+{
+    return comm_choose(d, be, job->comm, job->gpus_per_node, s, together);
 }

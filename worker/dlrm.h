@@ -25,7 +25,8 @@
  * The model is opaque: it lives in the backend's memory and is computed by the
  * training step (hybrid.h), which alone sees its fields (dlrm_internal.h). Others
  * read and write its tensors through dlrm_tensor_read/_write (copies through the
- * backend) and its shape through dlrm_get_info. Not thread-safe. */
+ * backend), walk them through dlrm_tensors (dlrm_tensors.c) and read its shape
+ * through dlrm_get_info. Not thread-safe. */
 #ifndef TR_DLRM_H
 #define TR_DLRM_H
 
@@ -199,6 +200,49 @@ enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int in
                                 float *host) TR_WUR;
 enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                  const float *host) TR_WUR;
+
+/* The model's tensor layout, for the code that walks it from outside (the
+ * checkpoints, the numeric guards, the weight dump, the benchmark): one view per
+ * parameter tensor, optimizer state and embedding slice this model holds. */
+enum dlrm_role {
+    DLRM_ROLE_PARAM = 0, /* a dense parameter tensor (a layer's kernel or bias) */
+    DLRM_ROLE_STATE,     /* the optimizer state of a dense tensor (Adagrad) */
+    DLRM_ROLE_EMB,       /* the slice of an embedding table held here */
+    DLRM_ROLE_EMB_STATE, /* its optimizer state: per element, or (row-wise Adagrad) one
+                            value per row, replicated on every worker holding a slice */
+};
+enum dlrm_group { DLRM_GROUP_BOTTOM = 0, DLRM_GROUP_CROSS, DLRM_GROUP_TOP, DLRM_GROUP_EMB };
+
+struct dlrm_tensor_view {
+    const char *name;      /* as checkpoints name it (ckpt_store/manifest.h): "dense/
+                              bottom_mlp_layer_0/kernel", "dense/cross_layer_0/v_kernel",
+                              ".../adagrad", "emb/3", "emb/3/adagrad"; valid during the call */
+    const char *layer;     /* "bottom_mlp_layer_0", "cross_layer_0"; "" for a table */
+    const char *part;      /* "kernel", "bias", "v_kernel", "u_kernel"; "" for a table */
+    enum dlrm_role role;
+    enum dlrm_group group;
+    int layer_index;       /* the layer's index in its group; the table's for DLRM_GROUP_EMB */
+    enum kern_dtype dtype; /* of its elements (KERN_F32) */
+    int ndim;              /* 1 or 2 */
+    int64_t rows, cols;    /* the whole tensor's shape (cols 1 when ndim is 1) */
+    int64_t c0, c1;        /* the columns held here: [c0, c1) of every row */
+    int64_t table_col0;    /* tables: the first column of the slice this worker holds
+                              (row-wise state: 0 < table_col0 on a replica), else 0 */
+    enum dlrm_tensor k;    /* where: elements [off, off + rows * (c1 - c0)) of tensor (k, */
+    int index;             /* index), row-major (rows, c1 - c0) */
+    int64_t off;
+    void *buf;             /* the backend's memory of its first element: pass it to the
+                              backend only; valid while the model lives */
+};
+
+/* Calls fn(ctx, view) for each tensor of the model, in a fixed order: the dense
+ * parameters in DLRM_PARAMS order (bottom MLP, cross layers, top MLP; each kernel
+ * then bias, each followed by its state with Adagrad), then each table held (in
+ * config order) followed by its state. Tables not held here are left out. Stops
+ * at and returns the first status other than TR_OK that fn returns. Not
+ * thread-safe with a step that runs. */
+typedef enum tr_status (*dlrm_tensor_fn)(void *ctx, const struct dlrm_tensor_view *v);
+enum tr_status dlrm_tensors(const struct dlrm *m, dlrm_tensor_fn fn, void *ctx) TR_WUR;
 
 /* *out (host) = sum of squares, in double, of elements [off, off + n) of tensor k
  * through the backend's sumsq op: finite exactly when every element is (the

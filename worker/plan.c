@@ -1,7 +1,7 @@
 /* plan.c: per-worker bytes from the trainer's own sizing functions. It counts
  * what terarec allocates through tr_malloc/tr_big_alloc and its backend, not the
- * memory of the libraries it calls (MPI, oneDNN, CUDA context) nor memory-mapped
- * dataset files. */
+ * memory of the libraries it calls (collectives, BLAS, a device's context) nor
+ * memory-mapped dataset files. The job's backend options are in plan_backend.c. */
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "plan.h"
 
@@ -14,23 +14,6 @@
 #include "dlrm.h"
 #include "hybrid.h"
 #include "shard.h"
-
-int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node)
-{
-    return job->threads > 0 ? job->threads : TR_MAX(1, cpus / TR_MAX(1, workers_per_node));
-}
-
-struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int threads, int local_rank, int sizing_only)
-{
-    struct kern_backend_opts o = {.threads = threads, .device = -1, .local_rank = local_rank};
-    o.precision = job->amp == JOB_AMP_BF16   ? KERN_PREC_BF16
-                  : job->amp == JOB_AMP_FP16 ? KERN_PREC_FP16
-                  : job->allow_tf32          ? KERN_PREC_TF32
-                                             : KERN_PREC_FP32;
-    o.sizing_only = sizing_only;
-    o.gpus = job->gpus_per_node;
-    return o;
-}
 
 enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                  int world, int rank, struct plan_worker *w)

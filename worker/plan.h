@@ -61,6 +61,9 @@ struct plan_worker {
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */
 int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node);
 
+/* plan_threads for this process: with the CPUs it may run on (kern_cpu_count). */
+int plan_threads_local(const struct job_cfg *job, int workers_per_node);
+
 /* The options a worker opens its backend with for this job: its threads, the
  * device by local rank, the GEMM precision of --amp / --allow_tf32. sizing_only:
  * for a plan, an instance that needs no device (kern_backend_opts). */

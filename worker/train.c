@@ -1,8 +1,9 @@
 /* train.c: the pieces of a training run (train.h): bootstrap and setup, one step
  * with the seed's learning-rate schedule, an evaluation pass (exact AUC and log
- * loss over the whole test split), the report. Rank 0 reads the data and decides
- * what happens after each step (the flags of the batch it shares), so every rank
- * takes the same decisions without extra collectives. */
+ * loss over the whole test split). The numeric guards are in train_guard.c, the
+ * report in train_report.c, the checkpoints' glue in train_ckpt.c. Rank 0 reads
+ * the data and decides what happens after each step (the flags of the batch it
+ * shares), so every rank takes the same decisions without extra collectives. */
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "train.h"
 
@@ -21,6 +22,7 @@
 #include "../common/version.h"
 #include "../kernels/metrics.h"
 #include "plan.h"
+#include "train_internal.h"
 
 /* The PARAMETER record: every option's effective value. */
 static json_t *params_json(const struct train *T)
@@ -187,7 +189,7 @@ exit:
 }
 
 /* The run saves checkpoints (ckpt.h): its plan counts their staging memory. */
-static int train_saves_checkpoints(const struct train *T)
+int train_saves_checkpoints(const struct train *T)
 {
     return T->c->mode == WORKER_MODE_TRAIN && T->c->checkpoint_dir && *T->c->checkpoint_dir;
 }
@@ -200,7 +202,7 @@ struct room_rec {
 
 /* What the memory plan needs to know of the data: its shape, and what rank 0's
  * source keeps in memory. */
-static struct plan_shape src_shape(const struct train *T)
+struct plan_shape train_src_shape(const struct train *T)
 {
     const struct plan_shape s = {T->src.num_features, T->src.ntables, T->src.rows, T->src.nsamples[BATCH_TEST],
                                  T->src.cache_bytes};
@@ -234,7 +236,7 @@ static enum tr_status check_memory(struct train *T)
             rooms[q] = all[q].r;
             hosts[q] = all[q].host;
         }
-        const struct plan_shape shape = src_shape(T);
+        const struct plan_shape shape = train_src_shape(T);
         struct job_cfg job = T->c->job;
         job.ckpt_staging = train_saves_checkpoints(T);
         verdict = plan_check_room(&job, &shape, &T->be, W, rooms, hosts);
@@ -261,10 +263,10 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     TR_CHECK(dist_init(&T->dist));
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
-    T->threads = plan_threads(job, kern_cpu_count(), T->dist.local_world);
+    T->threads = plan_threads_local(job, T->dist.local_world);
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
-    TR_CHECK(comm_choose(&T->dist, &T->be, job->comm, job->gpus_per_node, &T->comm_setup, &T->together));
+    TR_CHECK(comm_choose_job(&T->dist, &T->be, job, &T->comm_setup, &T->together));
     TR_CHECK(comm_open(&T->dist, &T->be, T->comm_setup.choice, job->collective_timeout, &T->comm));
     if (rank == 0)
         LOG_INFO(INIT, "collectives: %s%s", T->comm.i->name, job->overlap ? ", overlapped with compute" : "");
@@ -284,7 +286,7 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
      * checks its own view of the file system, and they stop together */
     TR_CHECK(comm_vote(&T->comm, worker_check_outputs(c, rank), "could not write its output paths", &T->together));
     /* a run id made by rank 0 and shared through PMIx (Put/Commit/Fence/Get): the
-     * path the collectives library's unique id takes on GPU backends (comm_open),
+     * path the collectives library's unique id takes on device backends (comm_open),
      * exercised by every run */
     if (rank == 0)
         snprintf(T->run_id, sizeof T->run_id, "%s-%ld-%lld", T->dist.host, (long)getpid(), (long long)time(NULL));
@@ -412,196 +414,6 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
     return events_emit(&T->ev, EVENTS_STEP, s + 1, d);
 }
 
-/* ---- numeric guards (issue 8): a run never hides a NaN -------------------------
- * Every step: the loss (the same on every rank), this rank's embedding-vector
- * gradients (carried to every rank as a NaN loss by the step's all-reduce) and
- * the all-reduced dense gradients (the same on every rank), before the update
- * touches a weight. Every --print_freq steps and at the last step: the sum of
- * squares of the dense weights and of this rank's tables, with one all-reduce so
- * that every rank stops together. Failures name the step (counted from 1, as the
- * progress lines do) and the tensor; TR_ERR_RANGE. */
-
-/* The name of the layer that writes the logits (the last top layer). */
-static const char *logit_layer(const struct train *T, struct dlrm_layer_info *li)
-{
-    struct dlrm_info mi;
-    dlrm_get_info(T->m, &mi);
-    dlrm_get_layer(T->m, 1, mi.ntop - 1, li);
-    return li->name;
-}
-
-/* The hint after a divergence: an Adagrad that divides by a near-zero
- * accumulator before the learning rate, which is otherwise the usual cause. */
-static void diverged_hint(const struct train *T, int inputs)
-{
-    const struct job_cfg *j = &T->c->job;
-    if (j->optimizer != JOB_OPT_SGD && j->adagrad_eps == 0.0 && j->adagrad_init < 1e-3)
-        LOG_HINT("--adagrad_epsilon 0 with --adagrad_initial_accumulator_value %g divides by an accumulator that "
-                 "is tiny for rarely updated weights: keep the defaults (1e-7 and 0.1)",
-                 j->adagrad_init);
-    else
-        LOG_HINT("lower --learning_rate (now %g) or lengthen --warmup_steps (now %lld)%s", j->learning_rate,
-                 (long long)j->warmup_steps, inputs ? "; check the inputs (--nonfinite_inputs)" : "");
-}
-
-/* The first layer part (kernel or bias) of tensor k (DLRM_PARAMS or DLRM_GRADS)
- * inside [p0, p1) holding NaN or inf, as "top_mlp_layer_0 kernel (16 x 1)"; ""
- * when none does. */
-static enum tr_status find_nonfinite_layer(const struct train *T, enum dlrm_tensor k, int64_t p0, int64_t p1,
-                                           char *name, size_t len)
-{
-    struct dlrm_info mi;
-    dlrm_get_info(T->m, &mi);
-    name[0] = '\0';
-    for (int top = 0; top < 2; top++) {
-        for (int l = 0; l < (top ? mi.ntop : mi.nbottom); l++) {
-            struct dlrm_layer_info li;
-            dlrm_get_layer(T->m, top, l, &li);
-            for (int part = 0; part < 2; part++) {
-                const int64_t off = part ? li.b_off : li.w_off, n = part ? li.out : (int64_t)li.in * li.out;
-                if (off < p0 || off + n > p1)
-                    continue;
-                double sq = 0.0;
-                TR_CHECK(dlrm_tensor_sumsq(T->m, k, 0, off, n, &sq));
-                if (isfinite(sq))
-                    continue;
-                if (part)
-                    snprintf(name, len, "%s bias (%d)", li.name, li.out);
-                else
-                    snprintf(name, len, "%s kernel (%d x %d)", li.name, li.in, li.out);
-                return TR_OK;
-            }
-        }
-    }
-    for (int l = 0; l < mi.ncross; l++) { /* dcnv2 cross layers */
-        struct dlrm_cross_info ci;
-        dlrm_get_cross(T->m, l, &ci);
-        for (int part = 0; part < 3; part++) {
-            const int64_t off = part == 0 ? ci.v_off : part == 1 ? ci.u_off : ci.b_off;
-            const int64_t n = part == 2 ? ci.width : (int64_t)ci.width * ci.rank;
-            if (off < p0 || off + n > p1)
-                continue;
-            double sq = 0.0;
-            TR_CHECK(dlrm_tensor_sumsq(T->m, k, 0, off, n, &sq));
-            if (isfinite(sq))
-                continue;
-            if (part == 2)
-                snprintf(name, len, "%s bias (%d)", ci.name, ci.width);
-            else
-                snprintf(name, len, "%s %s kernel (%d x %d)", ci.name, part ? "u" : "v", part ? ci.rank : ci.width,
-                         part ? ci.width : ci.rank);
-            return TR_OK;
-        }
-    }
-    return TR_OK;
-}
-
-/* After the backward of step s (0-based), before the update. */
-static enum tr_status check_gradients(struct train *T, int64_t s, double loss)
-{
-    const long long step = (long long)s + 1;
-    if (!isfinite(loss)) {
-        struct hybrid_guard g;
-        hybrid_get_guard(T->h, &g);
-        if (g.emb_grad_nonfinite) {
-            int t = -2;
-            TR_CHECK(hybrid_find_nonfinite_grad(T->h, &t));
-            if (t >= 0)
-                LOG_ERROR("step %lld: the gradient of embedding table %d holds NaN or inf; training diverged", step,
-                          t);
-            else
-                LOG_ERROR("step %lld: the gradient of the bottom MLP output (interaction input) holds NaN or inf; "
-                          "training diverged",
-                          step);
-        } else if (!isfinite(g.local_loss_sum) || T->dist.world == 1) {
-            LOG_ERROR("step %lld: loss is %g; training diverged", step, loss);
-        } else {
-            LOG_ERROR("step %lld: another rank found a NaN or inf loss or embedding gradient (its log names it); "
-                      "stopping with it",
-                      step);
-        }
-        diverged_hint(T, 1);
-        T->together = 1; /* the all-reduced loss: every rank stops here */
-        return TR_ERR_RANGE;
-    }
-    /* the all-reduced dense gradients: the whole buffer, but a model-parallel
-     * bottom MLP's part (rank 0 alone, after the all-reduce: the weight check
-     * catches it with every rank) */
-    struct dlrm_info mi;
-    dlrm_get_info(T->m, &mi);
-    const int64_t p0 = mi.has_bottom && !mi.dp_bottom ? mi.top_param0 : 0;
-    double sq = 0.0;
-    TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_GRADS, 0, p0, mi.nparams - p0, &sq));
-    if (isfinite(sq))
-        return TR_OK;
-    char name[96];
-    TR_CHECK(find_nonfinite_layer(T, DLRM_GRADS, p0, mi.nparams, name, sizeof name));
-    LOG_ERROR("step %lld: the gradient of %s holds NaN or inf (loss %g); training diverged", step,
-              name[0] ? name : "the dense parameters", loss);
-    diverged_hint(T, 0);
-    T->together = 1; /* all-reduced gradients: every rank stops here */
-    return TR_ERR_RANGE;
-}
-
-/* The weight norm after the update of step s (0-based). Collective. */
-static enum tr_status check_weights(struct train *T, int64_t s)
-{
-    const long long step = (long long)s + 1;
-    struct dlrm_info mi;
-    dlrm_get_info(T->m, &mi);
-    double dense = 0.0, emb = 0.0;
-    TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_PARAMS, 0, 0, mi.nparams, &dense));
-    int bad_table = -1;
-    for (int t = 0; t < mi.ntables; t++) {
-        double sq = 0.0;
-        int64_t n = dlrm_tensor_numel(T->m, DLRM_TABLE, t);
-        if (n > 0)
-            TR_CHECK(dlrm_tensor_sumsq(T->m, DLRM_TABLE, t, 0, n, &sq));
-        if (!isfinite(sq) && bad_table < 0)
-            bad_table = t;
-        emb += sq;
-    }
-    double bad = isfinite(dense) && isfinite(emb) ? 0.0 : 1.0;
-    TR_CHECK(hybrid_sum_ranks(T->h, &bad));
-    LOG_DEBUG(TRAIN, "step %lld: weight norms: dense %.6g, embeddings %.6g (this rank)", step, sqrt(dense),
-              sqrt(emb));
-    if (bad == 0.0)
-        return TR_OK;
-    if (!isfinite(dense)) {
-        char name[96];
-        TR_CHECK(find_nonfinite_layer(T, DLRM_PARAMS, 0, mi.nparams, name, sizeof name));
-        LOG_ERROR("step %lld: the weights of %s hold NaN or inf; training diverged", step,
-                  name[0] ? name : "the dense layers");
-    } else if (bad_table >= 0) {
-        LOG_ERROR("step %lld: the weights of embedding table %d hold NaN or inf; training diverged", step, bad_table);
-    } else {
-        LOG_ERROR("step %lld: another rank found NaN or inf weights (its log names them); stopping with it", step);
-    }
-    diverged_hint(T, 0);
-    T->together = 1; /* an all-reduced verdict */
-    return TR_ERR_RANGE;
-}
-
-/* A loss that stays finite but runs away: BCE starts near ln 2 (0.69); a mean
- * loss over DIVERGE_MIN nats a sample and DIVERGE_FACTOR times the first step's
- * means the logits saturate on the wrong side, and the run will end at AUC 0.5. */
-#define DIVERGE_FACTOR 100.0
-#define DIVERGE_MIN 10.0
-
-static enum tr_status check_divergence(struct train *T, int64_t s, double loss)
-{
-    const double first = s == 0 ? loss : T->res.first_loss;
-    if (!(loss > DIVERGE_MIN && loss > DIVERGE_FACTOR * first))
-        return TR_OK;
-    struct dlrm_layer_info li;
-    LOG_ERROR("step %lld: diverged at step %lld: the loss is %.4g, over %.0f times the first step's %.4g (the "
-              "logits of %s saturate)",
-              (long long)s + 1, (long long)s + 1, loss, DIVERGE_FACTOR, first, logit_layer(T, &li));
-    diverged_hint(T, 0);
-    T->together = 1; /* the all-reduced loss: every rank stops here */
-    return TR_ERR_RANGE;
-}
-
 enum tr_status train_step(struct train *T, struct batch *hdr)
 {
     const struct job_cfg *job = &T->c->job;
@@ -651,8 +463,8 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     struct comm_stat a0 = T->comm.stat[COMM_ALLTOALL], r0 = T->comm.stat[COMM_ALLREDUCE];
     TR_CHECK(hybrid_forward(T->h));
     TR_CHECK(hybrid_backward(T->h, &loss));
-    TR_CHECK(check_gradients(T, s, loss));
-    TR_CHECK(check_divergence(T, s, loss));
+    TR_CHECK(train_check_gradients(T, s, loss));
+    TR_CHECK(train_check_divergence(T, s, loss));
     TR_CHECK(hybrid_update(T->h, lr));
     TR_CHECK(T->be.i->synchronize(T->be.ctx)); /* the step's queued work is part of its time */
     T->a2a_bytes += (double)(T->comm.stat[COMM_ALLTOALL].bytes - a0.bytes);
@@ -661,7 +473,7 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     T->ar_sec += T->comm.stat[COMM_ALLREDUCE].seconds - r0.seconds;
     double ts2 = tr_clock_now();
     if ((s + 1) % T->c->print_freq == 0 || s + 1 == T->total)
-        TR_CHECK(check_weights(T, s));
+        TR_CHECK(train_check_weights(T, s));
     T->t_data += ts1 - ts0;
     if (s >= T->c->benchmark_warmup_steps || T->total <= T->c->benchmark_warmup_steps) {
         T->t_timed += ts2 - ts0;
@@ -740,7 +552,7 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
             TR_CHECK(T->be.i->copy(T->be.ctx, &bad, T->scores + bad_first, sizeof bad, KERN_D2H));
             LOG_ERROR("evaluation after step %lld: %lld of %lld test scores (the logits, output of %s) are NaN or "
                       "inf (first: sample %lld, %g); refusing to report an AUC",
-                      (long long)T->step, (long long)nonfinite, (long long)first, logit_layer(T, &li),
+                      (long long)T->step, (long long)nonfinite, (long long)first, train_logit_layer(T, &li),
                       (long long)bad_first, (double)bad);
             LOG_HINT("the model diverged (lower --learning_rate or lengthen --warmup_steps) or the test inputs hold "
                      "NaN or inf");
@@ -866,194 +678,6 @@ exit:
     tr_free(all_s);
     tr_free(all_l);
     return rc;
-}
-
-/* Writes this rank's weights and optimizer state to DIR/rank<r>.bin (a debugging
- * and test aid, not a checkpoint), replacing the file atomically: header {u32
- * magic 'TRWD', u32 version 2, u32 rank, u32 world, u32 ntables, u32 has dense
- * state, u64 nparams}, the dense parameters (nparams) and, when the header says so,
- * their Adagrad state (nparams); then per table held {i32 id, i32 state kind,
- * i64 rows, i64 col0, i64 width}, its rows (rows, width) and its state: kind 0
- * none, 1 per element (rows, width), 2 per row (rows; the same on every rank
- * holding a slice of the table). Tensors are copied from the backend in chunks. */
-static enum tr_status dump_weights(const struct train *T, const char *dir)
-{
-    enum tr_status rc = TR_OK;
-    const struct dlrm *m = T->m;
-    struct dlrm_info mi;
-    dlrm_get_info(m, &mi);
-    char *path = NULL, name[32];
-    snprintf(name, sizeof name, "rank%d.bin", T->dist.rank);
-    const int64_t chunk = 1 << 20;
-    float *buf = tr_malloc((size_t)chunk * sizeof(float));
-    struct tr_file_atomic f = {.fd = -1};
-    if (!(path = tr_file_join(dir, name)) || !buf) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
-    }
-    TR_CHECK_GOTO(tr_file_atomic_open(&f, path), rc, exit);
-    const int dense_state = dlrm_tensor_numel(m, DLRM_PARAMS_STATE, 0) > 0;
-    uint32_t h32[6] = {0x44575254u, 2, (uint32_t)T->dist.rank, (uint32_t)T->dist.world, (uint32_t)mi.ntables,
-                       (uint32_t)dense_state};
-    uint64_t np = (uint64_t)mi.nparams;
-    TR_CHECK_GOTO(tr_file_atomic_write(&f, h32, sizeof h32), rc, exit);
-    TR_CHECK_GOTO(tr_file_atomic_write(&f, &np, sizeof np), rc, exit);
-    for (int t = -1; t < mi.ntables; t++) {
-        const enum dlrm_tensor k = t < 0 ? DLRM_PARAMS : DLRM_TABLE, ks = t < 0 ? DLRM_PARAMS_STATE : DLRM_TABLE_STATE;
-        const int64_t n = dlrm_tensor_numel(m, k, t), ns = dlrm_tensor_numel(m, ks, t);
-        if (t >= 0) {
-            struct dlrm_table_info ti;
-            dlrm_get_table(m, t, &ti);
-            if (ti.width == 0)
-                continue;
-            /* row-wise state: one per row, whatever the width held */
-            int32_t id[2] = {t, ns == 0 ? 0 : mi.optim == KERN_OPT_ROWWISE_ADAGRAD ? 2 : 1};
-            TR_ASSERT(ns == 0 || ns == (id[1] == 2 ? ti.rows : n));
-            int64_t dims[3] = {ti.rows, ti.col0, ti.width};
-            TR_CHECK_GOTO(tr_file_atomic_write(&f, id, sizeof id), rc, exit);
-            TR_CHECK_GOTO(tr_file_atomic_write(&f, dims, sizeof dims), rc, exit);
-        }
-        for (int pass = 0; pass < 2; pass++) { /* the tensor, then its state */
-            const int64_t cnt_all = pass ? ns : n;
-            for (int64_t off = 0; off < cnt_all; off += chunk) {
-                int64_t cnt = TR_MIN(chunk, cnt_all - off);
-                TR_CHECK_GOTO(dlrm_tensor_read(m, pass ? ks : k, t, off, cnt, buf), rc, exit);
-                TR_CHECK_GOTO(tr_file_atomic_write(&f, buf, (size_t)cnt * sizeof(float)), rc, exit);
-            }
-        }
-    }
-    TR_CHECK_GOTO(tr_file_atomic_commit(&f), rc, exit);
-exit:
-    tr_file_atomic_abort(&f);
-    tr_free(buf);
-    tr_free(path);
-    return rc;
-}
-
-/* The allocator's peak on every rank next to the memory plan for the same job
- * (rank 0 gets both arrays as JSON in *out). */
-static enum tr_status memory_report(struct train *T, json_t **out)
-{
-    const int W = T->dist.world;
-    struct tr_alloc_stats st;
-    tr_alloc_get_stats(&st);
-    int64_t *peaks = tr_calloc((size_t)W, sizeof(int64_t));
-    if (!peaks)
-        return TR_ERR_NOMEM;
-    /* the backend's own memory when it is not host memory (GPU memory on a GPU backend) */
-    int64_t dev_peak = T->be.i->mem_peak ? T->be.i->mem_peak(T->be.ctx) : -1;
-    int64_t *dpeaks = tr_calloc((size_t)W, sizeof(int64_t));
-    if (!dpeaks) {
-        tr_free(peaks);
-        return TR_ERR_NOMEM;
-    }
-    enum tr_status rc = comm_gather_host(&T->comm, &st.peak_bytes, sizeof st.peak_bytes, peaks, 0);
-    if (rc == TR_OK)
-        rc = comm_gather_host(&T->comm, &dev_peak, sizeof dev_peak, dpeaks, 0);
-    if (rc == TR_OK && T->dist.rank == 0) {
-        const struct plan_shape shape = src_shape(T);
-        json_t *m = json_object(), *pk = json_array(), *pl = json_array();
-        json_t *dpk = dpeaks[0] >= 0 ? json_array() : NULL, *dpl = dpeaks[0] >= 0 ? json_array() : NULL;
-        for (int q = 0; q < W && rc == TR_OK; q++) {
-            struct plan_worker pw;
-            struct job_cfg job = T->c->job;
-            job.ckpt_staging = train_saves_checkpoints(T);
-            rc = plan_worker_bytes(&job, &shape, &T->be, W, q, &pw);
-            json_array_append_new(pk, json_integer(peaks[q]));
-            json_array_append_new(pl, json_integer(pw.total));
-            if (dpk) {
-                json_array_append_new(dpk, json_integer(dpeaks[q]));
-                json_array_append_new(dpl, json_integer(pw.device));
-            }
-            if (q == 0)
-                LOG_RANK0("memory: rank 0 peak %.1f MiB allocated by terarec, plan %.1f MiB", peaks[0] / 1048576.0,
-                          pw.total / 1048576.0);
-            if (q == 0 && dpk)
-                LOG_RANK0("memory: rank 0 GPU peak %.1f MiB, plan %.1f MiB (%+.1f%%)", dpeaks[0] / 1048576.0,
-                          pw.device / 1048576.0,
-                          dpeaks[0] > 0 ? 100.0 * ((double)pw.device - (double)dpeaks[0]) / (double)dpeaks[0] : 0.0);
-        }
-        json_object_set_new(m, "peak_bytes", pk);
-        json_object_set_new(m, "plan_bytes", pl);
-        if (dpk) {
-            json_object_set_new(m, "device_peak_bytes", dpk);
-            json_object_set_new(m, "device_plan_bytes", dpl);
-        }
-        *out = m;
-    }
-    tr_free(dpeaks);
-    tr_free(peaks);
-    return rc;
-}
-
-enum tr_status train_report(struct train *T)
-{
-    struct worker_result *res = &T->res;
-    const int W = T->dist.world;
-    const int64_t B = T->c->job.batch_size;
-    res->mean_step_ms = T->timed_steps ? 1e3 * T->t_timed / (double)T->timed_steps : NAN;
-    res->throughput = T->t_timed > 0 ? (double)B * (double)T->timed_steps / T->t_timed : NAN;
-    LOG_RANK0("Training run completed, elapsed: %.0f [s]", tr_clock_now() - T->t_run0);
-    /* per timed step: the timers were reset where the timed steps began */
-    const double per = T->timed_steps ? 1e3 / (double)T->timed_steps : 0.0;
-    char phases[640];
-    size_t o = 0;
-    for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)
-        o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
-                              per * dlrm_phase_seconds(T->m, p));
-    if (W > 1 && o < sizeof phases)
-        snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f%s",
-                 per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE), per * hybrid_seconds(T->h, HYBRID_T_PACK),
-                 T->c->job.overlap ? " (exchange: what the overlap left exposed)" : "");
-    LOG_RANK0("summary: steps=%lld, throughput=%.1f samples/s, mean_step_time_ms=%.3f, best_auc=%.6f; "
-              "ms/step: data=%.2f %s",
-              (long long)res->steps, res->throughput, res->mean_step_ms, res->best_auc, per * T->t_data, phases);
-    /* numerical inputs replaced by 0 under --nonfinite_inputs zero (rank 0 reads) */
-    const int64_t *rep = T->src.nonfinite_replaced;
-    const int64_t rep_train = rep ? rep[BATCH_TRAIN] : 0, rep_test = rep ? rep[BATCH_TEST] : 0;
-    if (T->c->job.nonfinite_inputs == JOB_NONFINITE_ZERO)
-        LOG_RANK0("nonfinite inputs: %lld NaN/inf numerical values replaced by 0 (--nonfinite_inputs zero): %lld in "
-                  "training batches, %lld in test batches",
-                  (long long)(rep_train + rep_test), (long long)rep_train, (long long)rep_test);
-    json_t *d = json_object();
-    json_t *nf = json_object();
-    json_object_set_new(nf, "train", json_integer(rep_train));
-    json_object_set_new(nf, "test", json_integer(rep_test));
-    json_object_set_new(d, "nonfinite_inputs_replaced", nf);
-    json_object_set_new(d, "throughput", events_num(res->throughput));
-    json_object_set_new(d, "mean_step_time_ms", events_num(res->mean_step_ms));
-    json_object_set_new(d, "auc", events_num(res->best_auc));
-    json_object_set_new(d, "steps", json_integer(res->steps));
-    json_t *ph = json_object();
-    json_object_set_new(ph, "data", events_num(per * T->t_data));
-    for (int p = 0; p < DLRM_T_COUNT_; p++)
-        json_object_set_new(ph, dlrm_phase_name(p), events_num(per * dlrm_phase_seconds(T->m, p)));
-    if (W > 1) {
-        json_object_set_new(ph, "exchange", events_num(per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE)));
-        json_object_set_new(ph, "pack", events_num(per * hybrid_seconds(T->h, HYBRID_T_PACK)));
-        /* traffic of the training steps (evaluation excluded: counted before it) */
-        json_t *cj = json_object();
-        json_object_set_new(cj, "library", json_string(T->comm.i->name));
-        json_object_set_new(cj, "overlap", json_boolean(T->c->job.overlap));
-        json_object_set_new(cj, "alltoall_bytes_per_step", events_num(T->a2a_bytes / (double)res->steps));
-        json_object_set_new(cj, "allreduce_payload_bytes_per_step", events_num(T->ar_bytes / (double)res->steps));
-        json_object_set_new(cj, "alltoall_ms_per_step", events_num(per * T->a2a_sec));
-        json_object_set_new(cj, "allreduce_ms_per_step", events_num(per * T->ar_sec));
-        json_object_set_new(d, "comm", cj);
-    }
-    json_object_set_new(d, "phase_ms_per_step", ph);
-    json_t *mem = NULL;
-    enum tr_status rc = memory_report(T, &mem);
-    if (mem)
-        json_object_set_new(d, "memory", mem);
-    if (rc != TR_OK) {
-        json_decref(d);
-        return rc;
-    }
-    TR_CHECK(events_emit(&T->ev, EVENTS_SUMMARY, T->step, d));
-    if (T->c->dump_weights && *T->c->dump_weights)
-        TR_CHECK(dump_weights(T, T->c->dump_weights));
-    return TR_OK;
 }
 
 void train_close(struct train *T)

@@ -101,6 +101,18 @@ enum tr_status train_infer(struct train *T, int64_t nbatches) TR_WUR;
 /* The end of a run: summary line and event, memory report, weight dump. */
 enum tr_status train_report(struct train *T) TR_WUR;
 
+/* Checkpoints (train_ckpt.c, over ckpt.h). train_ckpt_open opens T->ck
+ * (wckpt_open; NULL when the run does not save); train_ckpt_save starts a save of
+ * the state after T->step steps (wckpt_save). train_ckpt_restore restores the
+ * model, T->step, the data position and the first loss from --resume or
+ * --restore, when either is given (wckpt_restore), and seeks the data source to
+ * the position (rank 0; with --loader its first batch is checked instead).
+ * Collective: every rank returns the same status. Errors: those of ckpt.h, and
+ * source_seek's for a position outside the dataset (logged). */
+enum tr_status train_ckpt_open(struct train *T) TR_WUR;
+enum tr_status train_ckpt_save(struct train *T) TR_WUR;
+enum tr_status train_ckpt_restore(struct train *T) TR_WUR;
+
 void train_close(struct train *T);
 
 #ifdef __cplusplus

@@ -116,7 +116,7 @@ static int save_due(const struct train *T, const struct batch *hdr)
 
 static enum tr_status run_train(struct train *T)
 {
-    TR_CHECK(wckpt_open(T, &T->ck));
+    TR_CHECK(train_ckpt_open(T));
     if (T->resumed && T->step >= T->total)
         LOG_RANK0("the checkpoint is at step %lld, --max_steps is %lld: nothing to train", (long long)T->step,
                   (long long)T->total);
@@ -128,7 +128,7 @@ static enum tr_status run_train(struct train *T)
             LOG_RANK0("step %lld: checkpoint requested, but this run has no --checkpoint_dir: training goes on",
                       (long long)T->step);
         if (save_due(T, &hdr))
-            TR_CHECK(wckpt_save(T->ck, T));
+            TR_CHECK(train_ckpt_save(T));
         TR_CHECK(wckpt_events(T->ck, &T->ev));
         if (hdr.flags & BATCH_F_EVAL) {
             struct train_eval ev;
@@ -139,7 +139,7 @@ static enum tr_status run_train(struct train *T)
     }
     /* the end (or a stop request): the last state is saved and committed */
     if (T->ck && wckpt_last_step(T->ck) != T->step)
-        TR_CHECK(wckpt_save(T->ck, T));
+        TR_CHECK(train_ckpt_save(T));
     TR_CHECK(wckpt_wait(T->ck));
     TR_CHECK(wckpt_events(T->ck, &T->ev));
     return train_report(T);
@@ -150,7 +150,7 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
     struct train T;
     enum tr_status rc = train_open(&T, c);
     if (rc == TR_OK)
-        rc = wckpt_restore(&T);
+        rc = train_ckpt_restore(&T);
     if (rc == TR_OK)
         report_set_step(T.rep, T.step);
     if (rc == TR_OK && c->mode == WORKER_MODE_EVAL) {

@@ -2,7 +2,7 @@
  * (worker/solo.h): config validation, the interaction order, the seed's
  * initialiser statistics, a finite-difference check of every gradient the
  * backward pass produces (dense parameters, embeddings; with and without a bottom
- * MLP), bad batches, and memory accounting. Tensors are read and written through
+ * MLP), bad batches, memory accounting and the tensor walk. Tensors are read and written through
  * the backend (dlrm_tensor_read/_write). The PyTorch golden fixtures
  * (tests/golden) check the same model against an independent reference. */
 #include <math.h>
@@ -466,6 +466,135 @@ static void alloc_failures(void)
     kern_backend_close(&be);
 }
 
+/* The tensor walk (dlrm_tensors): every view, in order. */
+struct walk_rec {
+    int n, stop_at;
+    char name[64][64];
+    struct dlrm_tensor_view v[64];
+};
+
+static enum tr_status walk_collect(void *ctx, const struct dlrm_tensor_view *v)
+{
+    struct walk_rec *w = ctx;
+    if (w->n == w->stop_at)
+        return TR_ERR_IO;
+    TR_ASSERT(w->n < 64);
+    snprintf(w->name[w->n], sizeof w->name[0], "%s", v->name);
+    w->v[w->n++] = *v;
+    return TR_OK;
+}
+
+/* Checks the view of a dense part at position i against the getters' offsets. */
+static void check_dense_view(const struct walk_rec *w, int i, const char *name, enum dlrm_role role, int64_t off,
+                             int64_t rows, int64_t cols, int ndim)
+{
+    TH_EQ_STR(w->name[i], name);
+    TH_EQ(w->v[i].role, role);
+    TH_EQ(w->v[i].k, role == DLRM_ROLE_PARAM ? DLRM_PARAMS : DLRM_PARAMS_STATE);
+    TH_EQ(w->v[i].off, off);
+    TH_EQ(w->v[i].rows, rows);
+    TH_EQ(w->v[i].cols, cols);
+    TH_EQ(w->v[i].ndim, ndim);
+    TH_EQ(w->v[i].c0, 0);
+    TH_EQ(w->v[i].c1, cols);
+    TH_EQ(w->v[i].dtype, KERN_F32);
+    TH_CHECK(w->v[i].buf != NULL);
+}
+
+static void tensor_walk(void)
+{
+    struct kern_backend be = open_cpu(1);
+    struct dlrm *m = NULL;
+    struct dlrm_cfg c = small_cfg(13);
+    c.optim = KERN_OPT_ADAGRAD;
+    c.interaction = DLRM_INTERACT_DCNV2;
+    c.ncross = 1;
+    c.cross_rank = 2;
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
+    struct walk_rec *w = calloc(1, sizeof *w);
+    TH_REQUIRE(w != NULL);
+    w->stop_at = -1;
+    TH_EQ_ST(dlrm_tensors(m, walk_collect, w), TR_OK);
+    /* 2 bottom + 3 top layers (kernel, bias) and 1 cross layer (v, u, bias), each
+     * with its Adagrad state, then 4 tables with theirs */
+    TH_EQ(w->n, (2 * 2 + 3 * 2 + 3) * 2 + 4 * 2);
+    int i = 0;
+    char name[96];
+    for (int top = 0; top < 2; top++) {
+        for (int l = 0; l < (top ? 3 : 2); l++) {
+            struct dlrm_layer_info L;
+            dlrm_get_layer(m, top, l, &L);
+            TH_EQ(w->v[i].group, top ? DLRM_GROUP_TOP : DLRM_GROUP_BOTTOM);
+            TH_EQ(w->v[i].layer_index, l);
+            TH_EQ_STR(w->v[i].part, "kernel");
+            snprintf(name, sizeof name, "dense/%s/kernel", L.name);
+            check_dense_view(w, i++, name, DLRM_ROLE_PARAM, L.w_off, L.in, L.out, 2);
+            snprintf(name, sizeof name, "dense/%s/kernel/adagrad", L.name);
+            check_dense_view(w, i++, name, DLRM_ROLE_STATE, L.w_off, L.in, L.out, 2);
+            snprintf(name, sizeof name, "dense/%s/bias", L.name);
+            check_dense_view(w, i++, name, DLRM_ROLE_PARAM, L.b_off, L.out, 1, 1);
+            snprintf(name, sizeof name, "dense/%s/bias/adagrad", L.name);
+            check_dense_view(w, i++, name, DLRM_ROLE_STATE, L.b_off, L.out, 1, 1);
+        }
+        if (top)
+            continue;
+        struct dlrm_cross_info X; /* the cross layers come between the bottom and top MLPs */
+        dlrm_get_cross(m, 0, &X);
+        TH_EQ(w->v[i].group, DLRM_GROUP_CROSS);
+        TH_EQ_STR(w->v[i].layer, "cross_layer_0");
+        check_dense_view(w, i++, "dense/cross_layer_0/v_kernel", DLRM_ROLE_PARAM, X.v_off, X.width, X.rank, 2);
+        check_dense_view(w, i++, "dense/cross_layer_0/v_kernel/adagrad", DLRM_ROLE_STATE, X.v_off, X.width, X.rank,
+                         2);
+        check_dense_view(w, i++, "dense/cross_layer_0/u_kernel", DLRM_ROLE_PARAM, X.u_off, X.rank, X.width, 2);
+        check_dense_view(w, i++, "dense/cross_layer_0/u_kernel/adagrad", DLRM_ROLE_STATE, X.u_off, X.rank, X.width,
+                         2);
+        check_dense_view(w, i++, "dense/cross_layer_0/bias", DLRM_ROLE_PARAM, X.b_off, X.width, 1, 1);
+        check_dense_view(w, i++, "dense/cross_layer_0/bias/adagrad", DLRM_ROLE_STATE, X.b_off, X.width, 1, 1);
+    }
+    for (int t = 0; t < 4; t++) {
+        for (int st = 0; st < 2; st++, i++) {
+            snprintf(name, sizeof name, st ? "emb/%d/adagrad" : "emb/%d", t);
+            TH_EQ_STR(w->name[i], name);
+            TH_EQ(w->v[i].role, st ? DLRM_ROLE_EMB_STATE : DLRM_ROLE_EMB);
+            TH_EQ(w->v[i].k, st ? DLRM_TABLE_STATE : DLRM_TABLE);
+            TH_EQ(w->v[i].group, DLRM_GROUP_EMB);
+            TH_EQ(w->v[i].index, t);
+            TH_EQ(w->v[i].rows, rows4[t]);
+            TH_EQ(w->v[i].cols, 8);
+            TH_EQ(w->v[i].c0, 0);
+            TH_EQ(w->v[i].c1, 8);
+            TH_EQ(w->v[i].rows * (w->v[i].c1 - w->v[i].c0), dlrm_tensor_numel(m, w->v[i].k, t));
+        }
+    }
+    /* the first error of the callback stops the walk */
+    memset(w, 0, sizeof *w);
+    w->stop_at = 3;
+    TH_EQ_ST(dlrm_tensors(m, walk_collect, w), TR_ERR_IO);
+    TH_EQ(w->n, 3);
+    dlrm_free(&m);
+    /* row-wise Adagrad: one state value per row of each table */
+    c = small_cfg(13);
+    c.optim = KERN_OPT_ROWWISE_ADAGRAD;
+    TH_EQ_ST_REQ(dlrm_new(&c, &be, &m), TR_OK);
+    memset(w, 0, sizeof *w);
+    w->stop_at = -1;
+    TH_EQ_ST(dlrm_tensors(m, walk_collect, w), TR_OK);
+    int nstate = 0;
+    for (int j = 0; j < w->n; j++) {
+        if (w->v[j].role != DLRM_ROLE_EMB_STATE)
+            continue;
+        nstate++;
+        TH_EQ(w->v[j].ndim, 1);
+        TH_EQ(w->v[j].cols, 1);
+        TH_EQ(w->v[j].c1 - w->v[j].c0, 1);
+        TH_EQ(w->v[j].rows, dlrm_tensor_numel(m, DLRM_TABLE_STATE, w->v[j].index));
+    }
+    TH_EQ(nstate, 4);
+    free(w);
+    dlrm_free(&m);
+    kern_backend_close(&be);
+}
+
 static const struct th_case cases[] = {
     {"bad_configs", bad_configs},
     {"interaction_order", interaction_order},
@@ -476,6 +605,7 @@ static const struct th_case cases[] = {
     {"memory_accounting", memory_accounting},
     {"alloc_failures", alloc_failures},
     {"dense_blocks_aligned", dense_blocks_aligned},
+    {"tensor_walk", tensor_walk},
 };
 
 int main(int argc, char **argv)
