@@ -63,7 +63,8 @@ int64_t wckpt_last_step(const struct wckpt *w);
 void wckpt_close(struct wckpt **w);
 
 /* Restores the model, the step, the data position and the first loss from
- * --resume or --restore, when either is given (nothing otherwise; with --resume
+ * --resume or --restore, when either is given (rank 0 seeks its source to the
+ * position: on terarec-loader's ring, a seek request; nothing otherwise; with --resume
  * and nothing committed yet the run starts from step 0, saying so). Collective:
  * every rank returns the same status. Errors (logged, naming the flag, field,
  * tensor or chunk): TR_ERR_ARG (a config that differs, bad flags), TR_ERR_NOT_FOUND

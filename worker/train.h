@@ -69,7 +69,6 @@ struct train {
     struct wckpt *ck;           /* NULL: the run does not save */
     int resumed;                /* the state came from a checkpoint */
     struct source_pos resume_pos; /* its data position */
-    int resume_check;           /* rank 0, --loader: the first batch must be at resume_pos */
 };
 
 struct train_eval {
