@@ -231,6 +231,11 @@ struct launch {
     char hung_reason[1024];
     char loader_error[1024]; /* its first error line */
     json_t *final_metrics;
+    /* a resumed attempt's "started"/"restarted" event, recorded once rank 0 says where
+     * it resumed (its beat's from_step), or before the next event (start_attempt) */
+    json_t *start_ev;
+    const char *start_kind;
+    double start_time;
 };
 
 static double now_wall(void)
@@ -265,8 +270,28 @@ static void db_try(enum tr_status rc, const char *what)
         LOG_WARN("run history: could not record %s (the run goes on)", what);
 }
 
+/* Records the pending start event (at the time the attempt started), with the
+ * step and data position rank 0 resumed from when beat has them. */
+static void record_start(struct launch *L, const json_t *beat)
+{
+    if (!L->start_ev)
+        return;
+    const json_t *from = beat ? json_object_get(beat, "from_step") : NULL;
+    const json_t *pos = beat ? json_object_get(beat, "start_position") : NULL;
+    if (json_is_integer(from) && json_is_string(pos)) {
+        json_object_set(L->start_ev, "from_step", (json_t *)from);
+        json_object_set(L->start_ev, "start_position", (json_t *)pos);
+    }
+    char *s = json_dumps(L->start_ev, JSON_COMPACT);
+    db_try(db_event_add(L->db, L->id, L->start_time, L->start_kind, s), L->start_kind);
+    free(s);
+    json_decref(L->start_ev);
+    L->start_ev = NULL;
+}
+
 static void record_event(struct launch *L, const char *kind, json_t *data)
 {
+    record_start(L, NULL); /* it came first */
     char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
     db_try(db_event_add(L->db, L->id, now_wall(), kind, s), kind);
     free(s);
@@ -445,8 +470,8 @@ static int ctr_gpus(struct launch *L)
 }
 
 /* The given worker flags (not the managed ones), as --name=value; those the loader
- * also takes go to *loader as well. skip_start: leave --start_position out. */
-static void forward_flags(struct launch *L, struct argv *worker, struct argv *loader, int skip_start)
+ * also takes go to *loader as well. */
+static void forward_flags(struct launch *L, struct argv *worker, struct argv *loader)
 {
     struct loader_cfg lc;
     memset(&lc, 0, sizeof lc);
@@ -456,8 +481,6 @@ static void forward_flags(struct launch *L, struct argv *worker, struct argv *lo
     for (int i = 0; i < L->nworker_opts; i++) {
         const struct tr_opt *o = &L->opts[i];
         if (!o->set_by)
-            continue;
-        if (skip_start && !strcmp(o->name, "start_position"))
             continue;
         if (!strcmp(o->name, "log_path") || !strcmp(o->name, "checkpoint_dir") ||
             !strcmp(o->name, "checkpoint_token_file"))
@@ -548,48 +571,6 @@ static enum tr_status start_ckpt(struct launch *L)
     return TR_OK;
 }
 
-/* The data position of the run's last committed checkpoint ("E:B" into pos), or
- * "" when it has none. */
-static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64_t *step)
-{
-    *pos = 0;
-    *step = -1;
-    /* a store directory or token file the user gave is a path in the container */
-    char root[PATH_MAX], token[PATH_MAX];
-    if (L->ckpt_root)
-        ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
-    if (L->ckpt_token)
-        ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
-    struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 3, .timeout = 60};
-    struct ckpt_client *cl = NULL;
-    TR_CHECK(ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl));
-    int64_t s = -1;
-    enum tr_status rc = ckpt_get_latest(cl, L->ckpt_run, &s);
-    if (rc == TR_ERR_NOT_FOUND) {
-        ckpt_client_close(&cl);
-        return TR_OK;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    if (rc == TR_OK)
-        rc = ckpt_get_manifest(cl, L->ckpt_run, s, &text, &len);
-    if (rc == TR_OK) {
-        struct ckpt_manifest m;
-        memset(&m, 0, sizeof m);
-        rc = ckpt_manifest_parse(text, len, "the latest manifest", &m);
-        if (rc == TR_OK) {
-            const json_t *p = json_object_get(m.state, "position");
-            snprintf(pos, n, "%lld:%lld", (long long)json_integer_value(json_object_get(p, "epoch")),
-                     (long long)json_integer_value(json_object_get(p, "index")));
-            *step = m.step;
-        }
-        ckpt_manifest_release(&m);
-    }
-    tr_free(text);
-    ckpt_client_close(&cl);
-    return rc;
-}
-
 /* What a resumed run would continue from, checked before anything starts: the
  * store's directory (a store this launcher serves or writes directly), the run's
  * directory runs/RUN in it, its LATEST, the manifest LATEST names and, in a local
@@ -673,9 +654,10 @@ exit:
     return rc;
 }
 
-/* The loader's and the workers' commands of one attempt (pos: the data position to
- * start from, "" for the start). */
-static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const char *pos, int resume)
+/* The loader's and the workers' commands of one attempt (resume: the workers
+ * continue from the run's last checkpoint, and rank 0 asks the loader to seek to
+ * its data position). */
+static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int resume)
 {
     char ring[96];
     snprintf(ring, sizeof ring, "trl-%s-%d", L->id, L->attempt);
@@ -729,11 +711,7 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         argv_split(w, L->c->mpirun_args);
     }
     exe(L, w, "terarec-worker");
-    forward_flags(L, w, l, *pos != 0);
-    if (*pos) {
-        argv_addf(l, "--start_position=%s", pos);
-        argv_addf(w, "--start_position=%s", pos);
-    }
+    forward_flags(L, w, l);
     if (resume)
         argv_add(w, "--resume");
     argv_addf(w, "--loader=shm:%s", ring);
@@ -753,12 +731,8 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
 /* Starts the loader and the workers of one attempt (0: the first). */
 static enum tr_status start_attempt(struct launch *L, int resume)
 {
-    char pos[64] = "";
-    int64_t from = -1;
-    if (resume)
-        TR_CHECK(ckpt_position(L, pos, sizeof pos, &from));
     struct argv w = {0}, l = {0};
-    attempt_argv(L, &w, &l, pos, resume);
+    attempt_argv(L, &w, &l, resume);
 
     char llog[PATH_MAX + 32], wlog[PATH_MAX + 32];
     snprintf(llog, sizeof llog, "%s/loader.log", L->run_dir);
@@ -779,11 +753,14 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     if (rc != TR_OK)
         return rc;
     json_t *d = json_pack("{s:i,s:i,s:i}", "attempt", L->attempt, "workers", L->world, "nodes", L->nodes);
-    if (*pos) {
-        json_object_set_new(d, "from_step", json_integer(from));
-        json_object_set_new(d, "start_position", json_string(pos));
+    if (resume) { /* from_step and start_position: what rank 0 restores (record_start) */
+        record_start(L, NULL);
+        L->start_ev = d;
+        L->start_kind = L->attempt ? "restarted" : "started";
+        L->start_time = now_wall();
+    } else {
+        record_event(L, L->attempt ? "restarted" : "started", d);
     }
-    record_event(L, L->attempt ? "restarted" : "started", d);
     L->t_last_progress = tr_clock_now();
     L->last_progress_step = -1;
     L->t_rank_lost = 0;
@@ -996,6 +973,8 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         /* not ours to read: ignored */
     } else if (!strcmp(type, "beat")) {
         rk->last_beat = tr_clock_now();
+        if (cn->rank == 0 && json_object_get(m, "from_step"))
+            record_start(L, m); /* rank 0 restored a checkpoint */
         int64_t s = json_integer_value(json_object_get(m, "step"));
         rk->step = s;
         if (s > L->last_progress_step) {
@@ -1748,7 +1727,7 @@ static int dry_run(struct launch *L, const char *dbpath)
         snprintf(L->ckpt_where, sizeof L->ckpt_where, "http://127.0.0.1:PORT");
         L->ckpt_url = 1;
     }
-    attempt_argv(L, &w, &l, "", 0);
+    attempt_argv(L, &w, &l, 0);
     struct argv *cmds[] = {&a, &l, &w};
     const char *what[] = {"store", "loader", "workers"};
     for (int i = 0; i < 3; i++) {
@@ -2143,8 +2122,10 @@ int train_cmd_main(int argc, char **argv)
     tr_free(L.conns);
     tr_free(L.ckpt_root);
     json_decref(L.final_metrics);
-    if (L.db)
+    if (L.db) {
+        record_start(&L, NULL);
         db_close(L.db);
+    }
     tr_opt_release(opts);
     tr_free(argv2);
     return code;
