@@ -11,6 +11,9 @@
  *        every EVPROTO_BEAT_SEC from a thread of every rank: steps done so far
  *        (a stopped or dead process stops beating; a rank blocked in a collective
  *        keeps beating with the same step)
+ *        rank 0 of a run resumed from a checkpoint adds "from_step":s0 and
+ *        "start_position":"E:B" (the checkpoint's step and data position) to
+ *        every beat from the restore on, and beats once at the restore
  *   {"type":"event","kind":K,"step":s,"time":t,"data":{...}}
  *        rank 0 only; K is params, step, eval, ckpt or summary, data the same
  *        object the DLLogger log gets (step: loss, learning_rate, step_time_ms,

@@ -22,8 +22,27 @@ void launch_db_try(enum tr_status rc, const char *what)
         LOG_WARN("run history: could not record %s (the run goes on)", what);
 }
 
+void launch_record_start(struct launch *L, const json_t *beat)
+{
+    struct launch_hist *h = &L->hist;
+    if (!h->start_ev)
+        return;
+    const json_t *from = beat ? json_object_get(beat, "from_step") : NULL;
+    const json_t *pos = beat ? json_object_get(beat, "start_position") : NULL;
+    if (json_is_integer(from) && json_is_string(pos)) {
+        json_object_set(h->start_ev, "from_step", (json_t *)from);
+        json_object_set(h->start_ev, "start_position", (json_t *)pos);
+    }
+    char *s = json_dumps(h->start_ev, JSON_COMPACT);
+    launch_db_try(db_event_add(h->db, L->id, h->start_time, h->start_kind, s), h->start_kind);
+    free(s);
+    json_decref(h->start_ev);
+    h->start_ev = NULL;
+}
+
 void launch_record_event(struct launch *L, const char *kind, json_t *data)
 {
+    launch_record_start(L, NULL); /* it came first */
     char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
     launch_db_try(db_event_add(L->hist.db, L->id, tr_clock_wall(), kind, s), kind);
     free(s);

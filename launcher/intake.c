@@ -184,6 +184,8 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         /* not ours to read: ignored */
     } else if (!strcmp(type, "beat")) {
         rk->last_beat = tr_clock_now();
+        if (cn->rank == 0 && json_object_get(m, "from_step"))
+            launch_record_start(L, m); /* rank 0 restored a checkpoint */
         int64_t s = json_integer_value(json_object_get(m, "step"));
         rk->step = s;
         if (s > L->last_progress_step) {

@@ -100,11 +100,16 @@ struct launch_hist {
     char prev_status[32]; /* how the attempt before it ended */
     char fresh_reason[PATH_MAX + 512]; /* a resumed run starting from step 0: why */
     char resumed_from[64];
+    /* a resumed attempt's "started"/"restarted" event, recorded once rank 0 says where
+     * it resumed (its beat's from_step), or before the next event (launch_record_start) */
+    json_t *start_ev;
+    const char *start_kind;
+    double start_time;
 };
 
 /* One `terarec train`. Its first fields are the run's identity, paths and
  * placement (rundir.c, resume.c) and its children (start.c), which the commands
- * are built from; then the ranks and the attempt's clocks, which start_attempt
+ * are built from; then the ranks and the attempt's clocks, which launch_start_attempt
  * resets; then what each of the other files owns. */
 struct launch {
     struct launch_cfg *c;
@@ -240,6 +245,10 @@ void launch_db_try(enum tr_status rc, const char *what);
 
 /* Records event kind with data (taken: may be NULL) in the run's history. */
 void launch_record_event(struct launch *L, const char *kind, json_t *data);
+/* Records the pending start event of a resumed attempt (L->hist.start_ev, at the
+ * time the attempt started), with the step and data position rank 0 resumed from
+ * when beat has them; nothing when none is pending. */
+void launch_record_start(struct launch *L, const json_t *beat);
 
 /* The run's row before anything starts: a new one (the command line argv, the
  * config, the store: serve or not), or the requeued one reopened (fresh: how it

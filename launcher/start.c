@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../ckpt_store/client.h"
-#include "../ckpt_store/manifest.h"
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
@@ -82,8 +80,8 @@ static int ctr_gpus(struct launch *L)
 }
 
 /* The given worker flags (not the managed ones), as --name=value; those the loader
- * also takes go to *loader as well. skip_start: leave --start_position out. */
-static void forward_flags(struct launch *L, struct argv *worker, struct argv *loader, int skip_start)
+ * also takes go to *loader as well. */
+static void forward_flags(struct launch *L, struct argv *worker, struct argv *loader)
 {
     struct loader_cfg lc;
     memset(&lc, 0, sizeof lc);
@@ -93,8 +91,6 @@ static void forward_flags(struct launch *L, struct argv *worker, struct argv *lo
     for (int i = 0; i < L->nworker_opts; i++) {
         const struct tr_opt *o = &L->opts[i];
         if (!o->set_by)
-            continue;
-        if (skip_start && !strcmp(o->name, "start_position"))
             continue;
         if (!strcmp(o->name, "log_path") || !strcmp(o->name, "checkpoint_dir") ||
             !strcmp(o->name, "checkpoint_token_file"))
@@ -202,51 +198,10 @@ enum tr_status launch_start_ckpt(struct launch *L)
     return TR_OK;
 }
 
-/* The data position of the run's last committed checkpoint ("E:B" into pos), or
- * "" when it has none. */
-static enum tr_status ckpt_position(struct launch *L, char *pos, size_t n, int64_t *step)
-{
-    *pos = 0;
-    *step = -1;
-    /* a store directory or token file the user gave is a path in the container */
-    char root[PATH_MAX], token[PATH_MAX];
-    if (L->ckpt_root)
-        ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
-    if (L->ckpt_token)
-        ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
-    struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 3, .timeout = 60};
-    struct ckpt_client *cl = NULL;
-    TR_CHECK(ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl));
-    int64_t s = -1;
-    enum tr_status rc = ckpt_get_latest(cl, L->ckpt_run, &s);
-    if (rc == TR_ERR_NOT_FOUND) {
-        ckpt_client_close(&cl);
-        return TR_OK;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    if (rc == TR_OK)
-        rc = ckpt_get_manifest(cl, L->ckpt_run, s, &text, &len);
-    if (rc == TR_OK) {
-        struct ckpt_manifest m;
-        memset(&m, 0, sizeof m);
-        rc = ckpt_manifest_parse(text, len, "the latest manifest", &m);
-        if (rc == TR_OK) {
-            const json_t *p = json_object_get(m.state, "position");
-            snprintf(pos, n, "%lld:%lld", (long long)json_integer_value(json_object_get(p, "epoch")),
-                     (long long)json_integer_value(json_object_get(p, "index")));
-            *step = m.step;
-        }
-        ckpt_manifest_release(&m);
-    }
-    tr_free(text);
-    ckpt_client_close(&cl);
-    return rc;
-}
-
-/* The loader's and the workers' commands of one attempt (pos: the data position to
- * start from, "" for the start). */
-static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const char *pos, int resume)
+/* The loader's and the workers' commands of one attempt (resume: the workers
+ * continue from the run's last checkpoint, and rank 0 asks the loader to seek to
+ * its data position). */
+static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int resume)
 {
     char ring[96];
     snprintf(ring, sizeof ring, "trl-%s-%d", L->id, L->attempt);
@@ -300,11 +255,7 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         argv_split(w, L->c->mpirun_args);
     }
     exe(L, w, "terarec-worker");
-    forward_flags(L, w, l, *pos != 0);
-    if (*pos) {
-        argv_addf(l, "--start_position=%s", pos);
-        argv_addf(w, "--start_position=%s", pos);
-    }
+    forward_flags(L, w, l);
     if (resume)
         argv_add(w, "--resume");
     argv_addf(w, "--loader=shm:%s", ring);
@@ -321,21 +272,10 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, const
         argv_addf(w, "--log_path=%s/dlrm_tf_log.json", L->run_dir);
 }
 
-/* start_attempt's name for launch_record_event (history.c) */
-static void record_event(struct launch *L, const char *kind, json_t *data)
+enum tr_status launch_start_attempt(struct launch *L, int resume)
 {
-    launch_record_event(L, kind, data);
-}
-
-/* Starts the loader and the workers of one attempt (0: the first). */
-static enum tr_status start_attempt(struct launch *L, int resume)
-{
-    char pos[64] = "";
-    int64_t from = -1;
-    if (resume)
-        TR_CHECK(ckpt_position(L, pos, sizeof pos, &from));
     struct argv w = {0}, l = {0};
-    attempt_argv(L, &w, &l, pos, resume);
+    attempt_argv(L, &w, &l, resume);
 
     char llog[PATH_MAX + 32], wlog[PATH_MAX + 32];
     snprintf(llog, sizeof llog, "%s/loader.log", L->run_dir);
@@ -356,11 +296,14 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     if (rc != TR_OK)
         return rc;
     json_t *d = json_pack("{s:i,s:i,s:i}", "attempt", L->attempt, "workers", L->world, "nodes", L->nodes);
-    if (*pos) {
-        json_object_set_new(d, "from_step", json_integer(from));
-        json_object_set_new(d, "start_position", json_string(pos));
+    if (resume) { /* from_step and start_position: what rank 0 restores (launch_record_start) */
+        launch_record_start(L, NULL);
+        L->hist.start_ev = d;
+        L->hist.start_kind = L->attempt ? "restarted" : "started";
+        L->hist.start_time = tr_clock_wall();
+    } else {
+        launch_record_event(L, L->attempt ? "restarted" : "started", d);
     }
-    record_event(L, L->attempt ? "restarted" : "started", d);
     L->t_last_progress = tr_clock_now();
     L->last_progress_step = -1;
     L->t_rank_lost = 0;
@@ -369,11 +312,6 @@ static enum tr_status start_attempt(struct launch *L, int resume)
     for (int r = 0; r < L->nranks; r++)
         memset(&L->ranks[r], 0, sizeof L->ranks[r]);
     return TR_OK;
-}
-
-enum tr_status launch_start_attempt(struct launch *L, int resume)
-{
-    return start_attempt(L, resume);
 }
 
 /* --dry_run: the commands of a new run, one per line ("store: ...", "loader: ...",
@@ -399,7 +337,7 @@ enum tr_status launch_dry_run(struct launch *L, const char *dbpath)
         snprintf(L->ckpt_where, sizeof L->ckpt_where, "http://127.0.0.1:PORT");
         L->ckpt_url = 1;
     }
-    attempt_argv(L, &w, &l, "", 0);
+    attempt_argv(L, &w, &l, 0);
     struct argv *cmds[] = {&a, &l, &w};
     const char *what[] = {"store", "loader", "workers"};
     for (int i = 0; i < 3; i++) {

@@ -469,8 +469,10 @@ int train_cmd_main(int argc, char **argv)
     tr_free(L.in.conns);
     tr_free(L.ckpt_root);
     json_decref(L.prog.final_metrics);
-    if (L.hist.db)
+    if (L.hist.db) {
+        launch_record_start(&L, NULL);
         db_close(L.hist.db);
+    }
     tr_opt_release(opts);
     tr_free(argv2);
     return code;

@@ -1,7 +1,8 @@
 /* loader.c: terarec-loader's core: two readers of the job's dataset (one for the
  * training stream, one for evaluation passes) feeding the ring (ring.h) until
- * the worker is done or gone. It serves batches in source order only: shuffled
- * batches, a start position and control flags set by signals come later. */
+ * the worker is done or gone. It serves training batches in source order from
+ * --start_position, or from where the worker asks it to seek (a resumed run's
+ * checkpoint position, ring.h), with the control flags signals set. */
 #define TR_SUBSYS TR_SUB_DATA
 #include "loader.h"
 
@@ -44,8 +45,8 @@ void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
 }
 
 /* Fills the next slot of stream s from src; a training batch takes the pending
- * requests (req may be NULL). */
-static enum tr_status produce(struct ring *r, int s, struct source *src, struct loader_requests *req)
+ * requests (req may be NULL) and is tagged with the seek generation gen. */
+static enum tr_status produce(struct ring *r, int s, struct source *src, struct loader_requests *req, uint64_t gen)
 {
     struct ring_hdr *h = r->h;
     const uint64_t q = atomic_load(&h->head[s]);
@@ -73,8 +74,31 @@ static enum tr_status produce(struct ring *r, int s, struct source *src, struct 
     int64_t *nf = ring_slot_nf(r, s, q);
     nf[0] = src->nonfinite_replaced ? src->nonfinite_replaced[0] : 0;
     nf[1] = src->nonfinite_replaced ? src->nonfinite_replaced[1] : 0;
+    if (s == BATCH_TRAIN)
+        atomic_store(ring_slot_gen(r, q), gen);
     atomic_store_explicit(&h->head[s], q + 1, memory_order_release);
     ring_wake_peer(r);
+    return TR_OK;
+}
+
+/* Applies the consumer's newest seek request, if any: the training reader moves
+ * there and what is filled from now on carries its generation (*gen). */
+static enum tr_status apply_seek(struct ring *r, struct source *train, uint64_t *gen)
+{
+    uint64_t g;
+    int64_t e, i;
+    if (!ring_seek_requested(r, *gen, &g, &e, &i))
+        return TR_OK;
+    const struct source_pos p = {BATCH_TRAIN, e, i};
+    enum tr_status rc = source_seek(train, &p);
+    if (rc != TR_OK) {
+        LOG_ERROR("loader: the worker asked for training batch %lld of epoch %lld, outside the dataset", (long long)i,
+                  (long long)e);
+        return rc;
+    }
+    *gen = g;
+    LOG_INFO(DATA, "loader: seek requested: training batches from epoch %lld, batch %lld", (long long)e,
+             (long long)i);
     return TR_OK;
 }
 
@@ -88,6 +112,7 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
     uint32_t served = 0; /* test passes finished */
     int64_t test_k = 0; /* batches of the current pass produced */
     int draining = 0;   /* a stop was asked for: the workers stop at a batch flagged so */
+    uint64_t gen = 0;   /* the seek generation applied */
     for (;;) {
         const uint32_t seen = atomic_load(&h->lwake);
         const uint32_t st = atomic_load(&h->state);
@@ -115,17 +140,18 @@ static enum tr_status serve(struct ring *r, struct source *train, struct source 
                       (int)atomic_load(&h->consumer_pid), r->name, ring_peer_age(r));
             return TR_ERR_REMOTE;
         }
+        TR_CHECK(apply_seek(r, train, &gen));
         const uint32_t passes = atomic_load(&h->test_req);
         if (h->nbatches[BATCH_TEST] == 0)
             served = passes;
         if (served != passes && atomic_load(&h->head[1]) - atomic_load_explicit(&h->tail[1], memory_order_acquire) < K) {
-            TR_CHECK(produce(r, BATCH_TEST, test, NULL));
+            TR_CHECK(produce(r, BATCH_TEST, test, NULL, 0));
             if (++test_k == h->nbatches[BATCH_TEST]) {
                 test_k = 0;
                 served++;
             }
         } else if (atomic_load(&h->head[0]) - atomic_load_explicit(&h->tail[0], memory_order_acquire) < K) {
-            TR_CHECK(produce(r, BATCH_TRAIN, train, req));
+            TR_CHECK(produce(r, BATCH_TRAIN, train, req, gen));
         } else {
             if (ring_wait(r, seen) != TR_OK) /* the peer is checked at the top */
                 continue;

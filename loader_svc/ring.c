@@ -89,6 +89,43 @@ int64_t *ring_slot_nf(const struct ring *r, int s, uint64_t i)
     return (int64_t *)((char *)h + h->off_nf) + 2 * ((int64_t)s * h->slots + (int64_t)(i % (uint64_t)h->slots));
 }
 
+_Atomic uint64_t *ring_slot_gen(const struct ring *r, uint64_t i)
+{
+    const struct ring_hdr *h = r->h;
+    return (_Atomic uint64_t *)((char *)h + h->off_gen) + (int64_t)(i % (uint64_t)h->slots);
+}
+
+uint64_t ring_request_seek(struct ring *r, int64_t epoch, int64_t index)
+{
+    struct ring_hdr *h = r->h;
+    const uint64_t seq = atomic_load(&h->seek_seq);
+    atomic_store(&h->seek_seq, seq + 1); /* odd: being written */
+    atomic_store(&h->seek_pos[0], epoch);
+    atomic_store(&h->seek_pos[1], index);
+    atomic_store(&h->seek_seq, seq + 2);
+    ring_wake_peer(r);
+    return (seq + 2) / 2;
+}
+
+int ring_seek_requested(const struct ring *r, uint64_t applied, uint64_t *gen, int64_t *epoch, int64_t *index)
+{
+    const struct ring_hdr *h = r->h;
+    for (;;) {
+        const uint64_t s1 = atomic_load(&h->seek_seq);
+        if (s1 / 2 == applied && !(s1 & 1))
+            return 0;
+        if (s1 & 1)
+            continue; /* the consumer is between two stores */
+        const int64_t e = atomic_load(&h->seek_pos[0]), i = atomic_load(&h->seek_pos[1]);
+        if (atomic_load(&h->seek_seq) != s1)
+            continue;
+        *gen = s1 / 2;
+        *epoch = e;
+        *index = i;
+        return 1;
+    }
+}
+
 const int64_t *ring_rows(const struct ring *r)
 {
     return (const int64_t *)((const char *)r->h + r->h->off_rows);
@@ -186,7 +223,8 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     const int64_t slot_bytes = align_up(batch_bytes(cap, sh->num_features, sh->ntables), 4096);
     const int64_t off_rows = align_up((int64_t)sizeof(struct ring_hdr), 64);
     const int64_t off_nf = align_up(off_rows + 8 * (int64_t)sh->ntables, 64);
-    const int64_t off_slots = align_up(off_nf + 8 * 2 * 2 * (int64_t)slots, 4096);
+    const int64_t off_gen = align_up(off_nf + 8 * 2 * 2 * (int64_t)slots, 64);
+    const int64_t off_slots = align_up(off_gen + 8 * (int64_t)slots, 4096);
     const int64_t total = off_slots + 2 * (int64_t)slots * slot_bytes;
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
@@ -230,6 +268,7 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     }
     h->off_rows = off_rows;
     h->off_nf = off_nf;
+    h->off_gen = off_gen;
     h->off_slots = off_slots;
     snprintf(h->desc, sizeof h->desc, "%s", sh->desc ? sh->desc : "");
     memcpy((char *)h + off_rows, sh->rows, 8 * (size_t)sh->ntables);
@@ -258,6 +297,7 @@ static enum tr_status check_hdr(const struct ring *r, int64_t size)
         field = "version";
     } else if (h->slots < 1 || h->ntables < 0 || h->num_features < 0 || h->batch[0] < 1 || h->batch[1] < 1 ||
                h->slot_bytes < batch_bytes(TR_MAX(h->batch[0], h->batch[1]), h->num_features, h->ntables) ||
+               h->off_gen + 8 * (int64_t)h->slots > h->off_slots ||
                h->off_slots + 2 * h->slots * h->slot_bytes > size || h->total_bytes > size) {
         field = "slot size";
     }

@@ -8,6 +8,8 @@
  *   rows   (ntables) i64       at hdr.off_rows: rows of each embedding table
  *   nf     (2, K) i64          at hdr.off_nf: per slot, the NaN/inf values the
  *                              loader had replaced when it filled the slot (per split)
+ *   gen    (K) u64             at hdr.off_gen: per training slot, the seek generation
+ *                              it was filled under
  *   slots  (2, K) blocks       at hdr.off_slots, slot_bytes each (4096-aligned):
  *                              stream 0 = train, stream 1 = test; each a batch
  *                              block (batch.h) formatted for that split's batch size
@@ -19,6 +21,14 @@
  *   head - tail < K, then increments head; the consumer copies slot tail % K
  *   out while tail != head, then increments tail.
  *   train: the loader keeps it full, in source order (prefetching ahead).
+ *   seek: the consumer asks the loader to serve training batches from another
+ *   position (a resumed run's checkpoint): seek_seq is a sequence lock the
+ *   consumer alone writes (odd while it writes seek_pos, even after), and
+ *   seek_seq / 2 is the generation. The loader applies a new generation before it
+ *   fills the next slot (source seek), tags every training slot it fills with the
+ *   generation it filled it under (gen), and fills from the new position on; the
+ *   consumer drops the slots of older generations as it reaches them (what was
+ *   queued before the request), keeping their request flags for the next batch.
  *   test: the consumer increments test_req to ask for one whole evaluation pass
  *   (nbatches[1] batches from batch 0); the loader serves requests in order.
  *   Waking: the consumer bumps lwake (and FUTEX_WAKEs it) after every change the
@@ -50,7 +60,7 @@ extern "C" {
 #endif
 
 #define RING_MAGIC 0x474e5254u /* "TRNG" */
-#define RING_VERSION 2u
+#define RING_VERSION 3u
 #define RING_NAME_MAX 200
 #define RING_STALE_S 3.0 /* a heartbeat older than this: the peer is gone */
 
@@ -77,11 +87,14 @@ struct ring_hdr {
     int64_t seed;
     int64_t start[2]; /* --start_position: epoch and batch of the first training batch */
     int64_t nsamples[2], batch[2], nbatches[2];
-    int64_t off_rows, off_nf, off_slots;
+    int64_t off_rows, off_nf, off_gen, off_slots;
     char desc[256]; /* "synthetic" or the FeatureSpec path */
     /* the streams */
     _Atomic uint64_t head[2], tail[2];
     _Atomic uint32_t test_req; /* evaluation passes asked for */
+    uint32_t pad0;
+    _Atomic uint64_t seek_seq; /* the seek request's sequence lock (2 x generation; odd: being written) */
+    _Atomic int64_t seek_pos[2]; /* epoch and batch of the training batch the request asks for */
     _Atomic uint32_t lwake, cwake; /* futex words: the loader waits on lwake, the consumer on cwake */
     _Atomic uint32_t state; /* enum ring_state bits */
     _Atomic int32_t loader_error; /* enum tr_status, with RING_ST_LOADER_FAILED */
@@ -147,6 +160,18 @@ struct batch *ring_slot(const struct ring *r, int s, uint64_t i);
 /* Per-slot counters of replaced NaN/inf values ((2) per slot: train, test). */
 int64_t *ring_slot_nf(const struct ring *r, int s, uint64_t i);
 const int64_t *ring_rows(const struct ring *r);
+
+/* The seek generation training slot i was filled under. */
+_Atomic uint64_t *ring_slot_gen(const struct ring *r, uint64_t i);
+
+/* Consumer side: asks the loader to serve training batches from (epoch, index)
+ * (ring.h's seek protocol) and wakes it; returns the new generation, which the
+ * first batch filled from there carries. Only the consumer may call it. */
+uint64_t ring_request_seek(struct ring *r, int64_t epoch, int64_t index);
+
+/* Loader side: whether the consumer asked for a generation other than `applied`;
+ * if so, *gen and *epoch, *index are the newest request (read consistently). */
+int ring_seek_requested(const struct ring *r, uint64_t applied, uint64_t *gen, int64_t *epoch, int64_t *index);
 
 /* Sets state bits and wakes the peer. */
 void ring_set_state(struct ring *r, uint32_t bits);

@@ -77,9 +77,10 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job) T
  * a mismatch is TR_ERR_ARG, logged naming the flag. The shape (tables, rows,
  * sample and batch counts) comes from the ring, so the dataset is never opened.
  * next serves the train stream in order; seek to {test, 0, 0} asks the loader for
- * one evaluation pass, served by the following next calls; seek back to the
- * current training position resumes training; any other seek is
- * TR_ERR_UNSUPPORTED (logged). A dead or failed loader makes next return
+ * one evaluation pass, served by the following next calls; seek to a training
+ * position resumes training there (at another position than the next one, the
+ * loader is asked to seek, and the batches it had queued are dropped; TR_ERR_RANGE
+ * outside the split); any other seek is TR_ERR_UNSUPPORTED (logged). A dead or failed loader makes next return
  * TR_ERR_REMOTE (or the loader's error), logged naming the loader. Errors of
  * ring_attach as documented there. Close with source_close whatever the result
  * (it tells the loader to stop). Not thread-safe. */

@@ -1,8 +1,8 @@
 /* source_ring.c: the source interface over the loader's shared-memory ring
  * (ring.h): training batches from the train stream in the loader's order, one
- * evaluation pass from the test stream per seek to {test, 0, 0}. It cannot seek
- * elsewhere yet (resuming at a saved position is the loader's --start_position,
- * still to come). */
+ * evaluation pass from the test stream per seek to {test, 0, 0}, and a seek to
+ * another training position as a request to the loader (ring.h), after which the
+ * batches it had queued are dropped. It does not seek within a test pass. */
 #define TR_SUBSYS TR_SUB_DATA
 #include "source.h"
 
@@ -19,6 +19,8 @@ struct rsrc {
     int testing; /* serving a test pass */
     int64_t test_read; /* its batches consumed */
     int64_t nf[2]; /* replaced NaN/inf values up to the last consumed batch */
+    uint64_t gen; /* the seek generation of the training batches wanted */
+    uint32_t carry; /* request flags of dropped training batches, for the next one served */
 };
 
 /* Copies the n samples of src into dst (same shape, any capacities). */
@@ -52,24 +54,37 @@ static enum tr_status loader_gone(struct rsrc *q, const char *what)
     return TR_ERR_REMOTE;
 }
 
-/* Takes the next block of stream s into b. */
+/* Takes the next block of stream s into b; training blocks filled before the last
+ * seek request (an older generation) are dropped, their request flags kept. */
 static enum tr_status take(struct rsrc *q, int s, struct batch *b)
 {
     struct ring_hdr *h = q->ring.h;
-    const uint64_t t = atomic_load(&h->tail[s]);
+    uint64_t t;
     for (;;) {
-        const uint32_t seen = atomic_load(&h->cwake);
-        if (atomic_load_explicit(&h->head[s], memory_order_acquire) != t)
+        t = atomic_load(&h->tail[s]);
+        for (;;) {
+            const uint32_t seen = atomic_load(&h->cwake);
+            if (atomic_load_explicit(&h->head[s], memory_order_acquire) != t)
+                break;
+            if (atomic_load(&h->state) & RING_ST_LOADER_FAILED)
+                return loader_gone(q, s == BATCH_TRAIN ? "training" : "test");
+            if (ring_wait(&q->ring, seen) != TR_OK)
+                return loader_gone(q, s == BATCH_TRAIN ? "training" : "test");
+        }
+        if (s != BATCH_TRAIN || atomic_load(ring_slot_gen(&q->ring, t)) == q->gen)
             break;
-        if (atomic_load(&h->state) & RING_ST_LOADER_FAILED)
-            return loader_gone(q, s == BATCH_TRAIN ? "training" : "test");
-        if (ring_wait(&q->ring, seen) != TR_OK)
-            return loader_gone(q, s == BATCH_TRAIN ? "training" : "test");
+        q->carry |= ring_slot(&q->ring, s, t)->flags; /* queued before the seek: dropped */
+        atomic_store_explicit(&h->tail[s], t + 1, memory_order_release);
+        ring_wake_peer(&q->ring);
     }
     const struct batch *slot = ring_slot(&q->ring, s, t);
     if (slot->n > b->cap || slot->num_features != b->num_features || slot->ntables != b->ntables)
         return TR_ERR_ARG;
     copy_batch(b, slot);
+    if (s == BATCH_TRAIN) {
+        b->flags |= q->carry;
+        q->carry = 0;
+    }
     const int64_t *nf = ring_slot_nf(&q->ring, s, t);
     q->nf[s] = nf[s];
     atomic_store_explicit(&h->tail[s], t + 1, memory_order_release);
@@ -83,9 +98,9 @@ static enum tr_status q_next(void *ctx, struct batch *b)
     const struct ring_hdr *h = q->ring.h;
     if (!q->testing) {
         TR_CHECK(take(q, BATCH_TRAIN, b));
-        if (b->index != q->train.index)
-            TR_BUG("ring '%s': training batch %lld where %lld was due", q->ring.name, (long long)b->index,
-                   (long long)q->train.index);
+        if (b->index != q->train.index || b->epoch != q->train.epoch)
+            TR_BUG("ring '%s': training batch %lld:%lld where %lld:%lld was due", q->ring.name, (long long)b->epoch,
+                   (long long)b->index, (long long)q->train.epoch, (long long)q->train.index);
         if (++q->train.index == h->nbatches[BATCH_TRAIN]) {
             q->train.index = 0;
             q->train.epoch++;
@@ -117,8 +132,15 @@ static enum tr_status q_seek(void *ctx, const struct source_pos *pos)
         q->test_read = 0;
         return TR_OK;
     }
-    if (pos->split == BATCH_TRAIN && pos->epoch == q->train.epoch && pos->index == q->train.index &&
-        (!q->testing || q->test_read == q->ring.h->nbatches[BATCH_TEST])) {
+    if (pos->split == BATCH_TRAIN && (!q->testing || q->test_read == q->ring.h->nbatches[BATCH_TEST])) {
+        if (pos->epoch < 0 || pos->index < 0 || pos->index >= q->ring.h->nbatches[BATCH_TRAIN])
+            return TR_ERR_RANGE;
+        if (pos->epoch != q->train.epoch || pos->index != q->train.index) { /* elsewhere: ask the loader */
+            q->gen = ring_request_seek(&q->ring, pos->epoch, pos->index);
+            q->train = *pos;
+            LOG_INFO(DATA, "ring '%s': asked the loader for training batches from epoch %lld, batch %lld",
+                     q->ring.name, (long long)pos->epoch, (long long)pos->index);
+        }
         q->testing = 0;
         return TR_OK;
     }

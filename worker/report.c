@@ -37,6 +37,8 @@ struct report {
     int fd;                    /* -1 once closed */
     int rank;
     _Atomic int64_t step;      /* steps done, for the beats */
+    _Atomic int64_t from_step; /* the restored step (report_set_resumed), -1: none */
+    _Atomic int64_t from_pos[2]; /* its data position: epoch, batch */
     pthread_mutex_t mu;        /* the fd, the flags below and line */
     int gone;                  /* nothing more is sent */
     int warned_drop, warned_long;
@@ -152,9 +154,13 @@ static void send_json(struct report *r, const json_t *rec, int beat)
 
 static void send_beat(struct report *r)
 {
-    char buf[160];
-    int n = snprintf(buf, sizeof buf, "{\"type\":\"beat\",\"rank\":%d,\"step\":%lld,\"time\":%.6f}\n", r->rank,
-                     (long long)atomic_load(&r->step), tr_clock_wall());
+    char buf[256], resumed[128] = "";
+    const int64_t from = atomic_load(&r->from_step);
+    if (from >= 0)
+        snprintf(resumed, sizeof resumed, ",\"from_step\":%lld,\"start_position\":\"%lld:%lld\"", (long long)from,
+                 (long long)atomic_load(&r->from_pos[0]), (long long)atomic_load(&r->from_pos[1]));
+    int n = snprintf(buf, sizeof buf, "{\"type\":\"beat\",\"rank\":%d,\"step\":%lld,\"time\":%.6f%s}\n", r->rank,
+                     (long long)atomic_load(&r->step), tr_clock_wall(), resumed);
     if (n <= 0 || (size_t)n >= sizeof buf)
         return;
     pthread_mutex_lock(&r->mu);
@@ -297,6 +303,7 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
     r->fd = -1;
     r->rank = who->rank;
     atomic_init(&r->step, 0);
+    atomic_init(&r->from_step, -1);
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->stop_mu, NULL);
     r->addr = tr_strdup(addr);
@@ -345,6 +352,16 @@ void report_set_step(struct report *r, int64_t step)
 {
     if (r)
         atomic_store(&r->step, step);
+}
+
+void report_set_resumed(struct report *r, int64_t step, int64_t epoch, int64_t index)
+{
+    if (!r)
+        return;
+    atomic_store(&r->from_pos[0], epoch);
+    atomic_store(&r->from_pos[1], index);
+    atomic_store(&r->from_step, step);
+    send_beat(r); /* now, not a beat later: a short run may end before the next */
 }
 
 /* ---- the event sink ------------------------------------------------------------------ */

@@ -48,6 +48,11 @@ void report_on_launcher_gone(report_gone_fn fn);
 /* Steps done so far, for the next beats. r may be NULL. Thread-safe. */
 void report_set_step(struct report *r, int64_t step);
 
+/* Says (rank 0) that the run resumed from a checkpoint of `step` whose data
+ * position is (epoch, index): from now on every beat carries them (evproto.h),
+ * and one is sent at once. r may be NULL. Thread-safe. */
+void report_set_resumed(struct report *r, int64_t step, int64_t epoch, int64_t index);
+
 /* Adds to ev a sink that sends each event as {"type":"event","kind",...} (rank
  * 0's job). The sink borrows r: close ev before report_free. r NULL adds
  * nothing. TR_ERR_ARG when ev has no room for another sink. */

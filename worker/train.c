@@ -429,18 +429,6 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
     if (T->dist.rank == 0) {
         struct batch *b = T->blk;
         TR_CHECK(source_next(&T->src, b));
-        if (T->resume_check) { /* a restored run on terarec-loader's ring */
-            T->resume_check = 0;
-            if (b->epoch != T->resume_pos.epoch || b->index != T->resume_pos.index) {
-                LOG_ERROR("restore: terarec-loader serves epoch %lld, batch %lld first, but the checkpoint resumes at "
-                          "epoch %lld, batch %lld",
-                          (long long)b->epoch, (long long)b->index, (long long)T->resume_pos.epoch,
-                          (long long)T->resume_pos.index);
-                LOG_HINT("start terarec-loader with --start_position %lld:%lld", (long long)T->resume_pos.epoch,
-                         (long long)T->resume_pos.index);
-                return TR_ERR_ARG;
-            }
-        }
         b->step = s;
         b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
         if (T->src.nsamples[BATCH_TEST] == 0)

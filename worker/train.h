@@ -69,7 +69,6 @@ struct train {
     struct wckpt *ck;           /* NULL: the run does not save */
     int resumed;                /* the state came from a checkpoint */
     struct source_pos resume_pos; /* its data position */
-    int resume_check;           /* rank 0, --loader: the first batch must be at resume_pos */
 };
 
 struct train_eval {
@@ -106,7 +105,7 @@ enum tr_status train_report(struct train *T) TR_WUR;
  * the state after T->step steps (wckpt_save). train_ckpt_restore restores the
  * model, T->step, the data position and the first loss from --resume or
  * --restore, when either is given (wckpt_restore), and seeks the data source to
- * the position (rank 0; with --loader its first batch is checked instead).
+ * the position (rank 0; on terarec-loader's ring, a seek request to the loader).
  * Collective: every rank returns the same status. Errors: those of ckpt.h, and
  * source_seek's for a position outside the dataset (logged). */
 enum tr_status train_ckpt_open(struct train *T) TR_WUR;

@@ -59,9 +59,8 @@ enum tr_status train_ckpt_restore(struct train *T)
             T->res.best_auc = out.st.best_auc;
     }
     if (rc == TR_OK && out.restored && T->dist.rank == 0) {
-        if (c->loader && *c->loader) {
-            T->resume_check = 1; /* the loader serves in order: its first batch is checked */
-        } else if ((rc = source_seek(&T->src, &T->resume_pos)) != TR_OK) {
+        /* the reader seeks; terarec-loader's ring asks the loader to seek */
+        if ((rc = source_seek(&T->src, &T->resume_pos)) != TR_OK) {
             LOG_ERROR("restore: the checkpoint's data position (epoch %lld, batch %lld) is outside this dataset",
                       (long long)T->resume_pos.epoch, (long long)T->resume_pos.index);
             LOG_HINT("restore with the dataset and --batch_size the checkpoint was trained with");

@@ -153,6 +153,8 @@ enum tr_status worker_run(const struct worker_cfg *c, struct worker_result *res)
         rc = train_ckpt_restore(&T);
     if (rc == TR_OK)
         report_set_step(T.rep, T.step);
+    if (rc == TR_OK && T.resumed && T.dist.rank == 0) /* the launcher's record of where it resumed */
+        report_set_resumed(T.rep, T.step, T.resume_pos.epoch, T.resume_pos.index);
     if (rc == TR_OK && c->mode == WORKER_MODE_EVAL) {
         struct train_eval ev;
         rc = train_evaluate(&T, &ev);

@@ -11,7 +11,8 @@
 # dataset error in the loader stops the worker with exit 2, naming the loader;
 # SIGTERM before any worker attached removes the ring. --shuffle_batches and
 # --start_position pass through the loader (a worker whose start differs is
-# refused); SIGUSR2/SIGUSR1 to the loader put an evaluation / a checkpoint request
+# refused), and a run resumed on a loader started at 0:0 has it seek to the
+# checkpoint's position (the same losses as a loader started there); SIGUSR2/SIGUSR1 to the loader put an evaluation / a checkpoint request
 # on the next batch, seen by the worker; SIGTERM with a worker attached stops
 # every rank after the same step (worker exit 0). After each case nothing named
 # terarec-<ring>* is left in /dev/shm.
@@ -317,31 +318,35 @@ out=$(timeout 30 $L $SYN 2>&1)
 rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q -- "--ring: required" && ok "terarec-loader without --ring: exit 2" \
     || fail "terarec-loader without --ring: exit 2" "exit $rc: $out"
-# ---- a run restored from a checkpoint takes its batches from a loader started
-# where the checkpoint resumes; a loader started elsewhere is refused, naming
-# the --start_position to give it
+# ---- a run restored from a checkpoint takes its batches from where the
+# checkpoint resumes: rank 0 asks a loader started at 0:0 to seek there, and
+# trains the same steps as on a loader started there with --start_position
 ring=$R-res
-RES="$SYN $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 --threads 1 --log_path= --checkpoint_dir ck-res --run_name res"
-if timeout 60 $W $RES --max_steps 4 >res0.out 2>&1; then
+RES="$SYN $SYN_MODEL --learning_rate 0.2 --warmup_steps 0 --threads 1 --print_freq 1 --log_path= --run_name res"
+losses() { grep '^step=' "$1" | sed 's/^\(step=[0-9]*\),.*\(loss=[^,]*\),.*/\1 \2/'; }
+if timeout 60 $W $RES --checkpoint_dir ck-res --max_steps 4 >res0.out 2>&1 && cp -r ck-res ck-res2; then
     $L --ring $ring $SYN --attach_timeout 30 >res1.l.out 2>&1 &
     lp=$!
     wait_for res1.l.out "ring '/terarec-$ring' ready"
-    timeout 60 $W $RES --max_steps 8 --resume --loader shm:$ring >res1.out 2>&1
+    timeout 60 $W $RES --checkpoint_dir ck-res --max_steps 8 --resume --loader shm:$ring >res1.out 2>&1
     rc=$?
-    kill $lp 2>/dev/null
     wait $lp 2>/dev/null
-    [ $rc -eq 2 ] && grep -q 'start terarec-loader with --start_position 0:4' res1.out &&
-        ok "resume on a loader that starts at 0:0: refused (exit 2), naming --start_position 0:4" ||
-        fail "resume on a loader at the wrong position" "exit $rc: $(tail -n 2 res1.out)"
+    [ $rc -eq 0 ] && grep -q 'restored --resume ck-res#res@4' res1.out && grep -q '^step=8,' res1.out &&
+        ok "resume on a loader that starts at 0:0: the loader seeks to 0:4, steps 5-8 trained" ||
+        fail "resume on a loader that starts at 0:0" "exit $rc: $(tail -n 3 res1.out)"
     $L --ring $ring $SYN --start_position 0:4 --attach_timeout 30 >res2.l.out 2>&1 &
     lp=$!
     wait_for res2.l.out "ring '/terarec-$ring' ready"
-    timeout 60 $W $RES --max_steps 8 --resume --loader shm:$ring --start_position 0:4 >res2.out 2>&1
+    timeout 60 $W $RES --checkpoint_dir ck-res2 --max_steps 8 --resume --loader shm:$ring --start_position 0:4 \
+        >res2.out 2>&1
     rc=$?
     wait $lp 2>/dev/null
-    [ $rc -eq 0 ] && grep -q 'restored --resume ck-res#res@4' res2.out && grep -q '^step=8,' res2.out &&
+    [ $rc -eq 0 ] && grep -q 'restored --resume ck-res2#res@4' res2.out && grep -q '^step=8,' res2.out &&
         ok "resume on a loader started at the checkpoint's position: steps 5-8 trained" ||
         fail "resume on the loader" "exit $rc: $(tail -n 3 res2.out)"
+    [ -n "$(losses res1.out)" ] && [ "$(losses res1.out)" = "$(losses res2.out)" ] &&
+        ok "the seeking loader serves the same batches as the one started there: $(losses res1.out | tr '\n' ' ')" ||
+        fail "the seeking loader's losses" "$(losses res1.out | tr '\n' ' ') vs $(losses res2.out | tr '\n' ' ')"
 else
     fail "resume via the loader: the first run" "$(tail -n 3 res0.out)"
 fi

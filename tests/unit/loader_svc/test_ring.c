@@ -1,7 +1,7 @@
 /* test_ring.c: the loader's shared-memory ring with real processes (fork): a
  * loader child serves the same batches, in the same order, as the in-process
- * reader, through wrap-around of its slots and repeated evaluation passes; a
- * consumer with other flags is refused without claiming the ring; a
+ * reader, through wrap-around of its slots and repeated evaluation passes, and
+ * from where the consumer asks it to seek mid-stream; a consumer with other flags is refused without claiming the ring; a
  * waiting loader and a waiting consumer use ~no CPU; a stale ring is replaced, a
  * live one refused (a consumer waits past a stale one for the new loader), a bad magic or version refused; a killed
  * loader or consumer is noticed by the other within 5 s; no /dev/shm name is left behind. */
@@ -148,11 +148,64 @@ static void order_wrap_and_test_passes(void)
             TH_EQ_ST_REQ(source_seek(&ref, &pr), TR_OK);
         }
     }
-    const struct source_pos elsewhere = {BATCH_TRAIN, 0, 1};
+    /* within a test pass: the loader serves passes from their start (a training
+     * position elsewhere is a seek request: seek_mid_stream) */
+    const struct source_pos elsewhere = {BATCH_TEST, 0, 1};
     TH_EQ_ST(source_seek(&q, &elsewhere), TR_ERR_UNSUPPORTED);
     source_close(&q);
     source_close(&ref);
     TH_EQ(wait_exit(lp, 5), 0); /* the loader ends when the consumer is done */
+    batch_free(&a);
+    batch_free(&b);
+}
+
+/* A seek request mid-stream: the loader has its slots full of the batches that
+ * follow; after the seek the consumer's next batch is the one asked for (what was
+ * queued is dropped), the same as the reader's at that position, and the stream
+ * goes on in order from there; a position outside the split is refused. */
+static void seek_mid_stream(void)
+{
+    struct job_cfg j;
+    job(&j);
+    new_name("seek");
+    pid_t lp = fork_loader(&j, 3, 10);
+    struct source q, ref;
+    TH_EQ_ST_REQ(source_open_ring(&q, name, 10, &j, NULL), TR_OK);
+    TH_EQ_ST_REQ(source_open_reader(&ref, &j), TR_OK);
+    struct batch *a = NULL, *b = NULL;
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(source_next(&q, a), TR_OK);
+    TH_EQ(a->index, 0);
+    usleep(300000); /* the loader fills its 3 slots with batches 1, 2, 3 */
+    const struct source_pos far = {BATCH_TRAIN, 2, 3}, bad = {BATCH_TRAIN, 0, 5};
+    TH_EQ_ST(source_seek(&q, &bad), TR_ERR_RANGE);
+    TH_EQ_ST_REQ(source_seek(&q, &far), TR_OK);
+    TH_EQ_ST_REQ(source_seek(&ref, &far), TR_OK);
+    struct source_pos p;
+    source_tell(&q, &p);
+    TH_CHECK(p.split == BATCH_TRAIN && p.epoch == 2 && p.index == 3);
+    for (int k = 0; k < 4; k++) { /* 2:3, 2:4, 3:0, 3:1 */
+        TH_EQ_ST_REQ(source_next(&q, a), TR_OK);
+        TH_EQ_ST_REQ(source_next(&ref, b), TR_OK);
+        TH_CHECKF(a->epoch == b->epoch && a->index == b->index, "batch %d after the seek: %lld:%lld, not %lld:%lld",
+                  k, (long long)a->epoch, (long long)a->index, (long long)b->epoch, (long long)b->index);
+        TH_CHECKF(same_batch(a, b), "batch %d after the seek differs from the reader's", k);
+    }
+    TH_EQ(a->epoch, 3);
+    TH_EQ(a->index, 1);
+    const struct source_pos back = {BATCH_TRAIN, 0, 1}; /* backwards, twice in a row */
+    TH_EQ_ST_REQ(source_seek(&q, &far), TR_OK);
+    TH_EQ_ST_REQ(source_seek(&q, &back), TR_OK);
+    TH_EQ_ST_REQ(source_seek(&ref, &back), TR_OK);
+    TH_EQ_ST_REQ(source_next(&q, a), TR_OK);
+    TH_EQ_ST_REQ(source_next(&ref, b), TR_OK);
+    TH_EQ(a->epoch, 0);
+    TH_EQ(a->index, 1);
+    TH_CHECK(same_batch(a, b));
+    source_close(&q);
+    source_close(&ref);
+    TH_EQ(wait_exit(lp, 5), 0);
     batch_free(&a);
     batch_free(&b);
 }
@@ -399,6 +452,7 @@ static void no_consumer_times_out(void)
 
 static const struct th_case cases[] = {
     {"order_wrap_and_test_passes", order_wrap_and_test_passes},
+    {"seek_mid_stream", seek_mid_stream},
     {"flags_checked", flags_checked},
     {"waits_do_not_spin", waits_do_not_spin},
     {"stale_replaced_live_refused", stale_replaced_live_refused},
