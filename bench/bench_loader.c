@@ -60,10 +60,10 @@ int main(int argc, char **argv)
     struct tr_opt opts[JOB_MAX_OPTS + 3];
     int k = job_opts(&job, JOB_DATA | JOB_BATCH | JOB_TRAIN, opts);
     opts[k++] = (struct tr_opt){"threads", TR_OPT_INT, &threads, "1", "decode threads (OpenMP)", 1, 4096, NULL,
-                                NULL, 0, NULL};
+                                NULL, 0, NULL, 0};
     opts[k++] = (struct tr_opt){"seconds", TR_OPT_DOUBLE, &seconds, "5",
-                                "run at least this long, and at least one epoch", 0, 1e6, NULL, NULL, 0, NULL};
-    opts[k] = (struct tr_opt){NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL};
+                                "run at least this long, and at least one epoch", 0, 1e6, NULL, NULL, 0, NULL, 0};
+    opts[k] = (struct tr_opt){NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0};
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {
         tr_opt_print_help(opts, "usage: bench-bench_loader [options]\n\nbatches/s of the data path, no training",

@@ -853,23 +853,23 @@ int main(int argc, char **argv)
     int want = 0;
     tr_log_init();
     struct tr_opt opts[] = {
-        {"config", TR_OPT_ENUM, &o.config, "all", "which config to run", 1, 0, config_choices, NULL, 0, NULL},
-        {"threads", TR_OPT_INT, &o.threads, "2", "CPU threads (OpenMP and BLAS)", 1, 64, NULL, NULL, 0, NULL},
-        {"batch_size", TR_OPT_INT64, &o.batch, "2048", "samples per step", 1, 1 << 20, NULL, NULL, 0, NULL},
+        {"config", TR_OPT_ENUM, &o.config, "all", "which config to run", 1, 0, config_choices, NULL, 0, NULL, 0},
+        {"threads", TR_OPT_INT, &o.threads, "2", "CPU threads (OpenMP and BLAS)", 1, 64, NULL, NULL, 0, NULL, 0},
+        {"batch_size", TR_OPT_INT64, &o.batch, "2048", "samples per step", 1, 1 << 20, NULL, NULL, 0, NULL, 0},
         {"steps", TR_OPT_INT, &o.steps, "0", "timed steps (0: per config, tiny 100, mlperf 30, embbound 300)", 0,
-         1e7, NULL, NULL, 0, NULL},
+         1e7, NULL, NULL, 0, NULL, 0},
         {"warmup", TR_OPT_INT, &o.warmup, "-1", "untimed steps first (-1: per config, 10, 5, 20)", -1, 1e7, NULL,
-         NULL, 0, NULL},
+         NULL, 0, NULL, 0},
         {"scale", TR_OPT_INT64, &o.scale, "1", "divide every table's rows by this (for quick runs)", 1, 1e9, NULL,
-         NULL, 0, NULL},
+         NULL, 0, NULL, 0},
         {"batches", TR_OPT_INT, &o.nbatches, "32", "distinct pre-generated batches, used round robin", 1, 4096,
-         NULL, NULL, 0, NULL},
-        {"lr", TR_OPT_DOUBLE, &o.lr, "0.01", "SGD learning rate", 0, 1e3, NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
+        {"lr", TR_OPT_DOUBLE, &o.lr, "0.01", "SGD learning rate", 0, 1e3, NULL, NULL, 0, NULL, 0},
         {"limit_sec", TR_OPT_DOUBLE, &o.limit_sec, "0.3", "seconds spent on each machine-limit measurement", 0.001,
-         60, NULL, NULL, 0, NULL},
+         60, NULL, NULL, 0, NULL, 0},
         {"json", TR_OPT_STRING, &o.json, NULL, "write machine-readable results to this file", TR_OPT_NOBOUNDS,
-         NULL, NULL, 0, NULL},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},
     };
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {

@@ -799,29 +799,29 @@ int ckpt_server_main(int argc, char **argv)
     int want = 0;
     struct tr_opt opts[] = {
         {"root", TR_OPT_PATH, &root, NULL, "the store's directory (created if missing); required", TR_OPT_NOBOUNDS,
-         NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
         {"listen", TR_OPT_STRING, &listen, "127.0.0.1:0",
          "ADDR:PORT to bind (port 0: the system picks one; 0.0.0.0 only if you mean it)", TR_OPT_NOBOUNDS, NULL,
-         NULL, 0, NULL},
+         NULL, 0, NULL, 0},
         {"token_file", TR_OPT_PATH, &token_file, NULL,
-         "file holding the bearer token every request must carry; required", TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL},
-        {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0, NULL},
+         "file holding the bearer token every request must carry; required", TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},
+        {"threads", TR_OPT_INT, &cfg.threads, "8", "threads serving requests", 1, 1024, NULL, NULL, 0, NULL, 0},
         {"max_connections", TR_OPT_INT, &cfg.max_connections, "1000", "connections open at once, in all", 1, 60000,
-         NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
         {"max_connections_per_ip", TR_OPT_INT, &cfg.max_connections_per_ip, "128",
          "connections open at once from one address (a node's workers share one: 8 GPUs x 8 transfers each "
          "fit, a flood from another address does not crowd them out)",
-         1, 60000, NULL, NULL, 0, NULL},
+         1, 60000, NULL, NULL, 0, NULL, 0},
         {"idle_timeout", TR_OPT_INT, &cfg.idle_timeout, "30",
          "seconds a connection may send nothing (a half-sent header, a stalled body) before it is closed", 1, 86400,
-         NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
         {"max_body", TR_OPT_BYTES, &cfg.max_body, "1G", "largest request body (a chunk or a manifest)", 1,
-         (double)(INT64_C(1) << 40), NULL, NULL, 0, NULL},
+         (double)(INT64_C(1) << 40), NULL, NULL, 0, NULL, 0},
         {"term_grace", TR_OPT_DOUBLE, &term_grace, "0",
          "seconds to go on serving after a SIGTERM (the workers' last checkpoint when SLURM ends a job; SIGINT "
          "stops at once)",
-         0, 1e6, NULL, NULL, 0, NULL},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
+         0, 1e6, NULL, NULL, 0, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
     if (rc == TR_OK && (want & TR_OPT_WANT_HELP)) {

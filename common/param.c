@@ -109,7 +109,7 @@ int tr_opt_parse_bytes(const char *s, int64_t *out)
     return 0;
 }
 
-static int parse_bool(const char *s, int *out)
+int tr_opt_parse_bool(const char *s, int *out)
 {
     if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) {
         *out = 1;
@@ -152,7 +152,7 @@ static enum tr_status opt_set(struct tr_opt *o, const char *text, const char *sr
     switch (o->type) {
     case TR_OPT_BOOL: {
         int b;
-        if (parse_bool(text, &b) != 0) {
+        if (tr_opt_parse_bool(text, &b) != 0) {
             LOG_ERROR("%s%s: '%s' is not a boolean", src, o->name, text);
             LOG_HINT("use --%s or --no_%s", o->name, o->name);
             return TR_ERR_ARG;
@@ -440,6 +440,12 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
                 b->set_by = 2;
                 continue;
             }
+            if (b && b->type == TR_OPT_STRING && b->bare && !val) { /* an optional value: unset */
+                tr_free(*(char **)b->dst);
+                *(char **)b->dst = NULL;
+                b->set_by = 2;
+                continue;
+            }
             LOG_ERROR("unknown option '--%s'", name);
             LOG_HINT("run with --help to list the options");
             return TR_ERR_ARG;
@@ -447,7 +453,8 @@ enum tr_status tr_opt_parse(struct tr_opt *opts, int argc, char **argv, int *res
         if (!val) {
             if (o->type == TR_OPT_BOOL) {
                 val = "true";
-            } else if (o->type == TR_OPT_ENUM && o->bare && !(i + 1 < argc && argv[i + 1][0] != '-')) {
+            } else if ((o->type == TR_OPT_ENUM || o->type == TR_OPT_STRING) && o->bare &&
+                       !(i + 1 < argc && argv[i + 1][0] != '-')) {
                 val = o->bare;
             } else if (i + 1 < argc) {
                 val = argv[++i];
@@ -523,7 +530,7 @@ void tr_opt_print_help(const struct tr_opt *opts, const char *usage, FILE *fp)
         case TR_OPT_INT64: arg = " N"; break;
         case TR_OPT_BYTES: arg = " SIZE"; break;
         case TR_OPT_DOUBLE: arg = " X"; break;
-        case TR_OPT_STRING: arg = " TEXT"; break;
+        case TR_OPT_STRING: arg = o->bare ? " [TEXT]" : " TEXT"; break;
         case TR_OPT_PATH: arg = " PATH"; break;
         case TR_OPT_ENUM: arg = o->bare ? " [CHOICE]" : " CHOICE"; break;
         case TR_OPT_INT_LIST: arg = " N,N,..."; break;

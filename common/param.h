@@ -51,9 +51,25 @@ struct tr_opt {
     const char *const *choices;  /* ENUM: NULL-terminated list */
     const char *alias;           /* another accepted name, or NULL */
     int set_by;                  /* filled by parsing: 0 default, 1 env, 2 cli */
-    const char *bare;            /* ENUM: the choice a bare --name takes when no argument
-                                    follows or the next one is an option (NULL: a value is
-                                    required); "--amp fp16" still gives the value */
+    const char *bare;            /* ENUM, STRING: the value a bare --name takes when no
+                                    argument follows or the next one is an option (NULL: a
+                                    value is required); "--amp fp16" still gives the value.
+                                    A STRING with one is unset (NULL) by --no_name */
+    unsigned props;              /* enum tr_opt_prop bits: what the programs sharing the
+                                    declaration do with it; 0 for most */
+};
+
+/* Properties of an option, declared with it, for the programs that pass options
+ * on (terarec train to the loader and the workers) or compare them (the workers'
+ * agreement on the config): tested by bit, never by the option's name. */
+enum tr_opt_prop {
+    TR_OPT_RANK_LOCAL = 1u << 0,    /* may differ between the ranks of a job: it changes how fast a rank
+                                       runs, not what it computes (left out of their agreement) */
+    TR_OPT_LAUNCHER_SETS = 1u << 1, /* terarec train sets it on each worker itself: not one of its flags
+                                       (or a flag of its own by the same name) */
+    TR_OPT_LAUNCHER_MAPS = 1u << 2, /* terarec train takes it and gives the workers a value of its own
+                                       made from it (a path it rewrites, a store it serves) */
+    TR_OPT_LOADER = 1u << 3,        /* terarec-loader takes it too: terarec train passes it to both */
 };
 
 #define TR_OPT_NOBOUNDS 1.0, 0.0
@@ -96,6 +112,10 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n);
 
 /* Finds an option by canonical name; NULL if absent. */
 struct tr_opt *tr_opt_find(struct tr_opt *opts, const char *name);
+
+/* Parses a boolean's words: 1, true, yes, on (*out = 1) or 0, false, no, off
+ * (*out = 0), in any case. Returns 0, or -1 (*out unchanged) for other text. */
+int tr_opt_parse_bool(const char *text, int *out);
 
 /* Parses a size: a number with an optional K, M, G or T suffix (powers of 1024;
  * "GB" and "GiB" are accepted too). Returns 0, -1 on bad text, or -2 when the

@@ -51,26 +51,27 @@ static void cmd_opts(struct ckpt_cmd_cfg *c, struct tr_opt *o, size_t cap)
 {
     const struct tr_opt opts[] = {
         {"checkpoint_dir", TR_OPT_PATH, &c->dir, NULL, "the store: a terarec-ckpt URL (http://HOST:PORT) or a path",
-         1, 0, NULL, NULL, 0, NULL},
+         1, 0, NULL, NULL, 0, NULL, 0},
         {"checkpoint_token_file", TR_OPT_PATH, &c->token_file, NULL, "file holding the store's token (URLs only)",
-         1, 0, NULL, NULL, 0, NULL},
-        {"run_name", TR_OPT_STRING, &c->run, NULL, "the run", 1, 0, NULL, NULL, 0, NULL},
+         1, 0, NULL, NULL, 0, NULL, 0},
+        {"run_name", TR_OPT_STRING, &c->run, NULL, "the run", 1, 0, NULL, NULL, 0, NULL, 0},
         {"step", TR_OPT_INT64, &c->step, "-1", "the manifest's step (-1: the run's LATEST)", -1, 9.2e18, NULL,
-         NULL, 0, NULL},
+         NULL, 0, NULL, 0},
         {"format", TR_OPT_ENUM, &c->format, "safetensors", "export: safetensors (one file) or npy (a directory)", 1,
-         0, format_choices, NULL, 0, NULL},
-        {"output", TR_OPT_PATH, &c->output, NULL, "export: the file or directory to write", 1, 0, NULL, NULL, 0, NULL},
+         0, format_choices, NULL, 0, NULL, 0},
+        {"output", TR_OPT_PATH, &c->output, NULL, "export: the file or directory to write", 1, 0, NULL, NULL, 0, NULL,
+         0},
         {"optimizer_state", TR_OPT_BOOL, &c->optimizer_state, "false", "export: the optimizer state too", 1, 0,
-         NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
         {"keep", TR_OPT_INT, &c->keep, "0",
          "gc: committed manifests kept per run, the latest always among them (0: all of them)", 0, 1e6, NULL, NULL,
-         0, NULL},
+         0, NULL, 0},
         {"grace", TR_OPT_DOUBLE, &c->grace, "3600",
          "gc: chunks, parts and unfinished saves modified less than this many seconds before gc began are kept "
          "(a save's chunks are named only when its manifest is stored: keep it longer than the longest save)",
-         0, 1e9, NULL, NULL, 0, NULL},
-        {"parallel", TR_OPT_INT, &c->parallel, "8", "transfers in flight", 1, 256, NULL, NULL, 0, NULL},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
+         0, 1e9, NULL, NULL, 0, NULL, 0},
+        {"parallel", TR_OPT_INT, &c->parallel, "8", "transfers in flight", 1, 256, NULL, NULL, 0, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(TR_ARRAY_SIZE(opts) <= cap);
     memcpy(o, opts, sizeof opts);

@@ -45,20 +45,20 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
     const struct tr_opt own[] = {
         {"preset", TR_OPT_ENUM, &c->preset, "none",
          "known cardinalities: criteo_tb_t0 (Criteo Terabyte, no frequency limit, 882 M rows)", 1, 0,
-         preset_choices, NULL, 0, NULL},
+         preset_choices, NULL, 0, NULL, 0},
         {"test_samples", TR_OPT_INT64, &c->test_samples, "0",
-         "samples in the test split (rank 0 keeps their logits)", 0, 1e15, NULL, NULL, 0, NULL},
-        {"nodes", TR_OPT_INT, &c->nodes, "1", "nodes", 1, 1e6, NULL, NULL, 0, NULL},
+         "samples in the test split (rank 0 keeps their logits)", 0, 1e15, NULL, NULL, 0, NULL, 0},
+        {"nodes", TR_OPT_INT, &c->nodes, "1", "nodes", 1, 1e6, NULL, NULL, 0, NULL, 0},
         {"workers_per_node", TR_OPT_INT, &c->per_node, "1",
          "workers (GPUs or CPU slots) per node (default: --gpus_per_node when given, else 1)", 1, 4096, NULL, NULL,
-         0, NULL},
+         0, NULL, 0},
         {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
-         0, 9.2e18, NULL, NULL, 0, NULL},
-        {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL},
+         0, 9.2e18, NULL, NULL, 0, NULL, 0},
+        {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL, 0},
         {"checkpoints", TR_OPT_BOOL, &c->job.ckpt_staging, "false",
          "the job saves checkpoints (--checkpoint_dir): count the host staging copy of what each worker saves", 1, 0,
-         NULL, NULL, 0, NULL},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= PLAN_CMD_MAX_OPTS);
     memcpy(o + k, own, sizeof own);

@@ -29,16 +29,16 @@ void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
     c->job.table = o;
     const struct tr_opt own[] = {
         {"ring", TR_OPT_STRING, &c->ring, NULL, "name of the shared-memory ring (/dev/shm/terarec-NAME); required", 1,
-         0, NULL, NULL, 0, NULL},
+         0, NULL, NULL, 0, NULL, 0},
         {"ring_slots", TR_OPT_INT, &c->ring_slots, "4", "batches prefetched per stream (train, test)", 1, 1024, NULL,
-         NULL, 0, NULL},
+         NULL, 0, NULL, 0},
         {"loader_threads", TR_OPT_INT, &c->threads, "1",
          "threads decoding batches (one outruns training by over 100x on a CPU; more take CPUs from the workers; "
          "0: OpenMP's default)",
-         0, 4096, NULL, NULL, 0, NULL},
+         0, 4096, NULL, NULL, 0, NULL, 0},
         {"attach_timeout", TR_OPT_DOUBLE, &c->attach_timeout, "60", "seconds to wait for the worker to attach", 0, 1e9,
-         NULL, NULL, 0, NULL},
-        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL},
+         NULL, NULL, 0, NULL, 0},
+        {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= LOADER_MAX_OPTS);
     memcpy(o + k, own, sizeof own);

@@ -505,6 +505,59 @@ static void test_path_limit(void)
     tr_opt_release(opts);
 }
 
+/* A STRING with a bare value takes an optional argument: a bare --run (no value
+ * follows, or an option does) gives the bare text, --run X gives X, --no_run
+ * unsets it; the help shows [TEXT]. Properties stay with the declaration, and the
+ * boolean words parse alike everywhere. */
+static void test_optional_string(void)
+{
+    char *run = NULL;
+    int verbose = 0;
+    struct tr_opt opts[] = {
+        {.name = "run", .type = TR_OPT_STRING, .dst = &run, .bare = "true", .props = TR_OPT_LAUNCHER_SETS},
+        {.name = "verbose", .type = TR_OPT_BOOL, .dst = &verbose, .props = TR_OPT_RANK_LOCAL | TR_OPT_LOADER},
+        {.type = TR_OPT_END},
+    };
+    int want;
+    char *bare[] = {"prog", "--run"}, *before[] = {"prog", "--run", "--verbose"}, *given[] = {"prog", "--run", "r1"},
+         *unset[] = {"prog", "--run", "r1", "--no_run"}, *none[] = {"prog"};
+    TH_EQ_ST(tr_opt_parse(opts, 2, bare, NULL, &want), TR_OK);
+    TH_EQ_STR(run, "true");
+    tr_opt_release(opts);
+    TH_EQ_ST(tr_opt_parse(opts, 3, before, NULL, &want), TR_OK);
+    TH_EQ_STR(run, "true");
+    TH_EQ(verbose, 1);
+    tr_opt_release(opts);
+    TH_EQ_ST(tr_opt_parse(opts, 3, given, NULL, &want), TR_OK);
+    TH_EQ_STR(run, "r1");
+    tr_opt_release(opts);
+    TH_EQ_ST(tr_opt_parse(opts, 4, unset, NULL, &want), TR_OK);
+    TH_CHECK(run == NULL);
+    TH_EQ(tr_opt_given(opts, "run"), 2);
+    tr_opt_release(opts);
+    TH_EQ_ST(tr_opt_parse(opts, 1, none, NULL, &want), TR_OK);
+    TH_CHECK(run == NULL);
+    TH_EQ(tr_opt_given(opts, "run"), 0);
+    TH_EQ(tr_opt_find(opts, "run")->props, TR_OPT_LAUNCHER_SETS);
+    TH_EQ(tr_opt_find(opts, "verbose")->props, TR_OPT_RANK_LOCAL | TR_OPT_LOADER);
+    tr_opt_release(opts);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&text, &len);
+    TH_REQUIRE(fp != NULL);
+    tr_opt_print_help(opts, "usage", fp);
+    fclose(fp);
+    TH_CHECK(strstr(text, "--run [TEXT]") != NULL);
+    free(text);
+    int b = -1;
+    TH_EQ(tr_opt_parse_bool("On", &b), 0);
+    TH_EQ(b, 1);
+    TH_EQ(tr_opt_parse_bool("no", &b), 0);
+    TH_EQ(b, 0);
+    TH_EQ(tr_opt_parse_bool("r1", &b), -1);
+    TH_EQ(b, 0);
+}
+
 /* tr_opt_given tells default, environment and command line apart; tr_opt_exclusive
  * refuses two options given together and only then. */
 static void test_given_exclusive(void)
@@ -559,6 +612,7 @@ static const struct th_case cases[] = {
     {"path_limit", test_path_limit},
     {"given_exclusive", test_given_exclusive},
     {"bytes_overflow", test_bytes_overflow},
+    {"optional_string", test_optional_string},
 };
 
 int main(int argc, char **argv)
