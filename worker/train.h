@@ -24,13 +24,23 @@
 #include "events.h"
 #include "hybrid.h"
 #include "lr_sched.h"
+#include "options.h"
 #include "report.h"
 #include "shard.h"
-#include "worker.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Summary of a finished run. */
+struct worker_result {
+    int64_t steps;
+    double first_loss, last_loss; /* mean loss of the first and last print interval */
+    double best_auc, last_auc, last_logloss;
+    double throughput;            /* samples/s over the timed steps */
+    double mean_step_ms;
+    int reached_threshold;        /* stopped early by --auc_threshold */
+};
 
 struct train {
     const struct worker_cfg *c;
