@@ -21,7 +21,6 @@
 #include "../common/job.h"
 #include "../common/log.h"
 #include "../kernels/kern.h"
-#include "../loader_svc/loader.h"
 #include "launch_internal.h"
 
 static void exe(struct launch *L, struct argv *a, const char *name)
@@ -79,28 +78,22 @@ static int ctr_gpus(struct launch *L)
            access("/dev/nvidiactl", F_OK) == 0;
 }
 
-/* The given worker flags (not the managed ones), as --name=value; those the loader
- * also takes go to *loader as well. */
+/* The given worker flags, as --name=value, but those the launcher makes a value of
+ * its own from (TR_OPT_LAUNCHER_MAPS); those the loader also takes (TR_OPT_LOADER)
+ * go to *loader as well. */
 static void forward_flags(struct launch *L, struct argv *worker, struct argv *loader)
 {
-    struct loader_cfg lc;
-    memset(&lc, 0, sizeof lc);
-    struct tr_opt lo[LOADER_MAX_OPTS];
-    loader_opts_fill(&lc, lo);
     char buf[8192];
     for (int i = 0; i < L->nworker_opts; i++) {
         const struct tr_opt *o = &L->opts[i];
         if (!o->set_by)
             continue;
-        if (!strcmp(o->name, "log_path") || !strcmp(o->name, "checkpoint_dir") ||
-            !strcmp(o->name, "checkpoint_token_file"))
+        if (o->props & TR_OPT_LAUNCHER_MAPS)
             continue; /* set by the launcher from the user's value */
         tr_opt_format(o, buf, sizeof buf);
         argv_addf(worker, "--%s=%s", o->name, buf);
-        if (loader)
-            for (const struct tr_opt *l = lo; l->type != TR_OPT_END; l++)
-                if (!strcmp(l->name, o->name))
-                    argv_addf(loader, "--%s=%s", o->name, buf);
+        if (loader && (o->props & TR_OPT_LOADER))
+            argv_addf(loader, "--%s=%s", o->name, buf);
     }
 }
 

@@ -32,17 +32,6 @@
 
 static const char *const runtime_choices[] = {"auto", "docker", "podman", NULL};
 
-/* worker flags the launcher sets itself */
-static const char *const managed[] = {"loader", "events_addr", "events_token_file", "run_name", "resume", NULL};
-
-static int is_managed(const char *name)
-{
-    for (int i = 0; managed[i]; i++)
-        if (!strcmp(managed[i], name))
-            return 1;
-    return 0;
-}
-
 #define LAUNCH_OWN_OPTS 18
 
 /* `terarec train` without any model or data flag: a small model on synthetic data
@@ -53,7 +42,8 @@ static int is_managed(const char *name)
         "--max_steps=300", "--print_freq=50", "--synthetic_dataset_valid_batches=10"
 #define LAUNCH_MAX_OPTS (WORKER_MAX_OPTS + LAUNCH_OWN_OPTS)
 
-/* Fills o: the worker's flags less the managed ones, then the launcher's own.
+/* Fills o: the worker's flags less those it sets itself (TR_OPT_LAUNCHER_SETS),
+ * then the launcher's own.
  * Returns how many of o's first entries are the worker's. */
 static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPTS])
 {
@@ -61,7 +51,7 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
     worker_opts_fill(&c->w, w);
     int k = 0;
     for (int i = 0; w[i].type != TR_OPT_END; i++)
-        if (!is_managed(w[i].name))
+        if (!(w[i].props & TR_OPT_LAUNCHER_SETS))
             o[k++] = w[i];
     const int nw = k;
     const struct tr_opt own[] = {

@@ -18,14 +18,15 @@
 
 void loader_opts_fill(struct loader_cfg *c, struct tr_opt o[LOADER_MAX_OPTS])
 {
-    int k = job_opts(&c->job, JOB_DATA | JOB_BATCH, o);
-    /* --seed (JOB_TRAIN) draws the synthetic data and the sample permutation:
-     * taken alone from the job's declarations, so it means the same here */
-    struct tr_opt train[JOB_MAX_OPTS];
-    const int nt = job_opts(&c->job, JOB_TRAIN, train);
-    for (int i = 0; i < nt; i++)
-        if (strcmp(train[i].name, "seed") == 0)
-            o[k++] = train[i];
+    /* the job's declarations marked for the loader: the dataset and batch flags,
+     * and --seed (JOB_TRAIN), which draws the synthetic data and the sample
+     * permutation, so each means the same here */
+    struct tr_opt all[JOB_MAX_OPTS];
+    const int n = job_opts(&c->job, JOB_ALL, all);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (all[i].props & TR_OPT_LOADER)
+            o[k++] = all[i];
     c->job.table = o;
     const struct tr_opt own[] = {
         {"ring", TR_OPT_STRING, &c->ring, NULL, "name of the shared-memory ring (/dev/shm/terarec-NAME); required", 1,

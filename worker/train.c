@@ -125,13 +125,6 @@ static enum tr_status open_source(struct train *T)
     return comm_bcast_host(&T->comm, (void *)s->rows, (int64_t)s->ntables * (int64_t)sizeof(int64_t), 0);
 }
 
-/* Options a rank may set on its own: they change how fast it runs, not what it
- * computes. */
-static int rank_local_option(const char *name)
-{
-    return strcmp(name, "threads") == 0;
-}
-
 /* Appends "name=value\n" to the growing text (*text, *n used of *cap). */
 static enum tr_status append_line(char **text, size_t *n, size_t *cap, const char *name, const char *val)
 {
@@ -168,7 +161,7 @@ static enum tr_status agree_config(struct train *T)
     }
     text[0] = 0;
     for (struct tr_opt *o = opts; o->type != TR_OPT_END && rc == TR_OK; o++) {
-        if (rank_local_option(o->name))
+        if (o->props & TR_OPT_RANK_LOCAL) /* a rank may set it on its own (param.h) */
             continue;
         tr_opt_format(o, val, vcap);
         rc = append_line(&text, &n, &cap, o->name, val);
