@@ -158,6 +158,27 @@ int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o)
     return k;
 }
 
+int job_store_opts(char **dir, char **token_file, struct tr_opt *o)
+{
+    /* terarec train serves a store of its own, or passes the workers the
+     * absolute path or URL of the one given, with its token */
+    const struct tr_opt decl[] = {
+        {"checkpoint_dir", TR_OPT_PATH, NULL, NULL,
+         "the checkpoint store: a terarec-ckpt URL (http://HOST:PORT) or a directory", 1, 0, NULL,
+         "save_checkpoint_path", 0, NULL, TR_OPT_LAUNCHER_MAPS},
+        {"checkpoint_token_file", TR_OPT_PATH, NULL, NULL,
+         "file holding the store's bearer token (needed with a URL)", 1, 0, NULL, NULL, 0, NULL,
+         TR_OPT_LAUNCHER_MAPS},
+    };
+    o[0] = decl[0];
+    o[0].dst = dir;
+    if (!token_file)
+        return 1;
+    o[1] = decl[1];
+    o[1].dst = token_file;
+    return 2;
+}
+
 int64_t job_test_batch(const struct job_cfg *c)
 {
     return c->test_batch_size ? c->test_batch_size : c->batch_size;

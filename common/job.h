@@ -98,6 +98,14 @@ enum job_group {
 #define JOB_MAX_OPTS 48
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
+/* The checkpoint store's flags, declared once for every program that takes them
+ * (terarec-worker, terarec train, terarec plan, terarec ckpt): --checkpoint_dir, a
+ * store URL or a directory, bound to *dir, and, when token_file is non-NULL,
+ * --checkpoint_token_file bound to *token_file. Writes them into o[0 ..) and
+ * returns how many (1 or 2); the caller appends the rest of its table as for
+ * job_opts. */
+int job_store_opts(char **dir, char **token_file, struct tr_opt *o);
+
 /* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
 int64_t job_test_batch(const struct job_cfg *c);
 

@@ -22,6 +22,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/file.h"
+#include "../common/job.h"
 #include "../common/log.h"
 #include "../common/param.h"
 
@@ -49,11 +50,12 @@ struct ctx {
 
 static void cmd_opts(struct ckpt_cmd_cfg *c, struct tr_opt *o, size_t cap)
 {
+    struct tr_opt store[2]; /* --checkpoint_dir, --checkpoint_token_file: the workers' */
+    const int nstore = job_store_opts(&c->dir, &c->token_file, store);
+    TR_ASSERT(nstore == 2);
     const struct tr_opt opts[] = {
-        {"checkpoint_dir", TR_OPT_PATH, &c->dir, NULL, "the store: a terarec-ckpt URL (http://HOST:PORT) or a path",
-         1, 0, NULL, NULL, 0, NULL, 0},
-        {"checkpoint_token_file", TR_OPT_PATH, &c->token_file, NULL, "file holding the store's token (URLs only)",
-         1, 0, NULL, NULL, 0, NULL, 0},
+        store[0],
+        store[1],
         {"run_name", TR_OPT_STRING, &c->run, NULL, "the run", 1, 0, NULL, NULL, 0, NULL, 0},
         {"step", TR_OPT_INT64, &c->step, "-1", "the manifest's step (-1: the run's LATEST)", -1, 9.2e18, NULL,
          NULL, 0, NULL, 0},

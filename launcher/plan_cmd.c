@@ -42,6 +42,9 @@ static double gib(int64_t b)
 void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
 {
     int k = job_opts(&c->job, PLAN_CMD_JOB_GROUPS, o);
+    /* the workers' --checkpoint_dir: a job that saves counts the host staging
+     * copy of what each worker saves (the store is not opened) */
+    k += job_store_opts(&c->checkpoint_dir, NULL, o + k);
     const struct tr_opt own[] = {
         {"preset", TR_OPT_ENUM, &c->preset, "none",
          "known cardinalities: criteo_tb_t0 (Criteo Terabyte, no frequency limit, 882 M rows)", 1, 0,
@@ -55,9 +58,10 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
         {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
          0, 9.2e18, NULL, NULL, 0, NULL, 0},
         {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL, 0},
-        {"checkpoints", TR_OPT_BOOL, &c->job.ckpt_staging, "false",
-         "the job saves checkpoints (--checkpoint_dir): count the host staging copy of what each worker saves", 1, 0,
-         NULL, NULL, 0, NULL, 0},
+        /* the old spelling of --checkpoint_dir here: a boolean, not a store */
+        {"checkpoints", TR_OPT_BOOL, &c->checkpoints, "false",
+         "count checkpoint staging as if --checkpoint_dir were given (the older spelling)", 1, 0, NULL, NULL, 0,
+         NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= PLAN_CMD_MAX_OPTS);
@@ -219,6 +223,7 @@ int plan_cmd_main(int argc, char **argv)
                           stdout);
         goto exit;
     }
+    c.job.ckpt_staging = c.checkpoints || (c.checkpoint_dir && *c.checkpoint_dir);
     /* --gpus_per_node (the workers' flag: one worker per GPU) gives the workers of a node */
     if (job->gpus_per_node > 0) {
         if (tr_opt_given(opts, "workers_per_node") && c.per_node != job->gpus_per_node) {

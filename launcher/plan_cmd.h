@@ -23,6 +23,8 @@ struct plan_cmd_cfg {
     int nodes, per_node;
     int64_t memory;         /* per worker; 0: no limit */
     int json;
+    char *checkpoint_dir; /* the workers' flag: the job saves checkpoints (plan.h counts their staging) */
+    int checkpoints;      /* --checkpoints, its older spelling */
 };
 
 #define PLAN_CMD_MAX_OPTS (JOB_MAX_OPTS + 8)

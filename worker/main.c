@@ -54,7 +54,9 @@ int main(int argc, char **argv)
             sigaction(SIGTERM, &sa, NULL);
             report_on_launcher_gone(on_launcher_gone);
         }
-        rc = worker_run(&cfg, NULL);
+        rc = worker_opts_resolve(&cfg);
+        if (rc == TR_OK)
+            rc = worker_run(&cfg, NULL);
         if (tr_status_exit_code(rc) == 1) /* bad input was already reported in one line */
             LOG_ERROR("training failed: %s", tr_strerror(rc));
     }

@@ -1,6 +1,7 @@
 /* options.c: terarec-worker's option table (the job's declarations, common/job.h,
- * and the worker's own) and the check that the outputs can be written. It does
- * not train: worker.c does. */
+ * the checkpoint store's, and the worker's own, each with its properties for
+ * terarec train and the ranks' agreement), what --resume means once parsed, and
+ * the check that the outputs can be written. It does not train: worker.c does. */
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "options.h"
 
@@ -20,6 +21,9 @@ static const char *const mode_choices[] = {"train", "eval", "inference", NULL};
 void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
 {
     int k = job_opts(&c->job, JOB_ALL, o);
+    struct tr_opt store[2]; /* --checkpoint_dir, --checkpoint_token_file: every program's */
+    const int nstore = job_store_opts(&c->checkpoint_dir, &c->checkpoint_token_file, store);
+    TR_ASSERT(nstore == 2);
     const struct tr_opt own[] = {
         {"print_freq", TR_OPT_INT64, &c->print_freq, "1000", "steps between progress lines and log records", 1,
          1e15, NULL, NULL, 0, NULL, 0},
@@ -38,14 +42,11 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          "train; eval: one evaluation of the (restored) model on the test split; inference: the latency benchmark "
          "over --max_steps test batches (default 1000)",
          TR_OPT_NOBOUNDS, mode_choices, NULL, 0, NULL, 0},
-        {"checkpoint_dir", TR_OPT_STRING, &c->checkpoint_dir, NULL,
-         "checkpoint store: a terarec-ckpt URL (http://HOST:PORT) or a directory; saves every --checkpoint_every "
-         "steps, at the end and on a stop request",
-         TR_OPT_NOBOUNDS, NULL, "save_checkpoint_path", 0, NULL, TR_OPT_LAUNCHER_MAPS},
-        {"checkpoint_token_file", TR_OPT_PATH, &c->checkpoint_token_file, NULL,
-         "file holding the store's bearer token (needed with a URL)", 1, 0, NULL, NULL, 0, NULL,
-         TR_OPT_LAUNCHER_MAPS},
-        {"checkpoint_every", TR_OPT_INT64, &c->checkpoint_every, "0", "steps between checkpoints (0: at the end only)",
+        store[0],
+        store[1],
+        {"checkpoint_every", TR_OPT_INT64, &c->checkpoint_every, "0",
+         "steps between checkpoints to --checkpoint_dir (0: at the end only; a run also saves at its end and on a "
+         "stop request)",
          0, 1e15, NULL, NULL, 0, NULL, 0},
         {"full_checkpoint_every", TR_OPT_INT64, &c->full_checkpoint_every, "10",
          "every N-th save copies and hashes everything (the others only the row blocks that changed)", 1, 1e9, NULL,
@@ -64,12 +65,15 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
          "after each commit the store keeps this run's N newest committed checkpoints and removes the older "
          "manifests (never the latest; their chunks go with the next `terarec ckpt gc`); 0: keep all",
          0, 1e6, NULL, NULL, 0, NULL, 0},
+        /* terarec train sets these two on its workers (the checkpoint run of its
+         * history's run) and declares its own: --run_name, --resume RUN */
         {"run_name", TR_OPT_STRING, &c->run_name, NULL,
          "the run's name in the checkpoint store (default: a generated id, printed at start)", TR_OPT_NOBOUNDS, NULL,
-         NULL, 0, NULL, TR_OPT_LAUNCHER_SETS},
-        {"resume", TR_OPT_BOOL, &c->resume, "false",
-         "continue --run_name from its last committed checkpoint in --checkpoint_dir (from step 0 when it has none)",
-         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, TR_OPT_LAUNCHER_SETS},
+         "name", 0, NULL, TR_OPT_LAUNCHER_SETS},
+        {"resume", TR_OPT_STRING, &c->resume_arg, NULL,
+         "[RUN]: continue run RUN (bare: --run_name) from its last committed checkpoint in --checkpoint_dir, saving "
+         "to it (from step 0 when it has none); --resume RUN is --run_name RUN --resume",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, "true", TR_OPT_LAUNCHER_SETS},
         {"restore", TR_OPT_STRING, &c->restore, NULL,
          "URL_or_PATH#RUN@STEP: start from that checkpoint (@STEP optional: the run's latest; #RUN optional when "
          "the store holds one run)",
@@ -85,6 +89,29 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
     };
     TR_ASSERT(k + (int)TR_ARRAY_SIZE(own) <= WORKER_MAX_OPTS);
     memcpy(o + k, own, sizeof own);
+}
+
+enum tr_status worker_opts_resolve(struct worker_cfg *c)
+{
+    const char *arg = c->resume_arg;
+    c->resume = 0;
+    if (!arg)
+        return TR_OK;
+    c->resume = 1;
+    if (!*arg || tr_opt_parse_bool(arg, &c->resume) == 0) /* bare, or the boolean it was */
+        return TR_OK;
+    if (c->run_name && *c->run_name && strcmp(c->run_name, arg) != 0) {
+        LOG_ERROR("--resume %s and --run_name %s name different runs", arg, c->run_name);
+        LOG_HINT("--resume RUN continues run RUN and saves to it: drop --run_name, or give --run_name %s --resume",
+                 arg);
+        return TR_ERR_ARG;
+    }
+    char *run = tr_strdup(arg);
+    if (!run)
+        return TR_ERR_NOMEM;
+    tr_free(c->run_name);
+    c->run_name = run;
+    return TR_OK;
 }
 
 enum tr_status worker_check_outputs(const struct worker_cfg *c, int rank)

@@ -35,7 +35,8 @@ struct worker_cfg {
     double checkpoint_timeout;      /* seconds rank 0 waits for the other ranks' parts */
     int64_t keep_checkpoints;       /* committed manifests the store keeps for the run (0: all) */
     char *run_name;
-    int resume;
+    char *resume_arg;      /* --resume [RUN] as given: NULL not given, "true" bare, a boolean's word, or RUN */
+    int resume;            /* not a flag: worker_opts_resolve sets it from resume_arg */
     char *restore;         /* URL_or_PATH#RUN@STEP */
     /* the launcher (report.h) */
     char *events_addr;     /* tcp:HOST:PORT or unix:PATH; NULL: no launcher */
@@ -47,8 +48,15 @@ enum worker_mode { WORKER_MODE_TRAIN = 0, WORKER_MODE_EVAL = 1, WORKER_MODE_INFE
 #define WORKER_MAX_OPTS (JOB_MAX_OPTS + 24)
 
 /* Fills o with the option table bound to *cfg (parse it with tr_opt_parse,
- * release it with tr_opt_release). */
+ * release it with tr_opt_release, then call worker_opts_resolve). */
 void worker_opts_fill(struct worker_cfg *cfg, struct tr_opt o[WORKER_MAX_OPTS]);
+
+/* What the parsed flags mean together, after tr_opt_parse: --resume [RUN] (the
+ * old boolean's words too: --resume=true, --no_resume, TR_RESUME=false) sets
+ * cfg->resume; --resume RUN continues run RUN, the same as --run_name RUN
+ * --resume (cfg->run_name becomes a copy of RUN, freed by tr_opt_release).
+ * TR_ERR_ARG (logged) when --run_name names another run; TR_ERR_NOMEM. */
+enum tr_status worker_opts_resolve(struct worker_cfg *cfg) TR_WUR;
 
 /* Checks at start-up, before anything large is allocated, that the outputs can
  * be written: the directory of --dump_weights is created if missing and a probe

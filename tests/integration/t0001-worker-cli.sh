@@ -46,4 +46,43 @@ out=$($W --bottom_mlp_dims 64,32 --embedding_dim 16 2>&1); echo "$out" | grep -q
 out=$($W --batch-size 64 --synthetic-dataset-cardinalities 3x10 --embedding-dim 4 --bottom-mlp-dims 4 \
       --top-mlp-dims 4,1 --max-steps 2 --synthetic-dataset-valid-batches 1 --log-path "$TMP/ok.json" 2>&1) \
     && [ -s "$TMP/ok.json" ] && ok "dash spelling accepted" || fail "dash spelling accepted" "$out"
+# one name, one meaning: --resume takes an optional RUN (bare: --run_name's run), and
+# the old boolean's spellings still work; --checkpoint_dir and --run_name show their aliases
+out=$($W --help 2>&1)
+echo "$out" | grep -qE -- '--resume \[TEXT\] +\[RUN\]' && echo "$out" | grep -q -- '--run_name TEXT .*(alias --name)' &&
+    echo "$out" | grep -q -- '--checkpoint_dir PATH .*(alias --save_checkpoint_path)' &&
+    ok "--help: --resume [RUN], --run_name (alias --name), --checkpoint_dir (alias --save_checkpoint_path)" ||
+    fail "--help shows the flags' one spelling" "$(echo "$out" | grep -E -- '--(resume|run_name|checkpoint_dir) ')"
+bad_input "--resume RUN and another --run_name refused" "error: --resume a and --run_name b name different runs" \
+    --resume a --run_name b
+TINY="--batch_size 64 --synthetic_dataset_cardinalities 3x10 --embedding_dim 4 --bottom_mlp_dims 4 --top_mlp_dims 4,1
+      --synthetic_dataset_valid_batches 1 --threads 1 --log_path= --checkpoint_dir $TMP/st"
+out=$($W $TINY --max_steps 2 --name sp 2>&1) && [ "$(cat "$TMP/st/runs/sp/LATEST" 2>/dev/null)" = 2 ] &&
+    ok "--name (the old spelling of --run_name) names the run" || fail "--name" "$out"
+out=$($W $TINY --max_steps 3 --resume sp 2>&1) && echo "$out" | grep -q "restored --resume .*#sp@2: step 2" &&
+    [ "$(cat "$TMP/st/runs/sp/LATEST")" = 3 ] && ok "--resume RUN continues run RUN" || fail "--resume RUN" "$out"
+out=$($W $TINY --max_steps 4 --run_name sp --resume=true 2>&1) && echo "$out" | grep -q "#sp@3: step 3" &&
+    [ "$(cat "$TMP/st/runs/sp/LATEST")" = 4 ] && ok "--run_name RUN --resume=true (the boolean's spelling)" ||
+    fail "--resume=true" "$out"
+out=$(TR_RESUME=1 $W $TINY --max_steps 5 --run_name sp 2>&1) && echo "$out" | grep -q "#sp@4: step 4" &&
+    ok "TR_RESUME=1 resumes too" || fail "TR_RESUME=1" "$out"
+out=$($W $TINY --max_steps 6 --run_name sp --resume --no_resume 2>&1); rc=$?
+[ $rc -eq 2 ] && ! echo "$out" | grep -q "restored" && ok "--no_resume unsets --resume: run 'sp' is taken (exit 2)" ||
+    fail "--no_resume" "rc=$rc $out"
+
+# the ranks agree on every option but the rank-local ones (--threads): started
+# with their own --threads they train; with their own --learning_rate they stop
+if command -v mpirun >/dev/null 2>&1; then
+    use_mpi
+    RUN="--batch_size 64 --synthetic_dataset_cardinalities 3x10 --embedding_dim 4 --bottom_mlp_dims 4 --top_mlp_dims 4,1
+         --synthetic_dataset_valid_batches 1 --max_steps 2 --log_path="
+    out=$(timeout 120 mpirun -np 1 $W $RUN --threads 1 : -np 1 $W $RUN --threads 2 2>&1) &&
+        ok "2 ranks with their own --threads train (a rank-local option)" || fail "ranks' own --threads" "$out"
+    out=$(timeout 120 mpirun -np 1 $W $RUN --learning_rate 0.5 : -np 1 $W $RUN --learning_rate 0.25 2>&1); rc=$?
+    [ $rc -ne 0 ] && echo "$out" | grep -q "disagree on the training config: --learning_rate is '0.5' on rank 0 but '0.25' on rank 1" &&
+        ok "2 ranks with their own --learning_rate are refused, naming the flag" || fail "ranks' own --learning_rate" "rc=$rc $out"
+else
+    skip "rank-local options" "mpirun not found"
+fi
+
 done_testing

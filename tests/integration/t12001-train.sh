@@ -214,4 +214,16 @@ row=$(q "select count(*), sum(status = 'completed'), (select count(*) from metri
 [ $bad10 -eq 0 ] && [ "$row" = "10|10|20" ] && ok "10 launchers at once: 10 complete runs, 20 loss rows" ||
     fail "10 launchers at once" "$bad10 failed; $row; $(tail -n 3 many1.out)"
 
+# ---- --run_name, the workers' flag's name (--name is its older spelling) ---------------------------------
+out=$($T train --help 2>&1)
+echo "$out" | grep -q -- '--run_name TEXT .*(alias --name)' && echo "$out" | grep -q -- '--resume TEXT ' &&
+    ! echo "$out" | grep -qE -- '--(loader|events_addr|events_token_file) ' &&
+    ok "train --help: --run_name (alias --name), --resume RUN, not the flags it sets on its workers" ||
+    fail "train --help" "$(echo "$out" | grep -E -- '--(run_name|name|resume|loader|events_addr) ')"
+$T train --db "$DB" $M --max_steps 10 --print_freq 5 --run_name spelled >spelled.out 2>&1
+rc=$?
+row=$(q "select status, json_extract(config, '$.run_name') from runs where name = 'spelled'")
+[ $rc -eq 0 ] && [ "$row" = "completed|spelled" ] && ok "--run_name names the run in the history: $row" ||
+    fail "--run_name" "exit $rc: $row $(tail -n 3 spelled.out)"
+
 done_testing

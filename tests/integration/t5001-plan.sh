@@ -176,4 +176,11 @@ out=$($T plan $BIG --memory_per_worker lots 2>&1); rc=$?
     && ok "bad --memory_per_worker refused" || fail "bad --memory_per_worker refused" "rc=$rc $out"
 out=$($T plan --embedding_dim 8 --synthetic_dataset_num_numerical_features 0 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "error: no tables" && ok "no tables refused" || fail "no tables refused" "rc=$rc $out"
+# the workers' --checkpoint_dir counts checkpoint staging, like the older --checkpoints
+stage() { $T plan $MODEL $DATA "$@" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["checkpoint_staging"])'; }
+s0=$(stage 2>&1); s1=$(stage --checkpoint_dir "$TMP/nowhere" 2>&1); s2=$(stage --checkpoints 2>&1)
+[ "$s0" = 0 ] && [ "$s1" -gt 0 ] 2>/dev/null && [ "$s1" = "$s2" ] &&
+    ok "plan --checkpoint_dir counts checkpoint staging ($s1 bytes), as --checkpoints does" ||
+    fail "plan --checkpoint_dir" "none=$s0 checkpoint_dir=$s1 checkpoints=$s2"
+
 done_testing

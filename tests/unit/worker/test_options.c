@@ -1,0 +1,132 @@
+/* test_options.c: the worker's option table (worker/options.h): --resume's
+ * spellings, old and new, resolved by worker_opts_resolve; the properties
+ * terarec train and the ranks' agreement read; the checkpoint store's flags
+ * declared once (job_store_opts) for the worker and `terarec ckpt`. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../common/check.h"
+#include "../../../common/harness.h"
+#include "../../../worker/options.h"
+
+/* Parses argv (argv[0] added) into *c and resolves it; the table goes in o. */
+static enum tr_status parse(struct worker_cfg *c, struct tr_opt *o, const char *const *args)
+{
+    char *argv[16] = {"terarec-worker"};
+    int argc = 1, want = 0;
+    for (; args[argc - 1]; argc++)
+        argv[argc] = (char *)args[argc - 1];
+    memset(c, 0, sizeof *c);
+    worker_opts_fill(c, o);
+    enum tr_status rc = tr_opt_parse(o, argc, argv, NULL, &want);
+    return rc != TR_OK ? rc : worker_opts_resolve(c);
+}
+
+static void resume_spellings(void)
+{
+    struct worker_cfg c;
+    struct tr_opt o[WORKER_MAX_OPTS];
+    const char *none[] = {NULL}, *bare[] = {"--run_name", "r1", "--resume", NULL},
+               *before[] = {"--resume", "--run_name", "r1", NULL}, *run[] = {"--resume", "r2", NULL},
+               *same[] = {"--run_name", "r2", "--resume", "r2", NULL},
+               *other[] = {"--run_name", "r1", "--resume", "r2", NULL},
+               *yes[] = {"--run_name", "r1", "--resume=true", NULL},
+               *no[] = {"--run_name", "r1", "--resume=false", NULL},
+               *neg[] = {"--run_name", "r1", "--resume", "--no_resume", NULL},
+               *alias[] = {"--name", "r3", "--resume", NULL}, *env[] = {"--run_name", "r1", NULL};
+    TH_EQ_ST(parse(&c, o, none), TR_OK);
+    TH_EQ(c.resume, 0);
+    TH_CHECK(c.run_name == NULL);
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, bare), TR_OK);
+    TH_EQ(c.resume, 1);
+    TH_EQ_STR(c.run_name, "r1");
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, before), TR_OK); /* bare before another option */
+    TH_EQ(c.resume, 1);
+    TH_EQ_STR(c.run_name, "r1");
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, run), TR_OK); /* --resume RUN: --run_name RUN --resume */
+    TH_EQ(c.resume, 1);
+    TH_EQ_STR(c.run_name, "r2");
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, same), TR_OK);
+    TH_EQ_STR(c.run_name, "r2");
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, other), TR_ERR_ARG); /* two runs named */
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, yes), TR_OK); /* the old boolean's words */
+    TH_EQ(c.resume, 1);
+    TH_EQ_STR(c.run_name, "r1");
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, no), TR_OK);
+    TH_EQ(c.resume, 0);
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, neg), TR_OK);
+    TH_EQ(c.resume, 0);
+    tr_opt_release(o);
+    TH_EQ_ST(parse(&c, o, alias), TR_OK); /* --name: --run_name's alias */
+    TH_EQ(c.resume, 1);
+    TH_EQ_STR(c.run_name, "r3");
+    tr_opt_release(o);
+    setenv("TR_RESUME", "1", 1);
+    TH_EQ_ST(parse(&c, o, env), TR_OK);
+    unsetenv("TR_RESUME");
+    TH_EQ(c.resume, 1);
+    tr_opt_release(o);
+}
+
+/* The properties terarec train and the ranks' agreement read, on the options
+ * they concern; and --checkpoint_dir, one declaration for the worker and
+ * `terarec ckpt` (job_store_opts). */
+static void properties(void)
+{
+    struct worker_cfg c;
+    memset(&c, 0, sizeof c);
+    struct tr_opt o[WORKER_MAX_OPTS];
+    worker_opts_fill(&c, o);
+    const struct {
+        const char *name;
+        unsigned props;
+    } want[] = {
+        {"threads", TR_OPT_RANK_LOCAL},
+        {"seed", TR_OPT_LOADER},
+        {"batch_size", TR_OPT_LOADER},
+        {"start_position", TR_OPT_LOADER},
+        {"learning_rate", 0},
+        {"loader", TR_OPT_LAUNCHER_SETS},
+        {"events_addr", TR_OPT_LAUNCHER_SETS},
+        {"events_token_file", TR_OPT_LAUNCHER_SETS},
+        {"run_name", TR_OPT_LAUNCHER_SETS},
+        {"resume", TR_OPT_LAUNCHER_SETS},
+        {"log_path", TR_OPT_LAUNCHER_MAPS},
+        {"checkpoint_dir", TR_OPT_LAUNCHER_MAPS},
+        {"checkpoint_token_file", TR_OPT_LAUNCHER_MAPS},
+    };
+    for (size_t i = 0; i < TR_ARRAY_SIZE(want); i++) {
+        const struct tr_opt *p = tr_opt_find(o, want[i].name);
+        TH_CHECKF(p && p->props == want[i].props, "--%s: props %#x, want %#x", want[i].name, p ? p->props : 0u,
+                  want[i].props);
+    }
+    char *dir = NULL, *tok = NULL;
+    struct tr_opt s[3];
+    TH_EQ(job_store_opts(&dir, NULL, s), 1);
+    TH_EQ(job_store_opts(&dir, &tok, s), 2);
+    const struct tr_opt *w = tr_opt_find(o, "checkpoint_dir");
+    TH_REQUIRE(w != NULL);
+    TH_EQ(w->type, s[0].type);
+    TH_EQ_STR(w->help, s[0].help);
+    TH_EQ_STR(w->alias, s[0].alias);
+    TH_CHECK(s[0].dst == &dir && s[1].dst == &tok && w->dst == &c.checkpoint_dir);
+}
+
+static const struct th_case cases[] = {
+    {"resume_spellings", resume_spellings},
+    {"properties", properties},
+};
+
+int main(int argc, char **argv)
+{
+    return th_main(cases, (int)TR_ARRAY_SIZE(cases), argc, argv);
+}
