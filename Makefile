@@ -14,7 +14,7 @@
 #                        Open MPI + PMIx relocated into it (bin/mpirun, env.sh) for nodes without
 #                        them; BUNDLE_CUDA=0 leaves out the CUDA toolkit's libraries, BUNDLE_MPI=0 Open MPI
 #   make gpu-check       tools/gpu_check.sh's stages on this build (GPU): probe, kernel tests,
-#                        t13001, NCCL on a world of 1, compute-sanitizer, speed against PyTorch
+#                        t8001, NCCL on a world of 1, compute-sanitizer, speed against PyTorch
 #   make sanitize-cuda   only its compute-sanitizer stage (memcheck, racecheck) (GPU)
 #   make test-unit       only the test binaries (unit, kernel parity, golden), no integration scripts
 #   make install         the programs into $(DESTDIR)$(PREFIX)/bin, the CUDA plugin (when built) into
@@ -301,7 +301,7 @@ run: $(BINS) $(CUDA_PLUGIN)
 
 # one test at a time unless TR_TEST_JOBS=N says otherwise (tests/run.sh): on CI's two
 # cores two at once took the main pass from 17 to 15.5 minutes, and under that load
-# t12003's checkpoint once missed SLURM's grace period
+# t5002's checkpoint once missed SLURM's grace period
 test: all
 	$(Q)tests/run.sh $(BUILD)
 
@@ -353,7 +353,7 @@ asan:
 # 2-worker `terarec train` with its store, async checkpoints and `runs serve` (t6004).
 # OpenMP runs one thread (libgomp is not instrumented: its barriers look like races),
 # and tests/tsan.supp names the reports inside libraries (Open MPI) it leaves out.
-TSAN_TESTS := unit/ckpt_store/test_(store|client)|unit/loader_svc/test_ring|unit/worker/test_report|unit/db/test_serve|integration/t(6004|16001)-
+TSAN_TESTS := unit/ckpt_store/test_(store|client)|unit/loader_svc/test_ring|unit/worker/test_report|unit/db/test_serve|integration/t6004-
 tsan-bins: $(BINS) $(TEST_BINS) $(TEST_PRELOADS)
 tsan:
 	$(MAKE) SANITIZE=thread BUILD=build-tsan CUDA=0 tsan-bins

@@ -21,9 +21,9 @@
 #         probe     25  the device, driver, CUDA runtime, which copy of each library
 #                       loaded, a python with PyTorch, compute-sanitizer
 #         kernels   50  every kernel test's CUDA cases and the golden fixtures
-#         t13001   110  fp32 parity with the cpu backend, 300-step AUC (fp32, bf16,
+#         t8001   110  fp32 parity with the cpu backend, 300-step AUC (fp32, bf16,
 #                       fp16), device memory against the plan
-#         nccl1     50  --comm nccl on a world of 1 equals the cpu backend (t14001)
+#         nccl1     50  --comm nccl on a world of 1 equals the cpu backend (t8003)
 #         sanitize 120  compute-sanitizer memcheck on every kernel test, racecheck on
 #                       the tests of our kernels that use shared memory or warp shuffles
 #         speed    185  bench/gpu_train_bench.sh: terarec fp32, tf32, --amp bf16 and
@@ -40,8 +40,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
-STAGES=(probe kernels t13001 nccl1 sanitize speed)
-declare -A BUDGET=([probe]=25 [kernels]=50 [t13001]=110 [nccl1]=50 [sanitize]=120 [speed]=185)
+STAGES=(probe kernels t8001 nccl1 sanitize speed)
+declare -A BUDGET=([probe]=25 [kernels]=50 [t8001]=110 [nccl1]=50 [sanitize]=120 [speed]=185)
 TOTAL=540
 PACK_MAX=$((48 << 20))
 cmd=${1:-}
@@ -298,10 +298,10 @@ stage_kernels() {
     echo "$list" | xargs -P 4 -L 1 bash -c 'run_test "'"$d"'/${0##*/}.log" 45 "$0" "$1"'
 }
 stage_t13001() {
-    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t13001' tests/run.sh build
+    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t8001' tests/run.sh build
 }
 stage_nccl1() {
-    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t14001' TR_T14001_PART=gpu-world1 tests/run.sh build
+    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t8003' TR_T14001_PART=gpu-world1 tests/run.sh build
 }
 # racecheck finds hazards on shared memory: the tests of our kernels that use it or
 # warp shuffles (dense.cu's reductions in bce and sumsq, its bias backward;
@@ -407,7 +407,7 @@ for s in "${todo[@]}"; do
     esac
     [ "$verdict" = failed ] && failed+=("$s")
     # the stage's own one-line verdicts, when it has them
-    [ "$s" = t13001 ] || [ "$s" = nccl1 ] &&
+    [ "$s" = t8001 ] || [ "$s" = nccl1 ] &&
         why="${why:+$why; }$(grep -E '^(ok|FAIL) ' "$out/$s.log" | head -n 1 | sed 's/  */ /g')"
     printf '%-9s %-8s %3d s of %3d  %s\n' "$s" "$verdict" "$used" "${BUDGET[$s]}" "$why" | tee -a "$summary"
     [ "$verdict" = failed ] && grep -E 'FAILED|not ok|error|failed' "$out/$s.log" | head -n 8 | sed 's/^/    /'

@@ -49,7 +49,7 @@ static enum tr_status pick(const struct dist_info *d, const struct kern_backend 
     if (d->world <= 1 || flag == COMM_CHOICE_MPI)
         return TR_OK;
     /* TR_TEST_DEVICE_ID: a device id in place of the backend's, so that tests run
-     * these checks on the cpu backend (t14001) */
+     * these checks on the cpu backend (t8003) */
     const char *id = getenv("TR_TEST_DEVICE_ID");
     if (!id || !*id)
         id = be->i->device_id(be->ctx);

@@ -664,7 +664,7 @@ enum tr_status comm_open_mpi(const struct dist_info *d, const struct kern_backen
      * that ends MPI_Init to hold the other ranks back; under srun that fence does
      * not hold the ranks of another node (dist_barrier), and their first message
      * then met a NULL callback: a segfault of one rank at start (2 jobs in about
-     * 1,400 of 4 ranks on two nodes; t6001 makes it certain). */
+     * 1,400 of 4 ranks on two nodes; t5001 makes it certain). */
     if (!inited && dist_barrier(d, "mpi_init") != TR_OK) {
         MPI_Finalize();
         return TR_ERR_MPI;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fake_docker.sh: `docker run` and `docker rm` for t15002, on machines where no
+# fake_docker.sh: `docker run` and `docker rm` for t7002, on machines where no
 # container engine runs (here `podman run` fails: crun can set neither rlimits nor
 # cgroups in this sandbox). A run is a private mount namespace chrooted into the
 # image's filesystem ($FAKE_DOCKER_ROOTFS: the image $FAKE_DOCKER_IMAGE, mounted by

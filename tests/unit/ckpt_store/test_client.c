@@ -5,7 +5,7 @@
  * errors, retries, and 200 chunks in parallel.
  * With TR_CKPT_FIXTURE=DIR it only writes a small store to DIR (run "demo",
  * steps 10 and 20 committed, 30 uncommitted, one orphan chunk) for
- * tests/integration/t11003-ckpt-cli.sh and exits. */
+ * tests/integration/t3003-ckpt-cli.sh and exits. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -621,7 +621,7 @@ static void http_retry_then_up(void)
     scratch_free(d);
 }
 
-/* ---- the fixture store of t11003 ------------------------------------------------------ */
+/* ---- the fixture store of t3003 ------------------------------------------------------ */
 
 /* Value of element (r, col) of tensor `ti` at a step: changes with the step
  * only in table 1 and the first 100 rows of table 0 (an incremental save). */

@@ -3,7 +3,7 @@
  * refuses every write and takes no lock a writer waits on, and the shared --json
  * builders on it (filters bound as parameters: an injection finds nothing), and
  * the plan of the last-metrics query (index probes, no scan of a run). The
- * HTTP side is tests/integration/t16001-runs-serve.sh. */
+ * HTTP side is tests/integration/t6004-runs-serve.sh. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

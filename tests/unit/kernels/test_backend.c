@@ -149,7 +149,7 @@ static void cuda_plugin_loads(void)
     TH_CHECK(kern_cuda_plugin_symbol("kern_cuda_plugin_open") != NULL);
     TH_CHECK(kern_cuda_plugin_symbol("no_such_symbol") == NULL);
     /* it carries the api and the build it was made with: this program's (else it
-     * would not have loaded; t13001 shows a foreign one refused) */
+     * would not have loaded; t8001 shows a foreign one refused) */
     const struct kern_plugin_id *id = (const struct kern_plugin_id *)kern_cuda_plugin_symbol("kern_cuda_plugin_id");
     TH_REQUIRE(id != NULL);
     TH_EQ(id->magic, KERN_PLUGIN_MAGIC);

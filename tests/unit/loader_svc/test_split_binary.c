@@ -539,7 +539,7 @@ static void duplicates_refused(void)
 }
 
 /* A short label.bin is refused (which file the message blames is checked by
- * tests/integration/t8001-bad-input.sh). */
+ * tests/integration/t0002-bad-input.sh). */
 static void truncated_label_refused(void)
 {
     make_dataset();

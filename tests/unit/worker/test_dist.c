@@ -2,7 +2,7 @@
  * PMIX_NAMESPACE it is rank 0 of a world of 1 and a blob exchange only checks its
  * arguments; with a namespace no PMIx server knows, dist_init fails with
  * TR_ERR_MPI (and a hint) instead of hanging. Worlds of several ranks are tested
- * under mpirun by test_comm and tests/integration/t9001, t6001. */
+ * under mpirun by test_comm and tests/integration/t2002, t5001. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * batch keeps its header (flags, step, index) and may be partial; the gathered
  * logits are the model's; a zero learning rate changes nothing; a plan that does
  * not match the communicator is refused. N-worker equivalence is
- * tests/integration/t9001 (mpirun) and t6001 (SLURM). */
+ * tests/integration/t2002 (mpirun) and t5001 (SLURM). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * (two tables of 10 and 20 rows, dim 4, 3 numerical features, bottom 4, top 2,1,
  * global batch 5) on one worker and on two column-wise workers, the thread rule
  * shared with the worker, and the plan against what the model and the step
- * really allocate. tests/integration/t5001 checks the plan against the
+ * really allocate. tests/integration/t2005 checks the plan against the
  * allocator's peak in real runs. */
 #include <string.h>
 

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# t6005: the pages of `terarec runs serve` in a real browser (Debian's chromium,
+# headless), on a history filled by a real `terarec train` run (and a run named
+# <script>, written with python3's sqlite3): after the pages' scripts have run,
+# the DOM holds one row per run with the hostile name as text, and the run page's
+# charts hold as many points as SQLite has rows (loss, samples/s, AUC, logloss),
+# its checkpoints, processes, events and lineage; a running run's page says it is live
+# (polling); the compare page overlays two runs.
+# Screenshots of the run page and the list go to $TR_BUILD/runs-serve-*.png.
+# Skipped only when chromium is not installed (not in CI, where it must run).
+. "$(dirname "$0")/lib.sh"
+T=$TR_BIN/terarec
+PY=/usr/bin/python3
+use_mpi
+cd "$TMP" || exit 1
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$CHROMIUM" ]; then
+    if [ -n "${CI:-}" ]; then
+        fail "chromium is installed (CI)" "install it: make deps (tools/deps.sh chromium libjs-dygraphs)"
+    else
+        skip "the pages in headless chromium" "chromium is not installed (make deps installs it)"
+    fi
+    done_testing
+fi
+if [ ! -f /usr/share/javascript/dygraphs/dygraph.min.js ]; then
+    fail "libjs-dygraphs is installed" "make deps installs it (tools/deps.sh libjs-dygraphs)"
+    done_testing
+fi
+DB=$TMP/hist/runs.db
+M="--batch_size 256 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 8 --bottom_mlp_dims 16,8
+   --top_mlp_dims 16,1 --learning_rate 0.5 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2"
+SPID=""
+trap '[ -n "$SPID" ] && kill "$SPID" 2>/dev/null; rm -rf "$TMP"' EXIT
+
+for r in first second; do
+    if ! $T train --db "$DB" --workers 2 $M --max_steps 80 --print_freq 5 --checkpoint_every 40 --name "$r" \
+        --learning_rate $([ $r = first ] && echo 0.5 || echo 0.2) >"train-$r.out" 2>&1; then
+        fail "real training run '$r'" "$(tail -n 5 "train-$r.out")"
+        done_testing
+    fi
+done
+ok "two real training runs fill the history"
+$PY - "$DB" <<'PYEOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time) VALUES"
+           " ('20261124-xss', '<script>document.title=\"pwned\"</script>', 'failed', 1, 1, 1764000000, 1764000010)")
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, slurm_job_id, start_time) VALUES"
+           " ('20261124-live', 'still-going', 'running', 2, 16, '777', 1764000100)")
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time, restarts, resumed_from)"
+           " VALUES ('20261124-child', 'resumed-child', 'completed', 1, 2, 1764000200, 1764000300, 1,"
+           " (SELECT id FROM runs WHERE name = 'first'))")
+for step in range(10, 70, 10):
+    db.execute("INSERT INTO metrics VALUES ('20261124-live', ?, 'loss', ?, ?)", (step, 1.0 / step, 1764000100 + step))
+db.commit()
+PYEOF
+q() { $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])" "$DB" "$1"; }
+R1=$(q "select id from runs where name = 'first'")
+R2=$(q "select id from runs where name = 'second'")
+
+$T runs serve --db "$DB" --listen 127.0.0.1:0 >serve.out 2>serve.err &
+SPID=$!
+URL=""
+for _ in $(seq 100); do
+    URL=$(sed -n 's|^terarec runs serve: \(http://[^ ]*\)/ .*|\1|p' serve.out)
+    [ -n "$URL" ] && break
+    sleep 0.1
+done
+[ -n "$URL" ] && ok "serve starts ($URL)" || { fail "serve starts" "$(cat serve.err)"; done_testing; }
+
+# chrome ARGS... URL: headless chromium with its own profile, after the page's
+# fetches have finished (virtual time)
+chrome() {
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$TMP/profile" \
+        --virtual-time-budget=5000 --hide-scrollbars "$@" 2>>chrome.err
+}
+
+# ---- the list ---------------------------------------------------------------------------------------
+chrome --dump-dom "$URL/" >list.html
+nruns=$(q "select count(*) from runs")
+rows=$(grep -o '<tr class="run-row status-[a-z]*" data-run="[^"]*"' list.html | wc -l)
+[ "$rows" = "$nruns" ] && grep -q "data-rows=\"$nruns\"" list.html && ok "list: one row per run in the DOM ($rows)" ||
+    fail "list: one row per run in the DOM" "rows=$rows runs=$nruns: $(head -c 2000 list.html)"
+grep -q "data-run=\"$R1\"" list.html && grep -q "href=\"/run/$R1\"" list.html && ok "list: rows link to their run pages" ||
+    fail "list: rows link to their run pages"
+grep -q '&lt;script&gt;document.title="pwned"&lt;/script&gt;' list.html && ! grep -q '<script>document.title' list.html &&
+    grep -q '<title>terarec runs</title>' list.html && ok "list: a run named <script> is text, not a script" ||
+    fail "list: a run named <script> is text" "$(grep -o '.\{80\}pwned.\{80\}' list.html)"
+grep -q 'status-completed' list.html && grep -q '1 × 2' list.html && grep -q '2 × 16' list.html &&
+    grep -q '<td class="c9">777</td>' list.html && ok "list: status, SLURM job, nodes × workers" ||
+    fail "list: status and nodes × workers"
+chrome --dump-dom "$URL/?status=failed" >failed.html
+[ "$(grep -c 'class="run-row' failed.html)" = 1 ] && grep -q 'data-run="20261124-xss"' failed.html &&
+    ok "list: ?status=failed filters" || fail "list: ?status=failed filters"
+chrome --dump-dom "$URL/?name=sec" >named.html
+[ "$(grep -o 'class="run-row[^"]*" data-run="[^"]*"' named.html | wc -l)" = 1 ] && grep -q "data-run=\"$R2\"" named.html &&
+    ok "list: ?name= filters" || fail "list: ?name= filters"
+
+# ---- a run ------------------------------------------------------------------------------------------
+chrome --dump-dom "$URL/run/$R1" >run.html
+points() { sed -n "s/.*id=\"chart-$1\"[^>]*data-points=\"\([0-9]*\)\".*/\1/p" run.html | head -1; }
+for m in loss samples_per_s; do
+    want=$(q "select count(*) from metrics where run = '$R1' and name = '$m'")
+    got=$(points $m)
+    [ -n "$got" ] && [ "$got" = "$want" ] && [ "$want" -gt 5 ] && ok "run: the $m chart has a point per row ($got)" ||
+        fail "run: the $m chart has a point per row" "chart ${got:-none}, SQLite $want"
+done
+for m in auc logloss; do
+    want=$(q "select count(*) from evals where run = '$R1' and $m is not null")
+    got=$(points $m)
+    [ -n "$got" ] && [ "$got" = "$want" ] && [ "$want" -ge 1 ] && ok "run: the $m chart has a point per evaluation ($got)" ||
+        fail "run: the $m chart has a point per evaluation" "chart ${got:-none}, SQLite $want"
+done
+grep -q 'class="dygraph-' run.html && grep -q '<canvas' run.html && ok "run: dygraphs drew (canvas, axes)" ||
+    fail "run: dygraphs drew"
+grep -q '<span id="run-status" class="status status-completed">completed</span>' run.html && ok "run: its status" ||
+    fail "run: its status" "$(grep -o '<span id="run-status"[^<]*' run.html)"
+nck=$(q "select count(*) from checkpoints where run = '$R1'")
+got=$($PY - run.html <<'PYEOF'
+import re, sys
+h = open(sys.argv[1]).read()
+def body(tid):
+    m = re.search(r'<table id="%s">.*?<tbody>(.*?)</tbody>' % tid, h, re.S)
+    return m.group(1) if m else ""
+print(body("checkpoints").count("<tr>"), body("processes").count("<tr>"), int("started" in body("events")),
+      int("<th>batch_size</th>" in h), int("committed" in body("checkpoints")))
+PYEOF
+)
+nproc=$(q "select count(*) from processes where run = '$R1'")
+[ "$got" = "$nck $nproc 1 1 1" ] && ok "run: checkpoints ($nck), processes ($nproc), events, config" ||
+    fail "run: checkpoints, processes, events, config" "got '$got', want '$nck $nproc 1 1 1'"
+grep -q '<span class="resumed-by"><a href="/run/20261124-child">20261124-child</a></span>' run.html &&
+    ok "run: the runs resumed from it (lineage)" || fail "run: the runs resumed from it (lineage)"
+chrome --dump-dom "$URL/run/20261124-child" >child.html
+grep -q "<th>resumed from</th><td><a href=\"/run/$R1\">$R1</a></td>" child.html && grep -q '<th>restarts</th><td>1</td>' child.html &&
+    ok "run: the run it resumed from, and its restarts" || fail "run: the run it resumed from, and its restarts"
+chrome --dump-dom "$URL/run/20261124-live" >live.html
+grep -q '<span id="live">live: updating every 3 s</span>' live.html &&
+    grep -q 'id="chart-loss"[^>]*data-points="6"' live.html && ok "a running run's page polls (live) and draws its 6 points" ||
+    fail "a running run's page polls (live)" "$(grep -o '<span id="live">[^<]*' live.html)"
+chrome --screenshot="$TR_BUILD/runs-serve-run.png" --window-size=1280,900 "$URL/run/$R1" >/dev/null
+chrome --screenshot="$TR_BUILD/runs-serve-list.png" --window-size=1280,900 "$URL/" >/dev/null
+for f in run list; do
+    p=$TR_BUILD/runs-serve-$f.png
+    if [ -s "$p" ] && [ "$(head -c 8 "$p" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+        [ "$(stat -c %s "$p")" -gt 10000 ]; then
+        ok "screenshot of the $f page: $p"
+    else
+        fail "screenshot of the $f page: $p" "$(tail -n 5 chrome.err)"
+    fi
+done
+
+# ---- compare ----------------------------------------------------------------------------------------
+chrome --dump-dom "$URL/compare?run=$R1&run=$R2" >cmp.html
+want=$(q "select count(distinct step) from metrics where run in ('$R1', '$R2') and name = 'loss'")
+got=$(sed -n 's/.*id="chart-compare"[^>]*data-points="\([0-9]*\)".*/\1/p' cmp.html | head -1)
+[ -n "$got" ] && [ "$got" = "$want" ] && grep -q "$R2 (second)" cmp.html && grep -q "href=\"/run/$R1\"" cmp.html &&
+    ok "compare: both runs' loss on one chart ($got steps)" || fail "compare: both runs' loss on one chart" "chart ${got:-none}, want $want"
+chrome --screenshot="$TR_BUILD/runs-serve-compare.png" --window-size=1280,900 "$URL/compare?run=$R1&run=$R2" >/dev/null
+[ -s "$TR_BUILD/runs-serve-compare.png" ] && ok "screenshot of the compare page" || fail "screenshot of the compare page"
+
+done_testing
