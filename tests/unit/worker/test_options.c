@@ -8,6 +8,7 @@
 
 #include "../../../common/check.h"
 #include "../../../common/harness.h"
+#include "../../../loader_svc/loader.h"
 #include "../../../worker/options.h"
 
 /* Parses argv (argv[0] added) into *c and resolves it; the table goes in o. */
@@ -121,9 +122,37 @@ static void properties(void)
     TH_CHECK(s[0].dst == &dir && s[1].dst == &tok && w->dst == &c.checkpoint_dir);
 }
 
+/* TR_OPT_LOADER is what terarec train passes to terarec-loader: every worker
+ * option it marks is one the loader takes (else the loader would refuse the
+ * flag), and every option both take is marked (else the two would differ). */
+static void loader_marks(void)
+{
+    struct worker_cfg c;
+    memset(&c, 0, sizeof c);
+    struct tr_opt w[WORKER_MAX_OPTS];
+    worker_opts_fill(&c, w);
+    struct loader_cfg lc;
+    memset(&lc, 0, sizeof lc);
+    struct tr_opt l[LOADER_MAX_OPTS];
+    loader_opts_fill(&lc, l);
+    int marked = 0;
+    for (const struct tr_opt *o = w; o->type != TR_OPT_END; o++) {
+        const struct tr_opt *in = tr_opt_find(l, o->name);
+        marked += (o->props & TR_OPT_LOADER) != 0;
+        TH_CHECKF(!(o->props & TR_OPT_LOADER) == !in, "--%s: %s", o->name,
+                  in ? "the loader takes it, but it is not marked TR_OPT_LOADER"
+                     : "marked TR_OPT_LOADER, but the loader does not take it");
+        if (in)
+            TH_CHECKF(in->type == o->type, "--%s: the worker's type %d, the loader's %d", o->name, (int)o->type,
+                      (int)in->type);
+    }
+    TH_CHECK(marked > 5);
+}
+
 static const struct th_case cases[] = {
     {"resume_spellings", resume_spellings},
     {"properties", properties},
+    {"loader_marks", loader_marks},
 };
 
 int main(int argc, char **argv)
