@@ -245,6 +245,11 @@ int kern_backend_uses_device(const char *name)
     return -1;
 }
 
+int kern_backend_device_on_host(const char *name)
+{
+    return kern_backend_uses_device(name) != 0 && access("/dev/nvidiactl", F_OK) == 0;
+}
+
 enum tr_status kern_backend_check(const char *name, const struct kern_backend_opts *o)
 {
     const int reduced = o->precision == KERN_PREC_BF16 || o->precision == KERN_PREC_FP16;

@@ -561,6 +561,11 @@ enum tr_status kern_backend_check(const char *name, const struct kern_backend_op
  * For launchers and planners that decide without the backend. Thread-safe. */
 int kern_backend_uses_device(const char *name);
 
+/* Whether backend `name` (or "auto") may compute on a device this machine's driver
+ * shows (for cuda: /dev/nvidiactl), whether or not this build has the backend: a
+ * launcher starting a container whose image does. 1 or 0. Thread-safe. */
+int kern_backend_device_on_host(const char *name);
+
 /* Releases an instance opened by kern_backend_open; safe on a zeroed one. */
 void kern_backend_close(struct kern_backend *be);
 

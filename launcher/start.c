@@ -74,8 +74,7 @@ void launch_ctr_remove(struct launch *L, const struct proc *prog, const char *wh
  * device (the backend registry says which do) */
 static int ctr_gpus(struct launch *L)
 {
-    return kern_backend_uses_device(job_backend_name(L->c->w.job.backend)) != 0 &&
-           access("/dev/nvidiactl", F_OK) == 0;
+    return kern_backend_device_on_host(job_backend_name(L->c->w.job.backend));
 }
 
 /* The given worker flags, as --name=value, but those the launcher makes a value of

@@ -12,6 +12,7 @@
 #include <nccl.h>
 #endif
 #include <string.h>
+#include <unistd.h>
 
 #include "../../../common/check.h"
 #include "../../../common/harness.h"
@@ -63,6 +64,11 @@ static void uses_device(void)
     TH_EQ(kern_backend_uses_device("auto"), -1);
     TH_EQ(kern_backend_uses_device("tpu"), -1);
     TH_EQ(kern_backend_uses_device(NULL), -1);
+    /* a host backend never asks for the machine's device, whatever it has */
+    TH_EQ(kern_backend_device_on_host("cpu"), 0);
+    const int node = access("/dev/nvidiactl", F_OK) == 0;
+    TH_EQ(kern_backend_device_on_host("cuda"), node);
+    TH_EQ(kern_backend_device_on_host("auto"), node);
 }
 
 /* Two instances with different thread counts; opening them or sizing a
