@@ -297,11 +297,11 @@ stage_kernels() {
     # 4 at once: each is mostly its host reference
     echo "$list" | xargs -P 4 -L 1 bash -c 'run_test "'"$d"'/${0##*/}.log" 45 "$0" "$1"'
 }
-stage_t13001() {
+stage_t8001() {
     x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t8001' tests/run.sh build
 }
 stage_nccl1() {
-    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t8003' TR_T14001_PART=gpu-world1 tests/run.sh build
+    x env TR_TEST_GPU=1 TR_TEST_VERBOSE=1 TR_TEST_ONLY='t8003' TR_T8003_PART=gpu-world1 tests/run.sh build
 }
 # racecheck finds hazards on shared memory: the tests of our kernels that use it or
 # warp shuffles (dense.cu's reductions in bce and sumsq, its bias backward;

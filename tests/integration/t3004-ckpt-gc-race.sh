@@ -18,7 +18,7 @@ printf 'tok-%s\n' "$RANDOM$RANDOM" >"$TMP/token"
 SPID="" GPIDS=()
 trap 'for p in $SPID "${GPIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 ROOT=$TMP/store
-NFILL=${T11004_CHUNKS:-40000}
+NFILL=${T3004_CHUNKS:-40000}
 
 # the filler run: one committed manifest naming NFILL chunks of 4 bytes
 $PY - "$ROOT" "$NFILL" <<'PYEOF'

@@ -37,7 +37,7 @@ else
     fail "racecheck selection" "$race"
 fi
 echo "$out" | grep -q "would run: env .*TR_TEST_ONLY=t8001 tests/run.sh" &&
-    echo "$out" | grep -q "TR_T14001_PART=gpu-world1" && ok "t8001 and t8003's world of 1 under TR_TEST_GPU=1" ||
+    echo "$out" | grep -q "TR_T8003_PART=gpu-world1" && ok "t8001 and t8003's world of 1 under TR_TEST_GPU=1" ||
     fail "t8001 and t8003's world of 1" "$(echo "$out" | grep 'tests/run.sh')"
 echo "$out" | grep -q "would run: bench/gpu_train_bench.sh --budget" && ok "the speed stage runs the GPU bench within its budget" ||
     fail "the speed stage" "$(echo "$out" | tail -2)"

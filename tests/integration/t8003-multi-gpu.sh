@@ -26,13 +26,13 @@
 # - --comm nccl on a world of 1 (and on every device when there are several)
 #   passes the same comparison;
 # - the killed peer, with the cuda backend.
-# TR_T14001_PART=gpu-world1 runs only the cpu references and the GPU cases of a world
+# TR_T8003_PART=gpu-world1 runs only the cpu references and the GPU cases of a world
 # of 1 (no mpirun needed): what tools/gpu_check.sh runs on a one-GPU machine.
 . "$(dirname "$0")/lib.sh"
 W=$TR_BIN/terarec-worker
 cd "$TMP" || exit 1
-part=${TR_T14001_PART:-}
-case "$part" in ''|gpu-world1) ;; *) fail "TR_T14001_PART=$part" "not one of: gpu-world1"; done_testing ;; esac
+part=${TR_T8003_PART:-}
+case "$part" in ''|gpu-world1) ;; *) fail "TR_T8003_PART=$part" "not one of: gpu-world1"; done_testing ;; esac
 if [ -z "$part" ] && ! command -v mpirun >/dev/null 2>&1; then
     skip "multi-worker collectives" "mpirun not found (install openmpi-bin: make deps)"
     done_testing
