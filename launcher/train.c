@@ -230,9 +230,7 @@ static enum tr_status check_container(struct launch *L)
             }
             LOG_WARN("--container-image: this cluster's srun has no --container-image (pyxis is not installed)");
         }
-    } else {
-        TR_CHECK(pick_runtime(L));
-    }
+    } /* here: the engine is picked last (check_flags), once the flags are known to be good */
     const char *cd = c->w.checkpoint_dir;
     if (cd && *cd && cd[0] != '/' && strncmp(cd, "http://", 7) && strncmp(cd, "https://", 8) &&
         strncmp(cd, "serve:", 6)) {
@@ -323,6 +321,9 @@ static enum tr_status check_flags(struct launch *L)
             free(abs);
         }
     }
+    /* last: asking docker and podman takes seconds, bad flags are answered at once */
+    if (L->ctr.image && !L->slurm)
+        TR_CHECK(pick_runtime(L));
     return TR_OK;
 }
 
