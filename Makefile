@@ -154,13 +154,15 @@ endif
 
 # Objects depend on the flags they were built with (a changed knob rebuilds), and
 # the git hash lives in a generated header that changes only when HEAD does.
-ifeq ($(filter clean deps deps-build deps-bench help,$(MAKECMDGOALS)),)
+# (targets that compile nothing leave them alone: make help, make -n image-cpu)
+NO_BUILD_GOALS := clean deps deps-build deps-bench help image image-cpu image-base
+ifeq ($(filter $(NO_BUILD_GOALS),$(MAKECMDGOALS)),)
 FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(shell mkdir -p $(BUILD)/gen; echo '$(subst ','\'',$(FLAGS_LINE))' | cmp -s - $(BUILD)/gen/flags || echo '$(subst ','\'',$(FLAGS_LINE))' > $(BUILD)/gen/flags)
 $(shell echo '#define TR_GIT_HASH "$(GIT_HASH)"' | cmp -s - $(BUILD)/gen/version_gen.h || echo '#define TR_GIT_HASH "$(GIT_HASH)"' > $(BUILD)/gen/version_gen.h)
 endif
 
-ifeq ($(filter clean deps deps-build help,$(MAKECMDGOALS)),)
+ifeq ($(filter $(NO_BUILD_GOALS),$(MAKECMDGOALS)),)
 $(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) mpi=$(MPI) pmix=$(PMIX) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
 endif
 
