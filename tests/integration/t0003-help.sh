@@ -4,6 +4,7 @@
 #   data_cmds, ckpt_cmd.c's and runs_cmd.c's subs; read from the files, not from the
 #   program) is in `terarec --help` (a group's subcommands under that group's heading)
 #   and in its group's own --help, and `terarec GROUP SUB --help` exits 0 with a usage;
+# - each top-level command answers --help; `terarec version` is `terarec --version`;
 # - `terarec` alone: the usage on stderr, exit 2; an unknown command: one error, exit 2;
 # - `make help` runs without building anything, and every target it names is a
 #   target of the Makefile (and the ones a user needs are there).
@@ -27,6 +28,14 @@ missing=""
 for c in $top; do grep -q "^  $c  " help.out || missing+=" $c"; done
 [ -n "$top" ] && [ -z "$missing" ] && ok "terarec --help lists every top-level command ($(echo $top))" ||
     fail "top-level commands in --help" "missing:${missing:- (no table read from launcher/terarec.c)}"
+
+m_help=""
+for c in $top; do
+    $T $c --help >c.out 2>&1 && grep -Eq "^usage: terarec( $c)? " c.out || m_help+=" $c"
+done
+[ -z "$m_help" ] && ok "terarec CMD --help: a usage, exit 0, for each top-level command" || fail "terarec CMD --help" "failed:$m_help"
+$T --version --parsable >v.out 2>&1 && grep -q '^version:' v.out && $T version --parsable | cmp -s - v.out &&
+    ok "terarec version --parsable = terarec --version --parsable" || fail "version" "$(cat v.out)"
 
 for g in data ckpt runs; do
     subs=$(names ${group_src[$g]})
