@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common/status.h"
 
@@ -174,6 +175,10 @@ enum tr_status db_event_add(struct db *db, const char *run, double time, const c
  * rm, plot, serve; each takes --db PATH (or TR_DB) and --json where it prints. Returns
  * the exit status (0, 2 bad input or unknown run, 1 other). */
 int runs_cmd_main(int argc, char **argv);
+
+/* runs_cmd_main's subcommands, "  NAME  what it does" a line, to fp (for the front
+ * end's help, which prints every group's table). */
+void runs_cmd_table(FILE *fp);
 
 #ifdef __cplusplus
 }

@@ -265,11 +265,16 @@ static const struct runs_sub subs[] = {
     {"serve", cmd_serve, S_SERVE, "", "a read-only web page of the runs, their curves, checkpoints and events"},
 };
 
+void runs_cmd_table(FILE *fp)
+{
+    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
+        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+}
+
 static void usage(FILE *fp)
 {
     fprintf(fp, "usage: terarec runs <command> [RUN...] [--db PATH] [options]\n\ncommands:\n");
-    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
-        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+    runs_cmd_table(fp);
     fprintf(fp, "\nRUN is a run id, a unique prefix of one, or a unique run name.\n"
                 "'terarec runs <command> --help' lists the options.\n");
 }

@@ -104,7 +104,8 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
          "ro+rprivate); the run's directory and its checkpoint store are mounted at their own paths",
          TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},
         {"container_runtime", TR_OPT_ENUM, &c->container_runtime, "auto",
-         "what runs the container outside SLURM (auto: docker, else podman)", TR_OPT_NOBOUNDS, runtime_choices, NULL,
+         "what runs the container outside SLURM (auto: docker when 'docker info' answers, else podman when "
+         "'podman info' does)", TR_OPT_NOBOUNDS, runtime_choices, NULL,
          0, NULL, 0},
         {"container_bin_dir", TR_OPT_PATH, &c->container_bin_dir, "/opt/terarec/bin",
          "where terarec's programs are inside the image", 1, 0, NULL, NULL, 0, NULL, 0},
@@ -148,6 +149,47 @@ static int srun_has_pyxis(void)
     return found;
 }
 
+/* The engine that runs the containers here: --container_runtime, or (auto) the first
+ * of docker and podman that answers, said on the console. podman's --init needs its
+ * init binary (catatonit): without it the containers start without --init. */
+static enum tr_status pick_runtime(struct launch *L)
+{
+    struct launch_cfg *c = L->c;
+    if (c->container_runtime) {
+        L->ctr.runtime = runtime_choices[c->container_runtime];
+    } else if (!ctr_runtime_find()) {
+        LOG_ERROR("--container-image: neither docker nor podman is on PATH");
+        LOG_HINT("install one of them, or run inside a SLURM allocation with pyxis (srun --container-image)");
+        return TR_ERR_ARG;
+    } else {
+        char why[1200];
+        L->ctr.runtime = ctr_runtime_pick(why, sizeof why);
+        if (!L->ctr.runtime && !c->dry_run) {
+            LOG_ERROR("--container-image: neither docker nor podman answers (%s)", why);
+            LOG_HINT("start docker's daemon (systemctl start docker), check 'podman info', or name one with "
+                     "--container_runtime");
+            return TR_ERR_ARG;
+        }
+        if (!L->ctr.runtime) {
+            L->ctr.runtime = ctr_runtime_find();
+            LOG_WARN("--container-image: neither docker nor podman answers (%s); --dry_run shows %s", why,
+                     L->ctr.runtime);
+        } else {
+            fprintf(stderr, "terarec: containers run with %s: %s\n", L->ctr.runtime, why);
+        }
+    }
+    if (!strcmp(L->ctr.runtime, "podman")) {
+        char why[4200];
+        if (!ctr_podman_init_found(why, sizeof why)) {
+            L->ctr.no_init = 1;
+            LOG_WARN("podman's --init needs catatonit, which is missing: %s; the containers start without --init "
+                     "(each program is its container's process 1)", why);
+            LOG_HINT("install the Debian package catatonit (make deps does), or set init_path in containers.conf");
+        }
+    }
+    return TR_OK;
+}
+
 /* --container-image and its companions */
 static enum tr_status check_container(struct launch *L)
 {
@@ -188,14 +230,7 @@ static enum tr_status check_container(struct launch *L)
             }
             LOG_WARN("--container-image: this cluster's srun has no --container-image (pyxis is not installed)");
         }
-    } else {
-        L->ctr.runtime = c->container_runtime ? runtime_choices[c->container_runtime] : ctr_runtime_find();
-        if (!L->ctr.runtime) {
-            LOG_ERROR("--container-image: neither docker nor podman is on PATH");
-            LOG_HINT("install one of them, or run inside a SLURM allocation with pyxis (srun --container-image)");
-            return TR_ERR_ARG;
-        }
-    }
+    } /* here: the engine is picked last (check_flags), once the flags are known to be good */
     const char *cd = c->w.checkpoint_dir;
     if (cd && *cd && cd[0] != '/' && strncmp(cd, "http://", 7) && strncmp(cd, "https://", 8) &&
         strncmp(cd, "serve:", 6)) {
@@ -286,6 +321,9 @@ static enum tr_status check_flags(struct launch *L)
             free(abs);
         }
     }
+    /* last: asking docker and podman takes seconds, bad flags are answered at once */
+    if (L->ctr.image && !L->slurm)
+        TR_CHECK(pick_runtime(L));
     return TR_OK;
 }
 
