@@ -166,9 +166,11 @@ void launch_say_job(struct launch *L, int demo, const struct launch_data *d)
     const int device = kern_backend_uses_device(be) == 1 || (kern_backend_uses_device(be) < 0 &&
                                                              kern_backend_device_on_host(be));
     if (steps >= 0 && d->ntables > 0 && !L->slurm && !device) {
-        const int per = plan_threads(j, kern_cpu_count(), L->world);
+        /* the workers' threads, but no more than the CPUs they share */
+        const int cpus = kern_cpu_count(), per = plan_threads(j, cpus, L->world);
+        const double threads = TR_MIN((double)per * L->world, (double)TR_MAX(cpus, 1));
         double s = (double)steps * (double)batch * flops_per_sample(j, d->ntables, d->num_features) /
-                       (CPU_FLOPS_PER_THREAD * per * L->world) +
+                       (CPU_FLOPS_PER_THREAD * threads) +
                    RUN_OVERHEAD_S;
         char dur[32];
         say_duration(dur, sizeof dur, s);
