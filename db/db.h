@@ -9,7 +9,7 @@
  *               final_metrics (JSON), reason, restarts, resumed_from,
  *               launcher_host, launcher_pid, launcher_start (the pid's start time,
  *               /proc/PID/stat field 22), launcher_ns (boot id and pid namespace),
- *               heartbeat (time)
+ *               heartbeat (time), tags (JSON array of strings), note (text)
  *   metrics     run, step, name, value, time      (loss, learning_rate, samples_per_s, ...)
  *   evals       run, step, auc, logloss, samples, time
  *   checkpoints run, step, manifest_url, bytes, stall_s, time
@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 
 struct db;
 
@@ -136,6 +136,21 @@ enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts) T
 /* The run's checkpoint run (its name in the store) becomes ckpt_run: a requeued
  * run whose checkpoints are gone starting again under a name of its own. */
 enum tr_status db_run_set_ckpt_run(struct db *db, const char *id, const char *ckpt_run) TR_WUR;
+
+/* A tag: 1 to DB_TAG_MAX letters, digits or _ . : / + @ - (db_tag_ok: 1 when t is one). */
+#define DB_TAG_MAX 64
+int db_tag_ok(const char *t);
+
+/* The run's tags become its tags and add's, less rm's (a set, sorted). A bad tag
+ * is TR_ERR_ARG (logged, naming it); TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_tag(struct db *db, const char *id, const char *const *add, int nadd, const char *const *rm,
+                          int nrm) TR_WUR;
+/* The run's note becomes note (NULL or "": none). TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_set_note(struct db *db, const char *id, const char *note) TR_WUR;
+/* The run's name becomes name, refused (TR_ERR_ARG, logged naming the other run)
+ * when another run has it as its name or id, or when it is empty, longer than 200
+ * bytes or holds control characters. TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_rename(struct db *db, const char *id, const char *name) TR_WUR;
 
 /* The launcher is alive at `now` (seconds since the epoch): one small write,
  * meant every few seconds (the launcher: about every 10 s; a run whose launcher
