@@ -476,78 +476,79 @@ void db_config_clean(json_t *cfg)
     }
 }
 
-/* The reals of j (a deep copy's) become the strings "\x01N", their text in num[N]
- * (shortest round trip); *bad = 1 when a string of j holds \x01 already. */
-static void mark_reals(json_t *j, char (*num)[40], size_t *n, size_t cap, int *bad)
+/* The reals of j (a deep copy's) become the strings "<mark>N", their text in
+ * num[N] (shortest round trip); *bad = 1 when a string of j holds mark already. */
+static void mark_reals(json_t *j, char mark, char (*num)[40], size_t *n, size_t cap, int *bad)
 {
     if (json_is_string(j)) {
-        if (memchr(json_string_value(j), 1, json_string_length(j)))
+        if (memchr(json_string_value(j), mark, json_string_length(j)))
             *bad = 1;
-    } else if (json_is_object(j)) {
-        for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
-            json_t *v = json_object_iter_value(it);
-            if (json_is_real(v) && *n < cap) {
-                char tag[24];
-                db_fmt_real(json_real_value(v), num[*n], sizeof num[0]);
-                snprintf(tag, sizeof tag, "\x01%zu", (*n)++);
+        return;
+    }
+    int obj = json_is_object(j);
+    void *it = obj ? json_object_iter(j) : NULL;
+    for (size_t i = 0; obj ? it != NULL : i < json_array_size(j); i++) {
+        json_t *v = obj ? json_object_iter_value(it) : json_array_get(j, i);
+        if (json_is_real(v) && *n < cap) {
+            char tag[24];
+            db_fmt_real(json_real_value(v), num[*n], sizeof num[0]);
+            snprintf(tag, sizeof tag, "%c%zu", mark, (*n)++);
+            if (obj)
                 json_object_iter_set_new(j, it, json_string(tag));
-            } else {
-                mark_reals(v, num, n, cap, bad);
-            }
-        }
-    } else if (json_is_array(j)) {
-        for (size_t i = 0; i < json_array_size(j); i++) {
-            json_t *v = json_array_get(j, i);
-            if (json_is_real(v) && *n < cap) {
-                char tag[24];
-                db_fmt_real(json_real_value(v), num[*n], sizeof num[0]);
-                snprintf(tag, sizeof tag, "\x01%zu", (*n)++);
+            else
                 json_array_set_new(j, i, json_string(tag));
-            } else {
-                mark_reals(v, num, n, cap, bad);
-            }
+        } else {
+            mark_reals(v, mark, num, n, cap, bad);
         }
-    } else if (json_is_real(j)) {
-        *bad = 1; /* a lone real: jansson's way */
+        if (obj)
+            it = json_object_iter_next(j, it);
     }
 }
 
 char *db_json_dumps(const json_t *j, size_t flags)
 {
-    size_t cap = 0;
-    json_t *c = json_deep_copy(j);
-    /* how many reals at most: every value of the copy */
-    char *probe = c ? json_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    if (!probe) {
-        json_decref(c);
+    if (!json_is_object(j) && !json_is_array(j))
+        return json_dumps(j, flags | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+    /* how many reals at most: every value */
+    char *probe = json_dumps(j, JSON_COMPACT);
+    if (!probe)
         return NULL;
-    }
+    size_t cap = 1;
     for (const char *p = probe; *p; p++)
         cap += *p == ',' || *p == '[' || *p == ':';
     free(probe);
-    char(*num)[40] = tr_malloc((cap + 1) * sizeof *num);
+    char(*num)[40] = tr_malloc(cap * sizeof *num);
+    json_t *c = NULL;
+    char *d = NULL, *s = NULL, mark = 1;
     size_t n = 0;
-    int bad = 0;
-    if (num)
-        mark_reals(c, num, &n, cap + 1, &bad);
-    char *s = NULL;
-    if (!num || bad || n > cap) {
+    if (!num)
+        return NULL;
+    /* a control character no string holds marks the reals */
+    for (; mark < 32; mark++) {
+        int bad = 0;
+        n = 0;
+        if (!(c = json_deep_copy(j)))
+            goto exit;
+        mark_reals(c, mark, num, &n, cap, &bad);
+        if (!bad)
+            break;
+        json_decref(c);
+        c = NULL;
+    }
+    if (!c) { /* every one is in some string: jansson's way */
         s = json_dumps(j, flags | JSON_REAL_PRECISION(17));
         goto exit;
     }
-    char *d = json_dumps(c, flags);
-    if (!d)
+    if (!(d = json_dumps(c, flags)) || !(s = malloc(strlen(d) + 1 + n * 48)))
         goto exit;
-    /* each "\u0001N" (with its quotes) becomes its number */
-    size_t len = strlen(d);
-    s = malloc(len + 1 + n * 48);
-    if (!s) {
-        free(d);
-        goto exit;
-    }
+    /* each "\u00MMN" (with its quotes) becomes its number */
+    char esc[8];
+    snprintf(esc, sizeof esc, "\"\\u%04x", (unsigned)mark);
+    char ESC[8];
+    snprintf(ESC, sizeof ESC, "\"\\u%04X", (unsigned)mark);
     size_t k = 0;
     for (const char *p = d; *p;) {
-        if (!strncmp(p, "\"\\u0001", 7) && isdigit((unsigned char)p[7])) {
+        if ((!strncmp(p, esc, 7) || !strncmp(p, ESC, 7)) && isdigit((unsigned char)p[7])) {
             char *end;
             unsigned long i = strtoul(p + 7, &end, 10);
             if (*end == '"' && i < n) {
@@ -560,8 +561,8 @@ char *db_json_dumps(const json_t *j, size_t flags)
         s[k++] = *p++;
     }
     s[k] = '\0';
-    free(d);
 exit:
+    free(d);
     tr_free(num);
     json_decref(c);
     return s;
