@@ -140,7 +140,8 @@ struct db_runs_query {
  * final_metrics); config.KEY and metric.KEY pick one. tag (filters only) matches
  * one of the run's tags. table 1: the cells as a table shows them (times,
  * durations, parameters without float noise; default columns id, name, status,
- * start, duration, steps, last_loss, best_auc, size, where, tags); 0: values for
+ * start, duration, steps, last_loss, best_auc, size, where, tags, note (cut at 40
+ * characters)); 0: values for
  * JSON (parameters that are numbers as numbers; the default columns those of
  * `runs list --json`; with o->columns, id first). TR_ERR_ARG (m says why, with
  * close keys for an unknown one; not logged), TR_ERR_DB (logged), TR_ERR_NOMEM.

@@ -135,9 +135,12 @@ static const struct field fields[] = {
     {"git_hash", "r.git_hash", NULL, NULL, 0},
     {"reason", "r.reason", NULL, NULL, 0},
     {"tags", "r.tags", "(SELECT group_concat(value, ',') FROM " TAGS_ARRAY ")", NULL, 1},
-    {"note", "r.note", NULL, NULL, 0},
+    {"note", "r.note",
+     "CASE WHEN length(r.note) > 40 THEN substr(replace(r.note, char(10), ' '), 1, 39) || '...'"
+     " ELSE replace(r.note, char(10), ' ') END", NULL, 0},
 };
-static const char default_table[] = "id,name,status,start_time,duration_s,steps,last_loss,best_auc,size,where,tags";
+static const char default_table[] =
+    "id,name,status,start_time,duration_s,steps,last_loss,best_auc,size,where,tags,note";
 static const char default_json[] = "id,name,status,start_time,end_time,duration_s,steps,last_loss,best_auc,"
                                    "samples_per_s,nodes,workers,hosts,slurm_job_id,restarts,resumed_from,tags,note";
 

@@ -274,7 +274,7 @@ static const struct runs_sub subs[] = {
      "the runs, newest first: status, duration, steps, last loss, best auc, tags; filtered, chosen columns"},
     {"show", runs_cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, processes, events"},
     {"metrics", runs_cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
-    {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side, and the config values that differ"},
+    {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side: their final metrics, and the config values that differ"},
     {"export", runs_cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
     {"rm", runs_cmd_rm, S_RM, " RUN... [--checkpoints]",
      "delete runs and everything recorded about them (--checkpoints: and their checkpoints)"},

@@ -116,7 +116,7 @@
   var LIST_COLS = [['id', 'id', 'id'], ['name', 'name', 'name'], ['status', 'status', 'status'], ['tags', 'tags', 'tags'],
     ['start', 'start_time', 'start_time'], ['duration', 'duration_s', 'duration_s'], ['steps', 'steps', 'steps'],
     ['samples/s', 'samples_per_s', 'samples_per_s'], ['best AUC', 'best_auc', 'best_auc'],
-    ['SLURM job', 'slurm_job_id', 'slurm_job_id'], ['nodes, workers', 'size', 'workers']];
+    ['SLURM job', 'slurm_job_id', 'slurm_job_id'], ['nodes, workers', 'size', 'workers'], ['note', 'note', 'note']];
   function nodesWorkers(n, w) {
     function one(k, word) { return k === null || k === undefined ? '? ' + word + 's' : k + ' ' + word + (k === 1 ? '' : 's'); }
     return one(n, 'node') + ', ' + one(w, 'worker');
@@ -210,6 +210,7 @@
             if (k === 'best_auc') return fmtNum(v, 6);
             if (k === 'steps') return fmtNum(v);
             if (k === 'size') return nodesWorkers(r.nodes, r.workers);
+            if (k === 'note' && v) { var n = el('span', v, 'note-cell'); n.title = v; return n; }
             return v;
           }));
           cells.forEach(function (c, i) {

@@ -282,8 +282,9 @@ check "list --columns --json: the id and the columns, numbers as numbers" bash -
 assert a==[{\"id\":\"20261125-tb01\",\"name\":\"tb-lr-top\",\"learning_rate\":0.05,\"tags\":[\"baseline\",\"sweep\"],
 \"phase_ms_per_step.data\":0.5}], a'"
 out=$($T runs list --db "$DB" 2>&1)
-echo "$out" | grep -q "^20261125-tb01 .*2 nodes, 4 workers .*baseline,sweep$" && ok "list: nodes and workers in words, tags" ||
-    fail "list: nodes and workers in words, tags" "$out"
+echo "$out" | grep -q "^20261125-tb01 .*2 nodes, 4 workers .*baseline,sweep  *lr sweep: the high end$" &&
+    ok "list: nodes and workers in words, tags, note" ||
+    fail "list: nodes and workers in words, tags, note" "$out"
 
 out=$($T runs compare tb-lr-top tb-lr-low --db "$DB" 2>&1)
 if echo "$out" | grep -q "^config: 2 differ, 2 the same:" && echo "$out" | grep -q "^  learning_rate  *0.05  *1e-07$" &&
