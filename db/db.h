@@ -1,5 +1,6 @@
 /* db.h: the run history, one SQLite file. The launcher (`terarec train`) writes
- * it; `terarec runs ...` reads it, read-only (`runs rm` deletes from it), and
+ * it; `terarec runs ...` reads it, read-only (`runs rm` deletes from it; `runs
+ * tag`, `note` and `rename` change what people add to a run), and
  * records only what an open decides: a migration of an older file, runs whose
  * launcher vanished (lost), and only where it may write.
  *
@@ -124,7 +125,10 @@ struct db_run {
 enum tr_status db_run_create(struct db *db, const struct db_run *r) TR_WUR;
 
 /* Sets the status; end_time > 0 also sets end_time; final_metrics (a JSON object
- * text) and reason (one line: why it ended so) when non-NULL. */
+ * text) and reason (one line: why it ended so) when non-NULL. A status other
+ * than running also ends the run's processes whose end was never recorded (a
+ * lost node, a cancelled SLURM job) at the run's end, exit unknown; one
+ * transaction. */
 enum tr_status db_run_finish(struct db *db, const char *id, const char *status, double end_time,
                              const char *final_metrics, const char *reason) TR_WUR;
 
@@ -187,7 +191,7 @@ enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int 
 enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data) TR_WUR;
 
 /* `terarec runs ...` (argv[0] is "runs"): list, show, metrics, compare, export,
- * rm, plot, serve; each takes --db PATH (or TR_DB) and --json where it prints. Returns
+ * rm, plot, serve, tag, note, rename; each takes --db PATH (or TR_DB) and --json where it prints. Returns
  * the exit status (0, 2 bad input or unknown run, 1 other). */
 int runs_cmd_main(int argc, char **argv);
 
