@@ -165,7 +165,7 @@ grep -q '<span id="live">live: updating every 3 s</span>' live.html &&
     grep -q 'id="chart-loss"[^>]*data-points="6"' live.html && ok "a running run's page polls (live) and draws its 6 points" ||
     fail "a running run's page polls (live)" "$(grep -o '<span id="live">[^<]*' live.html)"
 chrome --screenshot="$TR_BUILD/runs-serve-run.png" --window-size=1280,900 "$URL/run/$R1" >/dev/null
-chrome --screenshot="$TR_BUILD/runs-serve-list.png" --window-size=1280,900 "$URL/" >/dev/null
+chrome --screenshot="$TR_BUILD/runs-serve-list.png" --window-size=1600,700 "$URL/" >/dev/null
 for f in run list; do
     p=$TR_BUILD/runs-serve-$f.png
     if [ -s "$p" ] && [ "$(head -c 8 "$p" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
