@@ -48,6 +48,10 @@ static const char *const migrations[] = {
     "CREATE INDEX metrics_run_name_step ON metrics(run, name, step);"
     "CREATE INDEX runs_start_time ON runs(start_time);"
     "CREATE INDEX runs_status ON runs(status);",
+    /* 3: what people add to a run afterwards: its tags (a JSON array of strings,
+     * `terarec runs tag`) and a note (`terarec runs note`) */
+    "ALTER TABLE runs ADD COLUMN tags TEXT;"
+    "ALTER TABLE runs ADD COLUMN note TEXT;",
 };
 _Static_assert(sizeof migrations / sizeof migrations[0] == DB_SCHEMA_VERSION, "one migration per version");
 
@@ -55,7 +59,7 @@ const char *const db_run_columns[] = {
     "id",       "name",         "status",   "cmdline",  "config",     "git_hash",      "hosts",
     "nodes",    "workers",      "slurm_job_id", "ckpt_url", "ckpt_run", "start_time", "end_time",
     "final_metrics", "reason", "restarts", "resumed_from", "launcher_host", "launcher_pid", "launcher_start",
-    "launcher_ns", "heartbeat",
+    "launcher_ns", "heartbeat", "tags", "note",
 };
 
 /* ---- version ---------------------------------------------------------------------------- */
