@@ -1,5 +1,6 @@
 /* runs_show.c: the subcommands of `terarec runs` that print the history: list,
- * show (a run with its last metrics, evals, checkpoints, processes and events),
+ * show (a run with its last metrics, evals, checkpoints, processes, events and
+ * each rank's system metrics in short),
  * metrics (step,name,value rows) and compare (runs side by side, and the config
  * values that differ), each as a table or, with --json, as query.c's JSON. They
  * only read. */
@@ -74,7 +75,8 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         printf("  %-14s %s\n", name, v);
     }
     sqlite3_finalize(st);
-    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events"};
+    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events",
+                                         "system metrics (per rank; CPU: 100% per core busy)"};
     static const char *const queries[] = {
         "SELECT name, step, value, tr_time(time) AS time FROM (" DB_SQL_LAST_METRICS ")",
         "SELECT step, auc, logloss, samples, tr_time(time) AS time FROM evals WHERE run = ? ORDER BY step, rowid",
@@ -83,6 +85,11 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         "SELECT attempt, rank, host, pid, tr_ended(exit_code, signal) AS ended, tr_time(start_time) AS start,"
         " tr_time(end_time) AS 'end' FROM processes WHERE run = ? ORDER BY attempt, rank",
         "SELECT tr_time(time) AS time, kind, data FROM events WHERE run = ? ORDER BY events.time, rowid",
+        "SELECT rank, samples, CASE WHEN mean_cpu_pct IS NULL THEN '-' ELSE printf('%.1f%%', mean_cpu_pct) END"
+        " AS 'mean CPU',"
+        " printf('%.1f MiB', peak_rss_bytes / 1048576.0) AS 'peak RSS',"
+        " CASE WHEN peak_gpu_mem_bytes IS NULL THEN '-' ELSE printf('%.1f MiB', peak_gpu_mem_bytes / 1048576.0) END"
+        " AS 'peak GPU memory' FROM (" DB_SQL_SYS_SUMMARY ")",
     };
     for (size_t i = 0; i < TR_ARRAY_SIZE(titles); i++) {
         printf("%s:\n", titles[i]);

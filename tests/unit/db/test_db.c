@@ -114,7 +114,7 @@ static void create_open(void)
     TH_CHECK(stat(p, &sb) == 0 && (sb.st_mode & 0777) == 0600);
     TH_CHECK(stat(d, &sb) == 0 && (sb.st_mode & 0777) == 0700);
     TH_EQ(sql_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
-    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 6);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 7);
     TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE name = 'metrics_run_step'"), 1);
     TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_slurm_job_id'"), 1);
     /* reopened without create, and with create again: nothing changes */
@@ -397,6 +397,33 @@ static void nan_is_null(void)
     TH_EQ(sql_int(p, "SELECT count(*) FROM evals WHERE auc IS NULL AND logloss = 0.5"), 1);
 }
 
+/* db_sysmetric_add: unknown values (NaN CPU, no GPU) stored as NULL; `runs show`
+ * sums them up per rank (peak RSS, mean CPU) and --json carries the summary;
+ * removing the run removes its rows. */
+static void sysmetrics_rows(void)
+{
+    char p[128];
+    struct db *db = populated(p, sizeof p, "sys.db");
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1001, 10, NAN, 100 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1006, 20, 50.0, 200 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1011, 30, 150.0, 150 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 1, 1011, 30, 90.0, 64 << 20, 42.0, (int64_t)3 << 30), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "ghost", 0, 1, 1, 1, 1, NAN, -1), TR_ERR_NOT_FOUND);
+    db_close(db);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics WHERE cpu_pct IS NULL"), 1);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics WHERE gpu_mem_bytes IS NULL AND gpu_util IS NULL"), 3);
+    TH_EQ(sql_int(p, "SELECT gpu_mem_bytes >> 30 FROM sysmetrics WHERE rank = 1"), 3);
+    TH_EQ(runs("show", "r1", "--db", p, NULL), 0);
+    TH_CHECKF(strstr(out, "system metrics (per rank"), "%s", out);
+    /* rank 0: the mean of the CPU known (50, 150), the peak RSS 200 MiB, no GPU */
+    TH_CHECKF(strstr(out, "  0     3        100.0%    200.0 MiB  -"), "%s", out);
+    TH_CHECKF(strstr(out, "  1     1        90.0%     64.0 MiB   3072.0 MiB"), "%s", out);
+    TH_EQ(runs("show", "r1", "--db", p, "--json", NULL), 0);
+    TH_CHECKF(strstr(out, "\"sysmetrics_summary\"") && strstr(out, "\"peak_rss_bytes\": 209715200"), "%s", out);
+    TH_EQ(runs("rm", "r1", "--db", p, NULL), 0);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics"), 0);
+}
+
 static void concurrent_writers_in(const char *name)
 {
     char p[128];
@@ -601,6 +628,7 @@ static const struct th_case cases[] = {
     {"fs_types", fs_types},
     {"force_netfs", force_netfs},
     {"nan_is_null", nan_is_null},
+    {"sysmetrics_rows", sysmetrics_rows},
     {"concurrent_writers", concurrent_writers},
     {"concurrent_writers_netfs", concurrent_writers_netfs},
     {"v1_migrates", v1_migrates},
