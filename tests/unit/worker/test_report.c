@@ -274,7 +274,19 @@ static void hello_and_beats_tcp(void)
     }
     for (int i = 1; i < 3; i++)
         TH_CHECKF(t[i] - t[i - 1] > 0.6 && t[i] - t[i - 1] < 1.6, "beats %.2f s apart", t[i] - t[i - 1]);
+    report_set_device_mem(r, 12345);
     report_bye(r, 0);
+    /* the last system metrics come before the bye: CPU since the open, RSS, the device's */
+    json_t *sys = peer_msg(p, 3.0);
+    TH_REQUIRE(sys != NULL);
+    TH_EQ_STR(str(sys, "type"), "sys");
+    TH_EQ(num(sys, "rank"), 2);
+    TH_EQ(num(sys, "step"), 9);
+    TH_CHECKF(num(sys, "rss_bytes") > (1 << 20), "rss %lld", (long long)num(sys, "rss_bytes"));
+    const double cpu = json_number_value(json_object_get(sys, "cpu_pct"));
+    TH_CHECKF(json_is_number(json_object_get(sys, "cpu_pct")) && cpu >= 0 && cpu < 100.0 * 1024, "cpu %f", cpu);
+    TH_EQ(num(sys, "gpu_mem_bytes"), 12345);
+    json_decref(sys);
     json_t *bye = peer_msg(p, 3.0);
     TH_REQUIRE(bye != NULL);
     TH_EQ_STR(str(bye, "type"), "bye");
@@ -358,6 +370,11 @@ static void events_error_bye_unix(void)
     json_decref(er);
     report_bye(r, 2);
     report_bye(r, 2); /* safe twice: nothing more is sent */
+    json_t *sys = peer_msg(p, 3.0);
+    TH_REQUIRE(sys != NULL);
+    TH_EQ_STR(str(sys, "type"), "sys");
+    TH_CHECK(!json_object_get(sys, "gpu_mem_bytes")); /* no device memory set: none said */
+    json_decref(sys);
     json_t *bye = peer_msg(p, 3.0);
     TH_REQUIRE(bye != NULL);
     TH_EQ_STR(str(bye, "type"), "bye");
