@@ -156,6 +156,7 @@
       drawCallback: function (g) {
         div.setAttribute('data-points', String(g.numRows()));
         div.setAttribute('data-single', g.numRows() === 1 ? '1' : '0');
+        div.setAttribute('data-logscale', extra.logscale ? '1' : '0');
         placeMarkers(g, div, extra.marks);
       }
     };
