@@ -19,6 +19,8 @@ enum { FMT_CSV = 0, FMT_JSON = 1 };
 struct runs_cfg {
     char *db, *status, *name, *output, *metric, *title, *listen, *token_file;
     int json, limit, format, width, height, checkpoints, request_timeout;
+    double smooth;          /* plot: EMA weight */
+    int logscale, markers;  /* plot: a log y axis; evaluations and events marked */
 };
 
 /* One subcommand's context: its options, the open history (with the SQL

@@ -295,6 +295,34 @@ static void writes_and_commands(void)
     struct stat sb;
     TH_CHECK(stat(png, &sb) == 0 && sb.st_size > 100);
     TH_EQ(runs("plot", "r2", "--metric", "grad_norm", "-o", png, "--db", p, NULL), 2);
+    TH_EQ(runs("plot", "r1", "--smooth", "0.9", "--log", "--no_markers", "-o", png, "--db", p, NULL), 0);
+    TH_EQ(runs("plot", "r1", "--smooth", "1", "-o", png, "--db", p, NULL), 2); /* a weight of 1 never moves */
+}
+
+/* `runs plot` of a resumed run draws its chain as one curve: a metric only the
+ * run it was resumed from has (auc, to the step it resumed at) is there; a chain
+ * whose parent is gone, or loops, is the run alone. */
+static void plot_chain(void)
+{
+    char p[128], png[128];
+    struct db *db = populated(p, sizeof p, "chain.db");
+    path_in(png, sizeof png, "chain.png");
+    struct db_run c = run_of("r3-cccc", "child", 3000);
+    c.resumed_from = "r1-aaaa";
+    TH_EQ_ST(db_run_create(db, &c), TR_OK);
+    TH_EQ_ST(db_event_add(db, "r3-cccc", 3000, "started", "{\"attempt\": 0, \"from_step\": 30}"), TR_OK);
+    TH_EQ_ST(db_metric_add(db, "r3-cccc", 35, "loss", 0.1, 3035), TR_OK);
+    TH_EQ_ST(db_event_add(db, "r3-cccc", 3040, "preempt_signal", "not json"), TR_OK); /* marked, data or not */
+    db_close(db);
+    /* r1's evals are at steps 25 and 50: the one at 25 comes before the fork at 30 */
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 0);
+    TH_EQ(runs("plot", "child", "--metric", "loss", "--log", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "DELETE FROM events WHERE run = 'r3-cccc' AND kind = 'started'"); /* the fork step unknown */
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "UPDATE runs SET resumed_from = 'r3-cccc' WHERE id = 'r1-aaaa'"); /* a loop ends */
+    TH_EQ(runs("plot", "child", "--metric", "loss", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 'r1-aaaa'");
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 2); /* the run alone has none */
 }
 
 static void resolve(void)
@@ -629,6 +657,7 @@ static const struct th_case cases[] = {
     {"force_netfs", force_netfs},
     {"nan_is_null", nan_is_null},
     {"sysmetrics_rows", sysmetrics_rows},
+    {"plot_chain", plot_chain},
     {"concurrent_writers", concurrent_writers},
     {"concurrent_writers_netfs", concurrent_writers_netfs},
     {"v1_migrates", v1_migrates},
