@@ -47,7 +47,7 @@ struct report {
     /* the system metrics: the last sample (beat thread, then report_bye) */
     struct sysmetrics_sample sys_prev;
     int sys_ok;                /* sys_prev was read */
-    double sys_next;           /* tr_clock_now() of the next sample */
+    _Atomic double sys_every;  /* seconds between two (REPORT_SYS_SEC) */
     pthread_mutex_t mu;        /* the fd, the flags below and line */
     int gone;                  /* nothing more is sent */
     int warned_drop, warned_long;
@@ -185,7 +185,6 @@ static void send_sys(struct report *r, int beat)
     struct sysmetrics_sample now;
     if (sysmetrics_read(&now) != TR_OK)
         return;
-    r->sys_next = now.wall + REPORT_SYS_SEC;
     const double cpu = r->sys_ok ? sysmetrics_cpu_pct(&r->sys_prev, &now) : NAN;
     r->sys_prev = now;
     r->sys_ok = 1;
@@ -229,7 +228,7 @@ static void *beat_main(void *arg)
         if (gone && launcher_closed(r))
             gone(r->addr); /* does not return */
         send_beat(r);
-        if (tr_clock_now() >= r->sys_next)
+        if (!r->sys_ok || tr_clock_now() >= r->sys_prev.wall + atomic_load(&r->sys_every))
             send_sys(r, 1);
         pthread_mutex_lock(&r->stop_mu);
     }
@@ -345,7 +344,7 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
     atomic_init(&r->from_step, -1);
     atomic_init(&r->dev_mem, -1);
     r->sys_ok = sysmetrics_read(&r->sys_prev) == TR_OK; /* the first sample's CPU is since here */
-    r->sys_next = tr_clock_now() + REPORT_SYS_SEC;
+    atomic_init(&r->sys_every, REPORT_SYS_SEC);
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->stop_mu, NULL);
     r->addr = tr_strdup(addr);
@@ -394,6 +393,12 @@ void report_set_step(struct report *r, int64_t step)
 {
     if (r)
         atomic_store(&r->step, step);
+}
+
+void report_set_sys_every(struct report *r, double sec)
+{
+    if (r && sec > 0)
+        atomic_store(&r->sys_every, sec); /* from the next sample on */
 }
 
 void report_set_device_mem(struct report *r, int64_t bytes)

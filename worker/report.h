@@ -51,6 +51,11 @@ void report_on_launcher_gone(report_gone_fn fn);
  * by the beat thread; report_bye sends one more before the bye. */
 #define REPORT_SYS_SEC 5.0
 
+/* Another interval between two samples of the system metrics (tests; sec > 0),
+ * from the next sample on; a sample is taken at most once a beat. r may be NULL.
+ * Thread-safe. */
+void report_set_sys_every(struct report *r, double sec);
+
 /* The device memory the backend holds now (kern.h mem_now), for the next system
  * metrics; < 0: none (the CPU). r may be NULL. Thread-safe. */
 void report_set_device_mem(struct report *r, int64_t bytes);
