@@ -353,9 +353,12 @@ fail:
     return rc;
 }
 
-enum tr_status db_json_sysmetrics(struct db *db, const char *id, json_t **out)
+enum tr_status db_json_sysmetrics(struct db *db, const char *id, int64_t after, json_t **out)
 {
-    return db_query_json(db, out, Q_SYS, "t", id);
+    return db_query_json(db, out,
+                         "SELECT rowid AS seq, rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes"
+                         " FROM sysmetrics WHERE run = ?1 AND rowid > ?2 ORDER BY rowid",
+                         "ti", id, after < 0 ? (int64_t)-1 : after);
 }
 
 enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after, json_t **out)

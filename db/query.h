@@ -77,10 +77,11 @@ enum tr_status db_json_runs(struct db *db, const char *status, const char *name,
  * Ownership and errors as db_json_runs. */
 enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
 
-/* A run's system metrics, every sample: an array of {rank, time, step, cpu_pct,
- * rss_bytes, gpu_util, gpu_mem_bytes} by rank and time (the page's charts). As
- * db_json_runs. */
-enum tr_status db_json_sysmetrics(struct db *db, const char *id, json_t **out) TR_WUR;
+/* A run's system metrics: an array of {seq, rank, time, step, cpu_pct, rss_bytes,
+ * gpu_util, gpu_mem_bytes} in the order they were recorded (seq grows; the
+ * page's charts); after >= 0: only those recorded after seq `after` (-1: all).
+ * As db_json_runs. */
+enum tr_status db_json_sysmetrics(struct db *db, const char *id, int64_t after, json_t **out) TR_WUR;
 
 /* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
  * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */

@@ -302,7 +302,10 @@ static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
             return reply_text(q, 400, "after: not a non-negative integer");
         rc = db_json_metrics(q->db, id, arg_text(q->c, "name"), after, &j);
     } else if (!strcmp(rest, "sysmetrics")) {
-        rc = db_json_sysmetrics(q->db, id, &j);
+        int64_t after = arg_int(q->c, "after", -1);
+        if (after == -2)
+            return reply_text(q, 400, "after: not a non-negative integer");
+        rc = db_json_sysmetrics(q->db, id, after, &j);
     } else if (!strcmp(rest, "export")) {
         rc = db_json_run(q->db, id, 1, &j);
     } else {

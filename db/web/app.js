@@ -243,7 +243,7 @@
     ['step_time_ms', 'step time (ms)']];
   function runPage() {
     var id = body.getAttribute('data-run'), enc = encodeURIComponent(id);
-    var series = {}, after = {}, evals = [], events = [], sys = [], run = null;
+    var series = {}, after = {}, evals = [], events = [], sys = [], sysAfter = -1, run = null;
     METRICS.forEach(function (m) { series[m[0]] = []; after[m[0]] = -1; });
     var children = [], lineage = false; /* the runs resumed from this one (read once) */
     var chain = null; /* the runs this one was resumed from, oldest first: {id, upto, metrics, evals} */
@@ -477,7 +477,9 @@
           lineage = true;
         });
         var anc = chain ? null : loadChain(j.run, events);
-        var sy = getJSON('/api/runs/' + enc + '/sysmetrics').then(function (rows) { sys = rows; });
+        var sy = getJSON('/api/runs/' + enc + '/sysmetrics' + (sysAfter >= 0 ? '?after=' + sysAfter : '')).then(function (rows) {
+          rows.forEach(function (r) { sys.push(r); if (r.seq > sysAfter) sysAfter = r.seq; });
+        });
         return Promise.all(METRICS.map(function (m) { return fetchSeries(m[0]); }).concat([kids, anc, sy])).then(function () {
           msg(chartsOk() ? '' : NO_CHARTS);
           render(j);

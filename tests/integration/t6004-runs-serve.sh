@@ -155,10 +155,14 @@ jsoneq "/api/runs/ID = runs show ID --json" "$URL/api/runs/$RID" $T runs show "$
 jsoneq "/api/runs/ID/export = runs export ID --format json" "$URL/api/runs/$RID/export" \
     $T runs export "$RID" --db "$DB" --format json
 curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c '
-import json,sys; a=json.load(sys.stdin); assert sorted({r["rank"] for r in a})==[0,1] and all(set(r)=={"rank","time","step","cpu_pct","rss_bytes","gpu_util","gpu_mem_bytes"} and r["rss_bytes"]>1<<20 for r in a), a' &&
+import json,sys; a=json.load(sys.stdin); assert sorted({r["rank"] for r in a})==[0,1] and all(set(r)=={"seq","rank","time","step","cpu_pct","rss_bytes","gpu_util","gpu_mem_bytes"} and r["rss_bytes"]>1<<20 for r in a), a' &&
+    curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c '
+import json,subprocess,sys; a=json.load(sys.stdin); s=[r["seq"] for r in a]; assert s==sorted(s) and len(set(s))==len(s), s; print(s[0])' >seq0 &&
+    [ "$(curl -s "$URL/api/runs/$RID/sysmetrics?after=$(cat seq0)" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')" = \
+      "$(( $(curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))') - 1 ))" ] &&
     curl -s "$URL/api/runs/$RID" | $PY -c '
 import json,sys; s=json.load(sys.stdin)["sysmetrics_summary"]; assert [r["rank"] for r in s]==[0,1] and all(r["peak_rss_bytes"]>1<<20 and r["samples"]>=1 for r in s), s' &&
-    ok "/api/runs/ID/sysmetrics: every sample of ranks 0 and 1; /api/runs/ID: their summary" ||
+    ok "/api/runs/ID/sysmetrics: every sample of ranks 0 and 1 in order (?after=SEQ: the later ones); /api/runs/ID: their summary" ||
     fail "/api/runs/ID/sysmetrics and the summary" "$(curl -s "$URL/api/runs/$RID/sysmetrics" | head -c 400)"
 n=$(curl -s "$URL/api/runs/$RID/metrics?name=loss" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
 nl=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from metrics where run=? and name='loss'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$RID")
@@ -185,7 +189,8 @@ for u in "/api/runs?status=%27%20OR%201%3D1%20--" "/api/runs?name=%25%27%20OR%20
     b=$(curl -s "$URL$u")
     [ "$b" = "[]" ] && ok "an injection in a filter finds nothing: $u" || fail "an injection in a filter finds nothing: $u" "$b"
 done
-for u in "/api/runs?limit=abc" "/api/runs?limit=-1" "/api/runs/$RID/metrics?after=1%3B" "/api/runs/$RID/metrics?after=-5"; do
+for u in "/api/runs?limit=abc" "/api/runs?limit=-1" "/api/runs/$RID/metrics?after=1%3B" "/api/runs/$RID/metrics?after=-5" \
+    "/api/runs/$RID/sysmetrics?after=x"; do
     c=$(code "$URL$u")
     [ "$c" = 400 ] && ok "400: $u" || fail "400: $u" "got $c"
 done
