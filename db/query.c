@@ -340,6 +340,10 @@ enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_
     TR_CHECK_GOTO(db_query_json(db, &runs, DB_SQL_RUN, "t", id), rc, fail);
     json_object_set(o, "run", json_array_get(runs, 0));
     for (size_t i = 0; i < nq; i++) {
+        if (i >= 5 && db->version < 3) { /* an older file read as it is: no system metrics */
+            json_object_set_new(o, keys[i], json_array());
+            continue;
+        }
         TR_CHECK_GOTO(db_query_json(db, &t, queries[i], "t", id), rc, fail);
         json_object_set_new(o, i == 0 && !all_metrics ? "last_metrics" : keys[i], t);
         t = NULL;
@@ -355,6 +359,10 @@ fail:
 
 enum tr_status db_json_sysmetrics(struct db *db, const char *id, int64_t after, json_t **out)
 {
+    if (db->version < 3) { /* an older file read as it is */
+        *out = json_array();
+        return *out ? TR_OK : TR_ERR_NOMEM;
+    }
     return db_query_json(db, out,
                          "SELECT rowid AS seq, rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes"
                          " FROM sysmetrics WHERE run = ?1 AND rowid > ?2 ORDER BY rowid",

@@ -92,6 +92,8 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         " AS 'peak GPU memory' FROM (" DB_SQL_SYS_SUMMARY ")",
     };
     for (size_t i = 0; i < TR_ARRAY_SIZE(titles); i++) {
+        if (i == 5 && x->db->version < 3) /* an older file read as it is: none recorded */
+            continue;
         printf("%s:\n", titles[i]);
         TR_CHECK(runs_query_print(x, "  ", queries[i], "t", id));
     }
