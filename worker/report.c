@@ -344,7 +344,10 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
     atomic_init(&r->from_step, -1);
     atomic_init(&r->dev_mem, -1);
     r->sys_ok = sysmetrics_read(&r->sys_prev) == TR_OK; /* the first sample's CPU is since here */
-    atomic_init(&r->sys_every, REPORT_SYS_SEC);
+    /* a big job samples less often: the launcher writes each sample (about
+     * REPORT_SYS_RANKS / REPORT_SYS_SEC rows a second in all) */
+    const int groups = (who->size + REPORT_SYS_RANKS - 1) / REPORT_SYS_RANKS;
+    atomic_init(&r->sys_every, REPORT_SYS_SEC * (groups > 1 ? groups : 1));
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->stop_mu, NULL);
     r->addr = tr_strdup(addr);

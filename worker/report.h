@@ -48,8 +48,10 @@ void report_on_launcher_gone(report_gone_fn fn);
 
 /* Seconds between two samples of a rank's system metrics (sysmetrics.h), sent
  * as {"type":"sys","rank","step","time","cpu_pct","rss_bytes"[,"gpu_mem_bytes"]}
- * by the beat thread; report_bye sends one more before the bye. */
+ * by the beat thread, in a job of up to REPORT_SYS_RANKS ranks (k times that many
+ * ranks: k times as long); report_bye sends one more before the bye. */
 #define REPORT_SYS_SEC 5.0
+#define REPORT_SYS_RANKS 16
 
 /* Another interval between two samples of the system metrics (tests; sec > 0),
  * from the next sample on; a sample is taken at most once a beat. r may be NULL.
