@@ -358,7 +358,7 @@
         var box = $('box-sys-' + c[0]);
         if (box) box.style.display = any ? '' : 'none';
         if (any || !box) draw($('chart-sys-' + c[0]), any ? rows : [], ['wall time'].concat(rs.map(function (r) { return 'rank ' + r; })),
-          'wall time', 'always', { marks: [] });
+          'wall time', 'always', { marks: marks(true) });
       });
       var note = [];
       if (!sys.length) note.push('no system metrics recorded (a run from before they were, or no report yet)');
