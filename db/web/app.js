@@ -263,16 +263,9 @@
       history.replaceState(null, '', location.pathname + (p.toString() ? '?' + p : ''));
       $('smooth-value').textContent = String(Number(smooth.value));
     }
-    function startStep() {
-      var s = null;
-      events.forEach(function (e) {
-        if (s === null && (e.kind === 'started' || e.kind === 'restarted') && e.data && typeof e.data.from_step === 'number') s = e.data.from_step;
-      });
-      return s;
-    }
     /* the step this run had reached at time t (its metrics' steps and times) */
     function stepAt(t) {
-      var best = null, fallback = startStep();
+      var best = null, fallback = startStepOf(events);
       METRICS.forEach(function (m) {
         series[m[0]].forEach(function (p) { if (p.time <= t && (best === null || p.step > best)) best = p.step; });
       });
@@ -460,6 +453,7 @@
         c.appendChild(document.createTextNode(', then this run'));
       });
     }
+    /* the step of the checkpoint a run started from (its start event), or null */
     function startStepOf(evs) {
       var s = null;
       evs.forEach(function (e) {
