@@ -3,8 +3,8 @@
  * one line written under one mutex with non-blocking sends, so a slow or absent
  * launcher costs training at most about a second per event. The beat thread also
  * notices the launcher's end of the connection closing (the launcher killed) and
- * calls the process's handler (report_on_launcher_gone), and every
- * REPORT_SYS_SEC (and before the bye) sends the rank's system metrics
+ * calls the process's handler (report_on_launcher_gone), and with the first
+ * beat, then every REPORT_SYS_SEC and before the bye, sends the rank's system metrics
  * (sysmetrics.h) as {"type":"sys"}. It does not queue
  * messages for later, reconnect, or read anything from the launcher. */
 #define TR_SUBSYS TR_SUB_NET
@@ -47,6 +47,7 @@ struct report {
     /* the system metrics: the last sample (beat thread, then report_bye) */
     struct sysmetrics_sample sys_prev;
     int sys_ok;                /* sys_prev was read */
+    int sys_sent;              /* a sample went (the first goes with the first beat) */
     _Atomic double sys_every;  /* seconds between two (REPORT_SYS_SEC) */
     pthread_mutex_t mu;        /* the fd, the flags below and line */
     int gone;                  /* nothing more is sent */
@@ -228,8 +229,10 @@ static void *beat_main(void *arg)
         if (gone && launcher_closed(r))
             gone(r->addr); /* does not return */
         send_beat(r);
-        if (!r->sys_ok || tr_clock_now() >= r->sys_prev.wall + atomic_load(&r->sys_every))
+        if (!r->sys_sent || !r->sys_ok || tr_clock_now() >= r->sys_prev.wall + atomic_load(&r->sys_every)) {
             send_sys(r, 1);
+            r->sys_sent = 1;
+        }
         pthread_mutex_lock(&r->stop_mu);
     }
     pthread_mutex_unlock(&r->stop_mu);

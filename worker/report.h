@@ -48,8 +48,9 @@ void report_on_launcher_gone(report_gone_fn fn);
 
 /* Seconds between two samples of a rank's system metrics (sysmetrics.h), sent
  * as {"type":"sys","rank","step","time","cpu_pct","rss_bytes"[,"gpu_mem_bytes"]}
- * by the beat thread, in a job of up to REPORT_SYS_RANKS ranks (k times that many
- * ranks: k times as long); report_bye sends one more before the bye. */
+ * by the beat thread with its first beat, then at this interval in a job of up
+ * to REPORT_SYS_RANKS ranks (k times that many ranks: k times as long);
+ * report_bye sends one more before the bye. */
 #define REPORT_SYS_SEC 5.0
 #define REPORT_SYS_RANKS 16
 

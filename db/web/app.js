@@ -150,7 +150,7 @@
     var lone = rows.length === 1, opts = {
       xlabel: xlabel, connectSeparatedPoints: true, legend: legend || 'always', labelsDiv: ld,
       labelsSeparateLines: false, drawPoints: rows.length < 60, pointSize: rows.length < 4 ? 5 : 2, strokeWidth: 1.5,
-      animatedZooms: false, axes: { y: { axisLabelWidth: 64 } }, logscale: !!extra.logscale,
+      animatedZooms: false, axes: { y: { axisLabelWidth: 64 } }, logscale: !!extra.logscale, xRangePad: 10,
       series: extra.series || {}, valueRange: null, dateWindow: null,
       underlayCallback: labelLonePoint,
       drawCallback: function (g) {

@@ -291,6 +291,10 @@ static void hello_and_beats_tcp(void)
         if (i == 2)
             report_set_step(r, 9);
         json_t *b = peer_line(p, 3.0);
+        if (b && !strcmp(str(b, "type"), "sys")) { /* the first sample goes with the first beat */
+            json_decref(b);
+            b = peer_line(p, 3.0);
+        }
         t[i] = tr_clock_now();
         TH_REQUIRE(b != NULL);
         TH_EQ_STR(str(b, "type"), "beat");
