@@ -63,8 +63,11 @@ int db_may_write(const char *path);
 
 /* ---- the schema (schema.c) ------------------------------------------------------------------- */
 
-/* The columns of table runs, in order (db.h). */
-#define DB_RUN_NCOLUMNS 23
+/* The columns of table runs, in order (db.h); a file of schema version 2 has
+ * the first DB_RUN_NCOLUMNS_V2 of them (a reader that cannot migrate it sees
+ * tags and note as NULL: db_check_lost's view). */
+#define DB_RUN_NCOLUMNS 25
+#define DB_RUN_NCOLUMNS_V2 23
 extern const char *const db_run_columns[DB_RUN_NCOLUMNS];
 
 /* The file's schema version (PRAGMA user_version) in *v. TR_ERR_ARG for a file

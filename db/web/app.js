@@ -182,34 +182,107 @@
   }
 
   /* ---- the list ------------------------------------------------------------------------ */
+  /* The usual columns: [header, the run's key, the sort key]. */
+  var LIST_COLS = [['id', 'id', 'id'], ['name', 'name', 'name'], ['status', 'status', 'status'], ['tags', 'tags', 'tags'],
+    ['start', 'start_time', 'start_time'], ['duration', 'duration_s', 'duration_s'], ['steps', 'steps', 'steps'],
+    ['samples/s', 'samples_per_s', 'samples_per_s'], ['best AUC', 'best_auc', 'best_auc'],
+    ['SLURM job', 'slurm_job_id', 'slurm_job_id'], ['nodes, workers', 'size', 'workers'], ['note', 'note', 'note']];
+  function nodesWorkers(n, w) {
+    function one(k, word) { return k === null || k === undefined ? '? ' + word + 's' : k + ' ' + word + (k === 1 ? '' : 's'); }
+    return one(n, 'node') + ', ' + one(w, 'worker');
+  }
+  /* A parameter's or metric's value as a cell: numbers without float noise. */
+  function fmtValue(v) {
+    if (v === null || v === undefined) return '-';
+    if (typeof v === 'number') { var t = String(v); return t.length > 10 && !Number.isInteger(v) ? String(+v.toPrecision(6)) : t; }
+    if (typeof v === 'object') return JSON.stringify(v);
+    return String(v);
+  }
+  /* The filter box's expressions: split at spaces outside quotes. */
+  function splitFilters(text) {
+    var out = [], cur = '', q = null;
+    for (var i = 0; i < text.length; i++) {
+      var ch = text[i];
+      if (q) { cur += ch; if (ch === q) q = null; }
+      else if (ch === '"' || ch === "'") { cur += ch; q = ch; }
+      else if (/\s/.test(ch)) { if (cur) out.push(cur); cur = ''; }
+      else cur += ch;
+    }
+    if (cur) out.push(cur);
+    return out;
+  }
+  function tagSpans(tags, onClick) {
+    var span = el('span', null, 'tags');
+    (Array.isArray(tags) ? tags : []).forEach(function (t) {
+      var s = el('span', t, 'tag');
+      if (onClick) { s.title = 'only the runs tagged ' + t; s.addEventListener('click', function () { onClick(t); }); }
+      span.appendChild(s);
+    });
+    return span;
+  }
   function listPage() {
-    var status = $('status'), name = $('name'), timer = null;
-    var q = new URLSearchParams(location.search);
+    var status = $('status'), name = $('name'), fbox = $('filter-expr'), cbox = $('columns'), timer = null;
+    var q = new URLSearchParams(location.search), sort = q.get('sort') || '';
     status.value = q.get('status') || '';
     name.value = q.get('name') || '';
-    function load() {
-      if (timer) { clearTimeout(timer); timer = null; }
+    fbox.value = q.getAll('filter').join(' ');
+    cbox.value = q.get('columns') || '';
+    function params() {
       var p = new URLSearchParams();
-      p.set('limit', '0');
       if (status.value) p.set('status', status.value);
       if (name.value) p.set('name', name.value);
-      var shown = new URLSearchParams();
-      if (status.value) shown.set('status', status.value);
-      if (name.value) shown.set('name', name.value);
+      splitFilters(fbox.value).forEach(function (f) { p.append('filter', f); });
+      if (cbox.value.trim()) p.set('columns', cbox.value.trim());
+      if (sort) p.set('sort', sort);
+      return p;
+    }
+    function header(cols) {
+      var tr = $('runs').tHead.rows[0];
+      while (tr.firstChild) tr.removeChild(tr.firstChild);
+      tr.appendChild(el('th'));
+      cols.forEach(function (c) {
+        var th = el('th', c[0], 'sortable'), key = c[2];
+        if (sort === key || sort === '-' + key) th.textContent += sort[0] === '-' ? ' \u25bc' : ' \u25b2';
+        th.setAttribute('data-sort', key);
+        th.title = 'sort by ' + key;
+        th.addEventListener('click', function () { sort = sort === key ? '-' + key : key; load(); });
+        tr.appendChild(th);
+      });
+    }
+    function addTag(t) { fbox.value = (fbox.value ? fbox.value + ' ' : '') + 'tag=' + t; load(); }
+    function load() {
+      if (timer) { clearTimeout(timer); timer = null; }
+      var shown = params(), p = params();
+      p.set('limit', '0');
       history.replaceState(null, '', location.pathname + (shown.toString() ? '?' + shown : ''));
       getJSON('/api/runs?' + p).then(function (runs) {
         msg('');
+        var chosen = cbox.value.trim() ? cbox.value.split(',').map(function (c) { return c.trim(); }).filter(Boolean) : null;
+        var cols = chosen ? (chosen.indexOf('id') < 0 ? ['id'] : []).concat(chosen).map(function (c) { return [c, c, c]; }) : LIST_COLS;
+        header(cols);
         var tb = $('runs').tBodies[0], anyRunning = false;
         var checked = {};
         Array.prototype.forEach.call(tb.querySelectorAll('input:checked'), function (c) { checked[c.value] = 1; });
         while (tb.firstChild) tb.removeChild(tb.firstChild);
         runs.forEach(function (r) {
-          var tr = el('tr', null, 'run-row status-' + r.status);
+          var tr = el('tr', null, 'run-row' + (r.status ? ' status-' + r.status : ''));
           tr.setAttribute('data-run', r.id);
           var cb = el('input'); cb.type = 'checkbox'; cb.value = r.id; cb.checked = !!checked[r.id];
-          var cells = [cb, link(runHref(r.id), r.id), r.name, el('span', r.status, 'status'), fmtTime(r.start_time),
-            fmtDur(r.duration_s), fmtNum(r.steps), fmtNum(r.samples_per_s, 5), fmtNum(r.best_auc, 6),
-            r.slurm_job_id, (r.nodes === null ? '-' : r.nodes) + ' \u00d7 ' + (r.workers === null ? '-' : r.workers)];
+          var cells = [cb].concat(cols.map(function (c) {
+            var k = c[1], v = r[k];
+            if (k === 'id') return link(runHref(r.id), r.id);
+            if (k === 'tags') return tagSpans(v, addTag);
+            if (chosen) return fmtValue(v);
+            if (k === 'status') return el('span', v, 'status');
+            if (k === 'start_time') return fmtTime(v);
+            if (k === 'duration_s') return fmtDur(v);
+            if (k === 'samples_per_s') return fmtNum(v, 5);
+            if (k === 'best_auc') return fmtNum(v, 6);
+            if (k === 'steps') return fmtNum(v);
+            if (k === 'size') return nodesWorkers(r.nodes, r.workers);
+            if (k === 'note' && v) { var n = el('span', v, 'note-cell'); n.title = v; return n; }
+            return v;
+          }));
           cells.forEach(function (c, i) {
             var td = el('td', null, 'c' + i);
             if (c instanceof Node) td.appendChild(c); else td.textContent = c === null || c === undefined ? '-' : String(c);
@@ -218,11 +291,11 @@
           tb.appendChild(tr);
           if (r.status === 'running') anyRunning = true;
         });
-        if (!runs.length) { var tr = el('tr'), td = el('td', '(no runs)'); td.colSpan = 11; tr.appendChild(td); tb.appendChild(tr); }
+        if (!runs.length) { var tr = el('tr'), td = el('td', '(no runs)'); td.colSpan = cols.length + 1; tr.appendChild(td); tb.appendChild(tr); }
         body.setAttribute('data-rows', String(runs.length));
         live(anyRunning);
-        if (anyRunning) timer = setTimeout(load, POLL_MS);
-      }).catch(function (e) { msg(String(e.message || e)); });
+        if (anyRunning && !chosen) timer = setTimeout(load, POLL_MS);
+      }).catch(function (e) { msg(String(e.message || e)); body.setAttribute('data-rows', 'error'); });
     }
     status.addEventListener('change', load);
     name.addEventListener('input', load);
@@ -376,6 +449,8 @@
       var r = j.run, last = {};
       (j.last_metrics || []).forEach(function (m) { last[m.name] = m.value; });
       var st = $('run-status'); st.textContent = r.status; st.className = 'status status-' + r.status;
+      var tg = $('run-tags'); while (tg.firstChild) tg.removeChild(tg.firstChild); tg.appendChild(tagSpans(r.tags));
+      $('run-note').textContent = r.note || '';
       var best = null;
       evals.forEach(function (e) { if (e.auc !== null && (best === null || e.auc > best)) best = e.auc; });
       fillKV($('summary'), [
@@ -383,7 +458,7 @@
         ['duration', fmtDur((r.end_time || Date.now() / 1000) - r.start_time)],
         ['last step', series.loss.length ? series.loss[series.loss.length - 1].step : null],
         ['last loss', fmtNum(last.loss)], ['samples/s', fmtNum(last.samples_per_s, 5)], ['best AUC', fmtNum(best)],
-        ['nodes \u00d7 workers', (r.nodes === null ? '-' : r.nodes) + ' \u00d7 ' + (r.workers === null ? '-' : r.workers)],
+        ['nodes, workers', nodesWorkers(r.nodes, r.workers)],
         ['hosts', r.hosts], ['SLURM job', r.slurm_job_id], ['restarts', r.restarts],
         ['resumed from', r.resumed_from ? link(runHref(r.resumed_from), r.resumed_from) : null],
         ['resumed by', children.length ? children.reduce(function (span, c, i) {
@@ -533,6 +608,15 @@
     }
     metric.addEventListener('change', load);
     load();
+    /* the final metrics (one column per run) and the config keys that differ */
+    getJSON('/api/compare?' + ids.map(function (i) { return 'run=' + encodeURIComponent(i); }).join('&')).then(function (c) {
+      var head = ['run'].concat(c.runs.map(function (r) { return r.name ? r.id + ' (' + r.name + ')' : r.id; }));
+      function rows(obj) { return Object.keys(obj).map(function (k) { return [k].concat(obj[k].map(fmtValue)); }); }
+      fillTable($('compare-metrics'), head, rows(c.final_metrics));
+      fillTable($('config-diff'), head, rows(c.config_diff));
+      $('config-diff-title').textContent = 'config: ' + Object.keys(c.config_diff).length + ' differ, ' + c.config_equal + ' the same';
+      body.setAttribute('data-diff', String(Object.keys(c.config_diff).length));
+    }).catch(function (e) { msg(String(e.message || e)); });
   }
 
   var page = body.getAttribute('data-page');

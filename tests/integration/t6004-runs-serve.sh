@@ -5,6 +5,8 @@
 # - every page and endpoint answers (the run page's chart views and controls); the
 #   JSON of /api/runs, /api/runs/ID, /api/runs/ID/metrics and /api/runs/ID/export
 #   equals the CLI's --json (parsed); /api/runs/ID/sysmetrics has every rank;
+#   so do /api/runs?filter=..&columns=..&sort=.. and /api/compare (config diff,
+#   final metrics); a bad filter, column or sort is 400 with the CLI's words;
 # - unknown or bad ids 404, injection attempts in ids and filters find nothing and
 #   change nothing (the file's bytes are the same), bad numbers 400, writes 405;
 # - a run named <script> and an id with quotes come out escaped in the HTML;
@@ -74,6 +76,8 @@ db.execute("INSERT INTO processes VALUES ('20261124-xss', 0, 3, 'n2', 99, 1, NUL
 db.commit()
 PYEOF
 ok "add a hostile name, a quoted id, a failed and a running run"
+$T runs tag real baseline lr-0.5 --db "$DB" >/dev/null 2>&1 && $T runs note real "the first one" --db "$DB" >/dev/null 2>&1 &&
+    ok "tag and note the real run" || fail "tag and note the real run"
 
 # serve ARGS...: starts a server in the background on a free port; sets URL (empty
 # when it did not come up) and SPID
@@ -164,6 +168,40 @@ import json,subprocess,sys; a=json.load(sys.stdin); s=[r["seq"] for r in a]; ass
 import json,sys; s=json.load(sys.stdin)["sysmetrics_summary"]; assert [r["rank"] for r in s]==[0,1] and all(r["peak_rss_bytes"]>1<<20 and r["samples"]>=1 for r in s), s' &&
     ok "/api/runs/ID/sysmetrics: every sample of ranks 0 and 1 in order (?after=SEQ: the later ones); /api/runs/ID: their summary" ||
     fail "/api/runs/ID/sysmetrics and the summary" "$(curl -s "$URL/api/runs/$RID/sysmetrics" | head -c 400)"
+jsoneq "/api/runs?filter=..&filter=.. = runs list --filter .. --filter .." \
+    "$URL/api/runs?filter=learning_rate%3E%3D0.5&filter=tag%3Dbaseline" \
+    $T runs list --db "$DB" --json --filter 'learning_rate>=0.5' --filter tag=baseline
+jsoneq "/api/runs?columns=..&sort=-.. = runs list --columns .. --sort -.." \
+    "$URL/api/runs?columns=name,learning_rate,auc,tags&sort=-auc&limit=0" \
+    $T runs list --db "$DB" --json --columns name,learning_rate,auc,tags --sort -auc --limit 0
+curl -s "$URL/api/runs?filter=tag%3Dbaseline&columns=name,learning_rate,tags" | $PY -c '
+import json,sys; a=json.load(sys.stdin); assert a==[{"id":sys.argv[1],"name":"real","learning_rate":0.5,"tags":["baseline","lr-0.5"]}], a' \
+    "$RID" && ok "/api/runs?filter=tag=..&columns=..: the tagged run, its parameter as a number" ||
+    fail "/api/runs?filter=tag=..&columns=..: the tagged run, its parameter as a number"
+curl -s "$URL/api/runs?columns=name&sort=name&limit=0" | $PY -c '
+import json,sys; a=[r["name"] for r in json.load(sys.stdin)]; assert a==sorted(a), a' && ok "/api/runs?sort=name: sorted" ||
+    fail "/api/runs?sort=name: sorted"
+b=$(curl -s -w ' %{http_code}' "$URL/api/runs?filter=lerning_rate%3E0.1")
+echo "$b" | grep -q "no run has a field, parameter or final metric 'lerning_rate'" && echo "$b" | grep -q "hint: close keys: learning_rate (parameter)" &&
+    [ "${b##* }" = 400 ] && ok "/api/runs?filter=<unknown key>: 400, named, with close keys" ||
+    fail "/api/runs?filter=<unknown key>: 400, named, with close keys" "$b"
+[ "$(code "$URL/api/runs?filter=auc%3Eabc")" = 400 ] && [ "$(code "$URL/api/runs?columns=nope")" = 400 ] &&
+    [ "$(code "$URL/api/runs?sort=-nope")" = 400 ] && ok "/api/runs: a bad filter, column or sort: 400" ||
+    fail "/api/runs: a bad filter, column or sort: 400"
+jsoneq "/api/compare?run=A&run=B = runs compare A B --json" "$URL/api/compare?run=$RID&run=20261124-xss" \
+    $T runs compare "$RID" 20261124-xss --db "$DB" --json
+curl -s "$URL/api/compare?run=$RID&run=20261124-xss" | $PY -c '
+import json,sys; j=json.load(sys.stdin); d=j["config_diff"]
+assert "learning_rate" in d and "lr" in d and d["lr"]==[None,0.5] and j["final_metrics"]["auc"][1] is None, j
+assert j["config_equal"]==0 and j["runs"][0]["tags"]==["baseline","lr-0.5"], j' &&
+    ok "/api/compare: the config keys that differ, final metrics per run, tags" ||
+    fail "/api/compare: the config keys that differ, final metrics per run, tags"
+[ "$(code "$URL/api/compare?run=nope&run=$RID")" = 404 ] && [ "$(code "$URL/api/compare")" = 400 ] &&
+    ok "/api/compare: an unknown run 404, none 400" || fail "/api/compare: an unknown run 404, none 400"
+h=$(curl -s "$URL/")
+echo "$h" | grep -q 'id="filter-expr"' && echo "$h" | grep -q 'id="columns"' && curl -s "$URL/compare?run=a" | grep -q 'id="config-diff"' &&
+    curl -s "$URL/run/$RID" | grep -q 'id="run-tags"' && ok "the pages: a filter box, a column chooser, the config diff, tags" ||
+    fail "the pages: a filter box, a column chooser, the config diff, tags"
 n=$(curl -s "$URL/api/runs/$RID/metrics?name=loss" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
 nl=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from metrics where run=? and name='loss'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$RID")
 [ "$n" = "$nl" ] && [ "$n" -gt 5 ] && ok "metrics?name=loss: every loss row ($n)" || fail "metrics?name=loss: every loss row" "$n vs $nl"
@@ -185,6 +223,7 @@ for u in "/api/runs/nope" "/run/nope" "/api/runs/$RID/bogus" "/nothing" "/api/ru
     [ "$c" = 404 ] && ok "404: $u" || fail "404: $u" "got $c"
 done
 for u in "/api/runs?status=%27%20OR%201%3D1%20--" "/api/runs?name=%25%27%20OR%20%271%27%3D%271" \
+    "/api/runs?filter=name%3Dx%27%20OR%20%271%27%3D%271" "/api/runs?filter=note~%27)%20OR%201%3D1%20--%27" \
     "/api/runs/$RID/metrics?name=%27%20OR%201%3D1%20--"; do
     b=$(curl -s "$URL$u")
     [ "$b" = "[]" ] && ok "an injection in a filter finds nothing: $u" || fail "an injection in a filter finds nothing: $u" "$b"

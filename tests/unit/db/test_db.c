@@ -264,7 +264,8 @@ static void writes_and_commands(void)
     TH_CHECK(!strstr(out, "samples_per_s"));
 
     TH_EQ(runs("compare", "r1", "r2", "--db", p, NULL), 0);
-    TH_CHECKF(strstr(out, "config.lr") && strstr(out, "config.extra") && !strstr(out, "config.batch") &&
+    TH_CHECKF(strstr(out, "\n  lr ") && strstr(out, "\n  extra ") && !strstr(out, "batch") &&
+                  strstr(out, "config: 2 differ, ") &&
                   strstr(out, "best_auc") && strstr(out, "5000"),
               "compare:\n%s", out);
     TH_EQ(runs("compare", "r1", "r2", "--db", p, "--json", NULL), 0);
