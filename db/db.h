@@ -17,6 +17,8 @@
  *   processes   run, attempt, rank, host, pid, exit_code, signal, start_time, end_time
  *   events      run, time, kind, data (JSON)   (what happened: started, restarted,
  *               preempted, requeued, resumed, hung, failed, ...)
+ *   sysmetrics  run, rank, time, step, cpu_pct (100 per core busy), rss_bytes,
+ *               gpu_util (percent; NULL: unknown), gpu_mem_bytes (NULL: no GPU)
  * Times are seconds since the epoch (REAL). Every write is one transaction
  * (BEGIN IMMEDIATE), with a busy timeout, so many launchers can share one file.
  * The journal is WAL on a local file system and DELETE on a network one (NFS,
@@ -187,6 +189,11 @@ enum tr_status db_process_add(struct db *db, const char *run, int attempt, int r
 /* How it ended: exit_code >= 0 or signal > 0 (the other -1). */
 enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int rank, int exit_code, int signal,
                                double time) TR_WUR;
+/* A rank's use of the machine at `time` (step: its steps done): cpu_pct (100 per
+ * core busy), rss_bytes; gpu_util and gpu_mem_bytes NaN / < 0 when unknown
+ * (stored as NULL). */
+enum tr_status db_sysmetric_add(struct db *db, const char *run, int rank, double time, int64_t step, double cpu_pct,
+                                int64_t rss_bytes, double gpu_util, int64_t gpu_mem_bytes) TR_WUR;
 /* data: a JSON object text, or NULL. */
 enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data) TR_WUR;
 

@@ -127,18 +127,36 @@ struct db_plot_series {
     int n;
 };
 
+/* A vertical marker at step x: an evaluation, or an event (a restart, a
+ * preemption, a resume), with a short label drawn beside it. */
+struct db_plot_mark {
+    double x;
+    const char *label;
+    int event; /* 0: an evaluation, 1: an event */
+};
+
 struct db_plot_opts {
     const char *path;  /* .png or .svg (the extension picks the format) */
     const char *title; /* NULL: none */
     const char *xlabel, *ylabel;
     int width, height; /* pixels (points for SVG) */
+    double smooth;     /* EMA weight in [0, 1): 0 none; else the raw series faint, the smoothed one over it */
+    int logscale;      /* a log10 y axis (values <= 0 are left out) */
+    const struct db_plot_mark *marks; /* (nmarks) */
+    int nmarks;
 };
+
+/* out[i]: the exponential moving average of y[0 .. i] with weight w in [0, 1),
+ * debiased as TensorBoard's (out[0] == y[0]); non-finite values stay as they are
+ * and do not move it; w 0 copies y. out may be y. Pure. */
+void db_plot_ema(const double *y, double *out, int n, double w);
 
 /* 1 when path ends in .png or .svg (case-insensitive), 0 otherwise. */
 int db_plot_format_ok(const char *path);
 
 /* Draws a line chart of the series (axes with ticks, grid, one colour per series,
- * legend) into o->path, written atomically. TR_ERR_ARG for another extension,
+ * the legend beside the plot, a lone point with its value, o's markers, smoothing
+ * and log scale) into o->path, written atomically. TR_ERR_ARG for another extension,
  * TR_ERR_IO when the file cannot be written, TR_ERR_NOMEM (all logged). */
 enum tr_status db_plot_write(const struct db_plot_series *s, int n, const struct db_plot_opts *o) TR_WUR;
 

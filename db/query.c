@@ -390,11 +390,17 @@ const char db_sql_last_metrics[] = DB_SQL_LAST_METRICS;
     "SELECT attempt, rank, host, pid, exit_code, signal, tr_ended(exit_code, signal, " DB_SQL_PROC_END ") AS ended," \
     " start_time, " DB_SQL_PROC_END " AS end_time FROM processes p WHERE run = ?1 ORDER BY attempt, rank"
 #define Q_EVENTS "SELECT time, kind, data FROM events WHERE run = ? ORDER BY time, rowid"
+#define Q_SYS                                                                                          \
+    "SELECT rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes FROM sysmetrics WHERE run = ?" \
+    " ORDER BY rank, time, rowid"
 
 enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out)
 {
-    static const char *const keys[] = {"metrics", "evals", "checkpoints", "processes", "events"};
-    const char *queries[] = {all_metrics ? Q_METRICS : DB_SQL_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS};
+    static const char *const keys[] = {"metrics", "evals",  "checkpoints", "processes", "events",
+                                       "sysmetrics_summary", "sysmetrics"};
+    const char *queries[] = {all_metrics ? Q_METRICS : DB_SQL_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS,
+                             DB_SQL_SYS_SUMMARY, Q_SYS};
+    const size_t nq = TR_ARRAY_SIZE(keys) - (all_metrics ? 0 : 1);
     enum tr_status rc = TR_OK;
     json_t *o = json_object(), *runs = NULL, *t = NULL;
     *out = NULL;
@@ -405,7 +411,11 @@ enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_
     if (json_is_object(json_object_get(run, "config")))
         db_config_clean(json_object_get(run, "config"));
     json_object_set(o, "run", run);
-    for (size_t i = 0; i < TR_ARRAY_SIZE(keys); i++) {
+    for (size_t i = 0; i < nq; i++) {
+        if (i >= 5 && db->version < 3) { /* an older file read as it is: no system metrics */
+            json_object_set_new(o, keys[i], json_array());
+            continue;
+        }
         TR_CHECK_GOTO(db_query_json(db, &t, queries[i], "t", id), rc, fail);
         json_object_set_new(o, i == 0 && !all_metrics ? "last_metrics" : keys[i], t);
         t = NULL;
@@ -417,6 +427,18 @@ fail:
     json_decref(runs);
     json_decref(o);
     return rc;
+}
+
+enum tr_status db_json_sysmetrics(struct db *db, const char *id, int64_t after, json_t **out)
+{
+    if (db->version < 3) { /* an older file read as it is */
+        *out = json_array();
+        return *out ? TR_OK : TR_ERR_NOMEM;
+    }
+    return db_query_json(db, out,
+                         "SELECT rowid AS seq, rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes"
+                         " FROM sysmetrics WHERE run = ?1 AND rowid > ?2 ORDER BY rowid",
+                         "ti", id, after < 0 ? (int64_t)-1 : after);
 }
 
 enum tr_status db_json_metrics(struct db *db, const char *id, const char *name, int64_t after, json_t **out)

@@ -38,6 +38,12 @@
     " WHERE n IS NOT NULL AND m.rowid = (SELECT rowid FROM metrics WHERE run = ?1 AND name = n"               \
     " ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY m.name"
 
+/* Each rank's system metrics in short (?1 the run): samples, mean CPU percent
+ * (100 per core), peak resident memory, peak GPU memory (NULL without a GPU). */
+#define DB_SQL_SYS_SUMMARY                                                                                 \
+    "SELECT rank, count(*) AS samples, avg(cpu_pct) AS mean_cpu_pct, max(rss_bytes) AS peak_rss_bytes,"    \
+    " max(gpu_mem_bytes) AS peak_gpu_mem_bytes FROM sysmetrics WHERE run = ?1 GROUP BY rank ORDER BY rank"
+
 /* The query of a run's (?1) last value of each metric (name, step, value, time),
  * exposed so that tests can look at its plan: DB_SQL_LAST_METRICS. */
 extern const char db_sql_last_metrics[];
@@ -166,9 +172,17 @@ enum tr_status db_json_compare(struct db *db, char *const *ids, int n, json_t **
 json_t *db_cell_json(sqlite3_stmt *st, int c);
 
 /* `runs show --json` (all_metrics 0) / `runs export --format json` (1): the run
- * and its tables as one object (the caller checks that the run exists).
+ * and its tables as one object (the caller checks that the run exists); its
+ * system metrics as "sysmetrics_summary" (DB_SQL_SYS_SUMMARY), and with
+ * all_metrics every sample as "sysmetrics".
  * Ownership and errors as db_json_runs. */
 enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out) TR_WUR;
+
+/* A run's system metrics: an array of {seq, rank, time, step, cpu_pct, rss_bytes,
+ * gpu_util, gpu_mem_bytes} in the order they were recorded (seq grows; the
+ * page's charts); after >= 0: only those recorded after seq `after` (-1: all).
+ * As db_json_runs. */
+enum tr_status db_json_sysmetrics(struct db *db, const char *id, int64_t after, json_t **out) TR_WUR;
 
 /* `runs metrics RUN --json`: an array of {step, name, value, time}; name NULL:
  * every metric; after >= 0: only steps after it (-1: all). As db_json_runs. */

@@ -34,7 +34,8 @@ enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM
 
 static const unsigned opt_subs[] = {S_ALL,  S_LIST | S_SHOW | S_METRICS | S_COMPARE, S_LIST, S_LIST, S_METRICS,
                                     S_EXPORT, S_EXPORT | S_PLOT, S_PLOT, S_PLOT, S_PLOT, S_PLOT,
-                                    S_SERVE,  S_SERVE, S_RM, S_SERVE, S_LIST, S_LIST, S_LIST, S_TAG, S_NOTE};
+                                    S_SERVE,  S_SERVE, S_RM, S_SERVE, S_LIST, S_LIST, S_LIST, S_TAG, S_NOTE,
+                                    S_PLOT,   S_PLOT,  S_PLOT};
 
 static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 {
@@ -83,6 +84,13 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
         {"rm", TR_OPT_STRING, &c->rm_unused, NULL, "remove this tag (repeatable)", 1, 0, NULL, NULL, 0, NULL, 0},
         {"file", TR_OPT_PATH, &c->file, NULL, "read the note from FILE (-F; - : standard input)", 1, 0, NULL, NULL,
          0, NULL, 0},
+        {"smooth", TR_OPT_DOUBLE, &c->smooth, "0",
+         "smoothing: the weight of an exponential moving average (0: none; 0.9: strong), drawn over the raw values",
+         0, 0.999, NULL, NULL, 0, NULL, 0},
+        {"log", TR_OPT_BOOL, &c->logscale, "false", "a log scale on the y axis (values <= 0 are left out)", 1, 0,
+         NULL, NULL, 0, NULL, 0},
+        {"markers", TR_OPT_BOOL, &c->markers, "true",
+         "mark evaluations, restarts, preemptions and resumes (one run plotted)", 1, 0, NULL, NULL, 0, NULL, 0},
     };
     _Static_assert(TR_ARRAY_SIZE(opts) == TR_ARRAY_SIZE(opt_subs), "one mask per option");
     memcpy(o, opts, sizeof opts);

@@ -22,6 +22,8 @@ struct runs_cfg {
     char **filters, **rm;            /* every --filter (list) and --rm (tag), in argv */
     int nfilters, nrm;
     int json, limit, format, width, height, checkpoints, request_timeout;
+    double smooth;          /* plot: EMA weight */
+    int logscale, markers;  /* plot: a log y axis; evaluations and events marked */
 };
 
 /* One subcommand's context: its options, the open history (with the SQL

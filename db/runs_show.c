@@ -1,8 +1,9 @@
 /* runs_show.c: the subcommands of `terarec runs` that print the history: list,
- * show (a run with its last metrics, evals, checkpoints, processes and events),
- * metrics (step,name,value rows) and compare (runs side by side, their final
- * metrics and the config values that differ), each as a table or, with --json,
- * as query.c's and query_runs.c's JSON. They only read. */
+ * show (a run with its last metrics, evals, checkpoints, processes, events and
+ * each rank's system metrics in short), metrics (step,name,value rows) and
+ * compare (runs side by side, their final metrics and the config values that
+ * differ), each as a table or, with --json, as query.c's and query_runs.c's
+ * JSON. They only read. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"
@@ -129,7 +130,8 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         json_decref(j);
     }
     sqlite3_finalize(st);
-    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events"};
+    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events",
+                                         "system metrics (per rank; CPU: 100% per core busy)"};
     static const char *const queries[] = {
         "SELECT name, step, value, tr_time(time) AS time FROM (" DB_SQL_LAST_METRICS ")",
         "SELECT step, auc, logloss, samples, tr_time(time) AS time FROM evals WHERE run = ? ORDER BY step, rowid",
@@ -139,8 +141,15 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         " tr_time(start_time) AS start, tr_time(" DB_SQL_PROC_END ") AS 'end' FROM processes p WHERE run = ?1"
         " ORDER BY attempt, rank",
         "SELECT tr_time(time) AS time, kind, data FROM events WHERE run = ? ORDER BY events.time, rowid",
+        "SELECT rank, samples, CASE WHEN mean_cpu_pct IS NULL THEN '-' ELSE printf('%.1f%%', mean_cpu_pct) END"
+        " AS 'mean CPU',"
+        " printf('%.1f MiB', peak_rss_bytes / 1048576.0) AS 'peak RSS',"
+        " CASE WHEN peak_gpu_mem_bytes IS NULL THEN '-' ELSE printf('%.1f MiB', peak_gpu_mem_bytes / 1048576.0) END"
+        " AS 'peak GPU memory' FROM (" DB_SQL_SYS_SUMMARY ")",
     };
     for (size_t i = 0; i < TR_ARRAY_SIZE(titles); i++) {
+        if (i == 5 && x->db->version < 3) /* an older file read as it is: none recorded */
+            continue;
         printf("%s:\n", titles[i]);
         TR_CHECK(runs_query_print(x, "  ", queries[i], "t", id));
     }

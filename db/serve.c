@@ -366,6 +366,11 @@ static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
         if (after == -2)
             return reply_text(q, 400, "after: not a non-negative integer");
         rc = db_json_metrics(q->db, id, arg_text(q->c, "name"), after, &j);
+    } else if (!strcmp(rest, "sysmetrics")) {
+        int64_t after = arg_int(q->c, "after", -1);
+        if (after == -2)
+            return reply_text(q, 400, "after: not a non-negative integer");
+        rc = db_json_sysmetrics(q->db, id, after, &j);
     } else if (!strcmp(rest, "export")) {
         rc = db_json_run(q->db, id, 1, &j);
     } else {
@@ -385,7 +390,7 @@ static enum MHD_Result page_run(struct req *q, const char *id)
     if (db_run_get(q->db, id, "name", &name) != TR_OK)
         return reply_status(q, TR_ERR_DB);
     size_t n = 6 * (strlen(id) + (name ? strlen(name) : 0)) + 64;
-    char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 4096);
+    char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 8192);
     enum MHD_Result res;
     if (!eid || !ename || !title || !body) {
         res = reply_text(q, 503, "out of memory");
@@ -394,17 +399,32 @@ static enum MHD_Result page_run(struct req *q, const char *id)
     db_html_escape(id, eid, n);
     db_html_escape(name ? name : "", ename, n);
     snprintf(title, 2 * n, "run %s%s%s", eid, name ? " " : "", ename);
-    snprintf(body, 3 * n + 4096,
+    snprintf(body, 3 * n + 8192,
              "<h1>run <span id=\"run-id\">%s</span> <span id=\"run-name\">%s</span> <span id=\"run-status\"></span>"
              " <span id=\"run-tags\"></span></h1>\n<p id=\"run-note\" class=\"note\"></p>\n"
              "<p id=\"msg\"></p>\n"
-             "<section><h2>curves</h2><p>x axis: <select id=\"xaxis\"><option value=\"step\">step</option>"
-             "<option value=\"time\">wall time</option></select></p>\n"
+             "<section><h2>curves</h2><p class=\"controls\">x axis: <select id=\"xaxis\"><option value=\"step\">step</option>"
+             "<option value=\"time\">wall time</option></select>"
+             " <label>smoothing <input type=\"range\" id=\"smooth\" min=\"0\" max=\"0.99\" step=\"0.01\" value=\"0\">"
+             " <output id=\"smooth-value\">0</output></label>"
+             " <label><input type=\"checkbox\" id=\"logscale\"> log scale</label>"
+             " <label><input type=\"checkbox\" id=\"markers\" checked> markers (evaluations, restarts, preemptions)</label>"
+             "</p>\n<p id=\"chain\"></p>\n"
              "<div class=\"charts\">"
              "<div class=\"chart-box\"><h3>loss</h3><div class=\"chart\" id=\"chart-loss\"></div></div>"
              "<div class=\"chart-box\"><h3>AUC</h3><div class=\"chart\" id=\"chart-auc\"></div></div>"
              "<div class=\"chart-box\"><h3>logloss</h3><div class=\"chart\" id=\"chart-logloss\"></div></div>"
              "<div class=\"chart-box\"><h3>samples/s</h3><div class=\"chart\" id=\"chart-samples_per_s\"></div></div>"
+             "<div class=\"chart-box\"><h3>learning rate</h3><div class=\"chart\" id=\"chart-learning_rate\"></div></div>"
+             "<div class=\"chart-box\"><h3>step time (ms)</h3><div class=\"chart\" id=\"chart-step_time_ms\"></div></div>"
+             "</div></section>\n"
+             "<section><h2>system</h2><table id=\"sysmetrics\"></table><p id=\"sys-note\"></p><div class=\"charts\">"
+             "<div class=\"chart-box\"><h3>CPU (%% of one core, per rank)</h3><div class=\"chart\" id=\"chart-sys-cpu\"></div></div>"
+             "<div class=\"chart-box\"><h3>memory (RSS MiB, per rank)</h3><div class=\"chart\" id=\"chart-sys-rss\"></div></div>"
+             "<div class=\"chart-box\" id=\"box-sys-gpu_mem\"><h3>GPU memory (MiB, per rank)</h3>"
+             "<div class=\"chart\" id=\"chart-sys-gpu_mem\"></div></div>"
+             "<div class=\"chart-box\" id=\"box-sys-gpu_util\"><h3>GPU utilisation (%%, per rank)</h3>"
+             "<div class=\"chart\" id=\"chart-sys-gpu_util\"></div></div>"
              "</div></section>\n"
              "<section><h2>run</h2><table class=\"kv\" id=\"summary\"></table></section>\n"
              "<section><h2>events</h2><table id=\"events\"></table></section>\n"

@@ -1,8 +1,8 @@
 /* write.c: the writes of the launcher (`terarec train`) to the run history: a
  * run's row (created, finished, reopened after a requeue, its heartbeat) and its
- * children (metrics, evals, checkpoints, processes, events), and what people add
- * afterwards (tags, a note, a new name: `terarec runs tag|note|rename`), each
- * write one BEGIN IMMEDIATE transaction. `runs rm` deletes in runs_rm.c; reads are
+ * children (metrics, evals, checkpoints, processes, events, sysmetrics), and what
+ * people add afterwards (tags, a note, a new name: `terarec runs tag|note|rename`),
+ * each write one BEGIN IMMEDIATE transaction. `runs rm` deletes in runs_rm.c; reads are
  * query.c's. */
 #define TR_SUBSYS TR_SUB_DB
 #include "db.h"
@@ -338,4 +338,14 @@ enum tr_status db_event_add(struct db *db, const char *run, double time, const c
 {
     return write1(db, run, NULL, "INSERT INTO events (run, time, kind, data) VALUES (?, ?, ?, ?)", "tdtt", run,
                   time, kind, data);
+}
+
+enum tr_status db_sysmetric_add(struct db *db, const char *run, int rank, double time, int64_t step, double cpu_pct,
+                                int64_t rss_bytes, double gpu_util, int64_t gpu_mem_bytes)
+{
+    return write1(db, run, NULL,
+                  "INSERT INTO sysmetrics (run, rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes)"
+                  " VALUES (?, ?, ?, ?, ?, nullif(?, -1), ?, nullif(?, -1))",
+                  "tndididi", run, rank, time, step, cpu_pct, rss_bytes < 0 ? (int64_t)-1 : rss_bytes, gpu_util,
+                  gpu_mem_bytes < 0 ? (int64_t)-1 : gpu_mem_bytes);
 }

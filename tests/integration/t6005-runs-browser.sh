@@ -7,9 +7,13 @@
 # its checkpoints, processes, events and lineage; a running run's page says it is live
 # (polling); the compare page overlays two runs and shows their config diff and
 # final metrics; the list filters by tag and shows chosen columns, sorted, and
-# tags; a run's header its tags and note.
-# Screenshots of the run page, the list, the list with chosen columns and tags,
-# and the compare page go to $TR_BUILD/runs-serve-{run,list,list-columns,compare}.png.
+# tags; a run's header its tags and note. The run page's views: learning rate and
+# step time, evaluation/resume/preemption/restart markers with titles, each
+# rank's CPU and RSS, EMA smoothing and log scale (?smooth=&log=1), a resumed
+# chain drawn as one curve, a one-point chart.
+# Screenshots of the run page (whole, smoothed on a log scale, a resumed chain,
+# one point), the list, the list with chosen columns and tags, and the compare
+# page go to $TR_BUILD/runs-serve-*.png.
 # Skipped only when chromium is not installed (not in CI, where it must run).
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
@@ -55,6 +59,17 @@ db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_
            " (SELECT id FROM runs WHERE name = 'first'))")
 for step in range(10, 70, 10):
     db.execute("INSERT INTO metrics VALUES ('20261124-live', ?, 'loss', ?, ?)", (step, 1.0 / step, 1764000100 + step))
+# the child goes on from the checkpoint of step 40 of 'first' (steps 45 .. 100), with
+# a preemption and a restart on its way; a run of one point
+first = db.execute("SELECT id FROM runs WHERE name = 'first'").fetchone()[0]
+db.execute("INSERT INTO events VALUES ('20261124-child', 1764000200, 'started', '{\"attempt\":0,\"from_step\":40}')")
+for step in range(45, 105, 5):
+    db.execute("INSERT INTO metrics VALUES ('20261124-child', ?, 'loss', ?, ?)", (step, 0.5 - step / 1000, 1764000200 + step))
+db.execute("INSERT INTO events VALUES ('20261124-child', 1764000262, 'preempt_signal', '{\"signal\":\"SIGTERM\"}')")
+db.execute("INSERT INTO events VALUES ('20261124-child', 1764000271, 'restarted', '{\"attempt\":1,\"from_step\":60}')")
+db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time) VALUES"
+           " ('20261124-one', 'one-point', 'completed', 1, 1, 1764000400, 1764000410)")
+db.execute("INSERT INTO metrics VALUES ('20261124-one', 7, 'loss', 0.6931, 1764000407)")
 db.commit()
 PYEOF
 q() { $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])" "$DB" "$1"; }
@@ -164,9 +179,52 @@ chrome --dump-dom "$URL/run/20261124-live" >live.html
 grep -q '<span id="live">live: updating every 3 s</span>' live.html &&
     grep -q 'id="chart-loss"[^>]*data-points="6"' live.html && ok "a running run's page polls (live) and draws its 6 points" ||
     fail "a running run's page polls (live)" "$(grep -o '<span id="live">[^<]*' live.html)"
-chrome --screenshot="$TR_BUILD/runs-serve-run.png" --window-size=1280,900 "$URL/run/$R1" >/dev/null
+# the new views: learning rate and step time, markers, each rank's system metrics
+for m in learning_rate step_time_ms; do
+    want=$(q "select count(*) from metrics where run = '$R1' and name = '$m'")
+    got=$(points $m)
+    [ -n "$got" ] && [ "$got" = "$want" ] && [ "$want" -gt 5 ] && ok "run: the $m chart has a point per row ($got)" ||
+        fail "run: the $m chart has a point per row" "chart ${got:-none}, SQLite $want"
+done
+attr() { sed -n "s/.*id=\"$2\"[^>]*data-$3=\"\([0-9]*\)\".*/\1/p" "$1" | head -1; }
+nev=$(q "select count(*) from evals where run = '$R1'")
+[ "$(attr run.html chart-loss markers)" = "$nev" ] && grep -q 'class="marker marker-eval" title="evaluation at step ' run.html &&
+    ok "run: an evaluation marker on the loss curve, titled ($nev)" ||
+    fail "run: evaluation markers" "markers $(attr run.html chart-loss markers), evals $nev"
+for c in cpu rss; do
+    want=$(q "select count(distinct time) from sysmetrics where run = '$R1'")
+    got=$(attr run.html chart-sys-$c points)
+    [ -n "$got" ] && [ "$got" = "$want" ] && grep -q "<span><b>rank 1</b>\|rank 1" run.html &&
+        ok "run: the system chart $c, a line per rank ($got times)" || fail "run: the system chart $c" "chart ${got:-none}, SQLite $want"
+done
+grep -q 'id="box-sys-gpu_mem" style="display: none;"' run.html && grep -q 'no GPU memory recorded' run.html &&
+    ok "run: no GPU memory chart without a GPU, and it says why" || fail "run: no GPU memory chart without a GPU"
+# smoothing and the log scale, from the page's address
+chrome --dump-dom "$URL/run/$R1?smooth=0.9&log=1" >smooth.html
+grep -q 'loss (smoothed 0.9)' smooth.html && grep -q 'loss (raw)' smooth.html &&
+    [ "$(attr smooth.html chart-loss points)" = "$(points loss)" ] && [ "$(attr smooth.html chart-loss logscale)" = 1 ] &&
+    ok "run: ?smooth=0.9&log=1: the raw and the smoothed loss, on a log scale" ||
+    fail "run: smoothing and log scale" "$(grep -o 'id="chart-loss-legend".\{300\}' smooth.html)"
+# a resumed chain as one curve, with its resume, preemption and restart marked
+chrome --dump-dom "$URL/run/20261124-child" >chain.html
+want=$(( $(q "select count(*) from metrics where run = '$R1' and name = 'loss' and step <= 40") + 12 ))
+[ "$(attr chain.html chart-loss points)" = "$want" ] && grep -q "resumed chain: the curves begin with <a href=\"/run/$R1\">$R1</a> (to step 40)" chain.html &&
+    ok "run: a resumed chain is one curve ($want points: the parent's to step 40, then its own)" ||
+    fail "run: a resumed chain is one curve" "points $(attr chain.html chart-loss points), want $want"
+grep -q 'class="marker marker-started" title="resumed from the checkpoint of step 40' chain.html &&
+    grep -q 'class="marker marker-preempt_signal" title="preempt signal' chain.html &&
+    grep -q 'class="marker marker-restarted" title="restarted from the checkpoint of step 60' chain.html &&
+    ok "run: resume, preemption and restart marked on the curves, with titles" ||
+    fail "run: resume, preemption and restart markers" "$(grep -o 'class="marker[^>]*>' chain.html | head)"
+chrome --dump-dom "$URL/run/20261124-one" >one.html
+[ "$(attr one.html chart-loss single)" = 1 ] && [ "$(attr one.html chart-loss points)" = 1 ] &&
+    ok "run: a one-point chart is drawn as a lone point" || fail "run: a one-point chart" "$(grep -o 'id="chart-loss"[^>]*' one.html)"
+chrome --screenshot="$TR_BUILD/runs-serve-run.png" --window-size=1280,2200 "$URL/run/$R1" >/dev/null
 chrome --screenshot="$TR_BUILD/runs-serve-list.png" --window-size=1600,700 "$URL/" >/dev/null
-for f in run list; do
+chrome --screenshot="$TR_BUILD/runs-serve-run-smooth-log.png" --window-size=1280,900 "$URL/run/$R1?smooth=0.9&log=1" >/dev/null
+chrome --screenshot="$TR_BUILD/runs-serve-run-chain.png" --window-size=1280,900 "$URL/run/20261124-child" >/dev/null
+chrome --screenshot="$TR_BUILD/runs-serve-run-one-point.png" --window-size=1280,900 "$URL/run/20261124-one" >/dev/null
+for f in run list run-smooth-log run-chain run-one-point; do
     p=$TR_BUILD/runs-serve-$f.png
     if [ -s "$p" ] && [ "$(head -c 8 "$p" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
         [ "$(stat -c %s "$p")" -gt 10000 ]; then
