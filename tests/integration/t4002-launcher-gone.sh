@@ -78,7 +78,7 @@ fi
 $T train --db "$DB" --workers 2 $M --max_steps 600 --print_freq 10 --name head 2>head.err | head -n 1 >head.out
 rcs=("${PIPESTATUS[@]}")
 row=$(q "select status, (select max(step) from metrics m where m.run = runs.id) from runs where name = 'head'")
-[ "${rcs[0]}" -eq 0 ] && [ "$row" = "completed|600" ] && grep -q '^terarec: run ' head.out &&
+[ "${rcs[0]}" -eq 0 ] && [ "$row" = "completed|600" ] && grep -q '^terarec: ' head.out &&
     ok "| head -1: the launcher lives on, the run completes (exit ${rcs[0]}: $row)" ||
     fail "| head -1: the run completes" "exit ${rcs[*]}: $row; $(tail -n 4 head.err)"
 grep -q 'stdout is closed' head.err && ok "| head -1: says once that stdout is closed" ||
