@@ -132,6 +132,8 @@ static void on_event(struct launch *L, const json_t *m)
         char url[PATH_MAX + 256];
         snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
                  (long long)step);
+        if (step > L->saved_step)
+            L->saved_step = step;
         launch_db_try(db_ckpt_add(L->hist.db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
                            jnum(d, "stall_seconds"), t),
                "a checkpoint");

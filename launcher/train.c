@@ -388,10 +388,24 @@ int train_cmd_main(int argc, char **argv)
     L.c = &cfg;
     L.opts = opts;
     L.watch.sfd = L.in.lfd = -1;
+    L.saved_step = -1;
     L.nworker_opts = launch_opts_fill(&cfg, opts);
     int want = 0;
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
-    int code, demo = rc == TR_OK && !want;
+    char **typed = argv, **resumed = NULL; /* typed: the command line as typed, for the history */
+    int nresumed = 0;
+    if (rc == TR_OK && !want && cfg.resume) {
+        /* --resume RUN: RUN's flags, then these (resume_cfg.c) */
+        int argc2 = 0;
+        rc = launch_resume_config(&cfg, opts, argc, argv, &argc2, &resumed, &nresumed);
+        if (rc == TR_OK && resumed) {
+            tr_opt_release(opts);
+            rc = tr_opt_parse(opts, argc2, resumed, NULL, &want);
+            argc = argc2;
+            argv = resumed;
+        }
+    }
+    int code, demo = rc == TR_OK && !want && !cfg.resume;
     for (int i = 0; i < L.nworker_opts && demo; i++)
         if (opts[i].set_by)
             demo = 0;
@@ -437,7 +451,7 @@ int train_cmd_main(int argc, char **argv)
         /* a closed stdout is not a reason to stop (launch_out_flush); the children get SIG_DFL back */
         signal(SIGPIPE, SIG_IGN);
         L.watch.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-        code = tr_status_exit_code(run_launch(&L, argv));
+        code = tr_status_exit_code(run_launch(&L, resumed ? typed : argv));
         if (L.watch.sfd >= 0)
             close(L.watch.sfd);
         sigprocmask(SIG_SETMASK, &L.orig_mask, NULL);
@@ -466,5 +480,6 @@ int train_cmd_main(int argc, char **argv)
     }
     tr_opt_release(opts);
     tr_free(argv2);
+    launch_resume_config_free(resumed, nresumed);
     return code;
 }
