@@ -86,6 +86,14 @@ static void on_event(struct launch *L, const json_t *m)
         const json_t *ts = json_object_get(d, "total_steps");
         if (json_is_integer(ts))
             L->prog.total = json_integer_value(ts);
+        const char *threads = json_string_value(json_object_get(d, "threads_choice"));
+        if (threads && !L->prog.threads_said && !L->c->json) {
+            launch_clear_line(L);
+            printf("terarec: threads: %s per worker; OpenMP wait policy %s\n", threads,
+                   json_string_value(json_object_get(d, "omp_wait_policy")) ?: "?");
+            launch_out_flush();
+            L->prog.threads_said = 1;
+        }
         char *s = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
         launch_db_try(db_event_add(L->hist.db, L->id, t, "params", s), "the parameters");
         free(s);

@@ -77,6 +77,7 @@ struct launch_progress {
     int64_t step, total;
     double samples_per_s, loss, auc;
     int have_auc, tty, drawn;
+    int threads_said; /* the workers' thread count was shown */
     json_t *final_metrics; /* rank 0's summary event */
 };
 

@@ -19,6 +19,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/cpus.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../db/db.h"
@@ -439,6 +440,8 @@ int train_cmd_main(int argc, char **argv)
         if (demo)
             printf("terarec: no model or data flags: training the built-in demo (%s)\n",
                    "26 synthetic tables of 100000 rows, embedding dim 16, 300 steps of 2048");
+        /* the workers' OpenMP threads wait passively, unless the user chose (cpus.h) */
+        (void)tr_cpus_passive_wait();
         /* the signals a job gets arrive through a signalfd; children get the old mask */
         sigset_t set;
         sigemptyset(&set);

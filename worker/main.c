@@ -3,12 +3,15 @@
  * terarec train (--events_addr) leaves SIGTERM to it: SLURM sends SIGTERM to every
  * process of a job it preempts or requeues, and the launcher then stops all ranks
  * at the same step, after a checkpoint (through the loader); a rank that died of
- * it would lose that checkpoint. */
+ * it would lose that checkpoint. A training run without an OpenMP wait policy
+ * starts itself again with a passive one (common/cpus.h). */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/cpus.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
@@ -53,6 +56,12 @@ int main(int argc, char **argv)
             sa.sa_flags = SA_RESTART;
             sigaction(SIGTERM, &sa, NULL);
             report_on_launcher_gone(on_launcher_gone);
+        }
+        /* OpenMP threads that wait passively (cpus.h): the runtime read its
+         * environment when it was loaded, so this process starts again with it */
+        if (tr_cpus_passive_wait()) {
+            execv("/proc/self/exe", argv);
+            LOG_WARN("cannot start again with OMP_WAIT_POLICY=passive (%s): idle OpenMP threads spin", strerror(errno));
         }
         rc = worker_opts_resolve(&cfg);
         if (rc == TR_OK)
