@@ -1,6 +1,6 @@
 /* intake.c: the events intake: the socket every rank reports to
  * (common/evproto.h), each connection's lines (hello with the job token, beats,
- * rank 0's events, errors, bye), and what they fill: the ranks' state, the
+ * rank 0's events, errors, log lines, bye), and what they fill: the ranks' state, the
  * progress shown and the run history's metrics, evaluations and checkpoints.
  * What to do when a rank goes quiet or away is supervise.c's. */
 #define TR_SUBSYS TR_SUB_INIT
@@ -158,6 +158,26 @@ static void on_event(struct launch *L, const json_t *m)
     }
 }
 
+static void clear_line(void *ctx)
+{
+    launch_clear_line(ctx);
+}
+
+void launch_log_line(struct launch *L, int rank, const char *level, const char *msg)
+{
+    if (!L->folds)
+        L->folds = logfold_new(stderr, clear_line, L);
+    const char *host = rank >= 0 && rank < L->nranks ? L->ranks[rank].host : "?";
+    logfold_add(L->folds, rank, host, level, msg, tr_clock_now());
+}
+
+void launch_log_flush(struct launch *L, int final)
+{
+    logfold_flush(L->folds, final, tr_clock_now());
+    if (final)
+        logfold_free(&L->folds);
+}
+
 /* One line from a rank's connection. Returns 0 to drop the connection. */
 static int on_line(struct launch *L, struct conn *cn, const char *line, const char *token)
 {
@@ -204,6 +224,9 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         }
     } else if (!strcmp(type, "event") && cn->rank == 0) {
         on_event(L, m);
+    } else if (!strcmp(type, "log")) {
+        launch_log_line(L, cn->rank, json_string_value(json_object_get(m, "level")),
+                        json_string_value(json_object_get(m, "message")));
     } else if (!strcmp(type, "error")) {
         rk->error = 1;
         snprintf(rk->message, sizeof rk->message, "%s", json_string_value(json_object_get(m, "message")) ?: "");

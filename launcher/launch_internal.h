@@ -18,6 +18,7 @@
 #include "../common/status.h"
 #include "../worker/worker.h"
 #include "container.h"
+#include "logfold.h"
 #include "proc.h"
 
 struct db;
@@ -142,6 +143,7 @@ struct launch {
     int step_killed;
     int64_t saved_step; /* the step of the last checkpoint committed (heard from rank 0), -1: none yet */
     struct launch_intake in;
+    struct logfold *folds; /* the workers' log lines waiting to be shown (logfold.h) */
     struct launch_progress prog;
     struct launch_watch watch;
     struct launch_hist hist;
@@ -249,6 +251,15 @@ void launch_intake_read(struct launch *L, const struct pollfd *pf, int nc, const
 
 /* Reads the reports still in flight for up to a second, then closes every connection. */
 void launch_intake_drain(struct launch *L, const char *token);
+
+/* ---- intake.c: the workers' warn, error and hint lines on the console --------------------------- */
+
+/* Rank rank said msg at level ("warn", "error", "hint"): shown on stderr as
+ * "LEVEL: [rank R on HOST] msg", folded across ranks and repeats (logfold.h). */
+void launch_log_line(struct launch *L, int rank, const char *level, const char *msg);
+
+/* Shows the lines that are due (final: every line waiting, then forgets them all). */
+void launch_log_flush(struct launch *L, int final);
 
 /* ---- supervise.c: watching an attempt ----------------------------------------------------------- */
 

@@ -225,6 +225,7 @@ static void supervise(struct launch *L, const char *token)
                 kill_step(L);
             }
         }
+        launch_log_flush(L, 0);
         if (L->prog.tty && !L->c->json && tr_clock_now() > next_draw && L->prog.step > 0) {
             next_draw = tr_clock_now() + 1;
             launch_show_progress(L, 0);
@@ -240,6 +241,7 @@ static void supervise(struct launch *L, const char *token)
             read_signals(L);
     }
     launch_intake_drain(L, token);
+    launch_log_flush(L, 1);
 }
 
 /* Parses the launcher's lines of a failed worker step's log: Open MPI's "...rank R

@@ -473,6 +473,7 @@ int train_cmd_main(int argc, char **argv)
     proc_release(&L.workers);
     proc_release(&L.loader);
     proc_release(&L.ckpt);
+    launch_log_flush(&L, 1);
     tr_free(L.ranks);
     tr_free(L.in.conns);
     tr_free(L.ckpt_root);

@@ -56,6 +56,7 @@ int main(int argc, char **argv)
             sa.sa_flags = SA_RESTART;
             sigaction(SIGTERM, &sa, NULL);
             report_on_launcher_gone(on_launcher_gone);
+            report_forward_logs(); /* warnings reach the console too */
         }
         /* OpenMP threads that wait passively (cpus.h): the runtime read its
          * environment when it was loaded, so this process starts again with it */

@@ -45,6 +45,13 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
 typedef void (*report_gone_fn)(const char *addr);
 void report_on_launcher_gone(report_gone_fn fn);
 
+/* From now on this process's error, warn and hint lines (common/log.h) also go
+ * to the launcher, as {"type":"log","rank","level","message"}, once report_open
+ * has connected (the first EARLY lines before it are kept for it: up to 32),
+ * until report_bye or report_free. Call it once, from main, before the threads;
+ * a process that never connects only keeps those 32 lines. */
+void report_forward_logs(void);
+
 /* Steps done so far, for the next beats. r may be NULL. Thread-safe. */
 void report_set_step(struct report *r, int64_t step);
 
