@@ -345,10 +345,10 @@ static void failure_reason(struct launch *L, char *buf, size_t n)
 }
 
 /* The step the workers had reached when they stopped: their last beats' (the
- * progress lines come every --print_freq steps). */
+ * progress lines come every --print_freq steps), or their last save's. */
 static int64_t stop_step(const struct launch *L)
 {
-    int64_t s = TR_MAX(L->prog.step, L->last_progress_step);
+    int64_t s = TR_MAX(TR_MAX(L->prog.step, L->last_progress_step), L->saved_step);
     for (int r = 0; r < L->nranks; r++)
         s = TR_MAX(s, L->ranks[r].step);
     return s;
@@ -502,10 +502,12 @@ void launch_requeue(struct launch *L, const char *status)
     fprintf(stderr, "terarec: %s\n", cmd);
     launch_out_flush();
     fflush(stderr);
-    /* a requeue ends the job's processes, scontrol's own too: killed by a signal,
-     * or an exit status that is not 0, is a failure only when SLURM did not take it */
+    /* a requeue ends the job's processes, scontrol's own too: killed by a signal
+     * (or the shell saying so, exit 128+N) is not a failure, and an exit status that
+     * is not 0 is one only when SLURM did not take the requeue */
     const int st = system(cmd);
-    if (st == 0 || (st != -1 && WIFSIGNALED(st)) || requeue_taken(L))
+    const int killed = st != -1 && (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) > 128));
+    if (st == 0 || killed || requeue_taken(L))
         return;
     char how[96];
     if (st == -1)
