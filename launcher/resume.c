@@ -19,9 +19,10 @@
 #include "launch_internal.h"
 
 /* What a resumed run would continue from, checked before anything starts: the
- * store's directory (a store this launcher serves or writes directly), the run's
- * directory runs/RUN in it (run: the checkpoint run continued), its LATEST, the manifest LATEST names and, in a local
- * store, the file of every chunk that manifest lists. TR_OK with *step the
+ * store's directory (a store this launcher serves or writes directly), the
+ * directory runs/RUN in it of the checkpoint run continued (run), its LATEST, the
+ * manifest LATEST names and, in a local store, the file of every chunk that
+ * manifest lists. TR_OK with *step the
  * checkpoint's step; TR_ERR_NOT_FOUND with `missing` saying what is gone and
  * *level how far the check got (RESUME_NO_STORE ... RESUME_NO_CHUNK), not logged;
  * other errors (a store that cannot be reached, a manifest that does not parse)
