@@ -89,7 +89,7 @@ static void on_event(struct launch *L, const json_t *m)
         const char *threads = json_string_value(json_object_get(d, "threads_choice"));
         if (threads && !L->prog.threads_said && !L->c->json) {
             launch_clear_line(L);
-            printf("terarec: threads: %s per worker; OpenMP wait policy %s\n", threads,
+            printf("terarec: threads per worker: %s; OpenMP wait policy %s\n", threads,
                    json_string_value(json_object_get(d, "omp_wait_policy")) ?: "?");
             launch_out_flush();
             L->prog.threads_said = 1;

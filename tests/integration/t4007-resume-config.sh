@@ -72,6 +72,7 @@ out2=$(timeout 120 $T train --db "$DB" --resume X --max_steps 40 --threads 0 --n
 rc2=$?
 echo "$out1" | grep -qx "terarec: resuming X with its configuration; overridden: --warmup_steps 100 (was 0), --max_steps 30 (was 20)" &&
     ! echo "$out1$out2" | grep -q "built-in demo" &&
+    echo "$out2" | grep -qE "^terarec: run [0-9a-f-]+ \(continues run $XID from its checkpoint of step 20\): 1 worker" &&
     [ "$(param f1 batch_size)|$(param f1 embedding_dim)|$(param f1 checkpoint_every)|$(param f2 bottom_mlp_dims)" = "256|8|10|[16,8]" ] &&
     ok "--resume X: X's flags apply (model, batch, checkpoints: not the demo), the overrides listed" ||
     fail "--resume X takes X's configuration" "$out1"
@@ -90,8 +91,8 @@ echo "$out1" | grep -qE '^warn: \[rank 0 on [^]]+\] --warmup_steps 100 is longer
     fail "a worker's warning on the console" "$out1"
 
 # ---- threads --------------------------------------------------------------------------------------------
-echo "$out2" | grep -qE '^terarec: threads: [0-9]+ \(affinity [0-9]+ cpus?[^)]*, 1 worker\) per worker; OpenMP wait policy passive$' &&
-    echo "$out1" | grep -qx 'terarec: threads: 1 (--threads 1) per worker; OpenMP wait policy passive' &&
+echo "$out2" | grep -qE '^terarec: threads per worker: [0-9]+ \(affinity [0-9]+ cpus?[^)]*, 1 worker\); OpenMP wait policy passive$' &&
+    echo "$out1" | grep -qx 'terarec: threads per worker: 1 (--threads 1); OpenMP wait policy passive' &&
     $T runs show f2 --db "$DB" | grep -qE '"threads_choice":"[0-9]+ \(affinity [0-9]+ cpu' &&
     $T runs show f2 --db "$DB" | grep -q '"omp_wait_policy":"passive"' &&
     ok "the threads chosen and the wait policy: on the console and in the history" ||
