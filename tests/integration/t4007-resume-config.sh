@@ -3,7 +3,8 @@
 # - --resume RUN without flags trains with RUN's configuration (its model, batch,
 #   steps: not the demo), said on the console; a flag given overrides RUN's and is
 #   listed ("overridden: --max_steps 30 (was 20)"); a RUN that trained all its
-#   steps is refused (exit 2, "nothing to train", a hint naming --max_steps);
+#   steps is refused (exit 2, "nothing to train", a hint naming --max_steps), and
+#   terarec-worker --resume at its run's last step warns so, with the hint;
 # - two --resume X each continue X from X's checkpoint (resumed_from X, a
 #   checkpoint run of their own each, X's LATEST untouched): the second does not
 #   continue the first;
@@ -64,6 +65,15 @@ rc=$?
     [ "$(q "select count(*) from runs")" = "$n0" ] &&
     ok "--resume of a run that trained all its steps: nothing to train (exit 2, a hint), no run" ||
     fail "--resume of a completed run" "exit $rc: $out"
+
+# the worker alone, resumed at its last step: a warning with a hint, not a silent end
+out=$(timeout 60 $TR_BIN/terarec-worker $M --max_steps 20 --checkpoint_dir "$CK" --run_name "$XID" --resume \
+      --log_path= 2>&1 </dev/null)
+rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "warn: the checkpoint restored is of step 20 and the run has 20 steps: nothing to train" &&
+    echo "$out" | grep -q "hint: --max_steps N (more than 20)" &&
+    ok "terarec-worker --resume at the run's last step: nothing to train, said with a hint" ||
+    fail "terarec-worker --resume at the run's last step" "exit $rc: $(echo "$out" | tail -n 4)"
 
 # two forks of X: each continues X from its step 20; the first also warns (warmup)
 out1=$(timeout 120 $T train --db "$DB" --resume X --max_steps 30 --warmup_steps 100 --name f1 2>&1 </dev/null)
