@@ -4,10 +4,14 @@
 #define _GNU_SOURCE
 #include "cpus.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "log.h"
 
 int tr_cpus_threads(const struct tr_cpus_in *in, char *why, size_t n)
 {
@@ -108,6 +112,14 @@ int tr_cpus_passive_wait(void)
     if ((p && *p) || (s && *s))
         return 0;
     return setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+}
+
+void tr_cpus_passive_wait_restart(char **argv)
+{
+    if (!tr_cpus_passive_wait())
+        return;
+    execv("/proc/self/exe", argv);
+    LOG_WARN("cannot start again with OMP_WAIT_POLICY=passive (%s): idle OpenMP threads spin", strerror(errno));
 }
 
 const char *tr_cpus_wait_policy(void)

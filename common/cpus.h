@@ -44,6 +44,13 @@ void tr_cpus_detect(struct tr_cpus_in *in, int workers);
  * set. Returns 1 when it set it, 0 when the user's choice stays. */
 int tr_cpus_passive_wait(void);
 
+/* tr_cpus_passive_wait, and when it set the policy, this program started again
+ * (execv of /proc/self/exe with argv, the same process) so that the OpenMP
+ * runtime, loaded before main, reads it. Returns only when it did not set it, or
+ * the exec failed (a warning: idle threads then spin). Call it from main, before
+ * any thread starts and before anything is written. */
+void tr_cpus_passive_wait_restart(char **argv);
+
 /* The wait policy in effect, for the record: "passive", "active", or
  * "GOMP_SPINCOUNT=N" (the user's), "default" when none is set. Not owned. */
 const char *tr_cpus_wait_policy(void);

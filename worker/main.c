@@ -5,7 +5,6 @@
  * at the same step, after a checkpoint (through the loader); a rank that died of
  * it would lose that checkpoint. A training run without an OpenMP wait policy
  * starts itself again with a passive one (common/cpus.h). */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +48,7 @@ int main(int argc, char **argv)
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
         kern_backends_print(stdout, want & TR_OPT_WANT_PARSABLE);
     } else if (rc == TR_OK) {
+        tr_cpus_passive_wait_restart(argv); /* OpenMP threads that wait passively (cpus.h) */
         if (cfg.events_addr && *cfg.events_addr) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
@@ -57,12 +57,6 @@ int main(int argc, char **argv)
             sigaction(SIGTERM, &sa, NULL);
             report_on_launcher_gone(on_launcher_gone);
             report_forward_logs(); /* warnings reach the console too */
-        }
-        /* OpenMP threads that wait passively (cpus.h): the runtime read its
-         * environment when it was loaded, so this process starts again with it */
-        if (tr_cpus_passive_wait()) {
-            execv("/proc/self/exe", argv);
-            LOG_WARN("cannot start again with OMP_WAIT_POLICY=passive (%s): idle OpenMP threads spin", strerror(errno));
         }
         rc = worker_opts_resolve(&cfg);
         if (rc == TR_OK)
