@@ -118,8 +118,21 @@ void tr_cpus_passive_wait_restart(char **argv)
 {
     if (!tr_cpus_passive_wait())
         return;
+    char exe[4096];
+    const ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = 0;
+        const char *base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+        if (!strncmp(base, "ld-", 3) || !strncmp(base, "ld.so", 5)) {
+            /* started by the dynamic loader itself: argv alone would not start this
+             * program; the runtime keeps its default, and the record says so */
+            unsetenv("OMP_WAIT_POLICY");
+            return;
+        }
+    }
     execv("/proc/self/exe", argv);
     LOG_WARN("cannot start again with OMP_WAIT_POLICY=passive (%s): idle OpenMP threads spin", strerror(errno));
+    unsetenv("OMP_WAIT_POLICY");
 }
 
 const char *tr_cpus_wait_policy(void)

@@ -47,8 +47,10 @@ int tr_cpus_passive_wait(void);
 /* tr_cpus_passive_wait, and when it set the policy, this program started again
  * (execv of /proc/self/exe with argv, the same process) so that the OpenMP
  * runtime, loaded before main, reads it. Returns only when it did not set it, or
- * the exec failed (a warning: idle threads then spin). Call it from main, before
- * any thread starts and before anything is written. */
+ * could not start again (the exec failed: a warning; or the program was started
+ * by the dynamic loader by name): then OMP_WAIT_POLICY is unset again, as the
+ * runtime has it. Call it from main, before any thread starts and before
+ * anything is written. */
 void tr_cpus_passive_wait_restart(char **argv);
 
 /* The wait policy in effect, for the record: "passive", "active", or

@@ -11,7 +11,8 @@
 # - a worker's warn line ("--warmup_steps ... is longer than the run") is on the
 #   console with its rank and host;
 # - the default thread count and the OpenMP wait policy are on the console and in
-#   the history (terarec runs show);
+#   the history (terarec runs show); a worker alone starts itself again with the
+#   passive policy in its environment (not when the dynamic loader started it);
 # - a stop names the step of the checkpoint saved (the store's LATEST): SIGTERM
 #   here (cancelled); SIGUSR1 in a SLURM job stood in for (preempted, requeued)
 #   whose scancel fails on a step that has ended and whose 'scontrol requeue' is
@@ -110,6 +111,30 @@ echo "$out2" | grep -qE '^terarec: threads per worker: [0-9]+ \(affinity [0-9]+ 
 out=$(OMP_WAIT_POLICY=active timeout 60 $T train --db "$DB" $M --max_steps 2 --print_freq 1 2>&1 </dev/null)
 echo "$out" | grep -q 'OpenMP wait policy active$' && ok "OMP_WAIT_POLICY set by the user stays" ||
     fail "OMP_WAIT_POLICY set by the user" "$(echo "$out" | grep threads)"
+
+# the worker alone starts itself again with the passive policy (the OpenMP runtime
+# reads its environment when it is loaded): the process's own environment has it
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT TR_LOG=info $TR_BIN/terarec-worker $M --max_steps 1000000 --log_path= \
+    >wk.out 2>&1 </dev/null &
+wp=$!
+envp=""
+for _ in $(seq 100); do
+    envp=$(tr '\0' '\n' <"/proc/$wp/environ" 2>/dev/null | grep -x 'OMP_WAIT_POLICY=passive')
+    [ -n "$envp" ] && grep -q "OpenMP wait policy passive" wk.out && break
+    sleep 0.1
+done
+kill -9 $wp 2>/dev/null; wait $wp 2>/dev/null
+[ -n "$envp" ] && grep -q "OpenMP wait policy passive" wk.out &&
+    ok "terarec-worker alone: started again with OMP_WAIT_POLICY=passive in its environment" ||
+    fail "terarec-worker alone: the passive policy" "$envp; $(tail -n 3 wk.out)"
+ld=$(ls /lib64/ld-linux-*.so.* /lib/ld-linux-*.so.* 2>/dev/null | head -n 1)
+if [ -n "$ld" ]; then
+    out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT TR_LOG=info timeout 60 "$ld" $TR_BIN/terarec-worker $M --max_steps 2 \
+          --log_path= 2>&1 </dev/null)
+    echo "$out" | grep -q "OpenMP wait policy default" &&
+        ok "started by the dynamic loader by name: no restart, the policy recorded as the runtime has it" ||
+        fail "started by the dynamic loader" "$(echo "$out" | grep -i 'policy\|error' | head -n 3)"
+fi
 
 # ---- a stop names the checkpoint saved -----------------------------------------------------------------
 $T train --db "$DB" $M --max_steps 600 --print_freq 10 --checkpoint_every 1000 --name C >c.out 2>&1 &
