@@ -242,6 +242,7 @@ static struct {
     char *msg; /* plain malloc: logging never takes the allocation hook's failures */
 } early[EARLY_MAX];
 static int nearly, fwd_over; /* fwd_over: the report said goodbye, nothing more is kept */
+static int fwd_on;           /* report_forward_logs was called */
 
 static void send_log(struct report *r, int level, const char *msg)
 {
@@ -269,6 +270,9 @@ static void log_hook(int level, const char *msg)
 
 void report_forward_logs(void)
 {
+    pthread_mutex_lock(&fwd_mu);
+    fwd_on = 1;
+    pthread_mutex_unlock(&fwd_mu);
     tr_log_set_hook(log_hook);
 }
 
@@ -276,6 +280,10 @@ void report_forward_logs(void)
 static void forward_to(struct report *r)
 {
     pthread_mutex_lock(&fwd_mu);
+    if (!fwd_on) { /* (a process that does not forward its lines) */
+        pthread_mutex_unlock(&fwd_mu);
+        return;
+    }
     fwd_to = r;
     for (int i = 0; i < nearly; i++) {
         send_log(r, early[i].level, early[i].msg);
