@@ -20,13 +20,16 @@
 #   make install         the programs into $(DESTDIR)$(PREFIX)/bin, the CUDA plugin (when built) into
 #                        .../lib (PREFIX=/usr/local); they find each other there
 #   make deps-build      installs only the packages needed to build (the container images' first layer)
-#   make image-cpu       the CPU container image terarec:VERSION-cpu (containers/Dockerfile.cpu)
+#   make image-cpu       the CPU container image terarec:VERSION-cpu (containers/Dockerfile.cpu), on a
+#                        Debian 12 base made here (BASE_IMAGE= another; containers/README.md)
 #   make image           the GPU container image terarec:VERSION (containers/Dockerfile; needs NVIDIA's
 #                        CUDA apt repository); see containers/README.md
+#   make help            the targets a user needs, one line each
 #
 # Knobs: V=1 (echo commands), DEVELOPER=1 (-Werror), BLAS=dnnl|openblas|blis,
 # CUDA=0 / NCCL=0 (force off), ARCH= (CPU flags; default x86-64-v3 on x86_64),
-# PREFIX= / DESTDIR= (install), CONTAINER_ENGINE=podman|docker and IMAGE_BUILD_ARGS= (image targets).
+# PREFIX= / DESTDIR= (install), CONTAINER_ENGINE=podman|docker, BASE_IMAGE= and
+# IMAGE_BUILD_ARGS= (image targets).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -151,13 +154,15 @@ endif
 
 # Objects depend on the flags they were built with (a changed knob rebuilds), and
 # the git hash lives in a generated header that changes only when HEAD does.
-ifeq ($(filter clean deps deps-build deps-bench,$(MAKECMDGOALS)),)
+# (targets that compile nothing leave them alone: make help, make -n image-cpu)
+NO_BUILD_GOALS := clean deps deps-build deps-bench help image image-cpu image-base
+ifeq ($(filter $(NO_BUILD_GOALS),$(MAKECMDGOALS)),)
 FLAGS_LINE := $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(shell mkdir -p $(BUILD)/gen; echo '$(subst ','\'',$(FLAGS_LINE))' | cmp -s - $(BUILD)/gen/flags || echo '$(subst ','\'',$(FLAGS_LINE))' > $(BUILD)/gen/flags)
 $(shell echo '#define TR_GIT_HASH "$(GIT_HASH)"' | cmp -s - $(BUILD)/gen/version_gen.h || echo '#define TR_GIT_HASH "$(GIT_HASH)"' > $(BUILD)/gen/version_gen.h)
 endif
 
-ifeq ($(filter clean deps deps-build,$(MAKECMDGOALS)),)
+ifeq ($(filter $(NO_BUILD_GOALS),$(MAKECMDGOALS)),)
 $(info terarec $(VERSION) ($(GIT_HASH)): blas=$(BLAS) mpi=$(MPI) pmix=$(PMIX) cuda=$(CUDA) nccl=$(NCCL) nvcc=$(or $(NVCC),none) sanitize=$(or $(SANITIZE),none))
 endif
 
@@ -287,7 +292,7 @@ $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
 .PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan tsan tsan-bins test-gpu run fuzz bundle \
-  sanitize-cuda gpu-check install image image-cpu
+  sanitize-cuda gpu-check install image image-cpu image-base help
 .SECONDARY:
 
 all: $(BINS) $(CUDA_PLUGIN) $(TEST_BINS) $(TEST_PRELOADS) $(BENCH_BINS)
@@ -324,14 +329,51 @@ ifeq ($(CUDA),1)
 endif
 	@echo "install: $(notdir $(BINS) $(CUDA_PLUGIN)) into $(DESTDIR)$(PREFIX)"
 
-# container images (containers/README.md): podman where it is installed, else docker
+# container images (containers/README.md): podman where it is installed, else docker.
+# The base (BASE_IMAGE) is by default a Debian 12 made here, the one the tests build
+# on: containers/base.sh makes it once with debootstrap --variant=minbase from the
+# machine's Debian mirror (TR_DEBIAN_MIRROR; needs root), caches the tree in
+# build/containers/ and imports it as localhost/terarec-base:debian12, so no registry
+# is needed. BASE_IMAGE=debian:12 (or a site registry's Debian 12 image) builds on that
+# instead, and skips base.sh. Where podman cannot run a container (a sandbox, nested
+# containers), containers/build.sh builds with --isolation chroot and says so.
 CONTAINER_ENGINE ?= $(or $(shell command -v podman 2>/dev/null),docker)
-IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg GIT_HASH=$(GIT_HASH) \
+LOCAL_BASE_IMAGE := localhost/terarec-base:debian12
+BASE_IMAGE ?= $(LOCAL_BASE_IMAGE)
+IMAGE_ARGS = --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VERSION=$(VERSION) --build-arg GIT_HASH=$(GIT_HASH) \
   --build-arg BUILD_DATE=$(shell date -u +%Y-%m-%dT%H:%M:%SZ) $(IMAGE_BUILD_ARGS)
-image-cpu:
-	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -f containers/Dockerfile.cpu -t terarec:$(VERSION)-cpu .
-image:
-	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -f containers/Dockerfile -t terarec:$(VERSION) .
+image-base:
+ifeq ($(BASE_IMAGE),$(LOCAL_BASE_IMAGE))
+	$(Q)containers/base.sh $(CONTAINER_ENGINE) $(LOCAL_BASE_IMAGE) $(BUILD)/containers
+endif
+image-cpu: image-base
+	containers/build.sh $(CONTAINER_ENGINE) $(BASE_IMAGE) $(IMAGE_ARGS) -f containers/Dockerfile.cpu -t terarec:$(VERSION)-cpu .
+image: image-base
+	containers/build.sh $(CONTAINER_ENGINE) $(BASE_IMAGE) $(IMAGE_ARGS) -f containers/Dockerfile -t terarec:$(VERSION) .
+
+# the targets a user needs, one line each (tests/integration/t0003-help.sh checks that
+# each one named is a target of this file)
+help:
+	@echo 'terarec $(VERSION): make [TARGET] [KNOB=VALUE...]'
+	@echo '  make deps            install the Debian packages that are missing (root or sudo; prints them)'
+	@echo '  make                 build the programs (build/bin/), the test programs and the benchmarks'
+	@echo '  make run             the demo: build/bin/terarec train, a short local training run on synthetic data'
+	@echo '  make test            every CPU test; ends with "total: N passed, N failed, N skipped"'
+	@echo '  make test-unit       only the test programs (unit, kernel parity, golden), no integration scripts'
+	@echo '  make test-gpu        the tests with TR_TEST_GPU=1: a test that needs a GPU fails instead of skipping'
+	@echo '  make install         the programs into PREFIX/bin (PREFIX=/usr/local, DESTDIR=)'
+	@echo '  make bundle          build/bundle/: the programs and the libraries they load, Open MPI included, relocatable'
+	@echo '  make image-cpu       the CPU container image terarec:$(VERSION)-cpu (BASE_IMAGE=: containers/README.md)'
+	@echo '  make image           the GPU container image terarec:$(VERSION) (needs NVIDIA'"'"'s CUDA apt repository)'
+	@echo '  make gpu-check       the GPU checks on this build: kernels, parity, NCCL, compute-sanitizer, speed (GPU)'
+	@echo '  make check-headers   each header compiles alone'
+	@echo '  make check-cuda      every CUDA source compiles and links (nvcc; no GPU needed)'
+	@echo '  make bench           the benchmarks (build/bin/bench-*)'
+	@echo '  make fuzz            the libFuzzer targets, FUZZ_SECONDS (60) each (clang)'
+	@echo '  make clean           remove build/'
+	@echo 'knobs: V=1 (commands), DEVELOPER=1 (-Werror), CUDA=0, MPI=0, PMIX=0, BLAS=dnnl|openblas|blis,'
+	@echo '  SANITIZE=address,undefined; tests: TR_TEST_ONLY=REGEX, TR_TEST_EXCLUDE=REGEX, TR_TEST_JOBS=N'
+	@echo 'the first run: make deps && make -j"$$(nproc)" && build/bin/terarec train (README.md)'
 
 bundle: $(BINS) $(CUDA_PLUGIN)
 	$(Q)tools/bundle.sh $(BUILD)/bundle $(BINS) $(CUDA_PLUGIN)
@@ -393,8 +435,9 @@ endif
 DEPS_BUILD := build-essential pkg-config git libdnnl-dev libopenblas-openmp-dev libjansson-dev libyaml-dev libxxhash-dev zlib1g-dev \
   libopenmpi-dev openmpi-bin libpmix-dev libmicrohttpd-dev libcurl4-openssl-dev \
   libsqlite3-dev libcairo2-dev libfontconfig-dev patchelf
+# catatonit: podman's --init (terarec train --container-image runs each program under it)
 DEPS_TEST := python3 python3-numpy slurmctld slurmd slurm-client munge iproute2 curl clang chromium libjs-dygraphs \
-  podman buildah debootstrap squashfs-tools
+  podman catatonit buildah debootstrap squashfs-tools
 DEPS_BENCH := python3-torch python3-numpy
 deps:
 	$(Q)tools/deps.sh $(DEPS_BUILD) $(DEPS_TEST)

@@ -5,8 +5,11 @@
 # It does not tune anything or retry noisy runs; the CPU time other processes used during
 # each run is measured and printed beside it.
 #
-#   bench/run_train_bench.sh [--quick] [--config tiny|mlperf|embbound]... [--out DIR]
+#   bench/run_train_bench.sh [--quick] [--check] [--config tiny|mlperf|embbound]... [--out DIR]
 #     --quick   tables divided by 50, 10 timed steps, short machine-limit probes (smoke run)
+#     --check   compare each config's share of its roofline with bench/baseline.json (or
+#               --baseline FILE); name each that fell by more than its tolerance (5 points),
+#               and exit 1 if any did. Run it before resolving work that touches the step.
 #     --out     where logs and JSON go (default build/bench_train)
 set -euo pipefail
 
@@ -14,18 +17,30 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 out=build/bench_train
 quick=0
+check=0
+baseline=bench/baseline.json
 configs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
+    --check) check=1 ;;
+    --baseline) baseline="$2"; check=1; shift ;;
     --config) configs+=("$2"); shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_train_bench: unknown argument '$1'" >&2; echo "hint: see $0 --help" >&2; exit 2 ;;
     esac
     shift
 done
 [ ${#configs[@]} -gt 0 ] || configs=(tiny mlperf embbound)
+if [ $check = 1 ]; then
+    if [ $quick = 1 ]; then
+        echo "run_train_bench: --check compares full-size runs; --quick's tables are 50 times smaller" >&2
+        echo "hint: drop --quick" >&2
+        exit 2
+    fi
+    [ -r "$baseline" ] || { echo "run_train_bench: cannot read the baseline '$baseline'" >&2; exit 2; }
+fi
 
 c_args=() py_args=()
 if [ $quick = 1 ]; then
@@ -88,9 +103,11 @@ for c in "${configs[@]}"; do
 done
 
 case "$out" in /*) out_abs=$out ;; *) out_abs=$root/$out ;; esac
-"$py" - "$out_abs" "${configs[@]}" <<'EOF'
+case "$baseline" in /*) ;; *) baseline=$root/$baseline ;; esac
+[ $check = 1 ] || baseline=
+"$py" - "$out_abs" "$baseline" "${configs[@]}" <<'EOF'
 import json, os, sys
-out, names = sys.argv[1], sys.argv[2:]
+out, baseline, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 def load(p):
     try:
         with open(p) as f:
@@ -142,4 +159,39 @@ for n in names:
         extra += (f"; median-step rates: terarec {c['batch_size'] / c['step_ms_median'] * 1e3:.0f},"
                   f" PyTorch {t['batch_size'] / t['step_ms_median'] * 1e3:.0f} samples/s")
     print(f"  {n}: {extra}; " + "; ".join(la))
+if not baseline:
+    sys.exit(0)
+# --check: each config's share of its roofline against the committed one
+try:
+    with open(baseline) as f:
+        base = json.load(f)
+    tol, bconf = float(base["tolerance_points"]), base["configs"]
+except (OSError, ValueError, KeyError, TypeError) as e:
+    print(f"run_train_bench: {baseline}: not a baseline ({e})", file=sys.stderr)
+    sys.exit(2)
+m = base.get("measured", {})
+print()
+print(f"check against {baseline} (measured {m.get('date', '?')} at {m.get('commit', '?')};"
+      f" a fall of more than {tol:g} points fails):")
+fell = []
+for n in names:
+    c, b = load(f"{out}/c_{n}.json"), bconf.get(n)
+    if b is None:
+        print(f"  {n}: no baseline figure, not checked")
+        continue
+    if c is None:
+        print(f"  {n}: FAILED to run (baseline {100 * b['share']:.1f}%)")
+        fell.append(n)
+        continue
+    d = 100 * (c["share"] - b["share"])
+    bad = d < -tol
+    kind = "" if c["bound"] == b["bound"] else f" (bound now {c['bound']}, was {b['bound']})"
+    print(f"  {n}: {100 * c['share']:.1f}% of {c['bound']} roofline, baseline {100 * b['share']:.1f}%:"
+          f" {d:+.1f} points{kind}{'  FELL' if bad else ''}")
+    if bad:
+        fell.append(n)
+if fell:
+    print(f"check: {len(fell)} of {len(names)} fell by more than {tol:g} points: {', '.join(fell)}")
+    sys.exit(1)
+print(f"check: none of {len(names)} fell by more than {tol:g} points")
 EOF

@@ -19,6 +19,12 @@
  *        object the DLLogger log gets (step: loss, learning_rate, step_time_ms,
  *        samples_per_s; eval: auc, logloss, eval_samples; ckpt: what worker/ckpt.c
  *        reports for a committed checkpoint)
+ *   {"type":"sys","rank":r,"step":s,"time":t,"cpu_pct":c,"rss_bytes":b[,"gpu_mem_bytes":g]}
+ *        every rank's use of the machine (worker/sysmetrics.h), about every
+ *        REPORT_SYS_SEC (5 s) from the beat thread and once more before the bye:
+ *        c its CPU since the last one (100 per core busy; null in a first
+ *        sample), b its resident memory, g the device memory its backend holds
+ *        (absent on the CPU); a launcher that does not know it ignores it
  *   {"type":"error","rank":r,"status":S,"message":M}
  *        a rank that fails: S its tr_strerror, M its last error line
  *   {"type":"log","rank":r,"level":"warn"|"error"|"hint","message":M}

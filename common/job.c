@@ -1,15 +1,22 @@
-/* job.c: the job's option declarations (one table, tagged by group) and the
- * checks between flags. It does not look at datasets or machines: callers check
- * the model against a dataset's shape with job_check_shape. */
+/* job.c: the job's option declarations (one table, tagged by group), the checks
+ * between flags, and the dataset type a --dataset_path alone means (the only
+ * place it looks at a file: whether the directory holds a dataset). It does not
+ * read datasets: callers check the model against a dataset's shape with
+ * job_check_shape. */
 #define TR_SUBSYS TR_SUB_INIT
 #include "job.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "alloc.h"
 #include "check.h"
+#include "file.h"
+#include "log.h"
 
 /* "tf_raw" (seed v2) and "raw" (seed v1) name the same split-binary format */
 static const char *const dataset_choices[] = {"synthetic", "split_binary", "tf_raw", "raw", NULL};
@@ -31,22 +38,22 @@ struct job_decl {
 static const struct job_decl decls[] = {
     {JOB_DATA, F(dataset_type), {"dataset_type", TR_OPT_ENUM, NULL, "synthetic",
         "where samples come from (split_binary needs --dataset_path)", 1, 0, dataset_choices, NULL, 0, NULL,
-        TR_OPT_LOADER}},
+        TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(dataset_path), {"dataset_path", TR_OPT_PATH, NULL, NULL,
         "directory of a split-binary dataset (train/, test/ and the feature spec)", 1, 0, NULL, NULL, 0, NULL,
-        TR_OPT_LOADER}},
+        TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(feature_spec), {"feature_spec", TR_OPT_PATH, NULL, "feature_spec.yaml",
-        "FeatureSpec file name inside --dataset_path", 1, 0, NULL, NULL, 0, NULL, TR_OPT_LOADER}},
+        "FeatureSpec file name inside --dataset_path", 1, 0, NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(rows), {"synthetic_dataset_cardinalities", TR_OPT_INT_LIST, NULL, "26x1000",
         "rows of each embedding table (one per categorical feature)", 1, 2147483647.0, NULL, "cardinalities", 0, NULL,
-        TR_OPT_LOADER}},
+        TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(num_numerical), {"synthetic_dataset_num_numerical_features", TR_OPT_INT, NULL, "13",
         "numerical features per sample (0: no bottom MLP)", 0, 1024, NULL, "num_numerical_features", 0, NULL,
-        TR_OPT_LOADER}},
+        TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(train_batches), {"synthetic_dataset_train_batches", TR_OPT_INT64, NULL, "64008",
-        "distinct training batches in one epoch", 1, 1e15, NULL, NULL, 0, NULL, TR_OPT_LOADER}},
+        "distinct training batches in one epoch", 1, 1e15, NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(test_batches), {"synthetic_dataset_valid_batches", TR_OPT_INT64, NULL, "1350",
-        "test batches in one evaluation", 0, 1e15, NULL, NULL, 0, NULL, TR_OPT_LOADER}},
+        "test batches in one evaluation", 0, 1e15, NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(synthetic_ids), {"synthetic_ids", TR_OPT_ENUM, NULL, "powerlaw",
         "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0, NULL, TR_OPT_LOADER}},
     {JOB_DATA, F(nonfinite_inputs), {"nonfinite_inputs", TR_OPT_ENUM, NULL, "error",
@@ -69,11 +76,11 @@ static const struct job_decl decls[] = {
     {JOB_BATCH, F(test_batch_size), {"valid_batch_size", TR_OPT_INT64, NULL, "0",
         "evaluation batch (0: same as --batch_size)", 0, 1e9, NULL, NULL, 0, NULL, TR_OPT_LOADER}},
     {JOB_MODEL, F(embedding_dim), {"embedding_dim", TR_OPT_INT, NULL, "128", "width D of every embedding", 1,
-        65536, NULL, NULL, 0, NULL, 0}},
+        65536, NULL, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_MODEL, F(bottom), {"bottom_mlp_dims", TR_OPT_INT_LIST, NULL, "512,256,128",
-        "bottom MLP widths; the last must equal --embedding_dim", 1, 1e6, NULL, NULL, 0, NULL, 0}},
+        "bottom MLP widths; the last must equal --embedding_dim", 1, 1e6, NULL, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_MODEL, F(top), {"top_mlp_dims", TR_OPT_INT_LIST, NULL, "1024,1024,512,256,1",
-        "top MLP widths; the last must be 1", 1, 1e6, NULL, NULL, 0, NULL, 0}},
+        "top MLP widths; the last must be 1", 1, 1e6, NULL, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_MODEL, F(optimizer), {"optimizer", TR_OPT_ENUM, NULL, "sgd",
         "optimizer of embeddings and MLPs (adagrad doubles the state; rowwise_adagrad keeps one accumulator per "
         "embedding row and element-wise Adagrad for the MLPs)", 1, 0, optim_choices, NULL, 0, NULL, 0}},
@@ -83,12 +90,12 @@ static const struct job_decl decls[] = {
         0, 1, NULL, NULL, 0, NULL, 0}},
     {JOB_MODEL, F(interaction), {"interaction", TR_OPT_ENUM, NULL, "dot",
         "feature interaction: dot (pairwise dot products, DLRM v1) or dcnv2 (low-rank cross layers, DLRM v2)", 1,
-        0, interaction_choices, NULL, 0, NULL, 0}},
+        0, interaction_choices, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_MODEL, F(dcn_num_layers), {"dcn_num_layers", TR_OPT_INT, NULL, "3",
-        "cross layers of --interaction dcnv2", 1, JOB_MAX_LAYERS, NULL, NULL, 0, NULL, 0}},
+        "cross layers of --interaction dcnv2", 1, JOB_MAX_LAYERS, NULL, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_MODEL, F(dcn_low_rank_dim), {"dcn_low_rank_dim", TR_OPT_INT, NULL, "512",
         "rank of each cross layer's weight (V: n*D -> r, U: r -> n*D) with --interaction dcnv2", 1, 65536, NULL,
-        NULL, 0, NULL, 0}},
+        NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
     {JOB_TRAIN, F(learning_rate), {"learning_rate", TR_OPT_DOUBLE, NULL, "24", "base learning rate", 0, 1e6, NULL,
         NULL, 0, NULL, 0}},
     {JOB_TRAIN, F(warmup_steps), {"warmup_steps", TR_OPT_INT64, NULL, "8000",
@@ -383,5 +390,45 @@ enum tr_status job_check_shape(const struct job_cfg *c, int num_features, int nt
             return TR_ERR_ARG;
         }
     }
+    return TR_OK;
+}
+
+/* Is `name` inside directory dir a regular file? */
+static int dir_has_file(const char *dir, const char *name)
+{
+    char *path = NULL;
+    struct stat st;
+    int yes = tr_file_join_to(dir, name, &path) == TR_OK && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    tr_free(path);
+    return yes;
+}
+
+enum tr_status job_infer_dataset_type(struct job_cfg *c, const char *here, int *inferred)
+{
+    if (inferred)
+        *inferred = 0;
+    if (!c->dataset_path || !*c->dataset_path || tr_opt_given(c->table, "dataset_type"))
+        return TR_OK;
+    const char *dir = here ? here : c->dataset_path;
+    const char *spec = c->feature_spec && *c->feature_spec ? c->feature_spec : "feature_spec.yaml";
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        LOG_ERROR("--dataset_path %s: %s", c->dataset_path, stat(dir, &st) != 0 ? strerror(errno) : strerror(ENOTDIR));
+        LOG_HINT("give the directory 'terarec data prepare --output' wrote");
+        return TR_ERR_ARG;
+    }
+    const char *why = dir_has_file(dir, spec) ? spec : dir_has_file(dir, "train/label.bin") ? "train/label.bin" : NULL;
+    if (!why) {
+        LOG_ERROR("--dataset_path %s: holds no dataset (no %s, no train/label.bin)", c->dataset_path, spec);
+        LOG_HINT("give the directory 'terarec data prepare --output' wrote, or --dataset_type");
+        return TR_ERR_ARG;
+    }
+    c->dataset_type = JOB_DATA_SPLIT_BINARY;
+    if (inferred)
+        *inferred = 1;
+    /* shown at the default level: the user did not say it, the files did */
+    if (TR_LOG_ON(TR_LOG_WARN, TR_SUB_DATA))
+        tr_log_write(TR_LOG_INFO, TR_SUB_DATA, "--dataset_path %s holds %s: --dataset_type split_binary",
+                     c->dataset_path, why);
     return TR_OK;
 }

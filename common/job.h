@@ -129,6 +129,16 @@ const char *job_backend_name(int backend);
  * and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
 
+/* The dataset a --dataset_path given without --dataset_type means (the seed's
+ * commands give only the path): split_binary when the directory `here` (the path
+ * as this machine sees it; NULL: c->dataset_path) holds the FeatureSpec
+ * (--feature_spec) or the seed's split-binary layout (train/label.bin); sets
+ * c->dataset_type, says so in an info line and sets *inferred (may be NULL) to 1.
+ * Does nothing (TR_OK, *inferred 0) when --dataset_type was given (c->table) or
+ * --dataset_path was not. A directory holding neither, or a path that is not
+ * one: one error naming the path and a hint, TR_ERR_ARG. Not thread-safe (logs). */
+enum tr_status job_infer_dataset_type(struct job_cfg *c, const char *here, int *inferred) TR_WUR;
+
 /* The training position --start_position names, for a split of nbatches batches
  * an epoch: EPOCH:BATCH as given (BATCH < nbatches), or step k as (k / nbatches,
  * k mod nbatches); (0, 0) when not given. TR_ERR_ARG (logged naming the flag). */

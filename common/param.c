@@ -500,7 +500,17 @@ void tr_opt_format(const struct tr_opt *o, char *buf, size_t n)
     case TR_OPT_INT: snprintf(buf, n, "%d", *(int *)o->dst); break;
     case TR_OPT_INT64:
     case TR_OPT_BYTES: snprintf(buf, n, "%lld", (long long)*(int64_t *)o->dst); break;
-    case TR_OPT_DOUBLE: snprintf(buf, n, "%.17g", *(double *)o->dst); break;
+    case TR_OPT_DOUBLE: {
+        /* the shortest text that reads back the same double: 1e-07, not
+         * 9.9999999999999995e-08 (what the history stores and the workers parse) */
+        const double v = *(double *)o->dst;
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+        break;
+    }
     case TR_OPT_STRING:
     case TR_OPT_PATH: {
         const char *s = *(char **)o->dst;

@@ -70,6 +70,9 @@ enum tr_opt_prop {
     TR_OPT_LAUNCHER_MAPS = 1u << 2, /* terarec train takes it and gives the workers a value of its own
                                        made from it (a path it rewrites, a store it serves) */
     TR_OPT_LOADER = 1u << 3,        /* terarec-loader takes it too: terarec train passes it to both */
+    TR_OPT_SHAPES_JOB = 1u << 4,    /* defines the data or the model: given, terarec train trains the job the
+                                       flags define instead of its built-in demo (other flags apply on top of
+                                       the demo) */
 };
 
 #define TR_OPT_NOBOUNDS 1.0, 0.0

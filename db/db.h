@@ -1,5 +1,6 @@
 /* db.h: the run history, one SQLite file. The launcher (`terarec train`) writes
- * it; `terarec runs ...` reads it, read-only (`runs rm` deletes from it), and
+ * it; `terarec runs ...` reads it, read-only (`runs rm` deletes from it; `runs
+ * tag`, `note` and `rename` change what people add to a run), and
  * records only what an open decides: a migration of an older file, runs whose
  * launcher vanished (lost), and only where it may write.
  *
@@ -9,13 +10,15 @@
  *               final_metrics (JSON), reason, restarts, resumed_from,
  *               launcher_host, launcher_pid, launcher_start (the pid's start time,
  *               /proc/PID/stat field 22), launcher_ns (boot id and pid namespace),
- *               heartbeat (time)
+ *               heartbeat (time), tags (JSON array of strings), note (text)
  *   metrics     run, step, name, value, time      (loss, learning_rate, samples_per_s, ...)
  *   evals       run, step, auc, logloss, samples, time
  *   checkpoints run, step, manifest_url, bytes, stall_s, time
  *   processes   run, attempt, rank, host, pid, exit_code, signal, start_time, end_time
  *   events      run, time, kind, data (JSON)   (what happened: started, restarted,
  *               preempted, requeued, resumed, hung, failed, ...)
+ *   sysmetrics  run, rank, time, step, cpu_pct (100 per core busy), rss_bytes,
+ *               gpu_util (percent; NULL: unknown), gpu_mem_bytes (NULL: no GPU)
  * Times are seconds since the epoch (REAL). Every write is one transaction
  * (BEGIN IMMEDIATE), with a busy timeout, so many launchers can share one file.
  * The journal is WAL on a local file system and DELETE on a network one (NFS,
@@ -25,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common/status.h"
 
@@ -32,7 +36,7 @@
 extern "C" {
 #endif
 
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 
 struct db;
 
@@ -123,7 +127,10 @@ struct db_run {
 enum tr_status db_run_create(struct db *db, const struct db_run *r) TR_WUR;
 
 /* Sets the status; end_time > 0 also sets end_time; final_metrics (a JSON object
- * text) and reason (one line: why it ended so) when non-NULL. */
+ * text) and reason (one line: why it ended so) when non-NULL. A status other
+ * than running also ends the run's processes whose end was never recorded (a
+ * lost node, a cancelled SLURM job) at the run's end, exit unknown; one
+ * transaction. */
 enum tr_status db_run_finish(struct db *db, const char *id, const char *status, double end_time,
                              const char *final_metrics, const char *reason) TR_WUR;
 
@@ -135,6 +142,21 @@ enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts) T
 /* The run's checkpoint run (its name in the store) becomes ckpt_run: a requeued
  * run whose checkpoints are gone starting again under a name of its own. */
 enum tr_status db_run_set_ckpt_run(struct db *db, const char *id, const char *ckpt_run) TR_WUR;
+
+/* A tag: 1 to DB_TAG_MAX letters, digits or _ . : / + @ - (db_tag_ok: 1 when t is one). */
+#define DB_TAG_MAX 64
+int db_tag_ok(const char *t);
+
+/* The run's tags become its tags and add's, less rm's (a set, sorted). A bad tag
+ * is TR_ERR_ARG (logged, naming it); TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_tag(struct db *db, const char *id, const char *const *add, int nadd, const char *const *rm,
+                          int nrm) TR_WUR;
+/* The run's note becomes note (NULL or "": none). TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_set_note(struct db *db, const char *id, const char *note) TR_WUR;
+/* The run's name becomes name, refused (TR_ERR_ARG, logged naming the other run)
+ * when another run has it as its name or id, or when it is empty, longer than 200
+ * bytes or holds control characters. TR_ERR_NOT_FOUND, TR_ERR_DB (logged). */
+enum tr_status db_run_rename(struct db *db, const char *id, const char *name) TR_WUR;
 
 /* The launcher is alive at `now` (seconds since the epoch): one small write,
  * meant every few seconds (the launcher: about every 10 s; a run whose launcher
@@ -167,13 +189,22 @@ enum tr_status db_process_add(struct db *db, const char *run, int attempt, int r
 /* How it ended: exit_code >= 0 or signal > 0 (the other -1). */
 enum tr_status db_process_exit(struct db *db, const char *run, int attempt, int rank, int exit_code, int signal,
                                double time) TR_WUR;
+/* A rank's use of the machine at `time` (step: its steps done): cpu_pct (100 per
+ * core busy), rss_bytes; gpu_util and gpu_mem_bytes NaN / < 0 when unknown
+ * (stored as NULL). */
+enum tr_status db_sysmetric_add(struct db *db, const char *run, int rank, double time, int64_t step, double cpu_pct,
+                                int64_t rss_bytes, double gpu_util, int64_t gpu_mem_bytes) TR_WUR;
 /* data: a JSON object text, or NULL. */
 enum tr_status db_event_add(struct db *db, const char *run, double time, const char *kind, const char *data) TR_WUR;
 
 /* `terarec runs ...` (argv[0] is "runs"): list, show, metrics, compare, export,
- * rm, plot, serve; each takes --db PATH (or TR_DB) and --json where it prints. Returns
+ * rm, plot, serve, tag, note, rename; each takes --db PATH (or TR_DB) and --json where it prints. Returns
  * the exit status (0, 2 bad input or unknown run, 1 other). */
 int runs_cmd_main(int argc, char **argv);
+
+/* runs_cmd_main's subcommands, "  NAME  what it does" a line, to fp (for the front
+ * end's help, which prints every group's table). */
+void runs_cmd_table(FILE *fp);
 
 #ifdef __cplusplus
 }

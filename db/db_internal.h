@@ -63,8 +63,11 @@ int db_may_write(const char *path);
 
 /* ---- the schema (schema.c) ------------------------------------------------------------------- */
 
-/* The columns of table runs, in order (db.h). */
-#define DB_RUN_NCOLUMNS 23
+/* The columns of table runs, in order (db.h); a file of schema version 2 has
+ * the first DB_RUN_NCOLUMNS_V2 of them (a reader that cannot migrate it sees
+ * tags and note as NULL: db_check_lost's view). */
+#define DB_RUN_NCOLUMNS 25
+#define DB_RUN_NCOLUMNS_V2 23
 extern const char *const db_run_columns[DB_RUN_NCOLUMNS];
 
 /* The file's schema version (PRAGMA user_version) in *v. TR_ERR_ARG for a file
@@ -124,18 +127,36 @@ struct db_plot_series {
     int n;
 };
 
+/* A vertical marker at step x: an evaluation, or an event (a restart, a
+ * preemption, a resume), with a short label drawn beside it. */
+struct db_plot_mark {
+    double x;
+    const char *label;
+    int event; /* 0: an evaluation, 1: an event */
+};
+
 struct db_plot_opts {
     const char *path;  /* .png or .svg (the extension picks the format) */
     const char *title; /* NULL: none */
     const char *xlabel, *ylabel;
     int width, height; /* pixels (points for SVG) */
+    double smooth;     /* EMA weight in [0, 1): 0 none; else the raw series faint, the smoothed one over it */
+    int logscale;      /* a log10 y axis (values <= 0 are left out) */
+    const struct db_plot_mark *marks; /* (nmarks) */
+    int nmarks;
 };
+
+/* out[i]: the exponential moving average of y[0 .. i] with weight w in [0, 1),
+ * debiased as TensorBoard's (out[0] == y[0]); non-finite values stay as they are
+ * and do not move it; w 0 copies y. out may be y. Pure. */
+void db_plot_ema(const double *y, double *out, int n, double w);
 
 /* 1 when path ends in .png or .svg (case-insensitive), 0 otherwise. */
 int db_plot_format_ok(const char *path);
 
 /* Draws a line chart of the series (axes with ticks, grid, one colour per series,
- * legend) into o->path, written atomically. TR_ERR_ARG for another extension,
+ * the legend beside the plot, a lone point with its value, o's markers, smoothing
+ * and log scale) into o->path, written atomically. TR_ERR_ARG for another extension,
  * TR_ERR_IO when the file cannot be written, TR_ERR_NOMEM (all logged). */
 enum tr_status db_plot_write(const struct db_plot_series *s, int n, const struct db_plot_opts *o) TR_WUR;
 

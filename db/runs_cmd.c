@@ -3,8 +3,9 @@
  * helpers the subcommands share (tables for people, --json on stdout or to a file,
  * the runs named on the command line). The subcommands are runs_show.c,
  * runs_export.c and runs_rm.c; their queries' shared SQL and JSON are query.c's.
- * Only `rm` opens the history for writing; the others open it read-only
- * (db_open_readonly); nothing here creates a history that is not there. */
+ * Only `rm`, `tag`, `note` and `rename` open the history for writing; the
+ * others open it read-only (db_open_readonly); nothing here creates a history
+ * that is not there. */
 #define TR_SUBSYS TR_SUB_DB
 #define _GNU_SOURCE
 #include "db.h"
@@ -22,16 +23,19 @@
 #include "../common/log.h"
 #include "../common/param.h"
 #include "db_internal.h"
+#include "query.h"
 #include "runs_cmd.h"
 
 static const char *const format_choices[] = {"csv", "json", NULL};
 
 enum { S_LIST = 1, S_SHOW = 2, S_METRICS = 4, S_COMPARE = 8, S_EXPORT = 16, S_RM = 32, S_PLOT = 64, S_SERVE = 128,
-       S_ALL = 255 };
+       S_TAG = 256, S_NOTE = 512, S_RENAME = 1024, S_ALL = 2047,
+       S_WRITES = S_RM | S_TAG | S_NOTE | S_RENAME };
 
 static const unsigned opt_subs[] = {S_ALL,  S_LIST | S_SHOW | S_METRICS | S_COMPARE, S_LIST, S_LIST, S_METRICS,
                                     S_EXPORT, S_EXPORT | S_PLOT, S_PLOT, S_PLOT, S_PLOT, S_PLOT,
-                                    S_SERVE,  S_SERVE, S_RM, S_SERVE};
+                                    S_SERVE,  S_SERVE, S_RM, S_SERVE, S_LIST, S_LIST, S_LIST, S_TAG, S_NOTE,
+                                    S_PLOT,   S_PLOT,  S_PLOT};
 
 static void all_opts(struct runs_cfg *c, struct tr_opt *o)
 {
@@ -67,6 +71,26 @@ static void all_opts(struct runs_cfg *c, struct tr_opt *o)
          "go at the next 'terarec ckpt gc')", 1, 0, NULL, NULL, 0, NULL, 0},
         {"request_timeout", TR_OPT_INT, &c->request_timeout, "30",
          "seconds a request may take; a slower one is answered 503", 1, 3600, NULL, NULL, 0, NULL, 0},
+        {"filter", TR_OPT_STRING, &c->filter_unused, NULL,
+         "only the runs where KEY OP VALUE holds (repeat: all must): a parameter (learning_rate>0.01, "
+         "optimizer=adagrad), a final metric (auc>=0.79), tag=baseline, name~tb- (contains), status=completed; "
+         "OP is = != < <= > >= ~", 1, 0, NULL, NULL, 0, NULL, 0},
+        {"columns", TR_OPT_STRING, &c->columns, NULL,
+         "the columns, comma-separated: run fields (id, name, status, tags, note, start, duration, steps, "
+         "best_auc, samples_per_s, ...), parameters and final metrics, e.g. name,learning_rate,auc",
+         1, 0, NULL, NULL, 0, NULL, 0},
+        {"sort", TR_OPT_STRING, &c->sort, NULL, "sort by KEY (a column, parameter or metric; -KEY: descending)", 1, 0,
+         NULL, NULL, 0, NULL, 0},
+        {"rm", TR_OPT_STRING, &c->rm_unused, NULL, "remove this tag (repeatable)", 1, 0, NULL, NULL, 0, NULL, 0},
+        {"file", TR_OPT_PATH, &c->file, NULL, "read the note from FILE (-F; - : standard input)", 1, 0, NULL, NULL,
+         0, NULL, 0},
+        {"smooth", TR_OPT_DOUBLE, &c->smooth, "0",
+         "smoothing: the weight of an exponential moving average (0: none; 0.9: strong), drawn over the raw values",
+         0, 0.999, NULL, NULL, 0, NULL, 0},
+        {"log", TR_OPT_BOOL, &c->logscale, "false", "a log scale on the y axis (values <= 0 are left out)", 1, 0,
+         NULL, NULL, 0, NULL, 0},
+        {"markers", TR_OPT_BOOL, &c->markers, "true",
+         "mark evaluations, restarts, preemptions and resumes (one run plotted)", 1, 0, NULL, NULL, 0, NULL, 0},
     };
     _Static_assert(TR_ARRAY_SIZE(opts) == TR_ARRAY_SIZE(opt_subs), "one mask per option");
     memcpy(o, opts, sizeof opts);
@@ -187,7 +211,7 @@ enum tr_status runs_query_print(struct runs_ctx *x, const char *indent, const ch
 /* Prints j (indented) on stdout, or writes it to path atomically. */
 enum tr_status runs_emit_json(json_t *j, const char *path)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    char *s = db_json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!s)
         return TR_ERR_NOMEM;
     enum tr_status rc = TR_OK;
@@ -254,24 +278,57 @@ struct runs_sub {
 };
 
 static const struct runs_sub subs[] = {
-    {"list", runs_cmd_list, S_LIST, "", "the runs, newest first: status, duration, steps, last loss, best auc"},
+    {"list", runs_cmd_list, S_LIST, " [--filter EXPR]... [--columns A,B] [--sort -KEY]",
+     "the runs, newest first: status, duration, steps, last loss, best auc, tags; filtered, chosen columns"},
     {"show", runs_cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, processes, events"},
     {"metrics", runs_cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
-    {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side, and the config values that differ"},
+    {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side: their final metrics, and the config values that differ"},
     {"export", runs_cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},
     {"rm", runs_cmd_rm, S_RM, " RUN... [--checkpoints]",
      "delete runs and everything recorded about them (--checkpoints: and their checkpoints)"},
     {"plot", runs_cmd_plot, S_PLOT, " RUN... -o FILE.png|.svg", "a metric of runs over steps, as a line chart"},
     {"serve", cmd_serve, S_SERVE, "", "a read-only web page of the runs, their curves, checkpoints and events"},
+    {"tag", runs_cmd_tag, S_TAG, " RUN TAG... [--rm TAG]", "add tags to a run (--rm: remove them)"},
+    {"note", runs_cmd_note, S_NOTE, " RUN TEXT | -F FILE", "set a run's note ('' clears it)"},
+    {"rename", runs_cmd_rename, S_RENAME, " RUN NEWNAME", "give a run another name (one no other run has)"},
 };
+
+void runs_cmd_table(FILE *fp)
+{
+    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
+        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+}
 
 static void usage(FILE *fp)
 {
     fprintf(fp, "usage: terarec runs <command> [RUN...] [--db PATH] [options]\n\ncommands:\n");
-    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
-        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+    runs_cmd_table(fp);
     fprintf(fp, "\nRUN is a run id, a unique prefix of one, or a unique run name.\n"
                 "'terarec runs <command> --help' lists the options.\n");
+}
+
+/* Takes every --NAME VALUE and --NAME=VALUE out of optv (what split_args made)
+ * into *vals (tr_malloc'd; the values are argv's), so that the option may repeat. */
+static enum tr_status take_repeated(char **optv, int *nopt, const char *name, char ***vals, int *n)
+{
+    char flag[64];
+    size_t fl = (size_t)snprintf(flag, sizeof flag, "--%s", name);
+    char **v = tr_calloc((size_t)*nopt + 1, sizeof *v);
+    if (!v)
+        return TR_ERR_NOMEM;
+    int k = 1, m = 0;
+    for (int i = 1; i < *nopt; i++) {
+        if (!strcmp(optv[i], flag) && i + 1 < *nopt)
+            v[m++] = optv[++i];
+        else if (!strncmp(optv[i], flag, fl) && optv[i][fl] == '=')
+            v[m++] = optv[i] + fl + 1;
+        else
+            optv[k++] = optv[i];
+    }
+    *nopt = k;
+    *vals = v;
+    *n = m;
+    return TR_OK;
 }
 
 /* Splits argv[1..] into options (with their values; -o is --output) and
@@ -285,7 +342,7 @@ static enum tr_status split_args(const struct tr_opt *opts, int argc, char **arg
     *pos = p;
     if (!o || !p)
         return TR_ERR_NOMEM;
-    static char output[] = "--output";
+    static char output[] = "--output", file[] = "--file";
     int no = 0, np = 0, only_pos = 0;
     o[no++] = argv[0];
     for (int i = 1; i < argc; i++) {
@@ -300,6 +357,8 @@ static enum tr_status split_args(const struct tr_opt *opts, int argc, char **arg
         }
         if (!strcmp(a, "-o"))
             a = output;
+        if (!strcmp(a, "-F"))
+            a = file;
         o[no++] = a;
         if (a[1] != '-' || strchr(a, '=') || i + 1 >= argc)
             continue;
@@ -348,6 +407,10 @@ int runs_cmd_main(int argc, char **argv)
     char **optv = NULL;
     int nopt = 0, want = 0;
     enum tr_status rc = split_args(opts, argc - 1, argv + 1, &optv, &nopt, &x.args, &x.nargs);
+    if (rc == TR_OK && (sub->bit & S_LIST))
+        rc = take_repeated(optv, &nopt, "filter", &cfg.filters, &cfg.nfilters);
+    if (rc == TR_OK && (sub->bit & S_TAG))
+        rc = take_repeated(optv, &nopt, "rm", &cfg.rm, &cfg.nrm);
     if (rc == TR_OK)
         rc = tr_opt_parse(opts, nopt, optv, NULL, &want);
     if (rc != TR_OK)
@@ -372,7 +435,7 @@ int runs_cmd_main(int argc, char **argv)
             goto exit;
         }
     }
-    if (sub->bit == S_RM)
+    if (sub->bit & S_WRITES) /* one transaction each, waiting out other writers (db_open) */
         TR_CHECK_GOTO(db_open(cfg.db, 0, &x.db), rc, exit);
     else /* readers never block a job's writes, and read what they cannot write */
         TR_CHECK_GOTO(db_open_readonly(cfg.db, &x.db), rc, exit);
@@ -381,6 +444,8 @@ exit:
     db_close(x.db);
     tr_free(optv);
     tr_free(x.args);
+    tr_free(cfg.filters);
+    tr_free(cfg.rm);
     tr_opt_release(opts);
     fflush(stdout);
     return tr_status_exit_code(rc);

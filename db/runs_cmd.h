@@ -1,6 +1,6 @@
 /* runs_cmd.h: what the files of `terarec runs ...` share (runs_cmd.c: options,
  * dispatch and the output helpers; runs_show.c: list, show, metrics, compare;
- * runs_export.c: export, plot; runs_rm.c: rm). Nothing outside db/ includes it;
+ * runs_export.c: export, plot; runs_rm.c: rm; runs_edit.c: tag, note, rename). Nothing outside db/ includes it;
  * the command itself is db.h's runs_cmd_main. */
 #ifndef TR_DB_RUNS_CMD_H
 #define TR_DB_RUNS_CMD_H
@@ -17,8 +17,13 @@ enum { FMT_CSV = 0, FMT_JSON = 1 };
 
 /* The options of every subcommand (runs_cmd.c parses them). */
 struct runs_cfg {
-    char *db, *status, *name, *output, *metric, *title, *listen, *token_file;
+    char *db, *status, *name, *output, *metric, *title, *listen, *token_file, *columns, *sort, *file;
+    char *filter_unused, *rm_unused; /* --filter and --rm are taken out before parsing: */
+    char **filters, **rm;            /* every --filter (list) and --rm (tag), in argv */
+    int nfilters, nrm;
     int json, limit, format, width, height, checkpoints, request_timeout;
+    double smooth;          /* plot: EMA weight */
+    int logscale, markers;  /* plot: a log y axis; evaluations and events marked */
 };
 
 /* One subcommand's context: its options, the open history (with the SQL
@@ -73,5 +78,8 @@ enum tr_status runs_cmd_compare(struct runs_ctx *x) TR_WUR; /* runs_show.c */
 enum tr_status runs_cmd_export(struct runs_ctx *x) TR_WUR;  /* runs_export.c */
 enum tr_status runs_cmd_plot(struct runs_ctx *x) TR_WUR;    /* runs_export.c */
 enum tr_status runs_cmd_rm(struct runs_ctx *x) TR_WUR;      /* runs_rm.c */
+enum tr_status runs_cmd_tag(struct runs_ctx *x) TR_WUR;     /* runs_edit.c */
+enum tr_status runs_cmd_note(struct runs_ctx *x) TR_WUR;    /* runs_edit.c */
+enum tr_status runs_cmd_rename(struct runs_ctx *x) TR_WUR;  /* runs_edit.c */
 
 #endif

@@ -48,6 +48,17 @@ static const char *const migrations[] = {
     "CREATE INDEX metrics_run_name_step ON metrics(run, name, step);"
     "CREATE INDEX runs_start_time ON runs(start_time);"
     "CREATE INDEX runs_status ON runs(status);",
+    /* 3: what people add to a run afterwards: its tags (a JSON array of strings,
+     * `terarec runs tag`) and a note (`terarec runs note`); each rank's use of the
+     * machine over time (the workers' "sys" reports): cpu_pct is 100 per core busy,
+     * rss_bytes its resident memory, gpu_mem_bytes the device memory its backend
+     * holds, gpu_util NULL where nothing gives it */
+    "ALTER TABLE runs ADD COLUMN tags TEXT;"
+    "ALTER TABLE runs ADD COLUMN note TEXT;"
+    "CREATE TABLE sysmetrics (run TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    " rank INTEGER NOT NULL, time REAL, step INTEGER, cpu_pct REAL, rss_bytes INTEGER, gpu_util REAL,"
+    " gpu_mem_bytes INTEGER);"
+    "CREATE INDEX sysmetrics_run_rank_time ON sysmetrics(run, rank, time);",
 };
 _Static_assert(sizeof migrations / sizeof migrations[0] == DB_SCHEMA_VERSION, "one migration per version");
 
@@ -55,7 +66,7 @@ const char *const db_run_columns[] = {
     "id",       "name",         "status",   "cmdline",  "config",     "git_hash",      "hosts",
     "nodes",    "workers",      "slurm_job_id", "ckpt_url", "ckpt_run", "start_time", "end_time",
     "final_metrics", "reason", "restarts", "resumed_from", "launcher_host", "launcher_pid", "launcher_start",
-    "launcher_ns", "heartbeat",
+    "launcher_ns", "heartbeat", "tags", "note",
 };
 
 /* ---- version ---------------------------------------------------------------------------- */

@@ -120,7 +120,7 @@ static enum MHD_Result reply_text(struct req *q, unsigned code, const char *text
 
 static enum MHD_Result reply_json(struct req *q, json_t *j)
 {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    char *s = db_json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(j);
     if (!s)
         return reply_text(q, 503, "out of memory");
@@ -273,15 +273,80 @@ static const char *arg_text(struct MHD_Connection *c, const char *name)
     return v && *v ? v : NULL;
 }
 
+/* Every value of a repeated query argument (?run=A&run=B). */
+#define ARGS_MAX 64
+struct args {
+    const char *name;
+    const char *v[ARGS_MAX];
+    int n, over;
+};
+
+static enum MHD_Result args_cb(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct args *a = cls;
+    if (key && value && *value && !strcmp(key, a->name)) {
+        if (a->n < ARGS_MAX)
+            a->v[a->n++] = value;
+        else
+            a->over = 1;
+    }
+    return MHD_YES;
+}
+
+static void args_get(struct MHD_Connection *c, const char *name, struct args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, args_cb, a);
+}
+
+/* 400 with the error and hint of bad input (a filter, a column, the sort). */
+static enum MHD_Result reply_bad(struct req *q, const struct db_msg *m)
+{
+    char t[sizeof m->error + sizeof m->hint + 16];
+    snprintf(t, sizeof t, "%s%s%s", m->error, m->hint[0] ? "\nhint: " : "", m->hint);
+    return reply_text(q, 400, t);
+}
+
 static enum MHD_Result api_runs(struct req *q)
 {
     int64_t limit = arg_int(q->c, "limit", 20);
     if (limit == -2)
         return reply_text(q, 400, "limit: not a non-negative integer");
+    struct args f;
+    args_get(q->c, "filter", &f);
+    if (f.over)
+        return reply_text(q, 400, "filter: at most 64 of them");
+    struct db_list_opts o = {.status = arg_text(q->c, "status"), .name = arg_text(q->c, "name"), .filters = f.v,
+                             .nfilters = f.n, .columns = arg_text(q->c, "columns"), .sort = arg_text(q->c, "sort"),
+                             .limit = limit > 0 ? limit : -1};
+    struct db_msg m;
     json_t *j = NULL;
     enum tr_status rc = req_db(q);
     if (rc == TR_OK)
-        rc = db_json_runs(q->db, arg_text(q->c, "status"), arg_text(q->c, "name"), limit > 0 ? limit : -1, &j);
+        rc = db_json_runs(q->db, &o, &m, &j);
+    if (rc == TR_ERR_ARG)
+        return reply_bad(q, &m);
+    return rc == TR_OK ? reply_json(q, j) : reply_status(q, rc);
+}
+
+/* /api/compare?run=A&run=B: `runs compare A B --json` (runs as their ids). */
+static enum MHD_Result api_compare(struct req *q)
+{
+    struct args a;
+    args_get(q->c, "run", &a);
+    if (a.n < 1 || a.over)
+        return reply_text(q, 400, "run: give one run or more (at most 64): ?run=ID&run=ID");
+    for (int i = 0; i < a.n; i++) {
+        int e = run_exists(q, a.v[i]);
+        if (e < 0)
+            return reply_status(q, TR_ERR_DB);
+        if (e == 0)
+            return reply_text(q, 404, "no such run");
+    }
+    json_t *j = NULL;
+    enum tr_status rc = db_json_compare(q->db, (char *const *)a.v, a.n, &j);
     return rc == TR_OK ? reply_json(q, j) : reply_status(q, rc);
 }
 
@@ -301,6 +366,11 @@ static enum MHD_Result api_run(struct req *q, const char *id, const char *rest)
         if (after == -2)
             return reply_text(q, 400, "after: not a non-negative integer");
         rc = db_json_metrics(q->db, id, arg_text(q->c, "name"), after, &j);
+    } else if (!strcmp(rest, "sysmetrics")) {
+        int64_t after = arg_int(q->c, "after", -1);
+        if (after == -2)
+            return reply_text(q, 400, "after: not a non-negative integer");
+        rc = db_json_sysmetrics(q->db, id, after, &j);
     } else if (!strcmp(rest, "export")) {
         rc = db_json_run(q->db, id, 1, &j);
     } else {
@@ -320,7 +390,7 @@ static enum MHD_Result page_run(struct req *q, const char *id)
     if (db_run_get(q->db, id, "name", &name) != TR_OK)
         return reply_status(q, TR_ERR_DB);
     size_t n = 6 * (strlen(id) + (name ? strlen(name) : 0)) + 64;
-    char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 4096);
+    char *eid = tr_malloc(n), *ename = tr_malloc(n), *title = tr_malloc(2 * n), *body = tr_malloc(3 * n + 8192);
     enum MHD_Result res;
     if (!eid || !ename || !title || !body) {
         res = reply_text(q, 503, "out of memory");
@@ -329,16 +399,32 @@ static enum MHD_Result page_run(struct req *q, const char *id)
     db_html_escape(id, eid, n);
     db_html_escape(name ? name : "", ename, n);
     snprintf(title, 2 * n, "run %s%s%s", eid, name ? " " : "", ename);
-    snprintf(body, 3 * n + 4096,
-             "<h1>run <span id=\"run-id\">%s</span> <span id=\"run-name\">%s</span> <span id=\"run-status\"></span></h1>\n"
+    snprintf(body, 3 * n + 8192,
+             "<h1>run <span id=\"run-id\">%s</span> <span id=\"run-name\">%s</span> <span id=\"run-status\"></span>"
+             " <span id=\"run-tags\"></span></h1>\n<p id=\"run-note\" class=\"note\"></p>\n"
              "<p id=\"msg\"></p>\n"
-             "<section><h2>curves</h2><p>x axis: <select id=\"xaxis\"><option value=\"step\">step</option>"
-             "<option value=\"time\">wall time</option></select></p>\n"
+             "<section><h2>curves</h2><p class=\"controls\">x axis: <select id=\"xaxis\"><option value=\"step\">step</option>"
+             "<option value=\"time\">wall time</option></select>"
+             " <label>smoothing <input type=\"range\" id=\"smooth\" min=\"0\" max=\"0.99\" step=\"0.01\" value=\"0\">"
+             " <output id=\"smooth-value\">0</output></label>"
+             " <label><input type=\"checkbox\" id=\"logscale\"> log scale</label>"
+             " <label><input type=\"checkbox\" id=\"markers\" checked> markers (evaluations, restarts, preemptions)</label>"
+             "</p>\n<p id=\"chain\"></p>\n"
              "<div class=\"charts\">"
              "<div class=\"chart-box\"><h3>loss</h3><div class=\"chart\" id=\"chart-loss\"></div></div>"
              "<div class=\"chart-box\"><h3>AUC</h3><div class=\"chart\" id=\"chart-auc\"></div></div>"
              "<div class=\"chart-box\"><h3>logloss</h3><div class=\"chart\" id=\"chart-logloss\"></div></div>"
              "<div class=\"chart-box\"><h3>samples/s</h3><div class=\"chart\" id=\"chart-samples_per_s\"></div></div>"
+             "<div class=\"chart-box\"><h3>learning rate</h3><div class=\"chart\" id=\"chart-learning_rate\"></div></div>"
+             "<div class=\"chart-box\"><h3>step time (ms)</h3><div class=\"chart\" id=\"chart-step_time_ms\"></div></div>"
+             "</div></section>\n"
+             "<section><h2>system</h2><table id=\"sysmetrics\"></table><p id=\"sys-note\"></p><div class=\"charts\">"
+             "<div class=\"chart-box\"><h3>CPU (%% of one core, per rank)</h3><div class=\"chart\" id=\"chart-sys-cpu\"></div></div>"
+             "<div class=\"chart-box\"><h3>memory (RSS MiB, per rank)</h3><div class=\"chart\" id=\"chart-sys-rss\"></div></div>"
+             "<div class=\"chart-box\" id=\"box-sys-gpu_mem\"><h3>GPU memory (MiB, per rank)</h3>"
+             "<div class=\"chart\" id=\"chart-sys-gpu_mem\"></div></div>"
+             "<div class=\"chart-box\" id=\"box-sys-gpu_util\"><h3>GPU utilisation (%%, per rank)</h3>"
+             "<div class=\"chart\" id=\"chart-sys-gpu_util\"></div></div>"
              "</div></section>\n"
              "<section><h2>run</h2><table class=\"kv\" id=\"summary\"></table></section>\n"
              "<section><h2>events</h2><table id=\"events\"></table></section>\n"
@@ -361,15 +447,22 @@ static const char list_body[] =
     "<option>running</option><option>completed</option><option>failed</option><option>hung</option>"
     "<option>preempted</option><option>cancelled</option><option>lost</option></select>\n"
     " name <input id=\"name\" type=\"search\" placeholder=\"part of a name or id\">\n"
+    " filter <input id=\"filter-expr\" type=\"search\" size=\"36\""
+    " placeholder=\"learning_rate&gt;0.01 tag=baseline auc&gt;=0.79\""
+    " title=\"KEY OP VALUE, separated by spaces (quote a value with spaces): a parameter, a final metric, "
+    "tag, name, status; OP: = != &lt; &lt;= &gt; &gt;= ~ (contains)\">\n"
+    " columns <input id=\"columns\" type=\"search\" size=\"28\" placeholder=\"name,learning_rate,auc\""
+    " title=\"comma-separated: run fields, parameters and final metrics (empty: the usual ones)\">\n"
+    " <button type=\"submit\">apply</button>"
     " <button type=\"button\" id=\"compare\">compare checked</button></form>\n<p id=\"msg\"></p>\n"
-    "<table id=\"runs\"><thead><tr><th></th><th>id</th><th>name</th><th>status</th><th>start</th>"
-    "<th>duration</th><th>steps</th><th>samples/s</th><th>best AUC</th><th>SLURM job</th>"
-    "<th>nodes &times; workers</th></tr></thead><tbody></tbody></table>\n";
+    "<table id=\"runs\"><thead><tr></tr></thead><tbody></tbody></table>\n";
 
 static const char compare_body[] =
     "<h1>compare</h1>\n<p id=\"msg\"></p>\n<p>metric: <select id=\"metric\"><option>loss</option><option>auc</option>"
     "<option>logloss</option><option>samples_per_s</option><option>learning_rate</option></select></p>\n"
-    "<div class=\"chart wide\" id=\"chart-compare\"></div>\n<table id=\"compare-runs\"></table>\n";
+    "<div class=\"chart wide\" id=\"chart-compare\"></div>\n<table id=\"compare-runs\"></table>\n"
+    "<section><h2>final metrics</h2><table id=\"compare-metrics\"></table></section>\n"
+    "<section><h2 id=\"config-diff-title\">config</h2><table id=\"config-diff\"></table></section>\n";
 
 /* A file of the installed dygraphs. */
 static enum MHD_Result static_dygraphs(struct req *q, const char *file, const char *type)
@@ -450,6 +543,8 @@ static enum MHD_Result route(struct req *q, const char *url)
         return static_dygraphs(q, "dygraph.min.css", "text/css; charset=utf-8");
     if (!strcmp(url, "/api/runs"))
         return api_runs(q);
+    if (!strcmp(url, "/api/compare"))
+        return api_compare(q);
     if (!strncmp(url, "/run/", 5) && url[5] && !strchr(url + 5, '/'))
         return page_run(q, url + 5);
     if (!strncmp(url, "/api/runs/", 10) && url[10]) {

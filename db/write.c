@@ -1,15 +1,21 @@
 /* write.c: the writes of the launcher (`terarec train`) to the run history: a
  * run's row (created, finished, reopened after a requeue, its heartbeat) and its
- * children (metrics, evals, checkpoints, processes, events), each write one
- * BEGIN IMMEDIATE transaction. `runs rm` deletes in runs_rm.c; reads are
+ * children (metrics, evals, checkpoints, processes, events, sysmetrics), and what
+ * people add afterwards (tags, a note, a new name: `terarec runs tag|note|rename`),
+ * each write one BEGIN IMMEDIATE transaction. `runs rm` deletes in runs_rm.c; reads are
  * query.c's. */
 #define TR_SUBSYS TR_SUB_DB
 #include "db.h"
 
+#include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "../common/check.h"
 #include "../common/log.h"
@@ -95,16 +101,50 @@ static enum tr_status need_changed(struct db *db, const char *id, int changes)
     return TR_ERR_NOT_FOUND;
 }
 
+/* Statement sql, bound as db_prepare's types, stepped inside the caller's
+ * transaction; *changes (may be NULL) gets the rows it changed. TR_ERR_DB. */
+static enum tr_status step1(struct db *db, int *changes, const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    va_start(ap, types);
+    enum tr_status rc = db_preparev(db, &st, sql, types, ap);
+    va_end(ap);
+    TR_CHECK(rc);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        rc = db_sql_error(db, "cannot write");
+    else if (changes)
+        *changes = sqlite3_changes(db->h);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 enum tr_status db_run_finish(struct db *db, const char *id, const char *status, double end_time,
                              const char *final_metrics, const char *reason)
 {
+    enum tr_status rc = TR_OK;
     int changes = 0;
-    TR_CHECK(write1(db, id, &changes,
-                    "UPDATE runs SET status = ?1,"
-                    " end_time = CASE WHEN ?2 > 0 THEN ?2 ELSE end_time END,"
-                    " final_metrics = coalesce(?3, final_metrics), reason = coalesce(?4, reason) WHERE id = ?5",
-                    "tdttt", status, end_time > 0 ? end_time : 0.0, final_metrics, reason, id));
-    return need_changed(db, id, changes);
+    TR_CHECK(db_begin(db));
+    TR_CHECK_GOTO(step1(db, &changes,
+                        "UPDATE runs SET status = ?1,"
+                        " end_time = CASE WHEN ?2 > 0 THEN ?2 ELSE end_time END,"
+                        " final_metrics = coalesce(?3, final_metrics), reason = coalesce(?4, reason) WHERE id = ?5",
+                        "tdttt", status, end_time > 0 ? end_time : 0.0, final_metrics, reason, id),
+                  rc, fail);
+    TR_CHECK_GOTO(need_changed(db, id, changes), rc, fail);
+    /* a run that ended took its processes with it: those whose end was never
+     * recorded (a node lost, a job cancelled under SLURM) end with it, exit unknown */
+    if (strcmp(status, DB_RUNNING) != 0)
+        TR_CHECK_GOTO(step1(db, NULL,
+                            "UPDATE processes SET end_time = (SELECT end_time FROM runs WHERE id = ?1)"
+                            " WHERE run = ?1 AND end_time IS NULL",
+                            "t", id),
+                      rc, fail);
+    TR_CHECK_GOTO(db_commit(db), rc, fail);
+    return TR_OK;
+fail:
+    db_rollback(db);
+    return rc;
 }
 
 enum tr_status db_run_reopen(struct db *db, const char *id, const char *hosts)
@@ -138,6 +178,111 @@ enum tr_status db_run_heartbeat(struct db *db, const char *id, double now)
                     " reason = CASE status WHEN 'lost' THEN NULL ELSE reason END WHERE id = ?2",
                     "dt", now, id));
     return need_changed(db, id, changes);
+}
+
+/* ---- what people add: tags, a note, a name ------------------------------------------------ */
+
+int db_tag_ok(const char *tag)
+{
+    size_t n = tag ? strlen(tag) : 0;
+    if (n == 0 || n > DB_TAG_MAX)
+        return 0;
+    for (const char *p = tag; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("_.:/+@-", *p))
+            return 0;
+    return 1;
+}
+
+/* A JSON array text of the n strings (free()), or NULL (out of memory). */
+static char *json_strings(const char *const *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_string(v[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return s;
+}
+
+enum tr_status db_run_tag(struct db *db, const char *id, const char *const *add, int nadd, const char *const *rm,
+                          int nrm)
+{
+    for (int i = 0; i < nadd + nrm; i++) {
+        const char *t = i < nadd ? add[i] : rm[i - nadd];
+        if (!db_tag_ok(t)) {
+            LOG_ERROR("tag '%s': a tag is 1 to %d letters, digits or _ . : / + @ -", t, DB_TAG_MAX);
+            LOG_HINT("e.g. 'terarec runs tag RUN baseline lr-sweep'");
+            return TR_ERR_ARG;
+        }
+    }
+    char *a = json_strings(add, nadd), *r = json_strings(rm, nrm);
+    enum tr_status rc = TR_ERR_NOMEM;
+    int changes = 0;
+    if (a && r)
+        rc = write1(db, id, &changes,
+                    "UPDATE runs SET tags = (SELECT json_group_array(v) FROM (SELECT value AS v FROM"
+                    " json_each(CASE WHEN json_valid(runs.tags) THEN runs.tags ELSE '[]' END)"
+                    " UNION SELECT value FROM json_each(?2) EXCEPT SELECT value FROM json_each(?3) ORDER BY 1))"
+                    " WHERE id = ?1",
+                    "ttt", id, a, r);
+    free(a);
+    free(r);
+    TR_CHECK(rc);
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_set_note(struct db *db, const char *id, const char *note)
+{
+    int changes = 0;
+    TR_CHECK(write1(db, id, &changes, "UPDATE runs SET note = nullif(?2, '') WHERE id = ?1", "tt", id, note));
+    return need_changed(db, id, changes);
+}
+
+enum tr_status db_run_rename(struct db *db, const char *id, const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    int bad = n == 0 || n > 200;
+    for (size_t i = 0; i < n; i++)
+        bad |= (unsigned char)name[i] < 0x20 || name[i] == 0x7f;
+    if (bad) {
+        LOG_ERROR("run name '%s': a name is 1 to 200 characters, without control characters", name ? name : "");
+        return TR_ERR_ARG;
+    }
+    enum tr_status rc = TR_OK;
+    sqlite3_stmt *st = NULL;
+    int changes = 0;
+    TR_CHECK(db_begin(db));
+    /* the name must lead to this run only: no other run may have it as its name or id */
+    TR_CHECK_GOTO(db_prepare(db, &st,
+                             "SELECT id, name = ?2 FROM runs WHERE (name = ?2 OR id = ?2) AND id <> ?1 LIMIT 1", "tt",
+                             id, name),
+                  rc, fail);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+        LOG_ERROR("cannot rename run '%s' to '%s': run '%s' %s", id, name, (const char *)sqlite3_column_text(st, 0),
+                  sqlite3_column_int(st, 1) ? "has that name" : "has that id");
+        LOG_HINT("a name leads to one run: choose another, or rename run '%s' first",
+                 (const char *)sqlite3_column_text(st, 0));
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
+    if (s != SQLITE_DONE) {
+        rc = db_sql_error(db, "cannot read the runs");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    TR_CHECK_GOTO(step1(db, &changes, "UPDATE runs SET name = ?2 WHERE id = ?1", "tt", id, name), rc, fail);
+    TR_CHECK_GOTO(need_changed(db, id, changes), rc, fail);
+    TR_CHECK_GOTO(db_commit(db), rc, fail);
+    return TR_OK;
+fail:
+    sqlite3_finalize(st);
+    db_rollback(db);
+    return rc;
 }
 
 /* ---- children ----------------------------------------------------------------------------- */
@@ -193,4 +338,14 @@ enum tr_status db_event_add(struct db *db, const char *run, double time, const c
 {
     return write1(db, run, NULL, "INSERT INTO events (run, time, kind, data) VALUES (?, ?, ?, ?)", "tdtt", run,
                   time, kind, data);
+}
+
+enum tr_status db_sysmetric_add(struct db *db, const char *run, int rank, double time, int64_t step, double cpu_pct,
+                                int64_t rss_bytes, double gpu_util, int64_t gpu_mem_bytes)
+{
+    return write1(db, run, NULL,
+                  "INSERT INTO sysmetrics (run, rank, time, step, cpu_pct, rss_bytes, gpu_util, gpu_mem_bytes)"
+                  " VALUES (?, ?, ?, ?, ?, nullif(?, -1), ?, nullif(?, -1))",
+                  "tndididi", run, rank, time, step, cpu_pct, rss_bytes < 0 ? (int64_t)-1 : rss_bytes, gpu_util,
+                  gpu_mem_bytes < 0 ? (int64_t)-1 : gpu_mem_bytes);
 }

@@ -227,6 +227,12 @@ static int64_t cpu_mem_peak(void *ctx)
     return -1; /* tr_big_alloc's bytes are in tr_alloc_get_stats */
 }
 
+static int64_t cpu_mem_now(void *ctx)
+{
+    (void)ctx;
+    return -1;
+}
+
 static void cpu_destroy(void *ctx)
 {
     tr_free(ctx);
@@ -265,6 +271,7 @@ static const struct kern_backend_i cpu_iface = {
     .device_id = cpu_device_id,
     .synchronize = cpu_synchronize,
     .mem_peak = cpu_mem_peak,
+    .mem_now = cpu_mem_now,
     .destroy = cpu_destroy,
 };
 

@@ -509,6 +509,9 @@ struct kern_backend_i {
      * included (GPU memory on CUDA); -1 when its memory is host memory that the
      * process allocator already counts (the CPU). */
     int64_t (*mem_peak)(void *ctx);
+    /* The backend memory this instance holds now, as mem_peak counts it; -1 on
+     * the CPU. Read by the instance's own thread (the system metrics). */
+    int64_t (*mem_now)(void *ctx);
     /* Frees the instance. */
     void (*destroy)(void *ctx);
 };

@@ -20,7 +20,7 @@ enum tr_status kern_cpu_open(const struct kern_backend_opts *o, int quiet, struc
  * point below changes; the git hash (TR_GIT_HASH, the Makefile's version_gen.h)
  * tells apart builds of one api. */
 #define KERN_PLUGIN_MAGIC 0x504b5254u /* "TRKP" */
-#define KERN_PLUGIN_API 1
+#define KERN_PLUGIN_API 2
 struct kern_plugin_id {
     uint32_t magic; /* KERN_PLUGIN_MAGIC */
     uint32_t api;   /* KERN_PLUGIN_API of the plugin's build */

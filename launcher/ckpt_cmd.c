@@ -830,11 +830,16 @@ static const struct ckpt_sub subs[] = {
     {"gc", cmd_gc, "remove the chunks no manifest names (and, with --keep N, older manifests); safe while jobs save"},
 };
 
+void ckpt_cmd_table(FILE *fp)
+{
+    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
+        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+}
+
 static void usage(FILE *fp)
 {
     fprintf(fp, "usage: terarec ckpt <command> --checkpoint_dir URL_OR_PATH [options]\n\ncommands:\n");
-    for (size_t i = 0; i < TR_ARRAY_SIZE(subs); i++)
-        fprintf(fp, "  %-10s %s\n", subs[i].name, subs[i].help);
+    ckpt_cmd_table(fp);
     fprintf(fp, "\n'terarec ckpt <command> --help' lists the options.\n");
 }
 

@@ -9,6 +9,8 @@
 #ifndef TR_CKPT_CMD_H
 #define TR_CKPT_CMD_H
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,6 +19,10 @@ extern "C" {
  * status (tr_status_exit_code): 0 done, 2 bad usage, an unknown run or step, or
  * (verify) a chunk that is missing or does not match, 1 another failure. */
 int ckpt_cmd_main(int argc, char **argv);
+
+/* The subcommands' table, "  NAME  what it does" a line, to fp (the front end's
+ * help prints it under its own). */
+void ckpt_cmd_table(FILE *fp);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@ struct ctr {
     const char *image;
     const char *bin_dir; /* where the programs are inside the image */
     const char *runtime; /* "docker" or "podman" locally; NULL under SLURM */
+    int no_init;         /* 1: no --init (podman without its init binary, catatonit) */
     struct ctr_mount m[CTR_MAX_MOUNTS];
     int n;
 };
@@ -51,7 +52,7 @@ int ctr_host_path(const struct ctr *c, const char *path, char *out, size_t n);
  * [--container-workdir=WORKDIR] */
 void ctr_srun_flags(const struct ctr *c, struct argv *a, const char *workdir);
 
-/* The start of a local run: RUNTIME run --rm --init --name NAME --network=host
+/* The start of a local run: RUNTIME run --rm --init (unless c->no_init) --name NAME --network=host
  * --ipc=host --user UID:GID -w WORKDIR -v SRC:DST[:opts]... -e NAME... [GPUs]
  * IMAGE. The environment passed on: TR_*, NCCL_*, OMP_*, OMPI_MCA_*, PMIX_MCA_*,
  * UCX_* and CUDA_VISIBLE_DEVICES. gpus: hand the machine's GPUs to the container
@@ -60,6 +61,27 @@ void ctr_run_prefix(const struct ctr *c, struct argv *a, const char *name, const
 
 /* "docker" or "podman": the first on PATH (NULL when neither is). */
 const char *ctr_runtime_find(void);
+
+/* Whether the engine NAME ("docker", "podman") answers: `NAME info` exits 0
+ * within timeout_s seconds (killed after). 1 if so; else 0, and why holds the
+ * reason ("not on PATH", "did not answer within 20 s", or the first error line
+ * it printed). Not thread-safe (forks and reaps its child). */
+int ctr_runtime_answers(const char *name, double timeout_s, char *why, size_t n);
+
+/* --container_runtime auto: the first of docker and podman that answers
+ * (ctr_runtime_answers, timeout TR_CONTAINER_PROBE_TIMEOUT seconds, default 20),
+ * so that an installed docker whose daemon is down does not hide a working podman.
+ * Returns its name, with in why what was found ("docker's daemon does not answer
+ * (...)"); NULL when neither answers, why then saying what each said. */
+const char *ctr_runtime_pick(char *why, size_t n);
+
+/* Whether podman's --init finds its init binary: init_path in containers.conf
+ * ($CONTAINERS_CONF alone when set, else /usr/share/containers/, /etc/containers/
+ * and the user's ~/.config/containers/, the later winning), else catatonit in
+ * podman's helper directories (/usr/local/libexec/podman, /usr/local/lib/podman,
+ * /usr/libexec/podman, /usr/lib/podman) or on PATH. 1 when found; 0 with what was
+ * looked for in why. */
+int ctr_podman_init_found(char *why, size_t n);
 
 #ifdef __cplusplus
 }

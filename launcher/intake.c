@@ -1,7 +1,8 @@
 /* intake.c: the events intake: the socket every rank reports to
  * (common/evproto.h), each connection's lines (hello with the job token, beats,
- * rank 0's events, errors, log lines, bye), and what they fill: the ranks' state, the
- * progress shown and the run history's metrics, evaluations and checkpoints.
+ * rank 0's events, every rank's system metrics and log lines, errors, bye), and
+ * what they fill: the ranks' state, the progress shown and the run history's
+ * metrics, evaluations, checkpoints and system metrics.
  * What to do when a rank goes quiet or away is supervise.c's. */
 #define TR_SUBSYS TR_SUB_INIT
 #include <arpa/inet.h>
@@ -222,6 +223,13 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
             L->last_progress_step = s;
             L->t_last_progress = tr_clock_now();
         }
+    } else if (!strcmp(type, "sys")) {
+        const json_t *gm = json_object_get(m, "gpu_mem_bytes"), *rss = json_object_get(m, "rss_bytes");
+        launch_db_try(db_sysmetric_add(L->hist.db, L->id, cn->rank, jnum(m, "time"),
+                                       json_integer_value(json_object_get(m, "step")), jnum(m, "cpu_pct"),
+                                       json_is_integer(rss) ? json_integer_value(rss) : -1, jnum(m, "gpu_util"),
+                                       json_is_integer(gm) ? json_integer_value(gm) : -1),
+                      "system metrics");
     } else if (!strcmp(type, "event") && cn->rank == 0) {
         on_event(L, m);
     } else if (!strcmp(type, "log")) {

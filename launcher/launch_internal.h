@@ -94,6 +94,14 @@ struct launch_watch {
     char loader_error[1024]; /* its first error line */
 };
 
+/* The job's size as the launcher found it (its dataset's, or the synthetic flags'),
+ * for the line naming the job (demo.c); ntables 0: not known (a dry run of a dataset). */
+struct launch_data {
+    int ntables, num_features, rows_same;
+    int64_t rows_first, rows_sum;
+    int64_t nbatches; /* training batches an epoch (0: not known) */
+};
+
 /* The run history (history.c) and which run this is (resume.c). */
 struct launch_hist {
     struct db *db;
@@ -147,7 +155,38 @@ struct launch {
     struct launch_progress prog;
     struct launch_watch watch;
     struct launch_hist hist;
+    struct launch_data data; /* the job's size (check_flags), for launch_say_job */
+    int demo;                /* the built-in demo (launch_demo_wanted) */
+    char job_why[512];       /* launch_demo_why's */
 };
+
+/* ---- demo.c: the built-in demo and the line naming the job ------------------------------ */
+
+/* Fills *d from a dataset's shape (rows: (ntables), borrowed for the call). */
+void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, int num_features, int64_t nbatches);
+
+/* 1 when none of the worker flags opts[0 .. nworker) that define the data or the
+ * model (TR_OPT_SHAPES_JOB) was set by the last parse (command line or
+ * environment): terarec train then trains its built-in demo. */
+int launch_demo_wanted(const struct tr_opt *opts, int nworker);
+
+/* Why the job is the one it is, into why (n bytes): the flags set (as
+ * tr_opt_source names them) among opts[0 .. nworker) that define the data or the
+ * model, or (demo) those that do not, which apply on top of the demo. Call it on
+ * the table as parsed from the user's command line. */
+void launch_demo_why(const struct tr_opt *opts, int nworker, int demo, char *why, size_t n);
+
+/* The command line of the demo: argv[0], the demo's flags but those the user set
+ * (opts as parsed from argv), then argv[1 .. argc), whose flags so apply on top of
+ * the demo; *argc2 its length. A tr_calloc'd array of borrowed strings (tr_free
+ * it), NULL when out of memory. */
+char **launch_demo_argv(const struct tr_opt *opts, int argc, char **argv, int *argc2);
+
+/* Prints the line naming the job being run (demo: the built-in demo), why (the
+ * flags that define it, or those on top of the demo: L->job_why), its size from d and an
+ * estimate of its duration on this machine's CPUs (none under SLURM or on a GPU):
+ * on stdout, on stderr under --json. */
+void launch_say_job(struct launch *L, int demo, const struct launch_data *d);
 
 /* ---- rundir.c: the run's paths ------------------------------------------------------------ */
 

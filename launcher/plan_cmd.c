@@ -223,6 +223,8 @@ int plan_cmd_main(int argc, char **argv)
                           stdout);
         goto exit;
     }
+    /* --dataset_path alone: its files say which type (as the workers decide) */
+    TR_CHECK_GOTO(job_infer_dataset_type(&c.job, NULL, NULL), rc, exit);
     c.job.ckpt_staging = c.checkpoints || (c.checkpoint_dir && *c.checkpoint_dir);
     /* --gpus_per_node (the workers' flag: one worker per GPU) gives the workers of a node */
     if (job->gpus_per_node > 0) {

@@ -35,12 +35,6 @@ static const char *const runtime_choices[] = {"auto", "docker", "podman", NULL};
 
 #define LAUNCH_OWN_OPTS 18
 
-/* `terarec train` without any model or data flag: a small model on synthetic data
- * (the same as `make run`) */
-#define DEMO_FLAGS                                                                                                 \
-    "--batch_size=2048", "--synthetic_dataset_cardinalities=26x100000", "--embedding_dim=16",                      \
-        "--bottom_mlp_dims=64,16", "--top_mlp_dims=64,1", "--learning_rate=1", "--warmup_steps=20",                \
-        "--max_steps=300", "--print_freq=50", "--synthetic_dataset_valid_batches=10"
 #define LAUNCH_MAX_OPTS (WORKER_MAX_OPTS + LAUNCH_OWN_OPTS)
 
 /* Fills o: the worker's flags less those it sets itself (TR_OPT_LAUNCHER_SETS),
@@ -105,7 +99,8 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
          "ro+rprivate); the run's directory and its checkpoint store are mounted at their own paths",
          TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},
         {"container_runtime", TR_OPT_ENUM, &c->container_runtime, "auto",
-         "what runs the container outside SLURM (auto: docker, else podman)", TR_OPT_NOBOUNDS, runtime_choices, NULL,
+         "what runs the container outside SLURM (auto: docker when 'docker info' answers, else podman when "
+         "'podman info' does)", TR_OPT_NOBOUNDS, runtime_choices, NULL,
          0, NULL, 0},
         {"container_bin_dir", TR_OPT_PATH, &c->container_bin_dir, "/opt/terarec/bin",
          "where terarec's programs are inside the image", 1, 0, NULL, NULL, 0, NULL, 0},
@@ -149,6 +144,47 @@ static int srun_has_pyxis(void)
     return found;
 }
 
+/* The engine that runs the containers here: --container_runtime, or (auto) the first
+ * of docker and podman that answers, said on the console. podman's --init needs its
+ * init binary (catatonit): without it the containers start without --init. */
+static enum tr_status pick_runtime(struct launch *L)
+{
+    struct launch_cfg *c = L->c;
+    if (c->container_runtime) {
+        L->ctr.runtime = runtime_choices[c->container_runtime];
+    } else if (!ctr_runtime_find()) {
+        LOG_ERROR("--container-image: neither docker nor podman is on PATH");
+        LOG_HINT("install one of them, or run inside a SLURM allocation with pyxis (srun --container-image)");
+        return TR_ERR_ARG;
+    } else {
+        char why[1200];
+        L->ctr.runtime = ctr_runtime_pick(why, sizeof why);
+        if (!L->ctr.runtime && !c->dry_run) {
+            LOG_ERROR("--container-image: neither docker nor podman answers (%s)", why);
+            LOG_HINT("start docker's daemon (systemctl start docker), check 'podman info', or name one with "
+                     "--container_runtime");
+            return TR_ERR_ARG;
+        }
+        if (!L->ctr.runtime) {
+            L->ctr.runtime = ctr_runtime_find();
+            LOG_WARN("--container-image: neither docker nor podman answers (%s); --dry_run shows %s", why,
+                     L->ctr.runtime);
+        } else {
+            fprintf(stderr, "terarec: containers run with %s: %s\n", L->ctr.runtime, why);
+        }
+    }
+    if (!strcmp(L->ctr.runtime, "podman")) {
+        char why[4200];
+        if (!ctr_podman_init_found(why, sizeof why)) {
+            L->ctr.no_init = 1;
+            LOG_WARN("podman's --init needs catatonit, which is missing: %s; the containers start without --init "
+                     "(each program is its container's process 1)", why);
+            LOG_HINT("install the Debian package catatonit (make deps does), or set init_path in containers.conf");
+        }
+    }
+    return TR_OK;
+}
+
 /* --container-image and its companions */
 static enum tr_status check_container(struct launch *L)
 {
@@ -189,14 +225,7 @@ static enum tr_status check_container(struct launch *L)
             }
             LOG_WARN("--container-image: this cluster's srun has no --container-image (pyxis is not installed)");
         }
-    } else {
-        L->ctr.runtime = c->container_runtime ? runtime_choices[c->container_runtime] : ctr_runtime_find();
-        if (!L->ctr.runtime) {
-            LOG_ERROR("--container-image: neither docker nor podman is on PATH");
-            LOG_HINT("install one of them, or run inside a SLURM allocation with pyxis (srun --container-image)");
-            return TR_ERR_ARG;
-        }
-    }
+    } /* here: the engine is picked last (check_flags), once the flags are known to be good */
     const char *cd = c->w.checkpoint_dir;
     if (cd && *cd && cd[0] != '/' && strncmp(cd, "http://", 7) && strncmp(cd, "https://", 8) &&
         strncmp(cd, "serve:", 6)) {
@@ -209,13 +238,23 @@ static enum tr_status check_container(struct launch *L)
 static enum tr_status check_flags(struct launch *L)
 {
     struct launch_cfg *c = L->c;
-    TR_CHECK(job_check(&c->w.job, JOB_ALL));
     TR_CHECK(check_container(L));
     /* the dataset as the workers will see it: in a container, through the mounts
      * (without a container there are none, and data is the path as given) */
-    const char *ds = c->w.job.dataset_type != JOB_DATA_SYNTHETIC ? c->w.job.dataset_path : NULL;
     char data[PATH_MAX];
     int mapped = 0, bad = 0;
+    if (c->w.job.dataset_path) {
+        mapped = ctr_host_path(&L->ctr, c->w.job.dataset_path, data, sizeof data);
+        /* --dataset_path alone: its files say which type (a container's path
+         * that is not mounted is the workers' to look at) */
+        if ((!L->ctr.image || mapped) && job_infer_dataset_type(&c->w.job, data, NULL) != TR_OK)
+            return TR_ERR_ARG;
+    }
+    TR_CHECK(job_check(&c->w.job, JOB_ALL));
+    const char *ds = c->w.job.dataset_type != JOB_DATA_SYNTHETIC ? c->w.job.dataset_path : NULL;
+    if (!ds)
+        launch_data_set(&L->data, c->w.job.rows.n, c->w.job.rows.v, c->w.job.num_numerical,
+                        c->w.job.train_batches);
     if (ds) {
         mapped = ctr_host_path(&L->ctr, ds, data, sizeof data);
         struct stat st;
@@ -242,6 +281,8 @@ static enum tr_status check_flags(struct launch *L)
         job.dataset_path = data;
         struct source src;
         enum tr_status rc = source_open_reader(&src, &job);
+        if (rc == TR_OK)
+            launch_data_set(&L->data, src.ntables, src.rows, src.num_features, src.nbatches[BATCH_TRAIN]);
         source_close(&src);
         if (rc != TR_OK)
             return TR_ERR_ARG; /* logged, with a hint */
@@ -287,6 +328,9 @@ static enum tr_status check_flags(struct launch *L)
             free(abs);
         }
     }
+    /* last: asking docker and podman takes seconds, bad flags are answered at once */
+    if (L->ctr.image && !L->slurm)
+        TR_CHECK(pick_runtime(L));
     return TR_OK;
 }
 
@@ -355,6 +399,7 @@ static enum tr_status run_launch(struct launch *L, char **argv)
     /* everything the workers would refuse, before anything is created */
     if (place_run(L, dbpath, sizeof dbpath) != TR_OK || check_flags(L) != TR_OK || launch_find_exe_dir(L) != TR_OK)
         return TR_ERR_ARG;
+    launch_say_job(L, L->demo, &L->data);
     if (c->dry_run)
         return launch_dry_run(L, dbpath);
     int serve = 0, fresh = FRESH_NO; /* fresh: a resumed run that starts from step 0 (launch_resume_gate) */
@@ -406,25 +451,22 @@ int train_cmd_main(int argc, char **argv)
             argv = resumed;
         }
     }
-    int code, demo = rc == TR_OK && !want && !cfg.resume;
-    for (int i = 0; i < L.nworker_opts && demo; i++)
-        if (opts[i].set_by)
-            demo = 0;
+    int code;
     char **argv2 = NULL;
-    if (demo) {
-        /* no model or data flag at all: the built-in demo (the seed's defaults are a
-         * 65536-sample batch of a model for Criteo) */
-        static const char *const flags[] = {DEMO_FLAGS};
-        const int n = (int)TR_ARRAY_SIZE(flags);
-        argv2 = tr_calloc((size_t)(argc + n + 1), sizeof *argv2);
+    L.demo = rc == TR_OK && !want && !cfg.resume && launch_demo_wanted(opts, L.nworker_opts);
+    if (rc == TR_OK && cfg.resume) /* RUN's flags are all given now: say where they came from */
+        snprintf(L.job_why, sizeof L.job_why, "--resume %s: its configuration", cfg.resume);
+    else if (rc == TR_OK)
+        launch_demo_why(opts, L.nworker_opts, L.demo, L.job_why, sizeof L.job_why);
+    if (L.demo) {
+        /* no flag defines the data or the model: the built-in demo (the seed's
+         * defaults are a 65536-sample batch of a model for Criteo), the flags
+         * given on top of it */
+        int argc2 = 0;
+        argv2 = launch_demo_argv(opts, argc, argv, &argc2);
         TR_ASSERT(argv2);
-        for (int i = 0; i < argc; i++)
-            argv2[i] = argv[i];
-        for (int i = 0; i < n; i++)
-            argv2[argc + i] = (char *)flags[i];
         tr_opt_release(opts);
-        rc = tr_opt_parse(opts, argc + n, argv2, NULL, &want);
-        argc += n;
+        rc = tr_opt_parse(opts, argc2, argv2, NULL, &want);
         argv = argv2;
     }
     if (rc != TR_OK) {
@@ -437,9 +479,6 @@ int train_cmd_main(int argc, char **argv)
                           stdout);
         code = tr_status_exit_code(TR_OK);
     } else {
-        if (demo)
-            printf("terarec: no model or data flags: training the built-in demo (%s)\n",
-                   "26 synthetic tables of 100000 rows, embedding dim 16, 300 steps of 2048");
         /* the workers' OpenMP threads wait passively, unless the user chose (cpus.h) */
         (void)tr_cpus_passive_wait();
         /* the signals a job gets arrive through a signalfd; children get the old mask */

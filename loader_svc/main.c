@@ -68,7 +68,9 @@ int main(int argc, char **argv)
         sa.sa_flags = SA_RESTART; /* a request must not cut a read or a wait short */
         sigaction(SIGUSR1, &sa, NULL);
         sigaction(SIGUSR2, &sa, NULL);
-        rc = loader_run(&cfg, &stop_flag, &requests);
+        rc = job_infer_dataset_type(&cfg.job, NULL, NULL); /* --dataset_path alone: its files say which type */
+        if (rc == TR_OK)
+            rc = loader_run(&cfg, &stop_flag, &requests);
         if (tr_status_exit_code(rc) == 1)
             LOG_ERROR("loader failed: %s", tr_strerror(rc));
     }

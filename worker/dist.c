@@ -43,6 +43,44 @@ static enum tr_status get_uint(const pmix_proc_t *who, const char *key, int *out
 static pmix_proc_t me;
 #endif
 
+/* The value of environment variable name as a positive int; 0 when unset or not one. */
+static int env_count(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n = v && *v ? strtol(v, &end, 10) : 0;
+    return v && *v && !*end && n > 0 && n < (1L << 30) ? (int)n : 0;
+}
+
+/* A process that its launcher started as one task of several but that sees a
+ * world of 1 (srun --mpi=none, or another PMI than PMIx): it would train a model
+ * of its own beside the others, all writing one log. TR_ERR_ARG (logged) then. */
+static enum tr_status refuse_lone_task(void)
+{
+    const int step = env_count("SLURM_STEP_NUM_TASKS");
+    if (step > 1) {
+        const char *job = getenv("SLURM_JOB_ID"), *id = getenv("SLURM_STEP_ID");
+        LOG_ERROR("this is task %d of %d of SLURM step %s.%s but MPI sees a world of 1: the step was started "
+                  "without PMIx",
+                  env_count("SLURM_PROCID") + 1, step, job ? job : "?", id ? id : "?");
+        LOG_HINT("srun --mpi=pmix (slurm_multinode.sh: srun_flags=--mpi=pmix), or terarec train inside the "
+                 "allocation");
+        return TR_ERR_ARG;
+    }
+    const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < TR_ARRAY_SIZE(sizes); i++) {
+        const int n = env_count(sizes[i]);
+        if (n > 1) {
+            LOG_ERROR("this is rank %d of %d (%s) but MPI sees a world of 1: the job was started without PMIx",
+                      env_count(ranks[i]), n, sizes[i]);
+            LOG_HINT("start the workers with Open MPI's mpirun (it serves PMIx) or terarec train");
+            return TR_ERR_ARG;
+        }
+    }
+    return TR_OK;
+}
+
 enum tr_status dist_init(struct dist_info *d)
 {
     memset(d, 0, sizeof *d);
@@ -51,7 +89,7 @@ enum tr_status dist_init(struct dist_info *d)
         strcpy(d->host, "?");
     const char *ns = getenv("PMIX_NAMESPACE");
     if (!ns || !*ns)
-        return TR_OK;
+        return refuse_lone_task();
 #if defined(TR_HAVE_PMIX) && TR_HAVE_PMIX
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
     if (rc != PMIX_SUCCESS) {
@@ -71,7 +109,7 @@ enum tr_status dist_init(struct dist_info *d)
         d->node = 0;
     if (get_uint(&job, PMIX_NUM_NODES, &d->nnodes) != TR_OK)
         d->nnodes = 1;
-    return TR_OK;
+    return d->world > 1 ? TR_OK : refuse_lone_task();
 #else
     LOG_ERROR("launched under PMIx (PMIX_NAMESPACE=%s) but built without PMIx", ns);
     LOG_HINT("install libpmix-dev and rebuild (make deps && make)");

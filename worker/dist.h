@@ -25,7 +25,10 @@ struct dist_info {
  * reads PMIX_JOB_SIZE, PMIX_LOCAL_RANK, PMIX_LOCAL_SIZE, PMIX_NODEID and
  * PMIX_NUM_NODES; otherwise it describes a world of 1. Errors: TR_ERR_MPI (PMIx
  * present but failing: logged with the PMIx message), TR_ERR_UNSUPPORTED (a PMIx
- * launch but built without PMIx). Not thread-safe; call once from main. */
+ * launch but built without PMIx), TR_ERR_ARG (logged with a hint) for a world of
+ * 1 in a process its launcher started as one task of several (SLURM_STEP_NUM_TASKS,
+ * OMPI_COMM_WORLD_SIZE or PMI_SIZE over 1: srun without --mpi=pmix). Not
+ * thread-safe; call once from main. */
 enum tr_status dist_init(struct dist_info *d) TR_WUR;
 
 /* Exchanges a small blob through PMIx (Put on `root`, Commit, Fence with data

@@ -93,6 +93,8 @@ void worker_opts_fill(struct worker_cfg *c, struct tr_opt o[WORKER_MAX_OPTS])
 
 enum tr_status worker_opts_resolve(struct worker_cfg *c)
 {
+    /* --dataset_path alone: its files say which type (the seed's commands) */
+    TR_CHECK(job_infer_dataset_type(&c->job, NULL, NULL));
     const char *arg = c->resume_arg;
     c->resume = 0;
     if (!arg)

@@ -54,8 +54,10 @@ void worker_opts_fill(struct worker_cfg *cfg, struct tr_opt o[WORKER_MAX_OPTS]);
 /* What the parsed flags mean together, after tr_opt_parse: --resume [RUN] (the
  * old boolean's words too: --resume=true, --no_resume, TR_RESUME=false) sets
  * cfg->resume; --resume RUN continues run RUN, the same as --run_name RUN
- * --resume (cfg->run_name becomes a copy of RUN, freed by tr_opt_release).
- * TR_ERR_ARG (logged) when --run_name names another run; TR_ERR_NOMEM. */
+ * --resume (cfg->run_name becomes a copy of RUN, freed by tr_opt_release); a
+ * --dataset_path without --dataset_type takes the type its files mean
+ * (job_infer_dataset_type). TR_ERR_ARG (logged) when --run_name names another
+ * run or the path holds no dataset; TR_ERR_NOMEM. */
 enum tr_status worker_opts_resolve(struct worker_cfg *cfg) TR_WUR;
 
 /* Checks at start-up, before anything large is allocated, that the outputs can

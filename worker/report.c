@@ -3,13 +3,16 @@
  * one line written under one mutex with non-blocking sends, so a slow or absent
  * launcher costs training at most about a second per event. The beat thread also
  * notices the launcher's end of the connection closing (the launcher killed) and
- * calls the process's handler (report_on_launcher_gone), and the process's warn,
- * error and hint lines go as "log" lines (report_forward_logs). It does not queue
+ * calls the process's handler (report_on_launcher_gone), and with the first
+ * beat, then every REPORT_SYS_SEC and before the bye, sends the rank's system metrics
+ * (sysmetrics.h) as {"type":"sys"}; the process's warn, error and hint lines go as
+ * "log" lines (report_forward_logs). It does not queue
  * messages for later, reconnect, or read anything from the launcher. */
 #define TR_SUBSYS TR_SUB_NET
 #include "report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +33,7 @@
 #include "../common/file.h"
 #include "../common/log.h"
 #include "events.h"
+#include "sysmetrics.h"
 
 #define EVENT_WAIT_SEC 1.0   /* how long an event (hello, error, bye) waits for room */
 #define PARTIAL_WAIT_SEC 5.0 /* how long the rest of a line already begun may take */
@@ -41,6 +45,12 @@ struct report {
     _Atomic int64_t step;      /* steps done, for the beats */
     _Atomic int64_t from_step; /* the restored step (report_set_resumed), -1: none */
     _Atomic int64_t from_pos[2]; /* its data position: epoch, batch */
+    _Atomic int64_t dev_mem;   /* device bytes the backend holds, -1: none */
+    /* the system metrics: the last sample (beat thread, then report_bye) */
+    struct sysmetrics_sample sys_prev;
+    int sys_ok;                /* sys_prev was read */
+    int sys_sent;              /* a sample went (the first goes with the first beat) */
+    _Atomic double sys_every;  /* seconds between two (REPORT_SYS_SEC) */
     pthread_mutex_t mu;        /* the fd, the flags below and line */
     int gone;                  /* nothing more is sent */
     int warned_drop, warned_long;
@@ -186,6 +196,33 @@ static void send_beat(struct report *r)
     mu_unlock(r);
 }
 
+/* A sample of this process's use of the machine since the last one, sent as
+ * {"type":"sys"} (beat != 0: dropped, as a beat, when it does not fit at once). Called by
+ * the beat thread, or by report_bye once that thread has stopped. */
+static void send_sys(struct report *r, int beat)
+{
+    struct sysmetrics_sample now;
+    if (sysmetrics_read(&now) != TR_OK)
+        return;
+    const double cpu = r->sys_ok ? sysmetrics_cpu_pct(&r->sys_prev, &now) : NAN;
+    r->sys_prev = now;
+    r->sys_ok = 1;
+    char buf[320], cpu_s[32] = "null", dev[40] = "";
+    if (isfinite(cpu))
+        snprintf(cpu_s, sizeof cpu_s, "%.3f", cpu);
+    const int64_t dm = atomic_load(&r->dev_mem);
+    if (dm >= 0)
+        snprintf(dev, sizeof dev, ",\"gpu_mem_bytes\":%lld", (long long)dm);
+    int n = snprintf(buf, sizeof buf,
+                     "{\"type\":\"sys\",\"rank\":%d,\"step\":%lld,\"time\":%.6f,\"cpu_pct\":%s,\"rss_bytes\":%lld%s}\n",
+                     r->rank, (long long)atomic_load(&r->step), tr_clock_wall(), cpu_s, (long long)now.rss_bytes, dev);
+    if (n <= 0 || (size_t)n >= sizeof buf)
+        return;
+    mu_lock(r);
+    send_locked(r, buf, (size_t)n, beat);
+    mu_unlock(r);
+}
+
 static void *beat_main(void *arg)
 {
     struct report *r = arg;
@@ -210,6 +247,10 @@ static void *beat_main(void *arg)
         if (gone && launcher_closed(r))
             gone(r->addr); /* does not return */
         send_beat(r);
+        if (!r->sys_sent || !r->sys_ok || tr_clock_now() >= r->sys_prev.wall + atomic_load(&r->sys_every)) {
+            send_sys(r, 1);
+            r->sys_sent = 1;
+        }
         pthread_mutex_lock(&r->stop_mu);
     }
     pthread_mutex_unlock(&r->stop_mu);
@@ -396,6 +437,12 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
     r->rank = who->rank;
     atomic_init(&r->step, 0);
     atomic_init(&r->from_step, -1);
+    atomic_init(&r->dev_mem, -1);
+    r->sys_ok = sysmetrics_read(&r->sys_prev) == TR_OK; /* the first sample's CPU is since here */
+    /* a big job samples less often: the launcher writes each sample (about
+     * REPORT_SYS_RANKS / REPORT_SYS_SEC rows a second in all) */
+    const int groups = (who->size + REPORT_SYS_RANKS - 1) / REPORT_SYS_RANKS;
+    atomic_init(&r->sys_every, REPORT_SYS_SEC * (groups > 1 ? groups : 1));
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->stop_mu, NULL);
     r->addr = tr_strdup(addr);
@@ -445,6 +492,18 @@ void report_set_step(struct report *r, int64_t step)
 {
     if (r)
         atomic_store(&r->step, step);
+}
+
+void report_set_sys_every(struct report *r, double sec)
+{
+    if (r && sec > 0)
+        atomic_store(&r->sys_every, sec); /* from the next sample on */
+}
+
+void report_set_device_mem(struct report *r, int64_t bytes)
+{
+    if (r)
+        atomic_store(&r->dev_mem, bytes);
 }
 
 void report_set_resumed(struct report *r, int64_t step, int64_t epoch, int64_t index)
@@ -524,6 +583,7 @@ void report_bye(struct report *r, int exit_code)
         return;
     forward_end(r);
     stop_beat(r); /* no beat after the bye */
+    send_sys(r, 0); /* the last sample: a short run has at least this one */
     json_t *rec = json_pack("{s:s, s:i, s:i}", "type", "bye", "rank", r->rank, "exit", exit_code);
     if (rec)
         send_json(r, rec, 0);

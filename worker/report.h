@@ -1,5 +1,6 @@
 /* report.h: a rank's connection to the launcher (common/evproto.h): a hello,
- * a beat every EVPROTO_BEAT_SEC from a thread, rank 0's events through a sink of
+ * a beat every EVPROTO_BEAT_SEC from a thread (and the rank's system metrics
+ * every REPORT_SYS_SEC), rank 0's events through a sink of
  * struct events, an error line when the rank fails and a bye when it ends.
  * Sending never blocks training for long and never fails it: a beat that does
  * not fit is dropped, an event waits at most about a second, and a launcher that
@@ -51,6 +52,23 @@ void report_on_launcher_gone(report_gone_fn fn);
  * until report_bye or report_free. Call it once, from main, before the threads;
  * a process that never connects only keeps those 32 lines. */
 void report_forward_logs(void);
+
+/* Seconds between two samples of a rank's system metrics (sysmetrics.h), sent
+ * as {"type":"sys","rank","step","time","cpu_pct","rss_bytes"[,"gpu_mem_bytes"]}
+ * by the beat thread with its first beat, then at this interval in a job of up
+ * to REPORT_SYS_RANKS ranks (k times that many ranks: k times as long);
+ * report_bye sends one more before the bye. */
+#define REPORT_SYS_SEC 5.0
+#define REPORT_SYS_RANKS 16
+
+/* Another interval between two samples of the system metrics (tests; sec > 0),
+ * from the next sample on; a sample is taken at most once a beat. r may be NULL.
+ * Thread-safe. */
+void report_set_sys_every(struct report *r, double sec);
+
+/* The device memory the backend holds now (kern.h mem_now), for the next system
+ * metrics; < 0: none (the CPU). r may be NULL. Thread-safe. */
+void report_set_device_mem(struct report *r, int64_t bytes);
 
 /* Steps done so far, for the next beats. r may be NULL. Thread-safe. */
 void report_set_step(struct report *r, int64_t step);

@@ -32,6 +32,7 @@ static enum tr_status run_train(struct train *T)
         struct batch hdr;
         TR_CHECK(train_step(T, &hdr));
         report_set_step(T->rep, T->step);
+        report_set_device_mem(T->rep, T->be.i->mem_now ? T->be.i->mem_now(T->be.ctx) : -1);
         if (hdr.flags & BATCH_F_CKPT && !T->ck)
             LOG_RANK0("step %lld: checkpoint requested, but this run has no --checkpoint_dir: training goes on",
                       (long long)T->step);

@@ -300,6 +300,11 @@ static int64_t cu_mem_peak(void *ctx)
     return ((struct kcu_ctx *)ctx)->mem_peak;
 }
 
+static int64_t cu_mem_now(void *ctx)
+{
+    return ((struct kcu_ctx *)ctx)->mem_now;
+}
+
 static void cu_destroy(void *ctx)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
@@ -355,6 +360,7 @@ static const struct kern_backend_i cuda_iface = {
     .device_id = cu_device_id,
     .synchronize = cu_synchronize,
     .mem_peak = cu_mem_peak,
+    .mem_now = cu_mem_now,
     .destroy = cu_destroy,
 };
 

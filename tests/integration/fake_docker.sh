@@ -12,7 +12,8 @@
 # plus a private /tmp, /proc, /dev and /sys, and the image's own environment
 # ($FAKE_DOCKER_ENVFILE, from podman image inspect). Any other flag is refused, so
 # a flag the launcher starts passing fails the test until this shim learns it.
-# Every call is appended to $FAKE_DOCKER_LOG.
+# `docker info` answers (exit 0: terarec train's --container_runtime auto picks the
+# engine that answers). Every call is appended to $FAKE_DOCKER_LOG.
 set -euo pipefail
 
 if [ "${1:-}" = __inner ]; then # inside the new mount namespace: mounts, then chroot
@@ -35,9 +36,10 @@ fi
 echo "docker $*" >>"${FAKE_DOCKER_LOG:-/dev/null}"
 case "${1:-}" in
 rm) exit 0 ;; # the "container" is the process itself: it went with its client
+info) exit 0 ;; # a daemon that answers
 run) shift ;;
 *)
-    echo "fake docker: only run and rm" >&2
+    echo "fake docker: only run, rm and info" >&2
     exit 125
     ;;
 esac

@@ -90,8 +90,10 @@ expect "worker: cardinalities with --dataset_path" 2 \
 expect "worker: --synthetic_ids with split_binary" 2 \
     'error: --synthetic_ids and --dataset_type split_binary cannot be used together' \
     $WL --dataset_type split_binary $TINY --synthetic_ids uniform
-expect "worker: --dataset_path with the default synthetic type" 2 \
-    'error: --dataset_path is given but the dataset type is synthetic' $WL --dataset_path "$D" $TINY
+# --dataset_path alone is split_binary when it holds a dataset (t4006), else refused
+mkdir -p "$TMP/nodata"
+expect "worker: --dataset_path alone that holds no dataset" 2 \
+    "error: --dataset_path $TMP/nodata: holds no dataset" $WL --dataset_path "$TMP/nodata" $TINY
 out=$(TR_DATASET_TYPE=synthetic $WL --dataset_path "$D" $TINY 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q 'error: --dataset_path and TR_DATASET_TYPE synthetic cannot be used together' \
     && ok "worker: the environment's flag is named" || fail "worker: the environment's flag is named" "rc=$rc $out"

@@ -81,7 +81,7 @@ print(",".join(json.loads(l)["type"] for l in open(sys.argv[1])))' json.out 2>&1
 # ---- no arguments: the demo ----------------------------------------------------------------------
 TR_DB=$TMP/demo/runs.db timeout 300 $T train >demo.out 2>&1
 rc=$?
-[ $rc -eq 0 ] && grep -q "training the built-in demo" demo.out && grep -q "^step 300/300 " demo.out &&
+[ $rc -eq 0 ] && grep -q "^terarec: the built-in demo (no model or data flags): 300 steps of 2048" demo.out && grep -q "^step 300/300 " demo.out &&
     grep -q "^run history: $TMP/demo/runs.db " demo.out && ok "terarec train with no arguments: the demo, 300 steps" ||
     fail "terarec train with no arguments" "exit $rc: $(tail -n 6 demo.out)"
 

@@ -5,6 +5,8 @@
 # the tasks really spread over both nodes; a rank whose MPI_Init ends 2 s after the
 # other node's does not crash; a stopped rank and a rank failing before MPI end the
 # step; workers sharing a GPU on one node (by UUID) stop all ranks under --comm nccl;
+# tasks started without PMIx (srun --mpi=none) refuse to train alone; the seed's cmd=
+# example of slurm_multinode.sh trains through terarec train and is in the run history;
 # then the cluster is stopped (also when the test is interrupted) and nothing it
 # started is left. SKIPs without root, namespaces or the SLURM/munge commands (make deps
 # installs them); under CI=true a SKIP is a failure.
@@ -239,6 +241,46 @@ if [ $up = 1 ]; then
         ok "srun: workers sharing a GPU on the second node: --comm nccl refused on all 4 ranks, naming node 1 and its ranks"
     else
         fail "srun: workers sharing a GPU on the second node refuse --comm nccl together" "exit $rc: $(echo "$out" | grep -E 'error|srun' | detail 10)"
+    fi
+
+    # tasks of one step started without PMIx (srun --mpi=none) each see a world of 1:
+    # they refuse before training, naming the missing PMIx (issue 34)
+    out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout -k 10 60 srun --mpi=none -N 2 -n 2 \
+        "$W" $F --log_path= </dev/null 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+        [ "$(echo "$out" | grep -cE "error: this is task [12] of 2 of SLURM step [0-9]+\.[0-9]+ but MPI sees a world of 1: the step was started without PMIx")" = 2 ] &&
+        echo "$out" | grep -q "hint: srun --mpi=pmix (slurm_multinode.sh: srun_flags=--mpi=pmix)" &&
+        ! echo "$out" | grep -qE "^(step=|model:)"; then
+        ok "srun --mpi=none -n 2: both tasks refuse before training, naming the missing PMIx (exit $rc)"
+    else
+        fail "srun --mpi=none -n 2: the tasks refuse" "exit $rc: $(echo "$out" | grep -vE '^(step=|model:|data:)' | detail 10)"
+    fi
+
+    # any other cmd that runs terarec-worker: srun --mpi=pmix by default (one world of 2)
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" TR_BIN=$TR_BIN cmd="exec terarec-worker ${F//$'\n'/ } --log_path=" \
+        timeout -k 10 120 sbatch --wait -N 2 -n 2 -o "$TMP/raw.out" "$SL/slurm_multinode.sh" >/dev/null 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '^Training run completed' "$TMP/raw.out")" = 1 ] &&
+        grep -q "; 2 worker(s)" "$TMP/raw.out"; then
+        ok "cmd='exec terarec-worker ...' (no srun_flags): srun --mpi=pmix, one job of 2 workers"
+    else
+        fail "cmd='exec terarec-worker ...' runs with PMIx" "exit $rc: $(tail -n 8 "$TMP/raw.out" | detail 8)"
+    fi
+
+    # slurm_multinode.sh's header example as written: the seed's cmd, no srun_flags; it
+    # runs through terarec train (srun --mpi=pmix), and the run is in the history
+    mkdir -p "$TMP/sm"
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" TR_DB=$TMP/sm/runs.db TR_BIN=$TR_BIN \
+        cmd="python -u main.py $F --run_name sm" timeout -k 10 120 \
+        sbatch --wait -N 2 -n 2 -o "$TMP/sm/job.out" "$SL/slurm_multinode.sh" >/dev/null 2>&1
+    rc=$?
+    row=$("$TR_BIN/terarec" runs list --db "$TMP/sm/runs.db" 2>&1 | grep -w sm)
+    if [ $rc -eq 0 ] && grep -q "^slurm_multinode.sh: cmd runs as: terarec train " "$TMP/sm/job.out" &&
+        echo "$row" | grep -q completed; then
+        ok "cmd='python -u main.py ...' sbatch -N 2 -n 2 slurm_multinode.sh: trains, recorded ($(echo $row))"
+    else
+        fail "slurm_multinode.sh's example as written" "exit $rc: $row $(tail -n 12 "$TMP/sm/job.out" | detail 12)"
     fi
 fi
 

@@ -5,7 +5,12 @@
 # an SVG that parses as XML and has a path), rm removing the rows of every
 # table, and the refusals, each exit 2 with one line naming what is wrong: no
 # history, an unknown run, a bad chart extension, a metric a run lacks, a
-# history from a newer schema.
+# history from a newer schema. Then tag, note and rename (refusing a name another
+# run has, a history this user cannot write), list --filter on a parameter, a
+# final metric and tags (an unknown key's error and close keys), --columns and
+# --sort, compare's config diff and final metrics, 1e-07 printed without float
+# noise, --json that is JSON from its first line, and the process of a failed run
+# whose end was never recorded.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
 PY=/usr/bin/python3
@@ -109,8 +114,8 @@ out=$($T runs metrics 20261124-aaaa --name loss --db "$DB" 2>&1)
 
 # ---- compare ----------------------------------------------------------------------------------------------
 out=$($T runs compare baseline bigger-lr 20261124-c --db "$DB" 2>&1)
-if echo "$out" | grep -q "^config.lr " && echo "$out" | grep -q "^config.batch " &&
-    ! echo "$out" | grep -q "config.dim" && echo "$out" | grep -q "^best_auc .*0.8"; then
+if echo "$out" | grep -q "^  lr  *0.5  *1  *0.5$" && echo "$out" | grep -q "^  batch " &&
+    ! echo "$out" | grep -q "dim" && echo "$out" | grep -q "^best_auc .*0.8"; then
     ok "compare: summaries and only the config keys that differ"
 else
     fail "compare: summaries and only the config keys that differ" "$out"
@@ -193,4 +198,134 @@ done
     fail "rm: the rows of every table are gone, others kept" "left:$left"
 refuse "rm: an unknown run" "'baseline'" $T runs rm baseline --db "$DB"
 check "help" $T runs --help
+
+# ---- tags, notes, names; filters, columns, sort; compare; numbers; --json; processes ---------------------
+# three runs as the launcher writes them: config values are text (as its flags
+# print), 1e-07 written with float noise; final metrics from the summary; a failed
+# run whose rank 1 never recorded its end
+$PY - "$DB" <<'PYEOF'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+t0 = 1764100000.0
+runs = [("20261125-tb01", "tb-lr-high", "completed", "0.050000000000000003", "adagrad", 0.8012, 120000.0),
+        ("20261125-tb02", "tb-lr-low", "completed", "9.9999999999999995e-08", "sgd", 0.7625, 150000.0),
+        ("20261125-tb03", "other", "failed", "0.01", "adagrad", None, None)]
+for i, (rid, name, status, lr, opt, auc, sps) in enumerate(runs):
+    cfg = {"learning_rate": lr, "optimizer": opt, "batch_size": "2048", "embedding_dim": "16"}
+    fm = None if auc is None else json.dumps({"auc": auc, "throughput": sps, "steps": 100,
+                                              "phase_ms_per_step": {"data": 0.5}})
+    db.execute("INSERT INTO runs (id, name, status, config, hosts, nodes, workers, slurm_job_id, start_time, end_time,"
+               " final_metrics) VALUES (?, ?, ?, ?, 'n1,n2', 2, 4, ?, ?, ?, ?)",
+               (rid, name, status, json.dumps(cfg), "77" if status == "failed" else None, t0 + i, t0 + i + 60, fm))
+    db.execute("INSERT INTO metrics VALUES (?, 100, 'samples_per_s', ?, ?)", (rid, sps or 1.0, t0 + i))
+db.execute("INSERT INTO processes VALUES ('20261125-tb03', 0, 0, 'n1', 11, 1, NULL, ?, ?)", (t0, t0 + 50))
+db.execute("INSERT INTO processes VALUES ('20261125-tb03', 0, 1, 'n2', 12, NULL, NULL, ?, NULL)", (t0,))
+db.commit()
+PYEOF
+out=$($T runs tag tb-lr-high baseline sweep --db "$DB" 2>&1) && $T runs tag tb-lr-low sweep old --db "$DB" >/dev/null &&
+    $T runs tag tb-lr-low --rm old --db "$DB" >/dev/null
+[ "$(count "SELECT tags FROM runs WHERE id = '20261125-tb01'")" = '["baseline","sweep"]' ] &&
+    [ "$(count "SELECT tags FROM runs WHERE id = '20261125-tb02'")" = '["sweep"]' ] && echo "$out" | grep -q baseline &&
+    ok "tag: adds tags (a set), --rm removes one" || fail "tag: adds tags (a set), --rm removes one" "$out"
+refuse "tag: a tag with a space" "'two words'" $T runs tag tb-lr-high "two words" --db "$DB"
+echo "lr sweep: the high end" >"$TMP/note.txt"
+$T runs note tb-lr-high -F "$TMP/note.txt" --db "$DB" >/dev/null 2>&1
+$T runs note tb-lr-low "the low end" --db "$DB" >/dev/null 2>&1
+out=$($T runs show tb-lr-high --db "$DB" 2>&1)
+echo "$out" | grep -q "^  tags  *baseline, sweep$" && echo "$out" | grep -q "^  note  *lr sweep: the high end$" &&
+    ok "note (-F FILE, and a text): show has the tags and the note" ||
+    fail "note (-F FILE, and a text): show has the tags and the note" "$out"
+refuse "rename: to another run's name, naming it" "run '20261125-tb03' has that name" \
+    $T runs rename tb-lr-high other --db "$DB"
+out=$($T runs rename tb-lr-high tb-lr-top --db "$DB" 2>&1)
+[ "$(count "SELECT name FROM runs WHERE id = '20261125-tb01'")" = tb-lr-top ] && echo "$out" | grep -q "tb-lr-top" &&
+    ok "rename" || fail "rename" "$out"
+if command -v setpriv >/dev/null && setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
+    mkdir -p "$TMP/ro" && cp "$DB" "$TMP/ro/runs.db" && chmod 755 "$TMP" "$TMP/ro" && chmod 644 "$TMP/ro/runs.db"
+    refuse "tag: a history this user cannot write is refused, named" "'$TMP/ro/runs.db'" \
+        setpriv --reuid=nobody --regid=nogroup --clear-groups $T runs tag tb-lr-low x --db "$TMP/ro/runs.db"
+else
+    skip "tag: a history this user cannot write" "setpriv cannot switch to nobody here"
+fi
+
+names() { # the names of `runs list --json ARGS...`, space-separated, in order
+    $T runs list --db "$DB" --json "$@" 2>/dev/null | $PY -c 'import json,sys; print(" ".join(r["name"] or "-" for r in json.load(sys.stdin)))'
+}
+[ "$(names --filter 'learning_rate>0.001')" = "other tb-lr-top" ] && ok "filter: a parameter (>), numbers from text" ||
+    fail "filter: a parameter (>), numbers from text" "$(names --filter 'learning_rate>0.001')"
+[ "$(names --filter optimizer=adagrad --filter status=completed)" = "tb-lr-top" ] &&
+    ok "filter: a text parameter and status (repeated: and)" || fail "filter: a text parameter and status (repeated: and)" \
+    "$(names --filter optimizer=adagrad --filter status=completed)"
+[ "$(names --filter 'auc>=0.79')" = "tb-lr-top" ] && [ "$(names --filter 'learning_rate=1e-7')" = "tb-lr-low" ] &&
+    ok "filter: a final metric (>=), a parameter (= as numbers)" || fail "filter: a final metric (>=), a parameter (= as numbers)" \
+    "$(names --filter 'auc>=0.79') / $(names --filter 'learning_rate=1e-7')"
+[ "$(names --filter tag=sweep)" = "tb-lr-low tb-lr-top" ] && [ "$(names --filter tag!=baseline --filter name~tb-)" = "tb-lr-low" ] &&
+    ok "filter: tag=, tag!=, name~" || fail "filter: tag=, tag!=, name~" "$(names --filter tag=sweep)"
+refuse "filter: an unknown key, named" "'lerning_rate'" $T runs list --filter 'lerning_rate>0.01' --db "$DB"
+out=$($T runs list --filter 'lerning_rate>0.01' --db "$DB" 2>&1)
+echo "$out" | grep "hint:" | grep -q "learning_rate (parameter)" && ok "filter: the hint lists close keys" ||
+    fail "filter: the hint lists close keys" "$out"
+refuse "filter: < with a word" "'<' compares numbers" $T runs list --filter 'optimizer<adagrad' --db "$DB"
+
+out=$($T runs list --columns name,learning_rate,auc,samples_per_s --sort -auc --filter name~tb- --db "$DB" 2>&1)
+if [ "$(echo "$out" | head -1 | tr -s ' ')" = "name learning_rate auc samples_per_s" ] &&
+    echo "$out" | sed -n 2p | grep -q "^tb-lr-top  *0.05  *0.8012  *120000" &&
+    echo "$out" | sed -n 3p | grep -q "^tb-lr-low  *1e-07  *0.7625  *150000"; then
+    ok "list --columns --sort -auc: chosen columns, sorted, 1e-07 without float noise"
+else
+    fail "list --columns --sort -auc: chosen columns, sorted, 1e-07 without float noise" "$out"
+fi
+[ "$(names --sort samples_per_s --filter name~tb-)" = "tb-lr-top tb-lr-low" ] && ok "list --sort ascending" ||
+    fail "list --sort ascending" "$(names --sort samples_per_s --filter name~tb-)"
+check "list --columns --json: the id and the columns, numbers as numbers" bash -c "$T runs list --db '$DB' --json \
+    --columns name,learning_rate,tags,phase_ms_per_step.data --filter tag=baseline | $PY -c 'import json,sys; a=json.load(sys.stdin);
+assert a==[{\"id\":\"20261125-tb01\",\"name\":\"tb-lr-top\",\"learning_rate\":0.05,\"tags\":[\"baseline\",\"sweep\"],
+\"phase_ms_per_step.data\":0.5}], a'"
+out=$($T runs list --db "$DB" 2>&1)
+echo "$out" | grep -q "^20261125-tb01 .*2 nodes, 4 workers .*baseline,sweep  *lr sweep: the high end$" &&
+    ok "list: nodes and workers in words, tags, note" ||
+    fail "list: nodes and workers in words, tags, note" "$out"
+
+out=$($T runs compare tb-lr-top tb-lr-low --db "$DB" 2>&1)
+if echo "$out" | grep -q "^config: 2 differ, 2 the same:" && echo "$out" | grep -q "^  learning_rate  *0.05  *1e-07$" &&
+    echo "$out" | grep -q "^  optimizer  *adagrad  *sgd$" && ! echo "$out" | grep -q "batch_size" &&
+    echo "$out" | grep -q "^  auc  *0.8012  *0.7625$" && echo "$out" | grep -q "^  throughput  *120000  *150000$"; then
+    ok "compare: the config keys that differ (and a count of the rest), final metrics per run"
+else
+    fail "compare: the config keys that differ (and a count of the rest), final metrics per run" "$out"
+fi
+check "compare --json: config_diff, config_equal, final_metrics" bash -c "$T runs compare tb-lr-top tb-lr-low --json \
+    --db '$DB' | $PY -c 'import json,sys; j=json.load(sys.stdin); assert j[\"config_diff\"]=={\"learning_rate\":[\"0.05\",\"1e-07\"],
+\"optimizer\":[\"adagrad\",\"sgd\"]} and j[\"config_equal\"]==2, j; assert j[\"final_metrics\"][\"auc\"]==[0.8012,0.7625], j'"
+out=$($T runs show tb-lr-low --db "$DB" 2>&1; $T runs show tb-lr-low --json --db "$DB" 2>&1)
+echo "$out" | grep -q '"learning_rate":"1e-07"' && echo "$out" | grep -q '"learning_rate": "1e-07"' &&
+    ! echo "$out" | grep -q "99999" && ok "show (and --json): config values without float noise" ||
+    fail "show (and --json): config values without float noise" "$out"
+
+out=$($T runs show other --db "$DB" 2>&1)
+echo "$out" | grep -q "^  0  *1  *n2  *12  *ended (exit unknown) " && ! echo "$out" | grep -q running &&
+    ok "a failed run's process without a recorded end: ended (exit unknown), not running" ||
+    fail "a failed run's process without a recorded end: ended (exit unknown), not running" "$out"
+
+# --json is JSON from its first line on stdout, whatever is logged (an old history
+# migrated on the way, a lost run found)
+cp "$DB" "$TMP/old.db"
+$PY - "$TMP/old.db" <<'PYEOF'
+import sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+d.execute("INSERT INTO runs (id, name, status, start_time, launcher_host, launcher_pid, heartbeat) VALUES"
+          " ('20261125-lost', 'gone', 'running', 1764100000, 'elsewhere', 1, 1764100000)")
+d.execute("PRAGMA user_version = 2")
+d.commit()
+PYEOF
+jsonfirst() { # CMD...: stdout parses as JSON, and its first line opens it
+    local out
+    out=$(TR_LOG=debug "$@" 2>/dev/null) || { echo "exit $?"; return 1; }
+    printf '%s' "$out" | $PY -c 'import json,sys; s=sys.stdin.read(); assert s[:1] in "[{", s[:200]; json.loads(s)'
+}
+check "--json from the first line: list (migrating an old history, a lost run)" jsonfirst $T runs list --json --db "$TMP/old.db"
+for c in "show tb-lr-low --json" "metrics tb-lr-low --json" "compare tb-lr-top other --json" "export gone --format json"
+do
+    check "--json from the first line: $c" jsonfirst $T runs $c --db "$TMP/old.db"
+done
 done_testing

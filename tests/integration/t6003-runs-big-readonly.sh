@@ -3,7 +3,8 @@
 # history written by a real `terarec train` run:
 # - read-only: on a tmpfs remounted read-only, as user nobody in a directory it
 #   cannot write, and while another process holds the file's write lock (for less
-#   than the busy timeout), list, show, export and serve work; a writer (runs rm)
+#   than the busy timeout), list, show, export and serve work (also on a file of
+#   schema version 2, read as it is: no system metrics); a writer (runs rm)
 #   is refused with one error naming the file and why, and a hint (--db);
 # - big: 1,000,000 metric rows in one run (among them a metric that stopped early,
 #   which made the old last-metrics query scan the run once per row: minutes at
@@ -76,8 +77,16 @@ refused() {
 # ---- a read-only file system ------------------------------------------------------------------------------
 if mkdir -p "$MNT" && mount -t tmpfs -o size=16m tmpfs "$MNT" 2>/dev/null; then
     copy "$MNT/runs.db"
+    copy "$MNT/v2.db" # as a terarec before the system metrics wrote it
+    $PY -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.executescript('DROP TABLE sysmetrics; PRAGMA user_version=2')" \
+        "$MNT/v2.db"
     mount -o remount,ro "$MNT"
     check "a read-only file system: list, show, export, serve" reads "$MNT/runs.db"
+    check "a read-only file system, schema version 2 (read as it is): list, show, export, serve" reads "$MNT/v2.db"
+    out=$($T runs show small --db "$MNT/v2.db" --json 2>/dev/null)
+    echo "$out" | $PY -c 'import json,sys; j=json.load(sys.stdin); assert j["sysmetrics_summary"] == [], j' &&
+        ! $T runs show small --db "$MNT/v2.db" 2>&1 | grep -q "system metrics" &&
+        ok "schema version 2: no system metrics, and no error for their table" || fail "schema version 2: no system metrics" "$out"
     refused "a read-only file system: rm refused, naming the file and why" "Read-only file system" "$MNT/runs.db"
     umount "$MNT"
 else

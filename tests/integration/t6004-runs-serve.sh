@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # t6004: `terarec runs serve` over HTTP on loopback (curl), on a history filled by
 # a real `terarec train` run plus rows written with python3's sqlite3:
-# - every page and endpoint answers; the JSON of /api/runs, /api/runs/ID,
-#   /api/runs/ID/metrics and /api/runs/ID/export equals the CLI's --json (parsed);
+# - the run recorded learning rate, step time and each rank's system metrics;
+# - every page and endpoint answers (the run page's chart views and controls); the
+#   JSON of /api/runs, /api/runs/ID, /api/runs/ID/metrics and /api/runs/ID/export
+#   equals the CLI's --json (parsed); /api/runs/ID/sysmetrics has every rank;
+#   so do /api/runs?filter=..&columns=..&sort=.. and /api/compare (config diff,
+#   final metrics); a bad filter, column or sort is 400 with the CLI's words;
 # - unknown or bad ids 404, injection attempts in ids and filters find nothing and
 #   change nothing (the file's bytes are the same), bad numbers 400, writes 405;
 # - a run named <script> and an id with quotes come out escaped in the HTML;
@@ -29,6 +33,26 @@ if ! $T train --db "$DB" --workers 2 $M --max_steps 60 --print_freq 5 --checkpoi
 fi
 ok "a real training run fills the history"
 RID=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select id from runs where name='real'\").fetchone()[0])" "$DB")
+# what the run recorded besides loss: the learning rate and step time of every
+# report, and each rank's system metrics (at least the sample before its bye)
+got=$($PY - "$DB" "$RID" "$(nproc)" <<'PYEOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); run = sys.argv[2]; cores = int(sys.argv[3])
+n = {k: db.execute("select count(*) from metrics where run = ? and name = ? and value is not null", (run, k)).fetchone()[0]
+     for k in ("loss", "learning_rate", "step_time_ms")}
+lr = db.execute("select min(value), max(value) from metrics where run = ? and name = 'learning_rate'", (run,)).fetchone()
+st = db.execute("select min(value) from metrics where run = ? and name = 'step_time_ms'", (run,)).fetchone()[0]
+ranks = [r[0] for r in db.execute("select distinct rank from sysmetrics where run = ? order by rank", (run,))]
+bad = db.execute("select count(*) from sysmetrics where run = ? and (rss_bytes is null or rss_bytes <= 1048576"
+                 " or cpu_pct < 0 or cpu_pct > ? or time is null or step < 0 or gpu_mem_bytes is not null)",
+                 (run, 100 * cores)).fetchone()[0]
+cpu = db.execute("select count(*) from sysmetrics where run = ? and cpu_pct is not null", (run,)).fetchone()[0]
+print(int(n["loss"] == n["learning_rate"] == n["step_time_ms"] > 5), lr[0] == lr[1] == 0.5, int(st > 0),
+      ranks, bad, int(cpu >= 2))
+PYEOF
+)
+[ "$got" = "1 True 1 [0, 1] 0 1" ] && ok "recorded: learning_rate and step_time_ms per report; system metrics of ranks 0 and 1 (RSS > 1 MiB, 0 <= CPU <= 100 x cores)" ||
+    fail "recorded: learning rate, step time, system metrics per rank" "got '$got'"
 
 # rows a real run does not make: a hostile name, an id with quotes and markup, a
 # failed run with its events, a running one under SLURM
@@ -52,6 +76,8 @@ db.execute("INSERT INTO processes VALUES ('20261124-xss', 0, 3, 'n2', 99, 1, NUL
 db.commit()
 PYEOF
 ok "add a hostile name, a quoted id, a failed and a running run"
+$T runs tag real baseline lr-0.5 --db "$DB" >/dev/null 2>&1 && $T runs note real "the first one" --db "$DB" >/dev/null 2>&1 &&
+    ok "tag and note the real run" || fail "tag and note the real run"
 
 # serve ARGS...: starts a server in the background on a free port; sets URL (empty
 # when it did not come up) and SPID
@@ -105,6 +131,10 @@ echo "$h" | grep -q 'id="runs"' && grep -qi '^content-type: text/html' headers.t
 h=$(curl -s "$URL/run/$RID")
 echo "$h" | grep -q "data-run=\"$RID\"" && echo "$h" | grep -q 'id="chart-loss"' && ok "/run/ID: the run page" ||
     fail "/run/ID: the run page" "$h"
+for id in chart-learning_rate chart-step_time_ms smooth logscale markers chart-sys-cpu chart-sys-rss chart-sys-gpu_mem sysmetrics; do
+    echo "$h" | grep -q "id=\"$id\"" || { fail "/run/ID: the element #$id"; continue; }
+    ok "/run/ID: the element #$id"
+done
 [ "$(code "$URL/static/app.js")" = 200 ] && [ "$(code "$URL/static/style.css")" = 200 ] &&
     curl -s "$URL/static/app.js" | grep -q textContent && ok "/static/app.js and style.css" ||
     fail "/static/app.js and style.css"
@@ -128,6 +158,50 @@ jsoneq "/api/runs/ID/metrics = runs metrics ID --json" "$URL/api/runs/$RID/metri
 jsoneq "/api/runs/ID = runs show ID --json" "$URL/api/runs/$RID" $T runs show "$RID" --db "$DB" --json
 jsoneq "/api/runs/ID/export = runs export ID --format json" "$URL/api/runs/$RID/export" \
     $T runs export "$RID" --db "$DB" --format json
+curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c '
+import json,sys; a=json.load(sys.stdin); assert sorted({r["rank"] for r in a})==[0,1] and all(set(r)=={"seq","rank","time","step","cpu_pct","rss_bytes","gpu_util","gpu_mem_bytes"} and r["rss_bytes"]>1<<20 for r in a), a' &&
+    curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c '
+import json,subprocess,sys; a=json.load(sys.stdin); s=[r["seq"] for r in a]; assert s==sorted(s) and len(set(s))==len(s), s; print(s[0])' >seq0 &&
+    [ "$(curl -s "$URL/api/runs/$RID/sysmetrics?after=$(cat seq0)" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')" = \
+      "$(( $(curl -s "$URL/api/runs/$RID/sysmetrics" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))') - 1 ))" ] &&
+    curl -s "$URL/api/runs/$RID" | $PY -c '
+import json,sys; s=json.load(sys.stdin)["sysmetrics_summary"]; assert [r["rank"] for r in s]==[0,1] and all(r["peak_rss_bytes"]>1<<20 and r["samples"]>=1 for r in s), s' &&
+    ok "/api/runs/ID/sysmetrics: every sample of ranks 0 and 1 in order (?after=SEQ: the later ones); /api/runs/ID: their summary" ||
+    fail "/api/runs/ID/sysmetrics and the summary" "$(curl -s "$URL/api/runs/$RID/sysmetrics" | head -c 400)"
+jsoneq "/api/runs?filter=..&filter=.. = runs list --filter .. --filter .." \
+    "$URL/api/runs?filter=learning_rate%3E%3D0.5&filter=tag%3Dbaseline" \
+    $T runs list --db "$DB" --json --filter 'learning_rate>=0.5' --filter tag=baseline
+jsoneq "/api/runs?columns=..&sort=-.. = runs list --columns .. --sort -.." \
+    "$URL/api/runs?columns=name,learning_rate,auc,tags&sort=-auc&limit=0" \
+    $T runs list --db "$DB" --json --columns name,learning_rate,auc,tags --sort -auc --limit 0
+curl -s "$URL/api/runs?filter=tag%3Dbaseline&columns=name,learning_rate,tags" | $PY -c '
+import json,sys; a=json.load(sys.stdin); assert a==[{"id":sys.argv[1],"name":"real","learning_rate":0.5,"tags":["baseline","lr-0.5"]}], a' \
+    "$RID" && ok "/api/runs?filter=tag=..&columns=..: the tagged run, its parameter as a number" ||
+    fail "/api/runs?filter=tag=..&columns=..: the tagged run, its parameter as a number"
+curl -s "$URL/api/runs?columns=name&sort=name&limit=0" | $PY -c '
+import json,sys; a=[r["name"] for r in json.load(sys.stdin)]; assert a==sorted(a), a' && ok "/api/runs?sort=name: sorted" ||
+    fail "/api/runs?sort=name: sorted"
+b=$(curl -s -w ' %{http_code}' "$URL/api/runs?filter=lerning_rate%3E0.1")
+echo "$b" | grep -q "no run has a field, parameter or final metric 'lerning_rate'" && echo "$b" | grep -q "hint: close keys: learning_rate (parameter)" &&
+    [ "${b##* }" = 400 ] && ok "/api/runs?filter=<unknown key>: 400, named, with close keys" ||
+    fail "/api/runs?filter=<unknown key>: 400, named, with close keys" "$b"
+[ "$(code "$URL/api/runs?filter=auc%3Eabc")" = 400 ] && [ "$(code "$URL/api/runs?columns=nope")" = 400 ] &&
+    [ "$(code "$URL/api/runs?sort=-nope")" = 400 ] && ok "/api/runs: a bad filter, column or sort: 400" ||
+    fail "/api/runs: a bad filter, column or sort: 400"
+jsoneq "/api/compare?run=A&run=B = runs compare A B --json" "$URL/api/compare?run=$RID&run=20261124-xss" \
+    $T runs compare "$RID" 20261124-xss --db "$DB" --json
+curl -s "$URL/api/compare?run=$RID&run=20261124-xss" | $PY -c '
+import json,sys; j=json.load(sys.stdin); d=j["config_diff"]
+assert "learning_rate" in d and "lr" in d and d["lr"]==[None,0.5] and j["final_metrics"]["auc"][1] is None, j
+assert j["config_equal"]==0 and j["runs"][0]["tags"]==["baseline","lr-0.5"], j' &&
+    ok "/api/compare: the config keys that differ, final metrics per run, tags" ||
+    fail "/api/compare: the config keys that differ, final metrics per run, tags"
+[ "$(code "$URL/api/compare?run=nope&run=$RID")" = 404 ] && [ "$(code "$URL/api/compare")" = 400 ] &&
+    ok "/api/compare: an unknown run 404, none 400" || fail "/api/compare: an unknown run 404, none 400"
+h=$(curl -s "$URL/")
+echo "$h" | grep -q 'id="filter-expr"' && echo "$h" | grep -q 'id="columns"' && curl -s "$URL/compare?run=a" | grep -q 'id="config-diff"' &&
+    curl -s "$URL/run/$RID" | grep -q 'id="run-tags"' && ok "the pages: a filter box, a column chooser, the config diff, tags" ||
+    fail "the pages: a filter box, a column chooser, the config diff, tags"
 n=$(curl -s "$URL/api/runs/$RID/metrics?name=loss" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)))')
 nl=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from metrics where run=? and name='loss'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$RID")
 [ "$n" = "$nl" ] && [ "$n" -gt 5 ] && ok "metrics?name=loss: every loss row ($n)" || fail "metrics?name=loss: every loss row" "$n vs $nl"
@@ -149,11 +223,13 @@ for u in "/api/runs/nope" "/run/nope" "/api/runs/$RID/bogus" "/nothing" "/api/ru
     [ "$c" = 404 ] && ok "404: $u" || fail "404: $u" "got $c"
 done
 for u in "/api/runs?status=%27%20OR%201%3D1%20--" "/api/runs?name=%25%27%20OR%20%271%27%3D%271" \
+    "/api/runs?filter=name%3Dx%27%20OR%20%271%27%3D%271" "/api/runs?filter=note~%27)%20OR%201%3D1%20--%27" \
     "/api/runs/$RID/metrics?name=%27%20OR%201%3D1%20--"; do
     b=$(curl -s "$URL$u")
     [ "$b" = "[]" ] && ok "an injection in a filter finds nothing: $u" || fail "an injection in a filter finds nothing: $u" "$b"
 done
-for u in "/api/runs?limit=abc" "/api/runs?limit=-1" "/api/runs/$RID/metrics?after=1%3B" "/api/runs/$RID/metrics?after=-5"; do
+for u in "/api/runs?limit=abc" "/api/runs?limit=-1" "/api/runs/$RID/metrics?after=1%3B" "/api/runs/$RID/metrics?after=-5" \
+    "/api/runs/$RID/sysmetrics?after=x"; do
     c=$(code "$URL$u")
     [ "$c" = 400 ] && ok "400: $u" || fail "400: $u" "got $c"
 done

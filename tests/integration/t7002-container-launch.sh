@@ -4,6 +4,10 @@
 #   missing SRC, an empty mount, --container-mounts without an image, a dataset
 #   missing through the mounts) exit 2 with one error line naming the flag and no
 #   run history written;
+# - --container_runtime auto: the engine that answers (`docker info`, then `podman
+#   info`; a docker whose daemon is down or hangs is passed over), said on the console;
+#   neither answering is exit 2 naming both; podman without its init binary
+#   (catatonit; init_path from CONTAINERS_CONF) drops --init with a warning and a hint;
 # - --dry_run, here: each program under `docker run` (or `podman run` with
 #   --container_runtime podman) with the user's mounts, the run's directory and its
 #   store at their own paths, the host's network and IPC, the caller's uid, GPUs
@@ -105,6 +109,70 @@ PATH=$TMP/fakebin:$PATH $T train --db "$TMP/hist/runs.db" $MODEL --max_steps 2 -
     grep '^workers: ' dryp.out | grep -q -- '--dataset_path=/data/ds ' &&
     ok "--container_runtime podman; --dataset_path passed as the container sees it (checked on the host through the mount)" ||
     fail "podman dry run" "$(cat dryp.out)"
+
+grep -q "^terarec: containers run with docker: docker answers" dry.out &&
+    ok "--container_runtime auto: docker when 'docker info' answers, said on the console" || fail "docker picked" "$(cat dry.out)"
+
+# ---- which engine: --container_runtime auto picks the one that answers; podman's init ------------
+# fakes in rt/: docker whose daemon is down (or hangs: FAKE_DOCKER_HANG), podman that
+# answers (or not: FAKE_PODMAN_DOWN); podman's init binary through CONTAINERS_CONF
+mkdir -p rt
+cat >rt/docker <<'SH'
+#!/bin/sh
+[ "$1" = info ] || exit 125
+[ -n "${FAKE_DOCKER_HANG:-}" ] && sleep 30
+echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2
+exit 1
+SH
+cat >rt/podman <<'SH'
+#!/bin/sh
+[ "$1" = info ] && [ -z "${FAKE_PODMAN_DOWN:-}" ] && { echo "host:"; exit 0; }
+echo "Error: cannot set up namespace using newuidmap" >&2
+exit 125
+SH
+printf '#!/bin/sh\nexit 0\n' >rt/catatonit
+chmod +x rt/docker rt/podman rt/catatonit
+printf '[engine]\ninit_path = "%s"\n' "$TMP/rt/catatonit" >init_ok.conf
+printf '[engine]\n# init_path = "/usr/bin/tini"\ninit_path = "%s"\n' "$TMP/rt/nothere" >init_gone.conf
+: >init_unset.conf
+# rt_dry OUT ENV...: a --dry_run with the auto runtime, the fakes first on PATH
+rt_dry() {
+    local out=$1
+    shift
+    rm -rf hist && mkdir hist
+    env PATH="$TMP/rt:$PATH" "$@" $T train --db "$TMP/hist/runs.db" $M --max_steps 2 --dry_run \
+        --container-image $IMG >"$out" 2>&1
+}
+rt_dry rt1.out CONTAINERS_CONF="$TMP/init_ok.conf"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^[a-z]*: podman run --rm --init ' rt1.out)" = 3 ] &&
+    grep -q "^terarec: containers run with podman: podman answers ('podman info'); docker does not: 'docker info' exited 1: Cannot connect to the Docker daemon" rt1.out &&
+    ! grep -q 'warn:' rt1.out &&
+    ok "docker's daemon down, podman answers: podman, and the console says why" || fail "podman picked" "exit $rc: $(cat rt1.out)"
+rt_dry rt2.out CONTAINERS_CONF="$TMP/init_ok.conf" FAKE_DOCKER_HANG=1 TR_CONTAINER_PROBE_TIMEOUT=1
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^[a-z]*: podman run ' rt2.out)" = 3 ] &&
+    grep -q "docker does not: 'docker info' did not answer within 1 s" rt2.out &&
+    ok "a docker that hangs: given up after TR_CONTAINER_PROBE_TIMEOUT, podman" || fail "docker hangs" "exit $rc: $(cat rt2.out)"
+BAD_ENV="PATH=$TMP/rt:$PATH FAKE_PODMAN_DOWN=1" bad "neither engine answers" \
+    "neither docker nor podman answers (docker: 'docker info' exited 1: Cannot connect.*podman: 'podman info' exited 125: Error: cannot set up" \
+    --container-image $IMG
+rt_dry rt3.out CONTAINERS_CONF="$TMP/init_gone.conf"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^[a-z]*: podman run --rm --name=' rt3.out)" = 3 ] && ! grep '^[a-z]*: podman run ' rt3.out | grep -q -- ' --init ' &&
+    grep -q "warn: podman's --init needs catatonit, which is missing: $TMP/rt/nothere (init_path in $TMP/init_gone.conf)" rt3.out &&
+    grep -q "hint: install the Debian package catatonit" rt3.out &&
+    ok "podman without its init binary: no --init, a warning naming catatonit and a hint" || fail "no catatonit" "exit $rc: $(cat rt3.out)"
+rt_dry rt4.out CONTAINERS_CONF="$TMP/init_unset.conf"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^[a-z]*: podman run --rm --init ' rt4.out)" = 3 ] && ! grep -q 'catatonit' rt4.out &&
+    ok "no init_path: catatonit found on PATH, --init kept" || fail "catatonit on PATH" "exit $rc: $(cat rt4.out)"
+rm -rf hist && mkdir hist
+PATH=$TMP/rt:$PATH CONTAINERS_CONF=$TMP/init_gone.conf $T train --db "$TMP/hist/runs.db" $M --max_steps 2 --dry_run \
+    --container-image $IMG --container_runtime podman >rt5.out 2>&1
+rc=$?
+[ $rc -eq 0 ] && ! grep -q 'containers run with' rt5.out && grep -q "warn: podman's --init needs catatonit" rt5.out &&
+    ok "--container_runtime podman: not probed, the init binary still checked" || fail "explicit podman" "exit $rc: $(cat rt5.out)"
 
 # ---- under SLURM (the allocation's variables; --dry_run does not call srun) ---------------------
 slurm_env() {

@@ -443,6 +443,15 @@ static void test_format_round_trip(void)
     TH_EQ_STR(val, "false");
     tr_opt_format(tr_opt_find(a.opts, "optim"), val, sizeof val);
     TH_EQ_STR(val, "adam");
+    /* doubles: the shortest text that reads back the same, no float noise */
+    tr_opt_format(tr_opt_find(a.opts, "lr"), val, sizeof val);
+    TH_EQ_STR(val, "0.1");
+    a.c.lr = 1e-7;
+    tr_opt_format(tr_opt_find(a.opts, "lr"), val, sizeof val);
+    TH_EQ_STR(val, "1e-07");
+    a.c.lr = 0.1 + 0.2; /* needs all 17 digits */
+    tr_opt_format(tr_opt_find(a.opts, "lr"), val, sizeof val);
+    TH_EQ_STR(val, "0.30000000000000004");
     tr_opt_format(tr_opt_find(a.opts, "lr"), val, 0); /* n = 0 writes nothing */
     tr_opt_format(tr_opt_find(a.opts, "name"), val, 3); /* truncated, terminated */
     TH_EQ_STR(val, "x ");

@@ -114,7 +114,7 @@ static void create_open(void)
     TH_CHECK(stat(p, &sb) == 0 && (sb.st_mode & 0777) == 0600);
     TH_CHECK(stat(d, &sb) == 0 && (sb.st_mode & 0777) == 0700);
     TH_EQ(sql_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
-    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 6);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 7);
     TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE name = 'metrics_run_step'"), 1);
     TH_EQ(sql_int(p, "SELECT count(*) FROM sqlite_master WHERE name = 'runs_slurm_job_id'"), 1);
     /* reopened without create, and with create again: nothing changes */
@@ -264,7 +264,8 @@ static void writes_and_commands(void)
     TH_CHECK(!strstr(out, "samples_per_s"));
 
     TH_EQ(runs("compare", "r1", "r2", "--db", p, NULL), 0);
-    TH_CHECKF(strstr(out, "config.lr") && strstr(out, "config.extra") && !strstr(out, "config.batch") &&
+    TH_CHECKF(strstr(out, "\n  lr ") && strstr(out, "\n  extra ") && !strstr(out, "batch") &&
+                  strstr(out, "config: 2 differ, ") &&
                   strstr(out, "best_auc") && strstr(out, "5000"),
               "compare:\n%s", out);
     TH_EQ(runs("compare", "r1", "r2", "--db", p, "--json", NULL), 0);
@@ -295,6 +296,34 @@ static void writes_and_commands(void)
     struct stat sb;
     TH_CHECK(stat(png, &sb) == 0 && sb.st_size > 100);
     TH_EQ(runs("plot", "r2", "--metric", "grad_norm", "-o", png, "--db", p, NULL), 2);
+    TH_EQ(runs("plot", "r1", "--smooth", "0.9", "--log", "--no_markers", "-o", png, "--db", p, NULL), 0);
+    TH_EQ(runs("plot", "r1", "--smooth", "1", "-o", png, "--db", p, NULL), 2); /* a weight of 1 never moves */
+}
+
+/* `runs plot` of a resumed run draws its chain as one curve: a metric only the
+ * run it was resumed from has (auc, to the step it resumed at) is there; a chain
+ * whose parent is gone, or loops, is the run alone. */
+static void plot_chain(void)
+{
+    char p[128], png[128];
+    struct db *db = populated(p, sizeof p, "chain.db");
+    path_in(png, sizeof png, "chain.png");
+    struct db_run c = run_of("r3-cccc", "child", 3000);
+    c.resumed_from = "r1-aaaa";
+    TH_EQ_ST(db_run_create(db, &c), TR_OK);
+    TH_EQ_ST(db_event_add(db, "r3-cccc", 3000, "started", "{\"attempt\": 0, \"from_step\": 30}"), TR_OK);
+    TH_EQ_ST(db_metric_add(db, "r3-cccc", 35, "loss", 0.1, 3035), TR_OK);
+    TH_EQ_ST(db_event_add(db, "r3-cccc", 3040, "preempt_signal", "not json"), TR_OK); /* marked, data or not */
+    db_close(db);
+    /* r1's evals are at steps 25 and 50: the one at 25 comes before the fork at 30 */
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 0);
+    TH_EQ(runs("plot", "child", "--metric", "loss", "--log", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "DELETE FROM events WHERE run = 'r3-cccc' AND kind = 'started'"); /* the fork step unknown */
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "UPDATE runs SET resumed_from = 'r3-cccc' WHERE id = 'r1-aaaa'"); /* a loop ends */
+    TH_EQ(runs("plot", "child", "--metric", "loss", "-o", png, "--db", p, NULL), 0);
+    sql_exec(p, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 'r1-aaaa'");
+    TH_EQ(runs("plot", "child", "--metric", "auc", "-o", png, "--db", p, NULL), 2); /* the run alone has none */
 }
 
 static void resolve(void)
@@ -395,6 +424,33 @@ static void nan_is_null(void)
     db_close(db);
     TH_EQ(sql_int(p, "SELECT count(*) FROM metrics WHERE value IS NULL"), 2);
     TH_EQ(sql_int(p, "SELECT count(*) FROM evals WHERE auc IS NULL AND logloss = 0.5"), 1);
+}
+
+/* db_sysmetric_add: unknown values (NaN CPU, no GPU) stored as NULL; `runs show`
+ * sums them up per rank (peak RSS, mean CPU) and --json carries the summary;
+ * removing the run removes its rows. */
+static void sysmetrics_rows(void)
+{
+    char p[128];
+    struct db *db = populated(p, sizeof p, "sys.db");
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1001, 10, NAN, 100 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1006, 20, 50.0, 200 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 0, 1011, 30, 150.0, 150 << 20, NAN, -1), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "r1-aaaa", 1, 1011, 30, 90.0, 64 << 20, 42.0, (int64_t)3 << 30), TR_OK);
+    TH_EQ_ST(db_sysmetric_add(db, "ghost", 0, 1, 1, 1, 1, NAN, -1), TR_ERR_NOT_FOUND);
+    db_close(db);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics WHERE cpu_pct IS NULL"), 1);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics WHERE gpu_mem_bytes IS NULL AND gpu_util IS NULL"), 3);
+    TH_EQ(sql_int(p, "SELECT gpu_mem_bytes >> 30 FROM sysmetrics WHERE rank = 1"), 3);
+    TH_EQ(runs("show", "r1", "--db", p, NULL), 0);
+    TH_CHECKF(strstr(out, "system metrics (per rank"), "%s", out);
+    /* rank 0: the mean of the CPU known (50, 150), the peak RSS 200 MiB, no GPU */
+    TH_CHECKF(strstr(out, "  0     3        100.0%    200.0 MiB  -"), "%s", out);
+    TH_CHECKF(strstr(out, "  1     1        90.0%     64.0 MiB   3072.0 MiB"), "%s", out);
+    TH_EQ(runs("show", "r1", "--db", p, "--json", NULL), 0);
+    TH_CHECKF(strstr(out, "\"sysmetrics_summary\"") && strstr(out, "\"peak_rss_bytes\": 209715200"), "%s", out);
+    TH_EQ(runs("rm", "r1", "--db", p, NULL), 0);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM sysmetrics"), 0);
 }
 
 static void concurrent_writers_in(const char *name)
@@ -601,6 +657,8 @@ static const struct th_case cases[] = {
     {"fs_types", fs_types},
     {"force_netfs", force_netfs},
     {"nan_is_null", nan_is_null},
+    {"sysmetrics_rows", sysmetrics_rows},
+    {"plot_chain", plot_chain},
     {"concurrent_writers", concurrent_writers},
     {"concurrent_writers_netfs", concurrent_writers_netfs},
     {"v1_migrates", v1_migrates},

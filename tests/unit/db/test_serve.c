@@ -62,14 +62,17 @@ static void readonly_open(void)
     sqlite3_finalize(st);
 
     json_t *j = NULL;
-    TH_EQ_ST(db_json_runs(r, NULL, NULL, -1, &j), TR_OK);
+    struct db_msg m;
+    struct db_list_opts all = {.limit = -1}, bad_status = {.status = "' OR 1=1 --", .limit = -1},
+                        bad_name = {.name = "%' OR '1'='1", .limit = -1};
+    TH_EQ_ST(db_json_runs(r, &all, &m, &j), TR_OK);
     TH_EQ((int)json_array_size(j), 1);
     TH_EQ_STR(json_string_value(json_object_get(json_array_get(j, 0), "name")), "<b>");
     json_decref(j);
-    TH_EQ_ST(db_json_runs(r, "' OR 1=1 --", NULL, -1, &j), TR_OK);
+    TH_EQ_ST(db_json_runs(r, &bad_status, &m, &j), TR_OK);
     TH_EQ((int)json_array_size(j), 0);
     json_decref(j);
-    TH_EQ_ST(db_json_runs(r, NULL, "%' OR '1'='1", -1, &j), TR_OK);
+    TH_EQ_ST(db_json_runs(r, &bad_name, &m, &j), TR_OK);
     TH_EQ((int)json_array_size(j), 0);
     json_decref(j);
     TH_EQ_ST(db_json_metrics(r, "r1", "loss", 10, &j), TR_OK); /* after step 10: 20 and 30 */

@@ -1,7 +1,9 @@
 /* test_dist.c: the PMIx bootstrap of a process started by hand: without
  * PMIX_NAMESPACE it is rank 0 of a world of 1 and a blob exchange only checks its
  * arguments; with a namespace no PMIx server knows, dist_init fails with
- * TR_ERR_MPI (and a hint) instead of hanging. Worlds of several ranks are tested
+ * TR_ERR_MPI (and a hint) instead of hanging; a process its launcher started as
+ * one task of several (SLURM_STEP_NUM_TASKS, OMPI_COMM_WORLD_SIZE) that sees a
+ * world of 1 is refused. Worlds of several ranks are tested
  * under mpirun by test_comm and tests/integration/t2002, t5001. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -11,9 +13,19 @@
 #include "../../../common/harness.h"
 #include "../../../worker/dist.h"
 
+static const char *const launcher_vars[] = {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                            "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"};
+
+static void unset_launcher_vars(void)
+{
+    for (size_t i = 0; i < TR_ARRAY_SIZE(launcher_vars); i++)
+        unsetenv(launcher_vars[i]);
+}
+
 static void world_of_one(void)
 {
     unsetenv("PMIX_NAMESPACE");
+    unset_launcher_vars();
     struct dist_info d;
     TH_EQ_ST_REQ(dist_init(&d), TR_OK);
     TH_EQ(d.rank, 0);
@@ -59,6 +71,25 @@ static void unknown_namespace(void)
 #endif
 }
 
+/* srun --mpi=none -n 4: four tasks of a step, each alone (no PMIX_NAMESPACE) */
+static void lone_task_refused(void)
+{
+    unsetenv("PMIX_NAMESPACE");
+    unset_launcher_vars();
+    struct dist_info d;
+    setenv("SLURM_STEP_NUM_TASKS", "1", 1); /* a step of one task is a world of 1 */
+    TH_EQ_ST(dist_init(&d), TR_OK);
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_JOB_ID", "1234", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    TH_EQ_ST(dist_init(&d), TR_ERR_ARG);
+    unset_launcher_vars();
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    TH_EQ_ST(dist_init(&d), TR_ERR_ARG);
+    unset_launcher_vars();
+}
+
 /* A failed PMIx_Init leaves 4 bytes that libpmix allocated (pmix_bfrops_base_value_load)
  * and never frees; LeakSanitizer (make SANITIZE=address) reads this hook at start-up.
  * Only libpmix's own frames are excused. */
@@ -71,6 +102,7 @@ const char *__lsan_default_suppressions(void)
 static const struct th_case cases[] = {
     {"world_of_one", world_of_one},
     {"unknown_namespace", unknown_namespace},
+    {"lone_task_refused", lone_task_refused},
 };
 
 int main(int argc, char **argv)

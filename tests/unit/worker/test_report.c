@@ -1,6 +1,7 @@
 /* test_report.c: a rank's report to the launcher (worker/report.h over
  * common/evproto.h), against listeners made here on 127.0.0.1:0 and on a unix
  * socket: the hello's fields, beats about every second carrying the step set,
+ * the system metrics at their interval and before the bye,
  * events as the documented JSON line, error and bye lines, a launcher that goes
  * away (sends go on, one warning), refused addresses and token files, the address
  * forms, connect retries, the last error line the log keeps, and the log lines
@@ -140,13 +141,40 @@ static json_t *peer_line(struct peer *p, double timeout)
 }
 
 /* The next line whose "type" is not a beat (beats may come between). */
+/* The next message that is not a beat, nor the system metrics the beat thread
+ * sends every few seconds. */
 static json_t *peer_msg(struct peer *p, double timeout)
 {
     json_t *j;
     while ((j = peer_line(p, timeout)) != NULL) {
-        if (strcmp(json_string_value(json_object_get(j, "type")), "beat") != 0)
+        const char *t = json_string_value(json_object_get(j, "type"));
+        if (strcmp(t, "beat") != 0 && strcmp(t, "sys") != 0)
             return j;
         json_decref(j);
+    }
+    return NULL;
+}
+
+/* The bye, and in *sys the system metrics that came last before it (NULL: none
+ * since the call; the caller's). Beats are skipped. */
+static json_t *peer_bye(struct peer *p, double timeout, json_t **sys)
+{
+    json_t *j;
+    *sys = NULL;
+    while ((j = peer_line(p, timeout)) != NULL) {
+        const char *t = json_string_value(json_object_get(j, "type"));
+        if (!strcmp(t, "bye"))
+            return j;
+        if (!strcmp(t, "sys")) {
+            json_decref(*sys);
+            *sys = j;
+            continue;
+        }
+        json_decref(j);
+        if (strcmp(t, "beat") != 0) { /* something else came between: not the last before the bye */
+            json_decref(*sys);
+            *sys = NULL;
+        }
     }
     return NULL;
 }
@@ -264,6 +292,10 @@ static void hello_and_beats_tcp(void)
         if (i == 2)
             report_set_step(r, 9);
         json_t *b = peer_line(p, 3.0);
+        if (b && !strcmp(str(b, "type"), "sys")) { /* the first sample goes with the first beat */
+            json_decref(b);
+            b = peer_line(p, 3.0);
+        }
         t[i] = tr_clock_now();
         TH_REQUIRE(b != NULL);
         TH_EQ_STR(str(b, "type"), "beat");
@@ -275,9 +307,18 @@ static void hello_and_beats_tcp(void)
     }
     for (int i = 1; i < 3; i++)
         TH_CHECKF(t[i] - t[i - 1] > 0.6 && t[i] - t[i - 1] < 1.6, "beats %.2f s apart", t[i] - t[i - 1]);
+    report_set_device_mem(r, 12345);
     report_bye(r, 0);
-    json_t *bye = peer_msg(p, 3.0);
-    TH_REQUIRE(bye != NULL);
+    /* the last system metrics come before the bye: CPU since the open, RSS, the device's */
+    json_t *sys = NULL, *bye = peer_bye(p, 3.0, &sys);
+    TH_REQUIRE(bye != NULL && sys != NULL);
+    TH_EQ(num(sys, "rank"), 2);
+    TH_EQ(num(sys, "step"), 9);
+    TH_CHECKF(num(sys, "rss_bytes") > (1 << 20), "rss %lld", (long long)num(sys, "rss_bytes"));
+    const double cpu = json_number_value(json_object_get(sys, "cpu_pct"));
+    TH_CHECKF(json_is_number(json_object_get(sys, "cpu_pct")) && cpu >= 0 && cpu < 100.0 * 1024, "cpu %f", cpu);
+    TH_EQ(num(sys, "gpu_mem_bytes"), 12345);
+    json_decref(sys);
     TH_EQ_STR(str(bye, "type"), "bye");
     TH_EQ(num(bye, "rank"), 2);
     TH_EQ(num(bye, "exit"), 0);
@@ -285,6 +326,44 @@ static void hello_and_beats_tcp(void)
     TH_CHECK(peer_line(p, 3.0) == NULL && p->eof); /* closed after the bye, no beat after it */
     report_free(&r);
     TH_CHECK(r == NULL);
+    close(p->fd);
+    free(p);
+    close(lfd);
+    remove_dir();
+}
+
+/* The beat thread samples the system metrics every interval (at most once a
+ * beat): each names the rank and the step, RSS, and (past the first) the CPU. */
+static void sys_every_interval(void)
+{
+    make_dir();
+    char addr[128];
+    int lfd = listen_tcp(addr, sizeof addr);
+    const struct report_who who = {1, 2, 1};
+    struct report *r = NULL;
+    TH_EQ_ST_REQ(report_open(addr, token_file("s3cret\n"), &who, 5.0, &r), TR_OK);
+    report_set_sys_every(r, 0.5);
+    report_set_step(r, 3);
+    struct peer *p = malloc(sizeof *p);
+    peer_accept(p, lfd);
+    json_t *h = peer_line(p, 5.0);
+    TH_REQUIRE(h != NULL);
+    json_decref(h);
+    int nsys = 0, ncpu = 0;
+    const double until = tr_clock_now() + 2.6;
+    json_t *j;
+    while (tr_clock_now() < until && (j = peer_line(p, 2.0)) != NULL) {
+        if (!strcmp(str(j, "type"), "sys")) {
+            nsys++;
+            TH_EQ(num(j, "rank"), 1);
+            TH_EQ(num(j, "step"), 3);
+            TH_CHECK(num(j, "rss_bytes") > (1 << 20));
+            ncpu += json_is_number(json_object_get(j, "cpu_pct"));
+        }
+        json_decref(j);
+    }
+    TH_CHECKF(nsys >= 2 && ncpu == nsys, "%d samples in 2.6 s, %d with the CPU", nsys, ncpu);
+    report_free(&r);
     close(p->fd);
     free(p);
     close(lfd);
@@ -359,8 +438,10 @@ static void events_error_bye_unix(void)
     json_decref(er);
     report_bye(r, 2);
     report_bye(r, 2); /* safe twice: nothing more is sent */
-    json_t *bye = peer_msg(p, 3.0);
-    TH_REQUIRE(bye != NULL);
+    json_t *sys = NULL, *bye = peer_bye(p, 3.0, &sys);
+    TH_REQUIRE(bye != NULL && sys != NULL);
+    TH_CHECK(!json_object_get(sys, "gpu_mem_bytes")); /* no device memory set: none said */
+    json_decref(sys);
     TH_EQ_STR(str(bye, "type"), "bye");
     TH_EQ(num(bye, "exit"), 2);
     json_decref(bye);
@@ -562,14 +643,14 @@ static void last_error_line(void)
     TH_EQ_STR(tr_log_last_error(), "second failure: why");
 }
 
-/* The next line that is not a beat, within `timeout` seconds in all (the beats
- * go on), or NULL. */
+/* The next line that is not a beat nor system metrics, within `timeout` seconds
+ * in all (the beats go on), or NULL. */
 static json_t *peer_msg_within(struct peer *p, double timeout)
 {
     const double end = tr_clock_now() + timeout;
     json_t *j;
     while (tr_clock_now() < end && (j = peer_line(p, end - tr_clock_now())) != NULL) {
-        if (strcmp(str(j, "type"), "beat") != 0)
+        if (strcmp(str(j, "type"), "beat") != 0 && strcmp(str(j, "type"), "sys") != 0)
             return j;
         json_decref(j);
     }
@@ -626,6 +707,7 @@ static void log_lines_forwarded(void)
 static const struct th_case cases[] = {
     {"addr_forms", addr_forms},
     {"hello_and_beats_tcp", hello_and_beats_tcp},
+    {"sys_every_interval", sys_every_interval},
     {"events_error_bye_unix", events_error_bye_unix},
     {"launcher_gone", launcher_gone},
     {"launcher_gone_handler", launcher_gone_handler},
