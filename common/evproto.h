@@ -27,6 +27,9 @@
  *        (absent on the CPU); a launcher that does not know it ignores it
  *   {"type":"error","rank":r,"status":S,"message":M}
  *        a rank that fails: S its tr_strerror, M its last error line
+ *   {"type":"log","rank":r,"level":"warn"|"error"|"hint","message":M}
+ *        any rank: a line it logged at that level (without its prefix), for the
+ *        launcher's console; its own log has it too
  *   {"type":"bye","rank":r,"exit":code}
  *        last, from a rank that ends on its own (exit code it will return)
  * A connection that closes without a bye is a rank that died. Sends never block

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,8 +130,17 @@ static size_t fit_message(char *dst, size_t cap, const char *msg, size_t len)
     return head + (size_t)mk + tail;
 }
 
-/* keep_error: remember the message as the last error (tr_log_last_error). */
-static void log_emit(const char *tag, int keep_error, const char *fmt, va_list ap)
+static _Atomic(tr_log_hook_fn) log_hook;
+static _Thread_local int log_in_hook; /* this thread is in the hook: no second call */
+
+void tr_log_set_hook(tr_log_hook_fn fn)
+{
+    atomic_store(&log_hook, fn);
+}
+
+/* keep_error: remember the message as the last error (tr_log_last_error); level:
+ * the hook's (hooked: passed to it). */
+static void log_emit(const char *tag, int keep_error, int hooked, int level, const char *fmt, va_list ap)
 {
     char line[4096];
     if (!log_host[0])
@@ -169,6 +179,13 @@ static void log_emit(const char *tag, int keep_error, const char *fmt, va_list a
     if (keep_error)
         snprintf(log_last_error, sizeof log_last_error, "%.*s", (int)(line + n - body), body);
     pthread_mutex_unlock(&log_mu);
+    tr_log_hook_fn hook = hooked ? atomic_load(&log_hook) : NULL;
+    if (hook && !log_in_hook) {
+        line[n] = '\0';
+        log_in_hook = 1;
+        hook(level, body);
+        log_in_hook = 0;
+    }
 }
 
 const char *tr_log_last_error(void)
@@ -188,7 +205,7 @@ void tr_log_vwrite(enum tr_log_level level, unsigned subsys, const char *fmt, va
         snprintf(tag, sizeof tag, " %s: ", level_names[level]);
     else
         snprintf(tag, sizeof tag, " %s [%s] ", level_names[level], sn);
-    log_emit(tag, level == TR_LOG_ERROR, fmt, ap);
+    log_emit(tag, level == TR_LOG_ERROR, level <= TR_LOG_WARN, (int)level, fmt, ap);
 }
 
 void tr_log_write(enum tr_log_level level, unsigned subsys, const char *fmt, ...)
@@ -203,7 +220,7 @@ void tr_log_hint(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    log_emit(" hint: ", 0, fmt, ap);
+    log_emit(" hint: ", 0, 1, -1, fmt, ap);
     va_end(ap);
 }
 

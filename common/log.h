@@ -57,6 +57,15 @@ void tr_log_vwrite(enum tr_log_level level, unsigned subsys, const char *fmt, va
  * result is a copy owned by the calling thread, valid until its next call. */
 const char *tr_log_last_error(void);
 
+/* A function that also gets every error, warn and hint line (level TR_LOG_ERROR,
+ * TR_LOG_WARN, or -1 for a hint; msg without the prefix and the newline, valid
+ * during the call), after it is written: a worker forwards them to its launcher
+ * (worker/report.c). Called on the logging thread, never from within itself (a
+ * line the hook logs is written, not passed to it again). NULL removes it. Set it
+ * before starting threads, or keep the function valid for the process's life. */
+typedef void (*tr_log_hook_fn)(int level, const char *msg);
+void tr_log_set_hook(tr_log_hook_fn fn);
+
 /* Writes "host:pid:rank hint: message", the second line of a user-facing error. */
 void tr_log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

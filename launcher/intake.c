@@ -1,8 +1,8 @@
 /* intake.c: the events intake: the socket every rank reports to
  * (common/evproto.h), each connection's lines (hello with the job token, beats,
- * rank 0's events, every rank's system metrics, errors, bye), and what they
- * fill: the ranks' state, the progress shown and the run history's metrics,
- * evaluations, checkpoints and system metrics.
+ * rank 0's events, every rank's system metrics and log lines, errors, bye), and
+ * what they fill: the ranks' state, the progress shown and the run history's
+ * metrics, evaluations, checkpoints and system metrics.
  * What to do when a rank goes quiet or away is supervise.c's. */
 #define TR_SUBSYS TR_SUB_INIT
 #include <arpa/inet.h>
@@ -87,6 +87,14 @@ static void on_event(struct launch *L, const json_t *m)
         const json_t *ts = json_object_get(d, "total_steps");
         if (json_is_integer(ts))
             L->prog.total = json_integer_value(ts);
+        const char *threads = json_string_value(json_object_get(d, "threads_choice"));
+        if (threads && !L->prog.threads_said && !L->c->json) {
+            launch_clear_line(L);
+            printf("terarec: threads per worker: %s; OpenMP wait policy %s\n", threads,
+                   json_string_value(json_object_get(d, "omp_wait_policy")) ?: "?");
+            launch_out_flush();
+            L->prog.threads_said = 1;
+        }
         char *s = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
         launch_db_try(db_event_add(L->hist.db, L->id, t, "params", s), "the parameters");
         free(s);
@@ -133,6 +141,8 @@ static void on_event(struct launch *L, const json_t *m)
         char url[PATH_MAX + 256];
         snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
                  (long long)step);
+        if (step > L->saved_step)
+            L->saved_step = step;
         launch_db_try(db_ckpt_add(L->hist.db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
                            jnum(d, "stall_seconds"), t),
                "a checkpoint");
@@ -147,6 +157,26 @@ static void on_event(struct launch *L, const json_t *m)
         json_decref(L->prog.final_metrics);
         L->prog.final_metrics = json_deep_copy(d);
     }
+}
+
+static void clear_line(void *ctx)
+{
+    launch_clear_line(ctx);
+}
+
+void launch_log_line(struct launch *L, int rank, const char *level, const char *msg)
+{
+    if (!L->folds)
+        L->folds = logfold_new(stderr, clear_line, L);
+    const char *host = rank >= 0 && rank < L->nranks ? L->ranks[rank].host : "?";
+    logfold_add(L->folds, rank, host, level, msg, tr_clock_now());
+}
+
+void launch_log_flush(struct launch *L, int final)
+{
+    logfold_flush(L->folds, final, tr_clock_now());
+    if (final)
+        logfold_free(&L->folds);
 }
 
 /* One line from a rank's connection. Returns 0 to drop the connection. */
@@ -202,6 +232,9 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
                       "system metrics");
     } else if (!strcmp(type, "event") && cn->rank == 0) {
         on_event(L, m);
+    } else if (!strcmp(type, "log")) {
+        launch_log_line(L, cn->rank, json_string_value(json_object_get(m, "level")),
+                        json_string_value(json_object_get(m, "message")));
     } else if (!strcmp(type, "error")) {
         rk->error = 1;
         snprintf(rk->message, sizeof rk->message, "%s", json_string_value(json_object_get(m, "message")) ?: "");

@@ -18,6 +18,7 @@
 #include "../common/status.h"
 #include "../worker/worker.h"
 #include "container.h"
+#include "logfold.h"
 #include "proc.h"
 
 struct db;
@@ -77,6 +78,7 @@ struct launch_progress {
     int64_t step, total;
     double samples_per_s, loss, auc;
     int have_auc, tty, drawn;
+    int threads_said; /* the workers' thread count was shown */
     json_t *final_metrics; /* rank 0's summary event */
 };
 
@@ -108,6 +110,11 @@ struct launch_hist {
     char prev_status[32]; /* how the attempt before it ended */
     char fresh_reason[PATH_MAX + 512]; /* a resumed run starting from step 0: why */
     char resumed_from[64];
+    /* --resume RUN: the checkpoint run of RUN and the step of its checkpoint that this
+     * run continues from (the first attempt restores it; this run saves under a
+     * checkpoint run of its own, so forks of RUN never share one) */
+    char from_ckpt_run[64];
+    int64_t from_step;
     /* a resumed attempt's "started"/"restarted" event, recorded once rank 0 says where
      * it resumed (its beat's from_step), or before the next event (launch_record_start) */
     json_t *start_ev;
@@ -142,7 +149,9 @@ struct launch {
     double t_prev_step; /* wall time of the last step report */
     double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
     int step_killed;
+    int64_t saved_step; /* the step of the last checkpoint committed (heard from rank 0), -1: none yet */
     struct launch_intake in;
+    struct logfold *folds; /* the workers' log lines waiting to be shown (logfold.h) */
     struct launch_progress prog;
     struct launch_watch watch;
     struct launch_hist hist;
@@ -222,6 +231,27 @@ enum { FRESH_NO, FRESH_SAME_NAME, FRESH_NEW_NAME };
  * caller, NULL when none). Errors (logged): the history's, TR_ERR_NOT_FOUND. */
 enum tr_status launch_pick_run(struct launch *L, char **from_ckpt_url) TR_WUR;
 
+/* The step of the run's last committed checkpoint in its store (LATEST of
+ * L->ckpt_run) in *step (-1: none). TR_ERR_NOT_FOUND (none, or no store yet), the
+ * store's errors; not logged by this function. */
+enum tr_status launch_store_latest(struct launch *L, int64_t *step) TR_WUR;
+
+/* ---- resume_cfg.c: --resume RUN takes RUN's configuration ------------------------------------ */
+
+/* c->resume set, opts parsed from argv[0 .. argc): RUN's recorded flags (the run
+ * history's config of RUN, less those that belong to one run: --resume, --run_name,
+ * --db, --run_dir, --json, --dry_run, --allow_fresh_start, --restore) that differ
+ * from what this parse gave and were not given here, as "--name=value" arguments
+ * before argv[1 ..] in *argv2 (*argc2 entries, *ours of them made here:
+ * launch_resume_config_free), to parse again; prints the line that lists the
+ * flags given here that differ from RUN's. *argv2 NULL: nothing to add (a row
+ * without a config, warned). The history's errors (logged: no history, no run). */
+enum tr_status launch_resume_config(struct launch_cfg *c, struct tr_opt *opts, int argc, char **argv, int *argc2,
+                                    char ***argv2, int *ours) TR_WUR;
+
+/* Frees launch_resume_config's *argv2 (argv) and the ours arguments it made. NULL: nothing. */
+void launch_resume_config_free(char **argv, int ours);
+
 /* For a resumed run, before anything starts: is its checkpoint there, whole? Sets
  * *fresh (FRESH_NO, or how it starts from step 0, with L->ckpt_run renamed for
  * FRESH_NEW_NAME); TR_ERR_NOT_FOUND (logged) when it is gone, or the store's errors. */
@@ -260,6 +290,15 @@ void launch_intake_read(struct launch *L, const struct pollfd *pf, int nc, const
 
 /* Reads the reports still in flight for up to a second, then closes every connection. */
 void launch_intake_drain(struct launch *L, const char *token);
+
+/* ---- intake.c: the workers' warn, error and hint lines on the console --------------------------- */
+
+/* Rank rank said msg at level ("warn", "error", "hint"): shown on stderr as
+ * "LEVEL: [rank R on HOST] msg", folded across ranks and repeats (logfold.h). */
+void launch_log_line(struct launch *L, int rank, const char *level, const char *msg);
+
+/* Shows the lines that are due (final: every line waiting, then forgets them all). */
+void launch_log_flush(struct launch *L, int final);
 
 /* ---- supervise.c: watching an attempt ----------------------------------------------------------- */
 

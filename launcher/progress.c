@@ -103,14 +103,26 @@ void launch_json_out(struct launch *L, const char *type, json_t *o)
     json_decref(o);
 }
 
+/* " (continues RUN from its checkpoint of step N)" for a --resume run that does, else "". */
+static const char *continues(const struct launch *L, char *buf, size_t n)
+{
+    *buf = 0;
+    if (*L->hist.resumed_from && *L->hist.from_ckpt_run)
+        snprintf(buf, n, " (continues run %s from its checkpoint of step %lld)", L->hist.resumed_from,
+                 (long long)L->hist.from_step);
+    return buf;
+}
+
 void launch_say_start(struct launch *L)
 {
+    char cont[160];
     if (L->c->json)
         launch_json_out(L, "start", json_pack("{s:s,s:s,s:i,s:i}", "db", db_path(L->hist.db), "run_dir", L->run_dir,
                                               "workers", L->world, "nodes", L->nodes));
     else
-        printf("terarec: run %s%s: %d worker%s on %d node%s%s%s; logs in %s\n", L->id,
-               L->hist.resumed_same_row ? " (requeued: resuming)" : "", L->world, L->world == 1 ? "" : "s",
+        printf("terarec: run %s%s%s: %d worker%s on %d node%s%s%s; logs in %s\n", L->id,
+               L->hist.resumed_same_row ? " (requeued: resuming)" : "", continues(L, cont, sizeof cont), L->world,
+               L->world == 1 ? "" : "s",
                L->nodes, L->nodes == 1 ? "" : "s", L->slurm ? ", SLURM job " : "", L->slurm ? L->slurm_job : "",
                L->run_dir);
     launch_out_flush();

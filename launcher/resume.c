@@ -19,16 +19,18 @@
 #include "launch_internal.h"
 
 /* What a resumed run would continue from, checked before anything starts: the
- * store's directory (a store this launcher serves or writes directly), the run's
- * directory runs/RUN in it, its LATEST, the manifest LATEST names and, in a local
- * store, the file of every chunk that manifest lists. TR_OK with *step the
+ * store's directory (a store this launcher serves or writes directly), the
+ * directory runs/RUN in it of the checkpoint run continued (run), its LATEST, the
+ * manifest LATEST names and, in a local store, the file of every chunk that
+ * manifest lists. TR_OK with *step the
  * checkpoint's step; TR_ERR_NOT_FOUND with `missing` saying what is gone and
  * *level how far the check got (RESUME_NO_STORE ... RESUME_NO_CHUNK), not logged;
  * other errors (a store that cannot be reached, a manifest that does not parse)
  * logged. */
 enum resume_gap { RESUME_NO_STORE = 1, RESUME_NO_RUN, RESUME_NO_LATEST, RESUME_NO_MANIFEST, RESUME_NO_CHUNK };
 
-static enum tr_status resume_check(struct launch *L, char *missing, size_t n, enum resume_gap *level, int64_t *step)
+static enum tr_status resume_check(struct launch *L, const char *run, char *missing, size_t n, enum resume_gap *level,
+                                   int64_t *step)
 {
     *step = -1;
     *level = 0;
@@ -42,7 +44,7 @@ static enum tr_status resume_check(struct launch *L, char *missing, size_t n, en
             *level = RESUME_NO_STORE;
             return TR_ERR_NOT_FOUND;
         }
-        snprintf(p, sizeof p, "%s/runs/%s", root, L->ckpt_run);
+        snprintf(p, sizeof p, "%s/runs/%s", root, run);
         if (stat(p, &st) != 0) {
             snprintf(missing, n, "the run's checkpoint directory '%s' (%s)", p, strerror(errno));
             *level = RESUME_NO_RUN;
@@ -59,21 +61,21 @@ static enum tr_status resume_check(struct launch *L, char *missing, size_t n, en
     struct ckpt_manifest m;
     memset(&m, 0, sizeof m);
     int64_t s = -1;
-    enum tr_status rc = ckpt_get_latest(cl, L->ckpt_run, &s);
+    enum tr_status rc = ckpt_get_latest(cl, run, &s);
     if (rc == TR_ERR_NOT_FOUND) {
         if (L->ckpt_root)
-            snprintf(missing, n, "'%s/runs/%s/LATEST' (no committed checkpoint)", root, L->ckpt_run);
+            snprintf(missing, n, "'%s/runs/%s/LATEST' (no committed checkpoint)", root, run);
         else
-            snprintf(missing, n, "a committed checkpoint (LATEST) of run '%s' in the store %s", L->ckpt_run,
+            snprintf(missing, n, "a committed checkpoint (LATEST) of run '%s' in the store %s", run,
                      L->ckpt_where);
         *level = RESUME_NO_LATEST;
         goto exit;
     }
     if (rc == TR_OK)
-        rc = ckpt_get_manifest(cl, L->ckpt_run, s, &text, &len);
+        rc = ckpt_get_manifest(cl, run, s, &text, &len);
     if (rc == TR_ERR_NOT_FOUND) {
         snprintf(missing, n, "the manifest of step %lld that LATEST names (%s/runs/%s/manifests/%lld.json)",
-                 (long long)s, L->ckpt_root ? root : L->ckpt_where, L->ckpt_run, (long long)s);
+                 (long long)s, L->ckpt_root ? root : L->ckpt_where, run, (long long)s);
         *level = RESUME_NO_MANIFEST;
         goto exit;
     }
@@ -116,14 +118,24 @@ static enum tr_status resume_gate(struct launch *L, int *fresh)
     enum resume_gap level = 0;
     int64_t step = -1;
     *fresh = 0;
-    enum tr_status rc = resume_check(L, missing, sizeof missing, &level, &step);
+    const char *run = L->hist.resumed_same_row ? L->ckpt_run : L->hist.from_ckpt_run;
+    enum tr_status rc = resume_check(L, run, missing, sizeof missing, &level, &step);
     char what[160];
     if (L->hist.resumed_same_row)
         snprintf(what, sizeof what, "the requeued SLURM job %s (run %s, %s before)", L->slurm_job, L->id,
                  L->hist.prev_status);
     else
         snprintf(what, sizeof what, "--resume %s", L->c->resume);
+    const int64_t max_steps = L->c->w.job.max_steps;
+    if (rc == TR_OK && !L->hist.resumed_same_row && max_steps >= 0 && step >= max_steps) {
+        /* nothing to train: said, rather than a run of 0 steps that "completed" */
+        LOG_ERROR("%s: nothing to train: its checkpoint is of step %lld and --max_steps is %lld", what,
+                  (long long)step, (long long)max_steps);
+        LOG_HINT("--max_steps N (more than %lld) to train it further", (long long)step);
+        return TR_ERR_ARG;
+    }
     if (rc == TR_OK) {
+        L->hist.from_step = step;
         LOG_INFO(INIT, "%s: continuing from the checkpoint of step %lld", what, (long long)step);
         return TR_OK;
     }
@@ -209,8 +221,12 @@ enum tr_status launch_pick_run(struct launch *L, char **from_ckpt_url)
             L->attempt = atoi(v) + 1;
         tr_free(v);
     } else {
+        /* a new run, --resume RUN's too, saves under a checkpoint run of its own: RUN's
+         * stays as RUN left it, for another --resume RUN (a fork of its own) */
         launch_make_id(L->id, sizeof L->id);
-        snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", from_ckpt_run ? from_ckpt_run : L->id);
+        snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", L->id);
+        if (from_ckpt_run)
+            snprintf(L->hist.from_ckpt_run, sizeof L->hist.from_ckpt_run, "%s", from_ckpt_run);
     }
     tr_free(from_ckpt_run);
     return TR_OK;
@@ -224,12 +240,31 @@ enum tr_status launch_resume_gate(struct launch *L, int *fresh)
     TR_CHECK(resume_gate(L, fresh));
     if (*fresh == FRESH_NEW_NAME) {
         /* the broken run's name stays the store's (claimed by the job that wrote it,
-         * its remains for gc): the fresh start saves under a name of its own */
+         * its remains for gc): the fresh start saves under a name of its own (a
+         * --resume run's is its own already) */
         if (L->hist.resumed_same_row)
             snprintf(L->ckpt_run, sizeof L->ckpt_run, "%.40s-a%d", L->id, L->attempt);
-        else
-            snprintf(L->ckpt_run, sizeof L->ckpt_run, "%s", L->id);
+        *L->hist.from_ckpt_run = 0;
         fprintf(stderr, "terarec: its checkpoints go to run '%s' of the store\n", L->ckpt_run);
     }
     return TR_OK;
+}
+
+enum tr_status launch_store_latest(struct launch *L, int64_t *step)
+{
+    *step = -1;
+    if (!*L->ckpt_where && !L->ckpt_root)
+        return TR_ERR_NOT_FOUND;
+    char root[PATH_MAX], token[PATH_MAX];
+    if (L->ckpt_root)
+        ctr_host_path(&L->ctr, L->ckpt_root, root, sizeof root);
+    if (L->ckpt_token)
+        ctr_host_path(&L->ctr, L->ckpt_token, token, sizeof token);
+    struct ckpt_client_opts o = {.token_file = L->ckpt_token ? token : NULL, .retries = 1, .timeout = 5};
+    struct ckpt_client *cl = NULL;
+    enum tr_status rc = ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl);
+    if (rc == TR_OK)
+        rc = ckpt_get_latest(cl, L->ckpt_run, step);
+    ckpt_client_close(&cl);
+    return rc;
 }

@@ -192,7 +192,8 @@ enum tr_status launch_start_ckpt(struct launch *L)
 
 /* The loader's and the workers' commands of one attempt (resume: the workers
  * continue from the run's last checkpoint, and rank 0 asks the loader to seek to
- * its data position). */
+ * its data position; a --resume RUN run's first one restores RUN's checkpoint,
+ * until it has saved one of its own). */
 static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int resume)
 {
     char ring[96];
@@ -248,7 +249,9 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int r
     }
     exe(L, w, "terarec-worker");
     forward_flags(L, w, l);
-    if (resume)
+    if (resume && *L->hist.from_ckpt_run && L->saved_step < 0) /* --resume RUN, before a save of its own */
+        argv_addf(w, "--restore=%s#%s@%lld", L->ckpt_where, L->hist.from_ckpt_run, (long long)L->hist.from_step);
+    else if (resume)
         argv_add(w, "--resume");
     argv_addf(w, "--loader=shm:%s", ring);
     argv_addf(w, "--events_addr=%s", L->events_addr);

@@ -48,16 +48,22 @@ static void request_stop(struct launch *L, enum stop_why why, int sig)
 }
 
 /* Sends signal `sig` (a name: KILL, INT) to this job's step named `name` (srun
- * --job-name), through scancel: it reaches tasks on every node, a stopped one too. */
-static void slurm_step_signal(struct launch *L, const char *name, const char *sig, int background)
+ * --job-name), through scancel: it reaches tasks on every node, a stopped one too.
+ * Returns 0 when it went (in the background: when it was started), nonzero when
+ * squeue or scancel failed, which a step that has just ended makes them do: not
+ * said here (the caller warns when the step is still there). */
+static int slurm_step_signal(struct launch *L, const char *name, const char *sig, int background)
 {
     char cmd[512];
     snprintf(cmd, sizeof cmd,
              "(for s in $(squeue -h -s -j %s -o '%%i %%j' | awk '$2==\"%s\"{print $1}'); do "
              "scancel --signal=%s \"$s\"; done) >/dev/null 2>&1 </dev/null%s",
              L->slurm_job, name, sig, background ? " &" : "");
-    if (system(cmd) != 0)
-        LOG_WARN("could not signal the SLURM step %s of job %s", name, L->slurm_job);
+    const int st = system(cmd);
+    if (st != 0)
+        LOG_INFO(INIT, "signalling the SLURM step %s of job %s: %s", name, L->slurm_job,
+                 st == -1 ? "could not run the shell" : "squeue or scancel failed (the step may have ended)");
+    return st;
 }
 
 /* Ends the workers' step: SIGKILL to the ranks on this node (a stopped process
@@ -219,6 +225,7 @@ static void supervise(struct launch *L, const char *token)
                 kill_step(L);
             }
         }
+        launch_log_flush(L, 0);
         if (L->prog.tty && !L->c->json && tr_clock_now() > next_draw && L->prog.step > 0) {
             next_draw = tr_clock_now() + 1;
             launch_show_progress(L, 0);
@@ -234,6 +241,7 @@ static void supervise(struct launch *L, const char *token)
             read_signals(L);
     }
     launch_intake_drain(L, token);
+    launch_log_flush(L, 1);
 }
 
 /* Parses the launcher's lines of a failed worker step's log: Open MPI's "...rank R
@@ -336,6 +344,31 @@ static void failure_reason(struct launch *L, char *buf, size_t n)
     }
 }
 
+/* The step the workers had reached when they stopped: their last beats' (the
+ * progress lines come every --print_freq steps), or their last save's. */
+static int64_t stop_step(const struct launch *L)
+{
+    int64_t s = TR_MAX(TR_MAX(L->prog.step, L->last_progress_step), L->saved_step);
+    for (int r = 0; r < L->nranks; r++)
+        s = TR_MAX(s, L->ranks[r].step);
+    return s;
+}
+
+/* What a stopped run has to continue from, into buf: the checkpoint committed last
+ * (the one rank 0 said it committed, else the store's LATEST, which a save the
+ * launcher did not hear of may have moved), said with its step. */
+static void saved_said(struct launch *L, char *buf, size_t n)
+{
+    int64_t s = L->saved_step, latest = -1;
+    const int ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
+    if ((!ok || s < 0) && launch_store_latest(L, &latest) == TR_OK && latest > s)
+        s = latest; /* (workers that ended well said what they saved) */
+    if (s >= 0)
+        snprintf(buf, n, "the checkpoint of step %lld is saved", (long long)s);
+    else
+        snprintf(buf, n, "no checkpoint was saved");
+}
+
 /* How the attempt ended (DB_*), why into reason (n bytes), and the run's status
  * for its exit code (*end). */
 static const char *status_of(struct launch *L, enum tr_status *end, char *reason, size_t n)
@@ -353,8 +386,11 @@ static const char *status_of(struct launch *L, enum tr_status *end, char *reason
         *end = TR_ERR_REMOTE;
         return DB_FAILED;
     }
+    char saved[160];
+    if (L->watch.stop)
+        saved_said(L, saved, sizeof saved);
     if (ok && L->watch.stop == STOP_PREEMPT) {
-        snprintf(reason, n, "preempted at step %lld (checkpoint saved)", (long long)L->prog.step);
+        snprintf(reason, n, "preempted at step %lld; %s", (long long)stop_step(L), saved);
         *end = TR_OK;
         return DB_PREEMPTED;
     }
@@ -364,13 +400,13 @@ static const char *status_of(struct launch *L, enum tr_status *end, char *reason
          * from the last committed checkpoint */
         char st[96];
         snprintf(reason, n, "preempted at step %lld; the workers were ended (%s) before their last checkpoint: "
-                 "the next attempt continues from the last committed one",
-                 (long long)L->prog.step, proc_describe(L->workers.status, st, sizeof st));
+                 "%s, the next attempt continues from it",
+                 (long long)stop_step(L), proc_describe(L->workers.status, st, sizeof st), saved);
         *end = TR_OK;
         return DB_PREEMPTED;
     }
     if (L->watch.stop == STOP_CANCEL) {
-        snprintf(reason, n, "cancelled at step %lld", (long long)L->prog.step);
+        snprintf(reason, n, "cancelled at step %lld; %s", (long long)stop_step(L), saved);
         *end = TR_ERR_INTERRUPTED;
         return DB_CANCELLED;
     }
@@ -421,10 +457,37 @@ enum tr_status launch_supervise_attempts(struct launch *L, int resume, const cha
 
 void launch_stop_ckpt(struct launch *L)
 {
-    if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended)
-        slurm_step_signal(L, "terarec-ckpt", "INT", 0); /* SIGTERM would wait out --term_grace */
+    int failed = 0;
+    if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended && !proc_poll(&L->ckpt))
+        failed = slurm_step_signal(L, "terarec-ckpt", "INT", 0) != 0; /* SIGTERM would wait out --term_grace */
     proc_stop(&L->ckpt, 10);
+    /* only when it matters: the store's step did not end (srun had to be killed) */
+    if (failed && L->ckpt.ended && WIFSIGNALED(L->ckpt.status) && WTERMSIG(L->ckpt.status) == SIGKILL)
+        LOG_WARN("could not signal the SLURM step terarec-ckpt of job %s: its srun was killed; the stores on "
+                 "other nodes end with the job",
+                 L->slurm_job);
     launch_ctr_remove(L, &L->ckpt, "ckpt");
+}
+
+/* Did SLURM take the requeue? (scontrol show job: a restart counted past this
+ * attempt's, or a job pending or being requeued.) */
+static int requeue_taken(struct launch *L)
+{
+    char cmd[128], line[8192];
+    snprintf(cmd, sizeof cmd, "scontrol show job -o %s 2>/dev/null </dev/null", L->slurm_job);
+    FILE *fp = popen(cmd, "r");
+    if (!fp)
+        return 0;
+    int taken = 0;
+    while (fgets(line, sizeof line, fp)) {
+        const char *r = strstr(line, "Restarts="), *js = strstr(line, "JobState=");
+        if (r && atoi(r + 9) > launch_env_int("SLURM_RESTART_COUNT", 0))
+            taken = 1;
+        if (js && (!strncmp(js + 9, "REQUEUE", 7) || !strncmp(js + 9, "PENDING", 7)))
+            taken = 1;
+    }
+    pclose(fp);
+    return taken;
 }
 
 void launch_requeue(struct launch *L, const char *status)
@@ -437,6 +500,19 @@ void launch_requeue(struct launch *L, const char *status)
     snprintf(cmd, sizeof cmd, "scontrol requeue %s", L->slurm_job);
     launch_record_event(L, "requeue", json_pack("{s:s}", "slurm_job_id", L->slurm_job));
     fprintf(stderr, "terarec: %s\n", cmd);
-    if (system(cmd) != 0)
-        LOG_ERROR("'%s' failed: the run stays preempted (terarec train --resume %s continues it)", cmd, L->id);
+    launch_out_flush();
+    fflush(stderr);
+    /* a requeue ends the job's processes, scontrol's own too: killed by a signal
+     * (or the shell saying so, exit 128+N) is not a failure, and an exit status that
+     * is not 0 is one only when SLURM did not take the requeue */
+    const int st = system(cmd);
+    const int killed = st != -1 && (WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) > 128));
+    if (st == 0 || killed || requeue_taken(L))
+        return;
+    char how[96];
+    if (st == -1)
+        snprintf(how, sizeof how, "could not run it");
+    else
+        proc_describe(st, how, sizeof how);
+    LOG_ERROR("'%s' failed (%s): the run stays preempted (terarec train --resume %s continues it)", cmd, how, L->id);
 }

@@ -19,6 +19,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/cpus.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../db/db.h"
@@ -433,13 +434,29 @@ int train_cmd_main(int argc, char **argv)
     L.c = &cfg;
     L.opts = opts;
     L.watch.sfd = L.in.lfd = -1;
+    L.saved_step = -1;
     L.nworker_opts = launch_opts_fill(&cfg, opts);
     int want = 0;
     enum tr_status rc = tr_opt_parse(opts, argc, argv, NULL, &want);
+    char **typed = argv, **resumed = NULL; /* typed: the command line as typed, for the history */
+    int nresumed = 0;
+    if (rc == TR_OK && !want && cfg.resume) {
+        /* --resume RUN: RUN's flags, then these (resume_cfg.c) */
+        int argc2 = 0;
+        rc = launch_resume_config(&cfg, opts, argc, argv, &argc2, &resumed, &nresumed);
+        if (rc == TR_OK && resumed) {
+            tr_opt_release(opts);
+            rc = tr_opt_parse(opts, argc2, resumed, NULL, &want);
+            argc = argc2;
+            argv = resumed;
+        }
+    }
     int code;
     char **argv2 = NULL;
-    L.demo = rc == TR_OK && !want && launch_demo_wanted(opts, L.nworker_opts);
-    if (rc == TR_OK)
+    L.demo = rc == TR_OK && !want && !cfg.resume && launch_demo_wanted(opts, L.nworker_opts);
+    if (rc == TR_OK && cfg.resume) /* RUN's flags are all given now: say where they came from */
+        snprintf(L.job_why, sizeof L.job_why, "--resume %s: its configuration", cfg.resume);
+    else if (rc == TR_OK)
         launch_demo_why(opts, L.nworker_opts, L.demo, L.job_why, sizeof L.job_why);
     if (L.demo) {
         /* no flag defines the data or the model: the built-in demo (the seed's
@@ -462,6 +479,8 @@ int train_cmd_main(int argc, char **argv)
                           stdout);
         code = tr_status_exit_code(TR_OK);
     } else {
+        /* the workers' OpenMP threads wait passively, unless the user chose (cpus.h) */
+        (void)tr_cpus_passive_wait();
         /* the signals a job gets arrive through a signalfd; children get the old mask */
         sigset_t set;
         sigemptyset(&set);
@@ -474,7 +493,7 @@ int train_cmd_main(int argc, char **argv)
         /* a closed stdout is not a reason to stop (launch_out_flush); the children get SIG_DFL back */
         signal(SIGPIPE, SIG_IGN);
         L.watch.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-        code = tr_status_exit_code(run_launch(&L, argv));
+        code = tr_status_exit_code(run_launch(&L, resumed ? typed : argv));
         if (L.watch.sfd >= 0)
             close(L.watch.sfd);
         sigprocmask(SIG_SETMASK, &L.orig_mask, NULL);
@@ -493,6 +512,7 @@ int train_cmd_main(int argc, char **argv)
     proc_release(&L.workers);
     proc_release(&L.loader);
     proc_release(&L.ckpt);
+    launch_log_flush(&L, 1);
     tr_free(L.ranks);
     tr_free(L.in.conns);
     tr_free(L.ckpt_root);
@@ -503,5 +523,6 @@ int train_cmd_main(int argc, char **argv)
     }
     tr_opt_release(opts);
     tr_free(argv2);
+    launch_resume_config_free(resumed, nresumed);
     return code;
 }

@@ -3,12 +3,14 @@
  * terarec train (--events_addr) leaves SIGTERM to it: SLURM sends SIGTERM to every
  * process of a job it preempts or requeues, and the launcher then stops all ranks
  * at the same step, after a checkpoint (through the loader); a rank that died of
- * it would lose that checkpoint. */
+ * it would lose that checkpoint. A training run without an OpenMP wait policy
+ * starts itself again with a passive one (common/cpus.h). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/cpus.h"
 #include "../common/log.h"
 #include "../common/param.h"
 #include "../common/version.h"
@@ -46,6 +48,7 @@ int main(int argc, char **argv)
         tr_version_print(stdout, "terarec-worker", want & TR_OPT_WANT_PARSABLE, kern_blas_info());
         kern_backends_print(stdout, want & TR_OPT_WANT_PARSABLE);
     } else if (rc == TR_OK) {
+        tr_cpus_passive_wait_restart(argv); /* OpenMP threads that wait passively (cpus.h) */
         if (cfg.events_addr && *cfg.events_addr) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
@@ -53,6 +56,7 @@ int main(int argc, char **argv)
             sa.sa_flags = SA_RESTART;
             sigaction(SIGTERM, &sa, NULL);
             report_on_launcher_gone(on_launcher_gone);
+            report_forward_logs(); /* warnings reach the console too */
         }
         rc = worker_opts_resolve(&cfg);
         if (rc == TR_OK)

@@ -61,8 +61,11 @@ struct plan_worker {
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */
 int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node);
 
-/* plan_threads for this process: with the CPUs it may run on (kern_cpu_count). */
-int plan_threads_local(const struct job_cfg *job, int workers_per_node);
+/* plan_threads for this process: --threads, or (0) the CPUs it may use (its
+ * affinity, its cgroup's quota, SLURM's CPUs: common/cpus.h) divided among the
+ * node's workers; why (n bytes, may be NULL) says which, e.g. "--threads 1" or
+ * "affinity 2 cpus, 1 worker". */
+int plan_threads_local(const struct job_cfg *job, int workers_per_node, char *why, size_t n);
 
 /* The options a worker opens its backend with for this job: its threads, the
  * device by local rank, the GEMM precision of --amp / --allow_tf32. sizing_only:

@@ -4,7 +4,10 @@
  * it sizes nothing (plan.c does). */
 #include "plan.h"
 
+#include <stdio.h>
+
 #include "../common/check.h"
+#include "../common/cpus.h"
 
 int plan_threads(const struct job_cfg *job, int cpus, int workers_per_node)
 {
@@ -23,7 +26,14 @@ struct kern_backend_opts plan_backend_opts(const struct job_cfg *job, int thread
     return o;
 }
 
-int plan_threads_local(const struct job_cfg *job, int workers_per_node)
+int plan_threads_local(const struct job_cfg *job, int workers_per_node, char *why, size_t n)
 {
-    return plan_threads(job, kern_cpu_count(), workers_per_node);
+    if (job->threads > 0) {
+        if (why && n)
+            snprintf(why, n, "--threads %d", job->threads);
+        return job->threads;
+    }
+    struct tr_cpus_in in;
+    tr_cpus_detect(&in, workers_per_node);
+    return tr_cpus_threads(&in, why, n);
 }

@@ -5,7 +5,8 @@
  * notices the launcher's end of the connection closing (the launcher killed) and
  * calls the process's handler (report_on_launcher_gone), and with the first
  * beat, then every REPORT_SYS_SEC and before the bye, sends the rank's system metrics
- * (sysmetrics.h) as {"type":"sys"}. It does not queue
+ * (sysmetrics.h) as {"type":"sys"}; the process's warn, error and hint lines go as
+ * "log" lines (report_forward_logs). It does not queue
  * messages for later, reconnect, or read anything from the launcher. */
 #define TR_SUBSYS TR_SUB_NET
 #include "report.h"
@@ -30,6 +31,7 @@
 #include "../common/clock.h"
 #include "../common/evproto.h"
 #include "../common/file.h"
+#include "../common/log.h"
 #include "events.h"
 #include "sysmetrics.h"
 
@@ -61,6 +63,22 @@ struct report {
     int stop;
 };
 
+/* This thread holds a report's mu: a line it logs is not forwarded (log_hook),
+ * which would take the mu again. */
+static _Thread_local int in_send;
+
+static void mu_lock(struct report *r)
+{
+    pthread_mutex_lock(&r->mu);
+    in_send = 1;
+}
+
+static void mu_unlock(struct report *r)
+{
+    in_send = 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* report_on_launcher_gone's handler: set by the main thread, read by beat threads */
 static _Atomic(report_gone_fn) on_gone;
 
@@ -73,14 +91,14 @@ void report_on_launcher_gone(report_gone_fn fn)
  * the stream, or a reset, means it is gone.) */
 static int launcher_closed(struct report *r)
 {
-    pthread_mutex_lock(&r->mu);
+    mu_lock(r);
     int closed = 0;
     if (r->fd >= 0) {
         char c;
         ssize_t k = recv(r->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
         closed = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     }
-    pthread_mutex_unlock(&r->mu);
+    mu_unlock(r);
     return closed;
 }
 
@@ -146,7 +164,7 @@ static void send_locked(struct report *r, const char *buf, size_t n, int beat)
 /* Sends rec as one line (rec stays the caller's). */
 static void send_json(struct report *r, const json_t *rec, int beat)
 {
-    pthread_mutex_lock(&r->mu);
+    mu_lock(r);
     if (r->fd >= 0 && !r->gone) {
         size_t n = json_dumpb(rec, r->line, EVPROTO_MAX_LINE - 1, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (n == 0 || n > EVPROTO_MAX_LINE - 1) {
@@ -159,7 +177,7 @@ static void send_json(struct report *r, const json_t *rec, int beat)
             send_locked(r, r->line, n + 1, beat);
         }
     }
-    pthread_mutex_unlock(&r->mu);
+    mu_unlock(r);
 }
 
 static void send_beat(struct report *r)
@@ -173,9 +191,9 @@ static void send_beat(struct report *r)
                      (long long)atomic_load(&r->step), tr_clock_wall(), resumed);
     if (n <= 0 || (size_t)n >= sizeof buf)
         return;
-    pthread_mutex_lock(&r->mu);
+    mu_lock(r);
     send_locked(r, buf, (size_t)n, 1);
-    pthread_mutex_unlock(&r->mu);
+    mu_unlock(r);
 }
 
 /* A sample of this process's use of the machine since the last one, sent as
@@ -200,9 +218,9 @@ static void send_sys(struct report *r, int beat)
                      r->rank, (long long)atomic_load(&r->step), tr_clock_wall(), cpu_s, (long long)now.rss_bytes, dev);
     if (n <= 0 || (size_t)n >= sizeof buf)
         return;
-    pthread_mutex_lock(&r->mu);
+    mu_lock(r);
     send_locked(r, buf, (size_t)n, beat);
-    pthread_mutex_unlock(&r->mu);
+    mu_unlock(r);
 }
 
 static void *beat_main(void *arg)
@@ -252,6 +270,80 @@ static json_t *json_text(const char *s)
         buf[n] = (unsigned char)s[n] < 0x80 ? s[n] : '?';
     buf[n] = '\0';
     return json_string(buf);
+}
+
+/* ---- the log lines forwarded (report_forward_logs) -------------------------------------- */
+
+#define EARLY_MAX 32 /* lines kept from before the connection */
+
+static pthread_mutex_t fwd_mu = PTHREAD_MUTEX_INITIALIZER; /* the three below; taken before a report's mu */
+static struct report *fwd_to; /* the open report the lines go to, NULL: none (yet, or any more) */
+static struct {
+    int level;
+    char *msg; /* plain malloc: logging never takes the allocation hook's failures */
+} early[EARLY_MAX];
+static int nearly, fwd_over; /* fwd_over: the report said goodbye, nothing more is kept */
+static int fwd_on;           /* report_forward_logs was called */
+
+static void send_log(struct report *r, int level, const char *msg)
+{
+    json_t *rec = json_pack("{s:s, s:i, s:s, s:o}", "type", "log", "rank", r->rank, "level",
+                            level == TR_LOG_ERROR ? "error" : level == TR_LOG_WARN ? "warn" : "hint", "message",
+                            json_text(msg));
+    if (rec)
+        send_json(r, rec, 0);
+    json_decref(rec);
+}
+
+static void log_hook(int level, const char *msg)
+{
+    if (in_send)
+        return;
+    pthread_mutex_lock(&fwd_mu);
+    if (fwd_to) {
+        send_log(fwd_to, level, msg);
+    } else if (!fwd_over && nearly < EARLY_MAX && (early[nearly].msg = strdup(msg))) {
+        early[nearly].level = level;
+        nearly++;
+    }
+    pthread_mutex_unlock(&fwd_mu);
+}
+
+void report_forward_logs(void)
+{
+    pthread_mutex_lock(&fwd_mu);
+    fwd_on = 1;
+    pthread_mutex_unlock(&fwd_mu);
+    tr_log_set_hook(log_hook);
+}
+
+/* r, connected, gets the lines kept so far and those to come. */
+static void forward_to(struct report *r)
+{
+    pthread_mutex_lock(&fwd_mu);
+    if (!fwd_on) { /* (a process that does not forward its lines) */
+        pthread_mutex_unlock(&fwd_mu);
+        return;
+    }
+    fwd_to = r;
+    for (int i = 0; i < nearly; i++) {
+        send_log(r, early[i].level, early[i].msg);
+        free(early[i].msg);
+        early[i].msg = NULL;
+    }
+    nearly = 0;
+    pthread_mutex_unlock(&fwd_mu);
+}
+
+/* No more lines to r (its goodbye, or its end). */
+static void forward_end(struct report *r)
+{
+    pthread_mutex_lock(&fwd_mu);
+    if (fwd_to == r) {
+        fwd_to = NULL;
+        fwd_over = 1;
+    }
+    pthread_mutex_unlock(&fwd_mu);
 }
 
 /* The token: the file's content less its trailing whitespace. */
@@ -318,11 +410,11 @@ static void stop_beat(struct report *r)
 
 static void close_fd(struct report *r)
 {
-    pthread_mutex_lock(&r->mu);
+    mu_lock(r);
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
-    pthread_mutex_unlock(&r->mu);
+    mu_unlock(r);
 }
 
 enum tr_status report_open(const char *addr, const char *token_file, const struct report_who *who, double timeout,
@@ -385,6 +477,7 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
         goto fail;
     }
     TR_CHECK_GOTO(start_beat(r), rc, fail);
+    forward_to(r);
     *out = r;
 exit:
     json_decref(hello);
@@ -488,6 +581,7 @@ void report_bye(struct report *r, int exit_code)
 {
     if (!r)
         return;
+    forward_end(r);
     stop_beat(r); /* no beat after the bye */
     send_sys(r, 0); /* the last sample: a short run has at least this one */
     json_t *rec = json_pack("{s:s, s:i, s:i}", "type", "bye", "rank", r->rank, "exit", exit_code);
@@ -502,6 +596,7 @@ void report_free(struct report **pr)
     struct report *r = *pr;
     if (!r)
         return;
+    forward_end(r);
     stop_beat(r);
     close_fd(r);
     pthread_mutex_destroy(&r->mu);

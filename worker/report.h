@@ -46,6 +46,13 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
 typedef void (*report_gone_fn)(const char *addr);
 void report_on_launcher_gone(report_gone_fn fn);
 
+/* From now on this process's error, warn and hint lines (common/log.h) also go
+ * to the launcher, as {"type":"log","rank","level","message"}, once report_open
+ * has connected (the first EARLY lines before it are kept for it: up to 32),
+ * until report_bye or report_free. Call it once, from main, before the threads;
+ * a process that never connects only keeps those 32 lines. */
+void report_forward_logs(void);
+
 /* Seconds between two samples of a rank's system metrics (sysmetrics.h), sent
  * as {"type":"sys","rank","step","time","cpu_pct","rss_bytes"[,"gpu_mem_bytes"]}
  * by the beat thread with its first beat, then at this interval in a job of up

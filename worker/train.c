@@ -17,6 +17,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/clock.h"
+#include "../common/cpus.h"
 #include "../common/file.h"
 #include "../common/sysmem.h"
 #include "../common/version.h"
@@ -51,6 +52,10 @@ static json_t *params_json(const struct train *T)
         }
     }
     json_object_set_new(d, "effective_threads", json_integer(T->threads));
+    char choice[256];
+    snprintf(choice, sizeof choice, "%d (%s)", T->threads, T->threads_why);
+    json_object_set_new(d, "threads_choice", json_string(choice));
+    json_object_set_new(d, "omp_wait_policy", json_string(tr_cpus_wait_policy()));
     json_object_set_new(d, "effective_backend", json_string(T->be.i->name));
     json_object_set_new(d, "terarec_version", json_string(tr_version()));
     json_object_set_new(d, "blas", json_string(kern_blas_info()));
@@ -256,7 +261,10 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     TR_CHECK(dist_init(&T->dist));
     tr_log_set_rank(T->dist.world > 1 ? T->dist.rank : -1);
     const int W = T->dist.world, rank = T->dist.rank;
-    T->threads = plan_threads_local(job, T->dist.local_world);
+    T->threads = plan_threads_local(job, T->dist.local_world, T->threads_why, sizeof T->threads_why);
+    if (rank == 0)
+        LOG_INFO(INIT, "threads: %d per worker (%s; OpenMP wait policy %s)", T->threads, T->threads_why,
+                 tr_cpus_wait_policy());
     struct kern_backend_opts bo = plan_backend_opts(job, T->threads, T->dist.local_rank, 0);
     TR_CHECK(kern_backend_open(job_backend_name(job->backend), &bo, &T->be));
     TR_CHECK(comm_choose_job(&T->dist, &T->be, job, &T->comm_setup, &T->together));

@@ -66,6 +66,7 @@ struct train {
     int64_t step;               /* steps done */
     int64_t total;              /* steps to run */
     int threads;
+    char threads_why[192]; /* what the thread count was made from (plan_threads_local) */
     int stop;                   /* an evaluation reached --auc_threshold */
     int together;               /* the last error was reached by every rank alike (a shared
                                    verdict): they stop together, without comm_abort */

@@ -23,9 +23,11 @@ static int save_due(const struct train *T, const struct batch *hdr)
 static enum tr_status run_train(struct train *T)
 {
     TR_CHECK(train_ckpt_open(T));
-    if (T->resumed && T->step >= T->total)
-        LOG_RANK0("the checkpoint is at step %lld, --max_steps is %lld: nothing to train", (long long)T->step,
-                  (long long)T->total);
+    if (T->resumed && T->step >= T->total && T->dist.rank == 0) { /* a warning: it reaches the console */
+        LOG_WARN("the checkpoint restored is of step %lld and the run has %lld steps: nothing to train",
+                 (long long)T->step, (long long)T->total);
+        LOG_HINT("--max_steps N (more than %lld) to train it further", (long long)T->step);
+    }
     while (T->step < T->total) {
         struct batch hdr;
         TR_CHECK(train_step(T, &hdr));

@@ -8,8 +8,9 @@
 #   event); a read-only copy (a tmpfs remounted read-only) shows it lost without
 #   recording it (list, show, serve), a writable open records it;
 # - rm --checkpoints removes ROOT/runs/<ckpt_run>/ of a run's store, refuses (exit
-#   2, nothing removed) while another run resumed from it shares that checkpoint
-#   run, and removes both when both are named; a store behind an http URL and a
+#   2, nothing removed) while another run shares that checkpoint run (a run
+#   resumed from it in a history from before resumed runs had their own), and
+#   removes both when both are named; a store behind an http URL and a
 #   running run are refused with a hint.
 . "$(dirname "$0")/lib.sh"
 T=$TR_BIN/terarec
@@ -133,9 +134,13 @@ if ! $T train --db "$DB" --workers 1 $M --max_steps 40 --print_freq 5 --checkpoi
 fi
 A=$(sql "SELECT id FROM runs WHERE name = 'first'")
 B=$(sql "SELECT id FROM runs WHERE name = 'second'")
-[ "$(sql "SELECT ckpt_run FROM runs WHERE id = '$B'")" = "$A" ] && [ -d "$CK/runs/$A/manifests" ] &&
-    [ -d "$CK/runs/$RID" ] && ok "a run and one resumed from it share checkpoint run $A" ||
-    fail "a run and one resumed from it share checkpoint run $A" "$(ls "$CK/runs")"
+[ "$(sql "SELECT ckpt_run FROM runs WHERE id = '$B'")" = "$B" ] && [ -d "$CK/runs/$A/manifests" ] &&
+    [ -d "$CK/runs/$B/manifests" ] && [ -d "$CK/runs/$RID" ] &&
+    ok "a run resumed from another saves under a checkpoint run of its own" ||
+    fail "a run resumed from another saves under a checkpoint run of its own" "$(ls "$CK/runs")"
+# a history written before that: the resumed run's row names the first's checkpoint run
+$PY -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()" "$DB" \
+    "UPDATE runs SET ckpt_run = '$A' WHERE id = '$B'"
 
 out=$($T runs rm first --checkpoints --db "$DB" 2>&1)
 rc=$?
@@ -151,6 +156,7 @@ rc=$?
 if [ $rc -eq 0 ] && [ ! -e "$CK/runs/$A" ] && echo "$out" | grep -q "removed run $A" &&
     echo "$out" | grep -q "removed run $B" &&
     echo "$out" | grep -qF "removed the checkpoints of run $A: $CK/runs/$A (their chunks are removed by the next 'terarec ckpt gc --checkpoint_dir $CK')" &&
+    rm -r "$CK/runs/$B" &&
     [ "$(sql "SELECT count(*) FROM runs WHERE id IN ('$A', '$B')")" = 0 ] && [ -d "$CK/runs/$RID" ] && [ -d "$CK/chunks" ]
 then
     ok "rm --checkpoints of both: rows and ROOT/runs/<ckpt_run> gone, other runs' and chunks kept"

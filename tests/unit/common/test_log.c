@@ -56,9 +56,43 @@ static void short_line_whole(void)
     TH_CHECK(strstr(line, "cut") == NULL);
 }
 
+static int hooked_n;
+static char hooked[4][64];
+static int hooked_level[4];
+
+static void hook(int level, const char *msg)
+{
+    if (hooked_n < 4) {
+        snprintf(hooked[hooked_n], sizeof hooked[0], "%s", msg);
+        hooked_level[hooked_n] = level;
+    }
+    hooked_n++;
+    LOG_WARN("logged by the hook"); /* written, not passed to the hook again */
+}
+
+/* tr_log_set_hook: every error, warn and hint line, without its prefix; not info */
+static void hook_gets_lines(void)
+{
+    tr_log_set_hook(hook);
+    LOG_WARN("w %d", 1);
+    LOG_INFO(INIT, "not an info line");
+    LOG_ERROR("e %s", "x");
+    LOG_HINT("h");
+    tr_log_set_hook(NULL);
+    LOG_WARN("after");
+    TH_EQ(hooked_n, 3);
+    TH_EQ_STR(hooked[0], "w 1");
+    TH_EQ(hooked_level[0], TR_LOG_WARN);
+    TH_EQ_STR(hooked[1], "e x");
+    TH_EQ(hooked_level[1], TR_LOG_ERROR);
+    TH_EQ_STR(hooked[2], "h");
+    TH_EQ(hooked_level[2], -1);
+}
+
 static const struct th_case cases[] = {
     {"long_line_keeps_its_end", long_line_keeps_its_end},
     {"short_line_whole", short_line_whole},
+    {"hook_gets_lines", hook_gets_lines},
 };
 
 int main(int argc, char **argv)

@@ -4,7 +4,8 @@
  * the system metrics at their interval and before the bye,
  * events as the documented JSON line, error and bye lines, a launcher that goes
  * away (sends go on, one warning), refused addresses and token files, the address
- * forms, connect retries, and the last error line the log keeps. */
+ * forms, connect retries, the last error line the log keeps, and the log lines
+ * forwarded. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <errno.h>
@@ -642,6 +643,67 @@ static void last_error_line(void)
     TH_EQ_STR(tr_log_last_error(), "second failure: why");
 }
 
+/* The next line that is not a beat nor system metrics, within `timeout` seconds
+ * in all (the beats go on), or NULL. */
+static json_t *peer_msg_within(struct peer *p, double timeout)
+{
+    const double end = tr_clock_now() + timeout;
+    json_t *j;
+    while (tr_clock_now() < end && (j = peer_line(p, end - tr_clock_now())) != NULL) {
+        if (strcmp(str(j, "type"), "beat") != 0 && strcmp(str(j, "type"), "sys") != 0)
+            return j;
+        json_decref(j);
+    }
+    return NULL;
+}
+
+/* report_forward_logs: warn, error and hint lines (not info) go as "log" lines,
+ * those logged before the connection first, none after the bye. (Last: the hook
+ * stays set for the process.) */
+static void log_lines_forwarded(void)
+{
+    make_dir();
+    char addr[160];
+    int lfd = listen_tcp(addr, sizeof addr);
+    report_forward_logs();
+    LOG_WARN("early %d", 1);
+    LOG_INFO(INIT, "an info line is not forwarded");
+    const struct report_who who = {3, 4, 1};
+    struct report *r = NULL;
+    TH_EQ_ST_REQ(report_open(addr, token_file("tok"), &who, 5.0, &r), TR_OK);
+    struct peer *p = malloc(sizeof *p);
+    TH_REQUIRE(p != NULL);
+    peer_accept(p, lfd);
+    json_t *h = peer_line(p, 5.0);
+    TH_REQUIRE(h != NULL);
+    check_hello(h, "tok", 3, 4, 1);
+    json_decref(h);
+    LOG_ERROR("late failure of '%s'", "x");
+    LOG_HINT("a hint");
+    const char *want[][2] = {{"warn", "early 1"}, {"error", "late failure of 'x'"}, {"hint", "a hint"}};
+    for (size_t i = 0; i < TR_ARRAY_SIZE(want); i++) {
+        json_t *m = peer_msg_within(p, 5.0);
+        TH_REQUIRE(m != NULL);
+        TH_EQ_STR(str(m, "type"), "log");
+        TH_EQ(num(m, "rank"), 3);
+        TH_EQ_STR(str(m, "level"), want[i][0]);
+        TH_EQ_STR(str(m, "message"), want[i][1]);
+        json_decref(m);
+    }
+    report_bye(r, 0);
+    LOG_WARN("after the bye");
+    json_t *bye = peer_msg_within(p, 5.0);
+    TH_REQUIRE(bye != NULL);
+    TH_EQ_STR(str(bye, "type"), "bye");
+    json_decref(bye);
+    TH_CHECK(peer_line(p, 2.0) == NULL && p->eof);
+    report_free(&r);
+    close(p->fd);
+    free(p);
+    close(lfd);
+    remove_dir();
+}
+
 static const struct th_case cases[] = {
     {"addr_forms", addr_forms},
     {"hello_and_beats_tcp", hello_and_beats_tcp},
@@ -652,6 +714,7 @@ static const struct th_case cases[] = {
     {"refused", refused},
     {"connect_retries", connect_retries},
     {"last_error_line", last_error_line},
+    {"log_lines_forwarded", log_lines_forwarded},
 };
 
 int main(int argc, char **argv)
