@@ -14,7 +14,8 @@
 # - kill -9 of one worker on the second node: failed, naming the rank and the host,
 #   within 10 s; with --max_restarts 1 the job resumes and completes;
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming it;
-# - slurm/slurm_multinode.sh with the seed's variables (cmd, srun_flags).
+# - slurm/slurm_multinode.sh with the seed's variables (cmd, srun_flags): a cmd that is the
+#   worker and its flags runs as terarec train, in the run history.
 # SKIPs without root, namespaces or the SLURM/munge commands; under CI=true a SKIP fails.
 # run.sh: holds slurm (a SLURM cluster of its own: daemons on fixed ports, network namespaces)
 # run.sh: alone (a checkpoint within SLURM's grace period after scontrol requeue: a
@@ -309,12 +310,19 @@ fi
 W="--batch_size 256 --synthetic_dataset_cardinalities 26x1000 --embedding_dim 8 --bottom_mlp_dims 16,8
    --top_mlp_dims 16,1 --learning_rate 0.5 --warmup_steps 0 --threads 1 --synthetic_dataset_valid_batches 2 --max_steps 20
    --print_freq 10 --columnwise_split --data_parallel_bottom_mlp --log_path="
+# a cmd that is just the worker and its flags runs as terarec train (one world of 4 over
+# both nodes, recorded in the run history: the test's own, through TR_DB)
+n=0
 for form in "terarec-worker" "python -u main.py"; do
-    job=$(cmd="$form $(echo $W)" srun_flags=--mpi=pmix sb --wait -N 2 -n 4 "$SL/slurm_multinode.sh")
+    n=$((n + 1))
+    job=$(TR_DB=$TMP/sm$n.db cmd="$form $(echo $W) --run_name sm$n" srun_flags=--mpi=pmix \
+        sb --wait -N 2 -n 4 "$SL/slurm_multinode.sh")
     o="$TMP/$job.out"
-    grep -q '^step=20,' "$o" && grep -q '4 worker(s) column-wise' "$o" &&
-        ok "slurm_multinode.sh cmd='$form ...' srun_flags=--mpi=pmix: 4 ranks trained" ||
-        fail "slurm_multinode.sh ($form)" "$(tail -n 8 "$o")"
+    row=$("$TR_BIN/terarec" runs list --db "$TMP/sm$n.db" --columns name,status,steps,workers 2>&1 | grep -w "sm$n")
+    grep -q '^slurm_multinode.sh: cmd runs as: terarec train ' "$o" && grep -q '4 workers on 2 nodes' "$o" &&
+        grep -q '^step 20/20 ' "$o" && [ "$(echo $row)" = "sm$n completed 20 4" ] &&
+        ok "slurm_multinode.sh cmd='$form ...' srun_flags=--mpi=pmix: 4 ranks on 2 nodes trained, recorded ($(echo $row))" ||
+        fail "slurm_multinode.sh ($form)" "history: '$row'; $(tail -n 8 "$o")"
 done
 
 done_testing
