@@ -233,15 +233,18 @@ struct kern_interact_fwd_args {
 
 /* Backward: dx (batch, n, d) = sum_j S_ij x_j with S the symmetric matrix of pair
  * gradients (zero diagonal), plus dout[:, 0:d] added into dx[:,0,:] when
- * has_bottom. dx is overwritten. Errors as for the forward. */
+ * has_bottom. dx is overwritten. When nonfinite is not NULL, *nonfinite is set to 1
+ * if any element of dx is NaN or inf, to 0 otherwise (the numeric guard of dx,
+ * without a pass of its own). Errors as for the forward. */
 struct kern_interact_bwd_args {
     int64_t batch;
     int n, d;
     int has_bottom;
-    const float *x;    /* (batch, n, d) */
-    const float *dout; /* (batch, out_w) */
+    const float *x;      /* (batch, n, d) */
+    const float *dout;   /* (batch, out_w) */
     int64_t out_w;
-    float *dx;         /* (batch, n, d) */
+    float *dx;           /* (batch, n, d) */
+    int32_t *nonfinite;  /* (1) backend memory, or NULL */
 };
 
 /* Binary cross-entropy with logits over n samples: *loss_sum = sum of per-sample

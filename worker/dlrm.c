@@ -397,10 +397,11 @@ static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct
 }
 
 /* Bytes of the activation block: the floats, then (8-byte aligned) the row-wise
- * sums, then the embedding workspace of ws bytes. */
+ * sums, then the embedding workspace of ws bytes, then dx's guard flag. */
 static size_t act_bytes_of(const struct sizes *z, size_t ws)
 {
-    return z->act_floats * sizeof(float) + (z->sumsq_n ? 8 + (size_t)z->sumsq_n * sizeof(double) : 0) + ws + 64;
+    return z->act_floats * sizeof(float) + (z->sumsq_n ? 8 + (size_t)z->sumsq_n * sizeof(double) : 0) + ws + 64 +
+           64; /* the last 64: dx_bad */
 }
 
 void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
@@ -571,8 +572,9 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->emb_sumsq = z.sumsq_n ? (double *)q : NULL;
         q += (size_t)z.sumsq_n * sizeof(double);
         m->emb_ws = q;
-        p = (float *)q;
-        TR_ASSERT((char *)p + m->emb_ws_bytes <= act + m->act_bytes);
+        q += m->emb_ws_bytes;
+        m->dx_bad = (int32_t *)(((uintptr_t)q + 63) & ~(uintptr_t)63);
+        TR_ASSERT((char *)(m->dx_bad + 1) <= act + m->act_bytes);
     }
     /* every op's working memory now, so that no step allocates */
     ops_ws(cfg, &z, be, &m->ops_ws);
@@ -806,10 +808,28 @@ enum tr_status dlrm_backward_interact(struct dlrm *m, int64_t n)
     if (m->cfg.ncross) {
         TR_CHECK(cross_backward(m, n));
     } else {
-        struct kern_interact_bwd_args ia = {n, m->n, (int)D, m->has_bottom, m->x, m->dtop_in, m->top_in_w, m->dx};
+        struct kern_interact_bwd_args ia = {n,       m->n,        (int)D, m->has_bottom, m->x,
+                                            m->dtop_in, m->top_in_w, m->dx,  m->dx_bad};
         TR_CHECK(m->be.i->interact_bwd(m->be.ctx, &ia));
     }
     m->t[DLRM_T_INTERACT_BWD] += dlrm_clock(m) - t1;
+    return TR_OK;
+}
+
+enum tr_status dlrm_dx_nonfinite(struct dlrm *m, int64_t n, int *bad)
+{
+    if (!m->cfg.ncross) {
+        int32_t flag = 0;
+        TR_CHECK(m->be.i->copy(m->be.ctx, &flag, m->dx_bad, sizeof flag, KERN_D2H));
+        TR_CHECK(m->be.i->synchronize(m->be.ctx));
+        *bad = flag != 0;
+        return TR_OK;
+    }
+    const int64_t w = (int64_t)m->n * m->cfg.emb_dim;
+    double sq = 0.0;
+    struct kern_sumsq_args a = {.x = m->dx, .rows = n, .cols = w, .ld = w, .out = &sq};
+    TR_CHECK(m->be.i->sumsq(m->be.ctx, &a, 1));
+    *bad = !isfinite(sq);
     return TR_OK;
 }
 

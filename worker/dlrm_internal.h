@@ -87,6 +87,8 @@ struct dlrm {
                           table's per-distinct-row sums of squares, all-reduced over the
                           workers (hybrid_update); NULL otherwise */
     int64_t emb_sumsq_n;
+    int32_t *dx_bad;   /* (1) set by the dot interaction's backward when dx holds a NaN
+                          or inf (dlrm_dx_nonfinite), at the end of the activations */
     size_t act_bytes;
 
     double t[DLRM_T_COUNT_]; /* host: seconds spent per phase since the last reset */
@@ -133,6 +135,10 @@ enum tr_status dlrm_backward_dense(struct dlrm *m, const float *num, int64_t ldn
  * m->dp_bottom; it modifies row 0 of m->dx in place). */
 enum tr_status dlrm_backward_top(struct dlrm *m, int64_t n) TR_WUR;
 enum tr_status dlrm_backward_interact(struct dlrm *m, int64_t n) TR_WUR;
+/* After the backward of n samples: *bad = whether dx holds a NaN or inf. The dot
+ * interaction's backward found it while writing dx (no pass of its own); the DCNv2
+ * interaction's dx is summed (sumsq). Synchronizes the backend. */
+enum tr_status dlrm_dx_nonfinite(struct dlrm *m, int64_t n, int *bad) TR_WUR;
 enum tr_status dlrm_backward_bottom_dp(struct dlrm *m, const float *num, int64_t ldnum, int64_t n) TR_WUR;
 /* The first parameter of the top MLP (after the bottom MLP and any cross layers). */
 int64_t dlrm_top_mlp_param0(const struct dlrm *m);

@@ -516,12 +516,10 @@ static int pack_dx(struct hybrid *h, const struct geom *g)
  * sum when this rank's gradients of X are not finite. */
 static enum tr_status guard_dx(struct hybrid *h, const struct geom *g, double *lsum)
 {
-    const struct kern_backend *be = &h->m->be;
-    double xsq = 0.0;
-    struct kern_sumsq_args xa = {.x = h->m->dx, .rows = g->nl, .cols = g->ldx, .ld = g->ldx, .out = &xsq};
-    TR_CHECK(be->i->sumsq(be->ctx, &xa, 1));
+    int bad = 0;
+    TR_CHECK(dlrm_dx_nonfinite(h->m, g->nl, &bad));
     h->guard.local_loss_sum = *lsum;
-    h->guard.emb_grad_nonfinite = !isfinite(xsq);
+    h->guard.emb_grad_nonfinite = bad;
     if (h->guard.emb_grad_nonfinite)
         *lsum = NAN;
     return TR_OK;

@@ -1,14 +1,17 @@
 /* interact.c: CPU dot interaction, forward and backward, in the seed's layout
- * ([bottom | strict lower triangle row-major | zero pad]). Per sample both
- * directions are small matrix products (Z = X X^T, dX = S X with S the
- * symmetric pair-gradient matrix) done by a 4-row x 16-column register-blocked
- * micro-kernel written with GCC vector extensions. The per-sample functions are
- * compiled twice (AVX-512 and the build's baseline) and chosen at load time.
- * Every output element is one sequential sum over its inner dimension, so
- * results are bitwise independent of the thread count (threads split the batch)
- * and of the clone chosen. It does not implement the concat or cat-only
- * interaction variants. */
+ * ([bottom | strict lower triangle row-major | zero pad]), a memory-bound pass
+ * over the batch. Forward: per sample, the pairs are taken VW at a time (VW = 16
+ * with AVX-512, 8 otherwise); each pair's dot product runs in VW lanes along the
+ * vectors, and one shuffle tree turns the VW accumulators into VW sums stored as
+ * one vector. Backward: dx = S x (S the symmetric pair gradients, zero diagonal)
+ * by register tiles of up to 4 rows x 4 vectors, the coefficients read straight
+ * from the pair gradients. The loops are written once (interact_body.h) and
+ * compiled per instruction set; the set is chosen at run time. Every output
+ * element is a sum in a fixed order, so results are bitwise independent of the
+ * thread count (threads split the batch). It does not implement the concat or
+ * cat-only interaction variants. */
 #define TR_SUBSYS TR_SUB_KERN
+#include <math.h>
 #include <string.h>
 
 #include "../../common/alloc.h"
@@ -16,191 +19,290 @@
 #include "../kmath.h"
 #include "cpu_internal.h"
 
-typedef float v16f __attribute__((vector_size(64)));
-/* the same vector, for unaligned loads and stores through any float pointer */
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
-
-#define RB 4 /* rows per micro-tile */
-#define CB 16 /* columns per micro-tile (one v16f) */
-
-/* not under ASan or TSan: the clones' resolver runs while the program is relocated,
- * before the sanitizer's runtime is ready (under TSan it crashes there) */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-# define CLONES __attribute__((target_clones("avx512f", "default")))
-#else
-# define CLONES
-#endif
-
 #define INLINE static inline __attribute__((always_inline))
 
-/* unaligned vector load and store, and a broadcast (macros: vectors are not
- * passed through function boundaries, whose ABI differs with and without AVX-512) */
-#define LOAD16(p) (*(const v16u *)(p))
-#define STORE16(p, v) (*(v16u *)(p) = (v))
-#define SPLAT16(a) ((v16f){(a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a), (a)})
-
-/* c[r][0..16) = sum_k a[r][k] * b[k][0..16) for r < 4; a rows are a0..a3 (each
- * K long), b is (K, ldb). Each output is one sequential sum over k. */
-INLINE void tile_4x16(const float *a0, const float *a1, const float *a2, const float *a3, const float *b, int64_t ldb,
-                      int K, float c[RB][CB])
-{
-    v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    for (int k = 0; k < K; k++) {
-        v16f bk = LOAD16(b + k * ldb);
-        c0 += SPLAT16(a0[k]) * bk;
-        c1 += SPLAT16(a1[k]) * bk;
-        c2 += SPLAT16(a2[k]) * bk;
-        c3 += SPLAT16(a3[k]) * bk;
-    }
-    STORE16(c[0], c0);
-    STORE16(c[1], c1);
-    STORE16(c[2], c2);
-    STORE16(c[3], c3);
-}
-
-/* Per-thread scratch: xt (d, npad) the transposed sample, s (ceil4(n), n) the
- * pair-gradient matrix, zero (max(d, n)) a row of zeros for padding tiles. */
-struct scratch {
-    float *xt, *s, *zero;
-    int64_t npad;
+/* A run of pairs (i, j0), (i, j0 + 1), ... (i, j0 + cnt - 1) inside one group of
+ * VW pairs, the first of them pair number p. */
+struct seg {
+    int32_t i, j0, cnt;
+    int32_t p;
 };
 
-static size_t scratch_floats(int n, int d)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+# define HAVE_AVX512_BODY 1
+#endif
+
+/* ---- vectors of 8 (the build's baseline: AVX2 on x86-64-v3) ---------------------- */
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int v8i __attribute__((vector_size(32)));
+
+/* r[q] = sum of the lanes of a[bitrev3(q)]: three levels, each adding two shuffles of
+ * a pair of vectors (halves, then quarters, then neighbours); the lane sums come
+ * out in bit-reversed order of the accumulators, which the pair tables undo. */
+INLINE v8f reduce8(const v8f *a)
 {
-    const int64_t npad = TR_CEIL_DIV(n, CB) * CB, n4 = TR_CEIL_DIV(n, RB) * RB;
-    const int64_t zn = TR_MAX(d, npad) + CB;
-    return (size_t)(d * npad + n4 * n + zn);
+    v8f u[4], v[2];
+    for (int m = 0; m < 4; m++)
+        u[m] = __builtin_shuffle(a[2 * m], a[2 * m + 1], (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +
+               __builtin_shuffle(a[2 * m], a[2 * m + 1], (v8i){4, 5, 6, 7, 12, 13, 14, 15});
+    for (int m = 0; m < 2; m++)
+        v[m] = __builtin_shuffle(u[2 * m], u[2 * m + 1], (v8i){0, 1, 8, 9, 4, 5, 12, 13}) +
+               __builtin_shuffle(u[2 * m], u[2 * m + 1], (v8i){2, 3, 10, 11, 6, 7, 14, 15});
+    return __builtin_shuffle(v[0], v[1], (v8i){0, 8, 2, 10, 4, 12, 6, 14}) +
+           __builtin_shuffle(v[0], v[1], (v8i){1, 9, 3, 11, 5, 13, 7, 15});
+}
+
+#define VW 8
+#define VEC v8f
+#define LOADV(p) (*(const v8u *)(p))
+#define STOREV(p, v) (*(v8u *)(p) = (v))
+#define SPLATV(s) ((v8f){(s), (s), (s), (s), (s), (s), (s), (s)})
+#define REDUCE reduce8
+#define TARGET
+#define SFX _v8
+#include "interact_body.h"
+#undef VW
+#undef VEC
+#undef LOADV
+#undef STOREV
+#undef SPLATV
+#undef REDUCE
+#undef TARGET
+#undef SFX
+
+#ifdef HAVE_AVX512_BODY
+/* ---- vectors of 16 (AVX-512, when the processor has it) -------------------------- */
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int v16i __attribute__((vector_size(64)));
+
+/* As reduce8, four levels: r[q] = sum of the lanes of a[bitrev4(q)]. */
+__attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
+{
+    v16f u[8], v[4], w[2];
+    for (int m = 0; m < 8; m++)
+        u[m] = __builtin_shuffle(a[2 * m], a[2 * m + 1], (v16i){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}) +
+               __builtin_shuffle(a[2 * m], a[2 * m + 1],
+                                 (v16i){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+    for (int m = 0; m < 4; m++)
+        v[m] = __builtin_shuffle(u[2 * m], u[2 * m + 1], (v16i){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}) +
+               __builtin_shuffle(u[2 * m], u[2 * m + 1],
+                                 (v16i){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31});
+    for (int m = 0; m < 2; m++)
+        w[m] = __builtin_shuffle(v[2 * m], v[2 * m + 1], (v16i){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}) +
+               __builtin_shuffle(v[2 * m], v[2 * m + 1],
+                                 (v16i){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+    return __builtin_shuffle(w[0], w[1], (v16i){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}) +
+           __builtin_shuffle(w[0], w[1], (v16i){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31});
+}
+
+#define VW 16
+#define VEC v16f
+#define LOADV(p) (*(const v16u *)(p))
+#define STOREV(p, v) (*(v16u *)(p) = (v))
+#define SPLATV(s) ((v16f){(s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s)})
+#define REDUCE reduce16
+#define TARGET __attribute__((target("avx512f")))
+#define SFX _v16
+#include "interact_body.h"
+#undef VW
+#undef VEC
+#undef LOADV
+#undef STOREV
+#undef SPLATV
+#undef REDUCE
+#undef TARGET
+#undef SFX
+#endif
+
+/* The vector width this processor runs: 16 with AVX-512, else 8. */
+static int vector_width(void)
+{
+#ifdef HAVE_AVX512_BODY
+    static int w;
+    if (!w) {
+        __builtin_cpu_init();
+        w = __builtin_cpu_supports("avx512f") ? 16 : 8;
+    }
+    return w;
+#else
+    return 8;
+#endif
+}
+
+static int64_t round_up(int64_t v, int64_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+/* Per-thread scratch: the forward's segments (seg, nseg) and bit-reversal table
+ * (brv), and for widths that are not a multiple of the vector, one sample padded
+ * with zero columns (xs) and its gradient (dxs); tmp holds one vector. */
+struct scratch {
+    struct seg *seg;
+    int nseg;
+    uint8_t *brv;
+    float *xs, *dxs, *tmp;
+    int64_t dp;
+};
+
+/* Segments of n vectors' pairs cut at every group of vw: at most one per row and
+ * one more per group. */
+static int64_t max_segs(int n, int vw)
+{
+    return n + km_tri_count(n) / vw + 2;
+}
+
+static size_t scratch_bytes(int n, int d, int vw)
+{
+    const int64_t dp = round_up(d, vw);
+    const int64_t pad = dp == d ? 0 : 2 * (int64_t)n * dp;
+    return (size_t)max_segs(n, vw) * sizeof(struct seg) + 128 + (size_t)(pad + vw) * sizeof(float);
 }
 
 size_t kern_cpu_interact_call_bytes(int n, int d, int threads)
 {
-    return n >= 1 && d >= 1 ? scratch_floats(n, d) * sizeof(float) * (size_t)(threads > 1 ? threads : 1) : 0;
+    return n >= 1 && d >= 1 ? scratch_bytes(n, d, vector_width()) * (size_t)(threads > 1 ? threads : 1) : 0;
 }
 
-static int scratch_get(struct scratch *sc, int n, int d)
+/* Cuts the pairs of n vectors, in row-major order of the strict lower triangle,
+ * into segments that neither leave a row nor cross a group of vw pairs. */
+static int make_segs(int n, int vw, struct seg *seg)
 {
-    sc->npad = TR_CEIL_DIV(n, CB) * CB;
-    int64_t n4 = TR_CEIL_DIV(n, RB) * RB;
-    float *p = tr_calloc(scratch_floats(n, d), sizeof(float));
+    int ns = 0;
+    int64_t p = 0;
+    for (int i = 1; i < n; i++) {
+        for (int j = 0; j < i;) {
+            const int64_t room = vw - p % vw;
+            const int cnt = (int)TR_MIN((int64_t)(i - j), room);
+            seg[ns++] = (struct seg){i, j, cnt, (int32_t)p};
+            j += cnt;
+            p += cnt;
+        }
+    }
+    return ns;
+}
+
+static int scratch_get(struct scratch *sc, int n, int d, int vw, int fwd)
+{
+    const int64_t dp = round_up(d, vw);
+    char *p = tr_malloc(scratch_bytes(n, d, vw));
     if (!p)
         return -1;
-    sc->xt = p;
-    sc->s = p + d * sc->npad;
-    sc->zero = sc->s + n4 * n;
+    sc->seg = (struct seg *)p;
+    sc->brv = (uint8_t *)(sc->seg + max_segs(n, vw));
+    sc->tmp = (float *)(sc->brv + 64);
+    sc->xs = dp == d ? NULL : sc->tmp + vw;
+    sc->dxs = dp == d ? NULL : sc->xs + (int64_t)n * dp;
+    sc->dp = dp;
+    if (sc->xs)
+        memset(sc->xs, 0, (size_t)(2 * (int64_t)n * dp) * sizeof(float));
+    sc->nseg = 0;
+    if (fwd) {
+        const int bits = vw == 16 ? 4 : 3;
+        for (int q = 0; q < vw; q++) {
+            int r = 0;
+            for (int b = 0; b < bits; b++)
+                r |= ((q >> b) & 1) << (bits - 1 - b);
+            sc->brv[q] = (uint8_t)r;
+        }
+        sc->nseg = make_segs(n, vw, sc->seg);
+    }
     return 0;
 }
 
-/* Forward of sample s. */
-CLONES static void fwd_sample(const struct kern_interact_fwd_args *a, int64_t s, const struct scratch *sc_)
+/* x's sample, or its copy padded to dp columns with zeros. */
+static const float *padded(const float *x, int n, int d, const struct scratch *sc)
+{
+    if (!sc->xs)
+        return x;
+    for (int i = 0; i < n; i++)
+        memcpy(sc->xs + i * sc->dp, x + (int64_t)i * d, (size_t)d * sizeof(float));
+    return sc->xs;
+}
+
+static void fwd_sample(const struct kern_interact_fwd_args *a, int64_t s, const struct scratch *sc, int vw)
 {
     const int n = a->n, d = a->d;
-    const int64_t off = a->has_bottom ? d : 0;
-    const int64_t used = off + km_tri_count(n);
-    struct scratch sc = *sc_;
+    const int64_t off = a->has_bottom ? d : 0, P = km_tri_count(n);
     const float *x = a->x + s * (int64_t)n * d;
     float *o = a->out + s * a->out_w;
     if (a->has_bottom)
         memcpy(o, x, (size_t)d * sizeof(float));
-    float *pairs = o + off;
-    for (int j = 0; j < n; j++) /* transpose; padding columns stay zero */
-        for (int k = 0; k < d; k++)
-            sc.xt[(int64_t)k * sc.npad + j] = x[(int64_t)j * d + k];
-    for (int i0 = 1; i0 < n; i0 += RB) {
-        const float *r[RB];
-        for (int q = 0; q < RB; q++)
-            r[q] = i0 + q < n ? x + (int64_t)(i0 + q) * d : sc.zero;
-        int ihi = TR_MIN(i0 + RB - 1, n - 1);
-        for (int j0 = 0; j0 < ihi; j0 += CB) {
-            float c[RB][CB];
-            tile_4x16(r[0], r[1], r[2], r[3], sc.xt + j0, sc.npad, d, c);
-            for (int q = 0; q < RB && i0 + q < n; q++) {
-                int i = i0 + q;
-                int jn = TR_MIN(CB, i - j0);
-                if (jn > 0)
-                    memcpy(pairs + km_tri_index(i, j0), c[q], (size_t)jn * sizeof(float));
-            }
-        }
+    if (P > 0) {
+        const float *xp = padded(x, n, d, sc);
+#ifdef HAVE_AVX512_BODY
+        if (vw == 16)
+            fwd_pairs_v16(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, o + off, sc->tmp);
+        else
+#endif
+            fwd_pairs_v8(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, o + off, sc->tmp);
     }
-    for (int64_t c = used; c < a->out_w; c++)
+    for (int64_t c = off + P; c < a->out_w; c++)
         o[c] = 0.0f;
 }
 
-/* Backward of sample s. */
-CLONES static void bwd_sample(const struct kern_interact_bwd_args *a, int64_t s, const struct scratch *sc_)
+/* Backward of sample s; returns nonzero when its dx holds a NaN or inf. */
+static int bwd_sample(const struct kern_interact_bwd_args *a, int64_t s, const struct scratch *sc, int vw)
 {
     const int n = a->n, d = a->d;
     const int64_t off = a->has_bottom ? d : 0;
-    const int dfull = d / CB * CB;
-    struct scratch sc = *sc_;
     const float *x = a->x + s * (int64_t)n * d;
     const float *g = a->dout + s * a->out_w + off;
     float *dx = a->dx + s * (int64_t)n * d;
-    float *S = sc.s;
-    for (int i = 0; i < n; i++) {
-        S[(int64_t)i * n + i] = 0.0f;
-        for (int j = 0; j < i; j++) {
-            float v = g[km_tri_index(i, j)];
-            S[(int64_t)i * n + j] = v;
-            S[(int64_t)j * n + i] = v;
-        }
-    }
-    for (int i0 = 0; i0 < n; i0 += RB) {
-        /* rows past n read zero rows of S (scratch padding is zero) */
-        const float *r0 = S + (int64_t)i0 * n, *r1 = r0 + n, *r2 = r1 + n, *r3 = r2 + n;
-        for (int k0 = 0; k0 < dfull; k0 += CB) {
-            float c[RB][CB];
-            tile_4x16(r0, r1, r2, r3, x + k0, d, n, c);
-            for (int q = 0; q < RB && i0 + q < n; q++)
-                memcpy(dx + (int64_t)(i0 + q) * d + k0, c[q], CB * sizeof(float));
-        }
-        for (int q = 0; q < RB && i0 + q < n; q++) { /* column tail */
-            const float *sr = S + (int64_t)(i0 + q) * n;
-            float *dr = dx + (int64_t)(i0 + q) * d;
-            for (int k = dfull; k < d; k++) {
-                float acc = 0.0f;
-                for (int j = 0; j < n; j++)
-                    acc += sr[j] * x[(int64_t)j * d + k];
-                dr[k] = acc;
-            }
+    const float *xp = padded(x, n, d, sc);
+    float *dxp = sc->dxs ? sc->dxs : dx;
+    int bad;
+#ifdef HAVE_AVX512_BODY
+    if (vw == 16)
+        bad = bwd_sample_v16(xp, sc->dp, n, g, dxp);
+    else
+#endif
+        bad = bwd_sample_v8(xp, sc->dp, n, g, dxp);
+    if (sc->dxs) { /* the padding columns are not outputs: look at the real ones */
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            memcpy(dx + (int64_t)i * d, sc->dxs + i * sc->dp, (size_t)d * sizeof(float));
+            for (int k = 0; k < d; k++)
+                bad |= !isfinite(dx[(int64_t)i * d + k]);
         }
     }
     if (a->has_bottom) {
         const float *gb = a->dout + s * a->out_w;
-        for (int k = 0; k < d; k++)
+        for (int k = 0; k < d; k++) {
             dx[k] += gb[k];
+            bad |= !isfinite(dx[k]);
+        }
     }
+    return bad;
 }
 
-/* Runs fn(args, s, scratch) for every sample s of the batch, threads splitting
- * the batch, each with its own scratch. TR_ERR_NOMEM if a scratch cannot be had. */
-static enum tr_status for_each_sample(int64_t batch, int n, int d, const void *args,
-                                      void (*fn)(const void *, int64_t, const struct scratch *))
+/* Runs the forward (fwd) or backward of every sample, threads splitting the batch,
+ * each with its own scratch. TR_ERR_NOMEM if a scratch cannot be had. */
+static enum tr_status for_each_sample(int64_t batch, int n, int d, const void *args, int fwd)
 {
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
+    const int vw = vector_width();
+    int failed = 0, bad = 0;
+#pragma omp parallel reduction(| : failed, bad)
     {
         struct scratch sc = {0};
-        if (scratch_get(&sc, n, d) != 0) {
+        if (scratch_get(&sc, n, d, vw, fwd) != 0) {
             failed = 1;
+        } else if (fwd) {
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < batch; s++)
+                fwd_sample(args, s, &sc, vw);
         } else {
 #pragma omp for schedule(static)
             for (int64_t s = 0; s < batch; s++)
-                fn(args, s, &sc);
+                bad |= bwd_sample(args, s, &sc, vw);
         }
-        tr_free(sc.xt);
+        tr_free(sc.seg);
     }
+    if (!fwd && ((const struct kern_interact_bwd_args *)args)->nonfinite)
+        *((const struct kern_interact_bwd_args *)args)->nonfinite = bad;
     return failed ? TR_ERR_NOMEM : TR_OK;
-}
-
-static void fwd_one(const void *a, int64_t s, const struct scratch *sc)
-{
-    fwd_sample(a, s, sc);
-}
-
-static void bwd_one(const void *a, int64_t s, const struct scratch *sc)
-{
-    bwd_sample(a, s, sc);
 }
 
 enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
@@ -208,7 +310,7 @@ enum tr_status kern_cpu_interact_fwd(const struct kern_interact_fwd_args *a)
     const int64_t off = a->has_bottom ? a->d : 0;
     if (a->n < 1 || a->d < 1 || a->out_w < off + km_tri_count(a->n))
         return TR_ERR_ARG;
-    return for_each_sample(a->batch, a->n, a->d, a, fwd_one);
+    return for_each_sample(a->batch, a->n, a->d, a, 1);
 }
 
 /* dx = S x with S_ij = dout[pair(max(i,j), min(i,j))], S_ii = 0; then the bottom
@@ -218,5 +320,5 @@ enum tr_status kern_cpu_interact_bwd(const struct kern_interact_bwd_args *a)
     const int64_t off = a->has_bottom ? a->d : 0;
     if (a->n < 1 || a->d < 1 || a->out_w < off + km_tri_count(a->n))
         return TR_ERR_ARG;
-    return for_each_sample(a->batch, a->n, a->d, a, bwd_one);
+    return for_each_sample(a->batch, a->n, a->d, a, 0);
 }

@@ -7,7 +7,8 @@
  * runs in fp32). Small kernels gather the triangle out of Z, build S
  * and add the bottom gradient. The batch runs in chunks so that the (chunk, n, n)
  * scratch stays near 64 MiB. It does not implement the concat or cat-only
- * interaction variants, and does not use the symmetry of Z to halve the GEMM. */
+ * interaction variants, and does not use the symmetry of Z to halve the GEMM. The
+ * backward's guard flag (nonfinite) is one more pass over dx. */
 #define TR_SUBSYS TR_SUB_KERN
 #include "cuda_internal.h"
 
@@ -90,6 +91,17 @@ static __global__ void bwd_add_bottom(const float *dout, int64_t out_w, float *d
         const int64_t s = e / d, k = e - s * d;
         dx[s * nd + k] += dout[s * out_w + k];
     }
+}
+
+/* *flag = 1 if any of dx's total elements is NaN or inf (the caller zeroed it):
+ * the numeric guard of dx; racing stores all write 1. */
+static __global__ void bwd_flag_nonfinite(const float *dx, int64_t total, int32_t *flag)
+{
+    int bad = 0;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        bad |= !isfinite(dx[e]);
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        *flag = 1;
 }
 
 /* Samples per chunk: the (chunk, n, n) scratch near CHUNK_BYTES (at least one
@@ -200,8 +212,11 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
 {
     if (!args_ok(a->n, a->d, a->has_bottom, a->out_w))
         return TR_ERR_ARG;
-    if (a->batch <= 0)
+    if (a->batch <= 0) {
+        if (a->nonfinite)
+            TR_CUDA_CHECK(cudaMemsetAsync(a->nonfinite, 0, sizeof *a->nonfinite, c->stream));
         return TR_OK;
+    }
     const int n = a->n, d = a->d;
     const int64_t off = a->has_bottom ? d : 0;
     const int64_t nd = (int64_t)n * d, nn = (int64_t)n * n;
@@ -228,6 +243,12 @@ enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bw
     if (a->has_bottom) {
         bwd_add_bottom<<<kcu_blocks(c, a->batch * d, THREADS), THREADS, 0, c->stream>>>(a->dout, a->out_w, a->dx,
                                                                                         a->batch, n, d);
+        KCU_LAUNCHED();
+    }
+    if (a->nonfinite) {
+        TR_CUDA_CHECK(cudaMemsetAsync(a->nonfinite, 0, sizeof *a->nonfinite, c->stream));
+        bwd_flag_nonfinite<<<kcu_blocks(c, a->batch * nd, THREADS), THREADS, 0, c->stream>>>(a->dx, a->batch * nd,
+                                                                                             a->nonfinite);
         KCU_LAUNCHED();
     }
     return TR_OK;

@@ -794,7 +794,7 @@ static void test_gradients(void)
             rc = be->i->copy(be->ctx, dev_x, x, xbytes, KERN_H2D);
         if (rc == TR_OK)
             rc = be->i->copy(be->ctx, dev_dtop, dtop, tbytes, KERN_H2D);
-        struct kern_interact_bwd_args ia = {f.B, mi.n, (int)D, mi.has_bottom, dev_x, dev_dtop, mi.top_in_w, dev_dx};
+        struct kern_interact_bwd_args ia = {f.B, mi.n, (int)D, mi.has_bottom, dev_x, dev_dtop, mi.top_in_w, dev_dx, NULL};
         if (rc == TR_OK)
             rc = be->i->interact_bwd(be->ctx, &ia);
         if (rc == TR_OK)

@@ -187,8 +187,14 @@ static void test_interact(void)
     dout.h[2 * out_w + I_D + km_tri_index(3, 1)] = NAN;
     kt_upload(&x);
     kt_upload(&dout);
-    struct kern_interact_bwd_args ba = {I_B, I_N, I_D, 1, x.d, dout.d, out_w, dx.d};
+    /* the guard flag, in backend memory: 1 here, and 0 after a clean backward (it
+     * is set, not only raised) */
+    int32_t *flag = NULL, fh = -1;
+    TH_EQ_ST_REQ(kt_be.i->mem_alloc(kt_be.ctx, sizeof *flag, (void **)&flag), TR_OK);
+    struct kern_interact_bwd_args ba = {I_B, I_N, I_D, 1, x.d, dout.d, out_w, dx.d, flag};
     TH_EQ_ST_REQ(kt_be.i->interact_bwd(kt_be.ctx, &ba), TR_OK);
+    TH_EQ_ST(kt_be.i->copy(kt_be.ctx, &fh, flag, sizeof fh, KERN_D2H), TR_OK);
+    TH_CHECKF(fh == 1, "the guard flag of a backward with a NaN pair gradient is %d, want 1", (int)fh);
     kt_download(&dx);
     int bad = 0;
     for (int s = 0; s < I_B; s++)
@@ -200,6 +206,17 @@ static void test_interact(void)
                     th_failf_(__FILE__, __LINE__, "NaN pair gradient: dx[%d][%d][%d] = %g", s, i, k, (double)v);
             }
     TH_EQ(bad, 0);
+    dout.h[2 * out_w + I_D + km_tri_index(3, 1)] = 0.5f;
+    kt_upload(&dout);
+    TH_EQ_ST(kt_be.i->interact_bwd(kt_be.ctx, &ba), TR_OK);
+    TH_EQ_ST(kt_be.i->copy(kt_be.ctx, &fh, flag, sizeof fh, KERN_D2H), TR_OK);
+    TH_CHECKF(fh == 0, "the guard flag of a finite backward is %d, want 0", (int)fh);
+    x.h[5] = INFINITY; /* an inf input: 0 * inf on the diagonal makes its row NaN */
+    kt_upload(&x);
+    TH_EQ_ST(kt_be.i->interact_bwd(kt_be.ctx, &ba), TR_OK);
+    TH_EQ_ST(kt_be.i->copy(kt_be.ctx, &fh, flag, sizeof fh, KERN_D2H), TR_OK);
+    TH_CHECKF(fh == 1, "the guard flag of a backward with an inf input is %d, want 1", (int)fh);
+    kt_be.i->mem_release(kt_be.ctx, flag, sizeof *flag);
     TH_CHECK(kt_buf_guard_ok(&out) && kt_buf_guard_ok(&dx));
     kt_buf_release(&dx);
     kt_buf_release(&dout);
