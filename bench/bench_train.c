@@ -97,6 +97,7 @@ struct bench_result {
     double init_sec, step_sec, samples_per_s, loss_first, loss_last;
     double step_min, step_median, step_max; /* seconds of one timed step */
     double phase_sec[DLRM_T_COUNT_]; /* per step */
+    double step_part_sec[HYBRID_T_COUNT_]; /* per step: the step's own timers (batch, guard, ...) */
     struct gemm_case gemms[MAX_GEMMS];
     int ngemms;
     double gemm_sec, gemm_phase_sec[DLRM_T_COUNT_]; /* per step */
@@ -563,6 +564,7 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
             r->loss_first = loss;
     }
     dlrm_reset_timers(so->m);
+    hybrid_reset_timers(so->h);
     double t0 = tr_clock_now();
     for (int s = 0; s < r->steps; s++) {
         double ts = tr_clock_now();
@@ -586,6 +588,8 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
     r->samples_per_s = (double)o->batch * r->steps / dt;
     for (int p = 0; p < DLRM_T_COUNT_; p++)
         r->phase_sec[p] = dlrm_phase_seconds(so->m, (enum dlrm_phase)p) / r->steps;
+    for (int p = 0; p < HYBRID_T_COUNT_; p++)
+        r->step_part_sec[p] = hybrid_seconds(so->h, (enum hybrid_timer)p) / r->steps;
     return TR_OK;
 }
 
@@ -613,6 +617,9 @@ static void print_rows(const char *what, const struct rows_rate *x, double row_b
            what, 1e-6 * x->rate, 1e-9 * x->rate * row_bytes * passes, x->sorted ? "row" : "position", x->pf,
            1e-6 * x->by_order[0], 1e-6 * x->by_order[1]);
 }
+
+/* The step's timers outside the model's phases (hybrid.h), by enum hybrid_timer. */
+static const char *const step_part_name[HYBRID_T_COUNT_] = {"exchange", "pack", "batch", "guard"};
 
 static void print_result(const struct bench_opts *o, const struct bench_result *r)
 {
@@ -668,7 +675,13 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
         printf("  %-14s %9.3f %6.1f%% %9.3f %9.3f\n", dlrm_phase_name((enum dlrm_phase)p), 1e3 * r->phase_sec[p],
                100.0 * r->phase_sec[p] / r->step_sec, 1e3 * ideal[p], 1e3 * (r->phase_sec[p] - ideal[p]));
     }
-    printf("  %-14s %9.3f %6.1f%%\n", "(untimed)", 1e3 * (r->step_sec - sum), 100.0 * (r->step_sec - sum) / r->step_sec);
+    for (int p = 0; p < HYBRID_T_COUNT_; p++) {
+        sum += r->step_part_sec[p];
+        printf("  %-14s %9.3f %6.1f%%\n", step_part_name[p], 1e3 * r->step_part_sec[p],
+               100.0 * r->step_part_sec[p] / r->step_sec);
+    }
+    printf("  %-14s %9.3f %6.1f%%   (the phases above cover %.1f%% of the step)\n", "(untimed)",
+           1e3 * (r->step_sec - sum), 100.0 * (r->step_sec - sum) / r->step_sec, 100.0 * sum / r->step_sec);
     printf("  %-14s %9.3f %6.1f%% %9.3f %9.3f\n", "step", 1e3 * r->step_sec, 100.0, 1e3 * sum_ideal,
            1e3 * (r->step_sec - sum_ideal));
     fflush(stdout);
@@ -708,6 +721,8 @@ static json_t *result_json(const struct bench_opts *o, const struct bench_result
     json_t *ph = json_object();
     for (int p = 0; p < DLRM_T_COUNT_; p++)
         json_object_set_new(ph, dlrm_phase_name((enum dlrm_phase)p), json_real(1e3 * r->phase_sec[p]));
+    for (int p = 0; p < HYBRID_T_COUNT_; p++)
+        json_object_set_new(ph, step_part_name[p], json_real(1e3 * r->step_part_sec[p]));
     json_object_set_new(j, "phase_ms", ph);
     json_t *gs = json_array();
     for (int i = 0; i < r->ngemms; i++) {

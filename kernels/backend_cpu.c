@@ -21,6 +21,7 @@
 
 struct cpu_ctx {
     int threads;
+    struct kern_cpu_gemm_cache *gemms; /* made by the first fused GEMM */
 };
 
 static const char *const op_names[KERN_OP_COUNT_] = {
@@ -185,7 +186,12 @@ static size_t cpu_held_bytes(void *ctx, const struct kern_ws *most)
         cpu_enter(ctx);                                                                   \
         return kern_cpu_##op(a, n);                                                       \
     }
-CPU_WRAP(gemm, kern_gemm_args)
+static enum tr_status cpu_gemm(void *ctx, const struct kern_gemm_args *a)
+{
+    struct cpu_ctx *c = ctx;
+    cpu_enter(c);
+    return kern_cpu_gemm(&c->gemms, c->threads, a);
+}
 CPU_WRAP(bias_act_fwd, kern_bias_act_fwd_args)
 CPU_WRAP(bias_act_bwd, kern_bias_act_bwd_args)
 CPU_WRAP(interact_fwd, kern_interact_fwd_args)
@@ -235,6 +241,9 @@ static int64_t cpu_mem_now(void *ctx)
 
 static void cpu_destroy(void *ctx)
 {
+    struct cpu_ctx *c = ctx;
+    if (c)
+        kern_cpu_gemm_cache_free(&c->gemms);
     tr_free(ctx);
 }
 

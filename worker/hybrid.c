@@ -292,6 +292,7 @@ static enum tr_status check_layout(const struct hybrid *h, const struct batch *b
 enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr)
 {
     const struct kern_backend *be = &h->m->be;
+    const double t0 = dlrm_clock(h->m);
     if (h->c->rank == 0) {
         TR_CHECK(check_layout(h, host, "the batch to share"));
         TR_CHECK(be->i->copy(be->ctx, h->blk, host, (size_t)host->bytes, KERN_H2D));
@@ -302,6 +303,7 @@ enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, st
     TR_CHECK(check_layout(h, &h->hdr, "the shared batch block"));
     if (hdr)
         *hdr = h->hdr;
+    h->t[HYBRID_T_BATCH] += dlrm_clock(h->m) - t0;
     return TR_OK;
 }
 
@@ -517,7 +519,9 @@ static int pack_dx(struct hybrid *h, const struct geom *g)
 static enum tr_status guard_dx(struct hybrid *h, const struct geom *g, double *lsum)
 {
     int bad = 0;
+    const double t0 = dlrm_clock(h->m);
     TR_CHECK(dlrm_dx_nonfinite(h->m, g->nl, &bad));
+    h->t[HYBRID_T_GUARD] += dlrm_clock(h->m) - t0;
     h->guard.local_loss_sum = *lsum;
     h->guard.emb_grad_nonfinite = bad;
     if (h->guard.emb_grad_nonfinite)

@@ -110,6 +110,8 @@ enum tr_status hybrid_take_dirty(struct hybrid *h, int t, uint8_t *host, uint8_t
 enum hybrid_timer {
     HYBRID_T_EXCHANGE = 0, /* collectives of the step (all-to-all, all-reduce) */
     HYBRID_T_PACK,         /* assembling and packing all-to-all buffers */
+    HYBRID_T_BATCH,        /* the batch into the shared block and its broadcast */
+    HYBRID_T_GUARD,        /* the numeric guard of the backward (dx finite) */
     HYBRID_T_COUNT_
 };
 /* Seconds since the last reset (the backend synchronised before each reading). */

@@ -189,6 +189,9 @@ enum tr_status train_report(struct train *T)
     for (int p = 0; p < DLRM_T_COUNT_ && o < sizeof phases; p++)
         o += (size_t)snprintf(phases + o, sizeof phases - o, "%s%s=%.2f", p ? " " : "", dlrm_phase_name(p),
                               per * dlrm_phase_seconds(T->m, p));
+    if (o < sizeof phases)
+        o += (size_t)snprintf(phases + o, sizeof phases - o, " batch=%.2f guard=%.2f",
+                              per * hybrid_seconds(T->h, HYBRID_T_BATCH), per * hybrid_seconds(T->h, HYBRID_T_GUARD));
     if (W > 1 && o < sizeof phases)
         snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f%s",
                  per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE), per * hybrid_seconds(T->h, HYBRID_T_PACK),
@@ -216,6 +219,8 @@ enum tr_status train_report(struct train *T)
     json_object_set_new(ph, "data", events_num(per * T->t_data));
     for (int p = 0; p < DLRM_T_COUNT_; p++)
         json_object_set_new(ph, dlrm_phase_name(p), events_num(per * dlrm_phase_seconds(T->m, p)));
+    json_object_set_new(ph, "batch", events_num(per * hybrid_seconds(T->h, HYBRID_T_BATCH)));
+    json_object_set_new(ph, "guard", events_num(per * hybrid_seconds(T->h, HYBRID_T_GUARD)));
     if (W > 1) {
         json_object_set_new(ph, "exchange", events_num(per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE)));
         json_object_set_new(ph, "pack", events_num(per * hybrid_seconds(T->h, HYBRID_T_PACK)));

@@ -9,7 +9,11 @@
 #include <omp.h>
 #endif
 
-enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a);
+/* A backend instance's cache of GEMM primitives (oneDNN matmuls with a fused
+ * epilogue), made on first use; kern_cpu_gemm_cache_free releases it. */
+struct kern_cpu_gemm_cache;
+enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a);
+void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **cache);
 enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a);
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a);
 enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n);

@@ -1,10 +1,14 @@
-/* dense.c: CPU GEMM (through the BLAS chosen at build time: oneDNN's sgemm by
- * default, OpenBLAS or BLIS with BLAS=openblas|blis) and the fused bias +
- * activation epilogue and its backward. It does not implement GEMM itself. */
+/* dense.c: CPU GEMM (through the BLAS chosen at build time: oneDNN by default,
+ * OpenBLAS or BLIS with BLAS=openblas|blis), the bias + activation epilogue and
+ * its backward. With oneDNN a GEMM with an epilogue runs as a matmul primitive
+ * whose bias and ReLU are fused into its output (primitives cached per shape in
+ * the backend instance); other GEMMs run through dnnl_sgemm. It does not
+ * implement GEMM itself. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/alloc.h"
 #include "../../common/check.h"
 #include "../kmath.h"
 #include "cpu_internal.h"
@@ -78,11 +82,169 @@ static enum tr_status gemm_plain(const struct kern_gemm_args *a)
     return TR_OK;
 }
 
-/* The GEMM, then its optional epilogue as a second pass (kern.h). */
-enum tr_status kern_cpu_gemm(const struct kern_gemm_args *a)
+#if defined(TR_BLAS_DNNL)
+/* One matmul primitive: c = act(op(a) op(b) + bias) for one shape and thread count. */
+struct mm_prim {
+    int used;
+    int ta, tb, has_bias, relu, threads;
+    int64_t m, n, k, lda, ldb, ldc;
+    dnnl_primitive_t p;
+    dnnl_memory_t a, b, c, bias;
+};
+
+#define MM_SLOTS 64 /* a step has a few dozen GEMM shapes; evaluation adds its batch's */
+
+struct kern_cpu_gemm_cache {
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    int next; /* the slot the next new shape takes when all are used */
+    struct mm_prim e[MM_SLOTS];
+};
+
+static void mm_release(struct mm_prim *e)
 {
+    if (e->p)
+        dnnl_primitive_destroy(e->p);
+    dnnl_memory_t *ms[4] = {&e->a, &e->b, &e->c, &e->bias};
+    for (int i = 0; i < 4; i++)
+        if (*ms[i])
+            dnnl_memory_destroy(*ms[i]);
+    memset(e, 0, sizeof *e);
+}
+
+void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **pc)
+{
+    struct kern_cpu_gemm_cache *c = *pc;
+    if (!c)
+        return;
+    for (int i = 0; i < MM_SLOTS; i++)
+        mm_release(&c->e[i]);
+    if (c->st)
+        dnnl_stream_destroy(c->st);
+    if (c->eng)
+        dnnl_engine_destroy(c->eng);
+    tr_free(c);
+    *pc = NULL;
+}
+
+static int mm_same(const struct mm_prim *e, const struct kern_gemm_args *a, int threads)
+{
+    return e->used && e->ta == a->trans_a && e->tb == a->trans_b && e->has_bias == (a->bias != NULL) &&
+           e->relu == (a->act == KERN_ACT_RELU) && e->threads == threads && e->m == a->m && e->n == a->n &&
+           e->k == a->k && e->lda == a->lda && e->ldb == a->ldb && e->ldc == a->ldc;
+}
+
+/* Builds slot e for a's shape: a (m, k) and b (k, n) as strided views of the
+ * caller's row-major buffers, bias (1, n), ReLU as an eltwise post-op. Returns 0
+ * on success; nonzero when oneDNN refuses (the caller then takes the plain path). */
+static int mm_build(struct kern_cpu_gemm_cache *c, struct mm_prim *e, const struct kern_gemm_args *a, int threads)
+{
+    dnnl_memory_desc_t amd, bmd, cmd, bimd;
+    dnnl_dims_t ad = {a->m, a->k}, bd = {a->k, a->n}, cd = {a->m, a->n}, bid = {1, a->n};
+    dnnl_dims_t as = {a->trans_a ? 1 : a->lda, a->trans_a ? a->lda : 1};
+    dnnl_dims_t bs = {a->trans_b ? 1 : a->ldb, a->trans_b ? a->ldb : 1};
+    dnnl_dims_t cs = {a->ldc, 1};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int bad = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as) != dnnl_success ||
+              dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs) != dnnl_success ||
+              dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success ||
+              dnnl_memory_desc_init_by_tag(&bimd, 2, bid, dnnl_f32, dnnl_ab) != dnnl_success;
+    dnnl_matmul_desc_t md;
+    bad = bad || dnnl_matmul_desc_init(&md, &amd, &bmd, a->bias ? &bimd : NULL, &cmd) != dnnl_success ||
+          dnnl_primitive_attr_create(&attr) != dnnl_success;
+    if (!bad && a->act == KERN_ACT_RELU)
+        bad = dnnl_post_ops_create(&po) != dnnl_success ||
+              dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
+              dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    bad = bad || dnnl_primitive_desc_create(&pd, &md, attr, c->eng, NULL) != dnnl_success ||
+          dnnl_primitive_create(&e->p, pd) != dnnl_success ||
+          dnnl_memory_create(&e->a, &amd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+          dnnl_memory_create(&e->b, &bmd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+          dnnl_memory_create(&e->c, &cmd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+          (a->bias && dnnl_memory_create(&e->bias, &bimd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (bad) {
+        mm_release(e);
+        return -1;
+    }
+    e->used = 1;
+    e->ta = a->trans_a, e->tb = a->trans_b, e->has_bias = a->bias != NULL, e->relu = a->act == KERN_ACT_RELU;
+    e->threads = threads, e->m = a->m, e->n = a->n, e->k = a->k, e->lda = a->lda, e->ldb = a->ldb, e->ldc = a->ldc;
+    return 0;
+}
+
+/* c = act(a b + bias) through a cached matmul primitive. TR_ERR_UNSUPPORTED when
+ * oneDNN has none for the shape (or no cache could be made): the caller runs the
+ * plain GEMM and the epilogue pass instead. */
+static enum tr_status gemm_fused(struct kern_cpu_gemm_cache **pc, const struct kern_gemm_args *a, int threads)
+{
+    struct kern_cpu_gemm_cache *c = *pc;
+    if (!c) {
+        c = tr_calloc(1, sizeof *c);
+        if (!c)
+            return TR_ERR_UNSUPPORTED;
+        if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&c->st, c->eng, dnnl_stream_default_flags) != dnnl_success) {
+            kern_cpu_gemm_cache_free(&c);
+            return TR_ERR_UNSUPPORTED;
+        }
+        *pc = c;
+    }
+    struct mm_prim *e = NULL;
+    for (int i = 0; i < MM_SLOTS && !e; i++)
+        if (mm_same(&c->e[i], a, threads))
+            e = &c->e[i];
+    if (!e) {
+        e = &c->e[c->next];
+        c->next = (c->next + 1) % MM_SLOTS;
+        mm_release(e);
+        if (mm_build(c, e, a, threads) != 0)
+            return TR_ERR_UNSUPPORTED;
+    }
+    int bad = dnnl_memory_set_data_handle(e->a, (void *)a->a) != dnnl_success ||
+              dnnl_memory_set_data_handle(e->b, (void *)a->b) != dnnl_success ||
+              dnnl_memory_set_data_handle(e->c, a->c) != dnnl_success ||
+              (e->bias && dnnl_memory_set_data_handle(e->bias, (void *)a->bias) != dnnl_success);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_BIAS, e->bias}};
+    if (bad || dnnl_primitive_execute(e->p, c->st, e->bias ? 4 : 3, args) != dnnl_success ||
+        dnnl_stream_wait(c->st) != dnnl_success) {
+        LOG_WARN("the matmul primitive (%lld, %lld, %lld) failed; the GEMM runs unfused", (long long)a->m,
+                 (long long)a->n, (long long)a->k);
+        mm_release(e);
+        return TR_ERR_UNSUPPORTED;
+    }
+    return TR_OK;
+}
+#else
+void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **pc)
+{
+    *pc = NULL;
+}
+#endif
+
+/* The GEMM and its optional epilogue: fused into one matmul with oneDNN (when it
+ * has one for the shape), else the GEMM then a second pass (kern.h). */
+enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
+{
+    const int epilogue = (a->bias || a->act != KERN_ACT_NONE) && a->m > 0 && a->n > 0;
+#if defined(TR_BLAS_DNNL)
+    if (epilogue && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && a->m >= 0 && a->n >= 0 &&
+        gemm_fused(cache, a, threads) == TR_OK)
+        return TR_OK;
+#else
+    (void)cache;
+    (void)threads;
+#endif
     TR_CHECK(gemm_plain(a));
-    if ((!a->bias && a->act == KERN_ACT_NONE) || a->m == 0 || a->n == 0)
+    if (!epilogue)
         return TR_OK;
     struct kern_bias_act_fwd_args e = {a->m, a->n, a->c, a->ldc, a->bias, a->act};
     return kern_cpu_bias_act_fwd(&e);
