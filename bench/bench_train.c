@@ -31,6 +31,8 @@
 #define NTABLES 26
 #define CARD_CAP 4000000
 #define MAX_GEMMS (3 * 2 * DLRM_MAX_LAYERS)
+#define MAX_ROUNDS 16
+#define MAX_ROUND_STEPS 4096 /* steps of one round that its median looks at */
 #define ROW_CHUNKS 16     /* batches of fresh random ids per pass of the row benchmark */
 #define ROW_LR 1e-6f      /* keeps the tables sane under the RMW benchmark */
 #define CACHE_LINE 64
@@ -69,6 +71,7 @@ struct bench_opts {
     int steps, warmup, nbatches;
     int64_t scale;
     double lr, limit_sec;
+    int rounds;
     char *json;
 };
 
@@ -102,6 +105,9 @@ struct bench_result {
     int ngemms;
     double gemm_sec, gemm_phase_sec[DLRM_T_COUNT_]; /* per step */
     struct rows_rate rows[3];                       /* read, RMW, step-shaped (enum rows_op) */
+    int rounds;                                     /* training rounds, each followed by a GEMM probe */
+    double round_rate[MAX_ROUNDS], round_roof[MAX_ROUNDS], round_share[MAX_ROUNDS];
+    double rate_median;                             /* samples/s: the median round's */
     double roof_gemm, roof_rows, roof_rows_indep, roof_both, roof, share, share_rows, share_target;
     const char *bound;
     int met;
@@ -188,11 +194,22 @@ static int64_t gemm_b_elems(const struct gemm_case *g)
     return (g->tb ? g->n : g->k) * g->ldb;
 }
 
-/* Times each GEMM on its own buffers: one untimed call, then 3 trials of `reps` calls
- * (reps sized so a trial takes about limit_sec / 3); keeps the best trial's mean. */
-static enum tr_status gemm_measure(const struct kern_backend *be, struct bench_result *r, double limit_sec)
+/* The GEMM probe's own buffers, as large as the largest operand of the step's GEMMs
+ * (filled once; the probe never touches the model's). */
+struct gemm_bufs {
+    float *a, *b, *c;
+};
+
+static void gemm_bufs_release(struct gemm_bufs *g)
 {
-    enum tr_status rc = TR_OK;
+    tr_free(g->a);
+    tr_free(g->b);
+    tr_free(g->c);
+    memset(g, 0, sizeof *g);
+}
+
+static enum tr_status gemm_bufs_init(struct gemm_bufs *gb, const struct bench_result *r)
+{
     int64_t na = 1, nb = 1, nc = 1;
     for (int i = 0; i < r->ngemms; i++) {
         const struct gemm_case *g = &r->gemms[i];
@@ -200,46 +217,49 @@ static enum tr_status gemm_measure(const struct kern_backend *be, struct bench_r
         nb = TR_MAX(nb, gemm_b_elems(g));
         nc = TR_MAX(nc, g->m * g->ldc);
     }
-    float *A = tr_malloc((size_t)na * sizeof(float));
-    float *Bm = tr_malloc((size_t)nb * sizeof(float));
-    float *C = tr_malloc((size_t)nc * sizeof(float));
-    if (!A || !Bm || !C) {
-        rc = TR_ERR_NOMEM;
-        goto exit;
+    gb->a = tr_malloc((size_t)na * sizeof(float));
+    gb->b = tr_malloc((size_t)nb * sizeof(float));
+    gb->c = tr_malloc((size_t)nc * sizeof(float));
+    if (!gb->a || !gb->b || !gb->c) {
+        gemm_bufs_release(gb);
+        return TR_ERR_NOMEM;
     }
-    fill_random(A, na, 1);
-    fill_random(Bm, nb, 2);
-    fill_random(C, nc, 3);
-    memset(r->gemm_phase_sec, 0, sizeof r->gemm_phase_sec);
-    r->gemm_sec = 0.0;
+    fill_random(gb->a, na, 1);
+    fill_random(gb->b, nb, 2);
+    fill_random(gb->c, nc, 3);
+    return TR_OK;
+}
+
+/* One round of the GEMM probe: times each of the step's GEMMs on the probe's buffers
+ * (one untimed call, then 2 trials of `reps` calls, reps sized so a trial takes about
+ * limit_sec / 2; the best trial's mean), keeps each GEMM's best over the rounds in
+ * its sec, and returns this round's sum in *sum. */
+static enum tr_status gemm_round(const struct kern_backend *be, const struct gemm_bufs *gb, struct bench_result *r,
+                                 double limit_sec, double *sum)
+{
+    *sum = 0.0;
     for (int i = 0; i < r->ngemms; i++) {
         struct gemm_case *g = &r->gemms[i];
-        struct kern_gemm_args a = {g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, A, g->lda, Bm, g->ldb, C, g->ldc,
-                                   NULL, KERN_ACT_NONE};
+        struct kern_gemm_args a = {g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, gb->a, g->lda, gb->b, g->ldb, gb->c,
+                                   g->ldc, NULL, KERN_ACT_NONE};
         double t0 = tr_clock_now();
-        TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
-        TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
+        TR_CHECK(be->i->gemm(be->ctx, &a));
+        TR_CHECK(be->i->gemm(be->ctx, &a));
         double one = (tr_clock_now() - t0) / 2.0;
-        int64_t reps = (int64_t)(limit_sec / 3.0 / (one > 1e-7 ? one : 1e-7));
-        reps = TR_MAX(reps, 3);
+        int64_t reps = (int64_t)(limit_sec / 2.0 / (one > 1e-7 ? one : 1e-7));
+        reps = TR_MAX(reps, 2);
         reps = TR_MIN(reps, 100000);
         double best = 1e30;
-        for (int trial = 0; trial < 3; trial++) {
+        for (int trial = 0; trial < 2; trial++) {
             t0 = tr_clock_now();
             for (int64_t k = 0; k < reps; k++)
-                TR_CHECK_GOTO(be->i->gemm(be->ctx, &a), rc, exit);
-            double s = (tr_clock_now() - t0) / (double)reps;
-            best = TR_MIN(best, s);
+                TR_CHECK(be->i->gemm(be->ctx, &a));
+            best = TR_MIN(best, (tr_clock_now() - t0) / (double)reps);
         }
-        g->sec = best;
-        r->gemm_sec += best;
-        r->gemm_phase_sec[g->phase] += best;
+        g->sec = g->sec > 0.0 ? TR_MIN(g->sec, best) : best;
+        *sum += best;
     }
-exit:
-    tr_free(A);
-    tr_free(Bm);
-    tr_free(C);
-    return rc;
+    return TR_OK;
 }
 
 /* ---- random-row limit ---------------------------------------------------------- */
@@ -551,46 +571,87 @@ static enum tr_status one_step(struct solo *so, const struct batch *b, float lr,
     return so->be->i->synchronize(so->be->ctx);
 }
 
+static double median_of(const double *v, int n)
+{
+    double t[MAX_ROUNDS];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The warm-up steps, then r->rounds rounds: a share of the timed steps, then one
+ * round of the GEMM probe. Each round's share of the GEMM roofline is its median
+ * step's rate over its own probe's roofline, so that the two are measured under the
+ * same conditions of a shared machine; the reported share is the median round's.
+ * samples/s is the plain mean over every timed step. */
 static enum tr_status train_measure(struct solo *so, struct batch **batches, int nb, const struct bench_opts *o,
                                     struct bench_result *r)
 {
-    double loss = 0.0;
+    enum tr_status rc = TR_OK;
+    double loss = 0.0, dt = 0.0;
+    struct gemm_bufs gb = {0};
     double *st = tr_malloc((size_t)r->steps * sizeof(double));
     if (!st)
         return TR_ERR_NOMEM;
+    gemm_list(so->m, o->batch, r);
+    TR_CHECK_GOTO(gemm_bufs_init(&gb, r), rc, exit);
     for (int s = 0; s < r->warmup; s++) {
-        TR_CHECK(one_step(so, batches[s % nb], (float)o->lr, &loss));
+        TR_CHECK_GOTO(one_step(so, batches[s % nb], (float)o->lr, &loss), rc, exit);
         if (s == 0)
             r->loss_first = loss;
     }
     dlrm_reset_timers(so->m);
     hybrid_reset_timers(so->h);
-    double t0 = tr_clock_now();
-    for (int s = 0; s < r->steps; s++) {
-        double ts = tr_clock_now();
-        enum tr_status rc = one_step(so, batches[(r->warmup + s) % nb], (float)o->lr, &loss);
-        st[s] = tr_clock_now() - ts;
-        if (rc != TR_OK) {
-            tr_free(st);
-            return rc;
+    r->rounds = TR_MAX(1, TR_MIN(TR_MIN(o->rounds, MAX_ROUNDS), r->steps));
+    for (int i = 0; i < r->ngemms; i++)
+        r->gemms[i].sec = 0.0;
+    int s = 0;
+    for (int k = 0; k < r->rounds; k++) {
+        const int s1 = (int)((int64_t)r->steps * (k + 1) / r->rounds);
+        double t0 = tr_clock_now();
+        for (; s < s1; s++) {
+            double ts = tr_clock_now();
+            TR_CHECK_GOTO(one_step(so, batches[(r->warmup + s) % nb], (float)o->lr, &loss), rc, exit);
+            st[s] = tr_clock_now() - ts;
+            if (s == 0 && r->warmup == 0)
+                r->loss_first = loss;
         }
-        if (s == 0 && r->warmup == 0)
-            r->loss_first = loss;
+        const double rt = tr_clock_now() - t0;
+        const int s0 = (int)((int64_t)r->steps * k / r->rounds);
+        dt += rt;
+        double gsum = 0.0;
+        TR_CHECK_GOTO(gemm_round(so->be, &gb, r, o->limit_sec / r->rounds, &gsum), rc, exit);
+        /* the round's median step: a burst of the machine's other work moves it less than the mean */
+        double med[MAX_ROUND_STEPS];
+        const int n = TR_MIN(s1 - s0, MAX_ROUND_STEPS);
+        memcpy(med, st + s0, (size_t)n * sizeof *med);
+        qsort(med, (size_t)n, sizeof *med, cmp_double);
+        r->round_rate[k] = (double)o->batch / (n % 2 ? med[n / 2] : 0.5 * (med[n / 2 - 1] + med[n / 2]));
+        r->round_roof[k] = (double)o->batch / gsum;
+        r->round_share[k] = r->round_rate[k] / r->round_roof[k];
     }
-    double dt = tr_clock_now() - t0;
     qsort(st, (size_t)r->steps, sizeof *st, cmp_double);
     r->step_min = st[0];
     r->step_median = st[r->steps / 2];
     r->step_max = st[r->steps - 1];
-    tr_free(st);
     r->loss_last = loss;
     r->step_sec = dt / r->steps;
     r->samples_per_s = (double)o->batch * r->steps / dt;
+    r->rate_median = median_of(r->round_rate, r->rounds);
+    memset(r->gemm_phase_sec, 0, sizeof r->gemm_phase_sec);
+    r->gemm_sec = 0.0;
+    for (int i = 0; i < r->ngemms; i++) {
+        r->gemm_sec += r->gemms[i].sec;
+        r->gemm_phase_sec[r->gemms[i].phase] += r->gemms[i].sec;
+    }
     for (int p = 0; p < DLRM_T_COUNT_; p++)
         r->phase_sec[p] = dlrm_phase_seconds(so->m, (enum dlrm_phase)p) / r->steps;
     for (int p = 0; p < HYBRID_T_COUNT_; p++)
         r->step_part_sec[p] = hybrid_seconds(so->h, (enum hybrid_timer)p) / r->steps;
-    return TR_OK;
+exit:
+    gemm_bufs_release(&gb);
+    tr_free(st);
+    return rc;
 }
 
 /* GEMM roofline = B / (sum of the step's GEMM times); bandwidth roofline = R_step / T
@@ -599,14 +660,17 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
  * update finds the rows the gather just brought into the cache. */
 static void rooflines(const struct bench_opts *o, int T, struct bench_result *r)
 {
-    r->roof_gemm = (double)o->batch / r->gemm_sec;
+    (void)o;
+    r->roof_gemm = median_of(r->round_roof, r->rounds);
     r->roof_rows = r->rows[ROWS_STEP].rate / T;
     r->roof_rows_indep = 1.0 / ((double)T / r->rows[ROWS_READ].rate + (double)T / r->rows[ROWS_RMW].rate);
     r->roof_both = 1.0 / (1.0 / r->roof_gemm + 1.0 / r->roof_rows);
     r->bound = r->roof_gemm <= r->roof_rows ? "GEMM" : "bandwidth";
     r->roof = TR_MIN(r->roof_gemm, r->roof_rows);
-    r->share = r->samples_per_s / r->roof;
-    r->share_rows = r->samples_per_s / r->roof_rows;
+    /* each round against its own GEMM probe; the random-row probe (it needs the
+     * tables' memory, so it runs once, after training) against the median round */
+    r->share_rows = r->rate_median / r->roof_rows;
+    r->share = r->roof_gemm <= r->roof_rows ? median_of(r->round_share, r->rounds) : r->share_rows;
     r->share_target = r->c->target_rows ? r->share_rows : r->share;
     r->met = r->share_target >= r->c->target;
 }
@@ -630,7 +694,15 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
            r->warmup, 1e3 * r->step_sec, r->samples_per_s, r->loss_first, r->loss_last);
     printf("  one step: min %.2f, median %.2f, max %.2f ms (median-step rate %.0f samples/s)\n", 1e3 * r->step_min,
            1e3 * r->step_median, 1e3 * r->step_max, B / r->step_median);
-    printf("sgemm through be.i->gemm (%s), %d threads, best of 3 trials:\n", kern_blas_info(), o->threads);
+    printf("rounds: %d, each its steps then the GEMM probe (median-step rate, GEMM roofline, samples/s; share):\n",
+           r->rounds);
+    for (int k = 0; k < r->rounds; k++)
+        printf("  round %d: %9.0f %9.0f %6.1f%%\n", k + 1, r->round_rate[k], r->round_roof[k],
+               100.0 * r->round_share[k]);
+    printf("  median: %8.0f %9.0f %6.1f%%\n", r->rate_median, r->roof_gemm,
+           100.0 * median_of(r->round_share, r->rounds));
+    printf("sgemm through be.i->gemm (%s), %d threads, best over the rounds' trials:\n", kern_blas_info(),
+           o->threads);
     printf("  %-34s %6s %6s %6s %9s %8s\n", "gemm", "m", "n", "k", "ms", "GFLOP/s");
     for (int i = 0; i < r->ngemms; i++) {
         const struct gemm_case *g = &r->gemms[i];
@@ -640,7 +712,8 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
     double flops = 0.0;
     for (int i = 0; i < r->ngemms; i++)
         flops += 2.0 * (double)r->gemms[i].m * (double)r->gemms[i].n * (double)r->gemms[i].k;
-    printf("  all %d GEMMs of a step: %.3f ms, %.1f GFLOP/s -> GEMM roofline = B / sum(t_gemm) = %.0f samples/s\n",
+    printf("  all %d GEMMs of a step: %.3f ms, %.1f GFLOP/s (each GEMM's best); GEMM roofline = B / sum(t_gemm) of"
+           " the median round = %.0f samples/s\n",
            r->ngemms, 1e3 * r->gemm_sec, 1e-9 * flops / r->gemm_sec, r->roof_gemm);
     const double row_bytes = (double)c->emb_dim * 4.0;
     const struct rows_rate *rs = &r->rows[ROWS_STEP];
@@ -655,8 +728,9 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
     printf("roofline: GEMM-bound %.0f, bandwidth-bound %.0f samples/s -> %s-bound (the smaller): %.0f samples/s;"
            " both in sequence: %.0f\n",
            r->roof_gemm, r->roof_rows, r->bound, r->roof, r->roof_both);
-    printf("terarec: %.0f samples/s = %.1f%% of the %s-bound roofline, %.1f%% of the random-row limit\n",
-           r->samples_per_s, 100.0 * r->share, r->bound, 100.0 * r->share_rows);
+    printf("terarec: %.0f samples/s (median round %.0f) = %.1f%% of the %s-bound roofline, %.1f%% of the random-row"
+           " limit\n",
+           r->samples_per_s, r->rate_median, 100.0 * r->share, r->bound, 100.0 * r->share_rows);
     printf("target: >= %.0f%% of the %s: %.1f%% -> %s\n", 100.0 * c->target,
            c->target_rows ? "random-row limit" : "roofline", 100.0 * r->share_target, r->met ? "MET" : "NOT MET");
     /* roofline time of each phase: its GEMMs, or its rows at the measured rates */
@@ -753,6 +827,16 @@ static json_t *result_json(const struct bench_opts *o, const struct bench_result
         snprintf(key, sizeof key, "rows_%s", rows_names[op]);
         json_object_set_new(j, key, e);
     }
+    json_t *rj = json_array();
+    for (int k = 0; k < r->rounds; k++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "samples_per_s", json_real(r->round_rate[k]));
+        json_object_set_new(e, "roofline_gemm", json_real(r->round_roof[k]));
+        json_object_set_new(e, "share_gemm", json_real(r->round_share[k]));
+        json_array_append_new(rj, e);
+    }
+    json_object_set_new(j, "rounds", rj);
+    json_object_set_new(j, "samples_per_s_median_round", json_real(r->rate_median));
     json_object_set_new(j, "roofline_gemm", json_real(r->roof_gemm));
     json_object_set_new(j, "roofline_rows", json_real(r->roof_rows));
     json_object_set_new(j, "roofline_both", json_real(r->roof_both));
@@ -822,10 +906,8 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
         TR_CHECK_GOTO(synth_fill(&sc, BATCH_TRAIN, nb * o->batch, o->batch, batches[nb]), rc, exit);
     }
     TR_CHECK_GOTO(train_measure(&so, batches, nb, o, r), rc, exit);
-    gemm_list(so.m, o->batch, r);
     solo_close(&so);
     open = 0;
-    TR_CHECK_GOTO(gemm_measure(&be, r, o->limit_sec), rc, exit);
     TR_CHECK_GOTO(probe_init(&pr, &be, r->table_rows, NTABLES, c->emb_dim), rc, exit);
     TR_CHECK_GOTO(rows_measure(&pr, o->batch, o->threads, o->limit_sec, r), rc, exit);
     rooflines(o, NTABLES, r);
@@ -882,6 +964,8 @@ int main(int argc, char **argv)
         {"lr", TR_OPT_DOUBLE, &o.lr, "0.01", "SGD learning rate", 0, 1e3, NULL, NULL, 0, NULL, 0},
         {"limit_sec", TR_OPT_DOUBLE, &o.limit_sec, "0.3", "seconds spent on each machine-limit measurement", 0.001,
          60, NULL, NULL, 0, NULL, 0},
+        {"rounds", TR_OPT_INT, &o.rounds, "5", "rounds of timed steps, each followed by a GEMM probe (the share"
+         " is the median round's)", 1, MAX_ROUNDS, NULL, NULL, 0, NULL, 0},
         {"json", TR_OPT_STRING, &o.json, NULL, "write machine-readable results to this file", TR_OPT_NOBOUNDS,
          NULL, NULL, 0, NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},

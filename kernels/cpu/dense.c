@@ -5,7 +5,9 @@
  * the backend instance); other GEMMs run through dnnl_sgemm. It does not
  * implement GEMM itself. */
 #define TR_SUBSYS TR_SUB_KERN
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../common/alloc.h"
@@ -232,11 +234,24 @@ void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **pc)
 
 /* The GEMM and its optional epilogue: fused into one matmul with oneDNN (when it
  * has one for the shape), else the GEMM then a second pass (kern.h). */
+/* Whether epilogues are fused: yes unless TR_CPU_GEMM_FUSED=0 (for comparisons). */
+static int fused_wanted(void)
+{
+    static _Atomic int wanted = -1;
+    int w = atomic_load(&wanted);
+    if (w < 0) {
+        const char *e = getenv("TR_CPU_GEMM_FUSED");
+        w = !(e && strcmp(e, "0") == 0);
+        atomic_store(&wanted, w);
+    }
+    return w;
+}
+
 enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
 {
     const int epilogue = (a->bias || a->act != KERN_ACT_NONE) && a->m > 0 && a->n > 0;
 #if defined(TR_BLAS_DNNL)
-    if (epilogue && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && a->m >= 0 && a->n >= 0 &&
+    if (epilogue && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && fused_wanted() &&
         gemm_fused(cache, a, threads) == TR_OK)
         return TR_OK;
 #else
