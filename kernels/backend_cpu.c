@@ -155,6 +155,8 @@ static void cpu_ws(void *ctx, enum kern_op op, const struct kern_shape *s, struc
                         : SIZE_MAX;
         break;
     case KERN_OP_METRICS: out->call = kern_cpu_metrics_call_bytes(s->m); break;
+    case KERN_OP_GEMM: /* a backward epilogue's partial sums (m, n) */
+    case KERN_OP_BIAS_ACT_BWD: out->call = kern_cpu_bias_act_bwd_call_bytes(s->m, s->n); break;
     default: break;
     }
 }

@@ -98,6 +98,8 @@ size_t kern_dtype_size(enum kern_dtype t);
  * it, whose ReLU is max(x, 0): a NaN before it becomes 0 there, where km_relu keeps
  * it (the numeric guards still see NaN weights and gradients, which no ReLU touches).
  * The precision of the multiply is the instance's (kern_backend_opts.precision). */
+struct kern_bias_act_bwd_args;
+
 struct kern_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -110,6 +112,11 @@ struct kern_gemm_args {
     int64_t ldc;
     const float *bias; /* (n) or NULL */
     enum kern_act act;
+    /* A backward epilogue, or NULL: after the product, c goes through this
+     * bias_act_bwd in place (then->dy == c, lddy == ldc, rows m, cols n; bias and
+     * act above NULL and NONE), as if the op had been called next. The CPU runs it
+     * on row blocks of c as they are made, while they are in cache. */
+    const struct kern_bias_act_bwd_args *then;
 };
 
 /* In place: y = act(y + bias) for y (rows, cols). bias (cols) may be NULL. */

@@ -610,7 +610,7 @@ void dlrm_free(struct dlrm **pm)
 static enum tr_status gemm(struct dlrm *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                            int64_t lda, const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc, NULL, KERN_ACT_NONE};
+    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc, NULL, KERN_ACT_NONE, NULL};
     return m->be.i->gemm(m->be.ctx, &g);
 }
 
@@ -619,7 +619,7 @@ static enum tr_status gemm(struct dlrm *m, int ta, int tb, int64_t M, int64_t N,
 static enum tr_status layer_fwd(struct dlrm *m, struct dlrm_layer *L, int64_t B, const float *x, int64_t ldx)
 {
     struct kern_gemm_args g = {0, 0, B, L->out, L->in, 1.0f, 0.0f, x, ldx, L->w, L->out, L->y, L->ldy, L->b,
-                               L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+                               L->relu ? KERN_ACT_RELU : KERN_ACT_NONE, NULL};
     return m->be.i->gemm(m->be.ctx, &g);
 }
 
@@ -628,18 +628,36 @@ float dlrm_grad_unscale(const struct dlrm *m)
     return m->cfg.loss_scale > 0.0f ? 1.0f / m->cfg.loss_scale : 1.0f;
 }
 
-/* Given dy (B, out) of the layer output (modified in place into dz), fills dw, db
- * and, if dx is non-NULL, dx (B, in) = dz W^T. */
-static enum tr_status layer_bwd(struct dlrm *m, struct dlrm_layer *L, int64_t B, const float *x, int64_t ldx,
-                                float *dy, int64_t lddy, float *dx, int64_t lddx)
+/* The backward epilogue of layer L for B rows of dy: dy = act'(y) dy in place, db =
+ * its column sums. */
+static struct kern_bias_act_bwd_args layer_epilogue(const struct dlrm_layer *L, int64_t B, float *dy, int64_t lddy)
 {
-    struct kern_bias_act_bwd_args a = {B, L->out, L->y, L->ldy, dy, lddy, L->db, 0,
-                                       L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
-    TR_CHECK(m->be.i->bias_act_bwd(m->be.ctx, &a));
+    return (struct kern_bias_act_bwd_args){B, L->out, L->y, L->ldy, dy, lddy, L->db, 0,
+                                           L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+}
+
+/* Given dy (B, out) of the layer output (modified in place into dz), fills dw, db
+ * and, if dx is non-NULL, dx (B, in) = dz W^T. done says dy went through this
+ * layer's epilogue already (the layer above made it with its dx). When prev is not
+ * NULL (the layer below, whose output is x), dx comes out of the GEMM through
+ * prev's epilogue: dx is then prev's dz, and prev's db is written. */
+static enum tr_status layer_bwd(struct dlrm *m, struct dlrm_layer *L, int64_t B, const float *x, int64_t ldx,
+                                float *dy, int64_t lddy, float *dx, int64_t lddx, int done,
+                                const struct dlrm_layer *prev)
+{
+    if (!done) {
+        struct kern_bias_act_bwd_args a = layer_epilogue(L, B, dy, lddy);
+        TR_CHECK(m->be.i->bias_act_bwd(m->be.ctx, &a));
+    }
     TR_CHECK(gemm(m, 1, 0, L->in, L->out, B, x, ldx, dy, lddy, 0.0f, L->dw, L->out));
-    if (dx)
-        TR_CHECK(gemm(m, 0, 1, B, L->in, L->out, dy, lddy, L->w, L->out, 0.0f, dx, lddx));
-    return TR_OK;
+    if (!dx)
+        return TR_OK;
+    if (!prev)
+        return gemm(m, 0, 1, B, L->in, L->out, dy, lddy, L->w, L->out, 0.0f, dx, lddx);
+    struct kern_bias_act_bwd_args e = layer_epilogue(prev, B, dx, lddx);
+    struct kern_gemm_args g = {0, 1, B, L->in, L->out, 1.0f, 0.0f, dy, lddy, L->w, L->out, dx, lddx, NULL,
+                               KERN_ACT_NONE, &e};
+    return m->be.i->gemm(m->be.ctx, &g);
 }
 
 enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
@@ -672,7 +690,9 @@ enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ld
         int64_t ldin = l ? m->bottom[l - 1].ldy : ldnum;
         float *dx = l ? m->dbuf[l & 1] : NULL;
         int64_t lddx = l ? m->bottom[l - 1].out : 0;
-        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx));
+        /* below the last layer, the input gradient comes out through the next layer's epilogue */
+        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx, l + 1 < m->cfg.nbottom,
+                           l ? &m->bottom[l - 1] : NULL));
         dy = dx;
         lddy = lddx;
     }
@@ -793,7 +813,7 @@ enum tr_status dlrm_backward_top(struct dlrm *m, int64_t n)
         int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
         float *dx = l ? m->dbuf[l & 1] : m->dtop_in;
         int64_t lddx = l ? m->top[l - 1].out : m->top_in_w;
-        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx));
+        TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx, l + 1 < m->cfg.ntop, l ? &m->top[l - 1] : NULL));
         dy = dx;
         lddy = lddx;
     }

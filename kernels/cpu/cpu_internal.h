@@ -16,6 +16,9 @@ enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, co
 void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **cache);
 enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a);
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a);
+/* Host memory a bias_act_bwd (or a GEMM's backward epilogue) of (rows, cols)
+ * allocates for its call: the chunks' partial sums of the bias gradient. */
+size_t kern_cpu_bias_act_bwd_call_bytes(int64_t rows, int64_t cols);
 enum tr_status kern_cpu_emb_fwd(const struct kern_emb_fwd_args *a, int n);
 enum tr_status kern_cpu_emb_update(const struct kern_emb_update_args *a, int n);
 enum tr_status kern_cpu_emb_rowsq(const struct kern_emb_update_args *a, int n);

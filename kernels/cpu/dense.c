@@ -234,6 +234,8 @@ void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **pc)
 
 /* The GEMM and its optional epilogue: fused into one matmul with oneDNN (when it
  * has one for the shape), else the GEMM then a second pass (kern.h). */
+static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a);
+
 /* Whether epilogues are fused: yes unless TR_CPU_GEMM_FUSED=0 (for comparisons). */
 static int fused_wanted(void)
 {
@@ -249,6 +251,8 @@ static int fused_wanted(void)
 
 enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
 {
+    if (a->then)
+        return gemm_then(cache, threads, a);
     const int epilogue = (a->bias || a->act != KERN_ACT_NONE) && a->m > 0 && a->n > 0;
 #if defined(TR_BLAS_DNNL)
     if (epilogue && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && fused_wanted() &&
@@ -287,32 +291,124 @@ enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a)
     return TR_OK;
 }
 
-/* Columns are split over threads in blocks of 16; every column is summed over all
- * rows in row order by one thread, so the sums do not depend on the thread count. */
+/* A bias gradient is summed in chunks of BWD_ROWS rows (each in row order), the
+ * chunks' sums then added in chunk order: the same bits for any thread count, and
+ * for the standalone op and a GEMM's backward epilogue, which makes the chunks as
+ * row blocks of its product. */
+#define BWD_ROWS 128
+
+/* The chunks' partial sums of a (rows, cols) bias gradient: this many floats. */
+static size_t bwd_partial_floats(int64_t rows, int64_t cols)
+{
+    return (size_t)(TR_CEIL_DIV(rows, BWD_ROWS) * cols);
+}
+
+/* Rows [r0, r1) (one chunk) and columns [c0, c1) of a: dy = act'(y) dy in place,
+ * part[c] = the chunk's column sum (when part is not NULL). */
+static void bwd_chunk(const struct kern_bias_act_bwd_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                      float *part)
+{
+    const int relu = a->act == KERN_ACT_RELU;
+    if (part)
+        for (int64_t c = c0; c < c1; c++)
+            part[c] = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *y = a->y + r * a->ldy;
+        float *dy = a->dy + r * a->lddy;
+        if (relu)
+            for (int64_t c = c0; c < c1; c++)
+                dy[c] = km_relu_grad(y[c], dy[c]);
+        if (part)
+            for (int64_t c = c0; c < c1; c++)
+                part[c] += dy[c];
+    }
+}
+
+/* dbias = (accumulate ? dbias : 0) + the chunks' sums in chunk order. */
+static void bwd_sum_chunks(const struct kern_bias_act_bwd_args *a, const float *part)
+{
+    const int64_t nchunk = TR_CEIL_DIV(a->rows, BWD_ROWS), cols = a->cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; c++) {
+        float s = a->accumulate ? a->dbias[c] : 0.0f;
+        for (int64_t k = 0; k < nchunk; k++)
+            s += part[k * cols + c];
+        a->dbias[c] = s;
+    }
+}
+
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a)
 {
     const int64_t rows = a->rows, cols = a->cols;
-    const int relu = a->act == KERN_ACT_RELU;
-    const int64_t nblk = TR_CEIL_DIV(cols, 16);
-    if (a->dbias && !a->accumulate)
+    if (rows < 0 || cols < 0)
+        return TR_ERR_ARG;
+    if (cols == 0)
+        return TR_OK;
+    float *part = NULL;
+    if (a->dbias) {
+        part = tr_malloc(bwd_partial_floats(rows, cols) * sizeof(float));
+        if (!part)
+            return TR_ERR_NOMEM;
+    }
+    const int64_t nchunk = TR_CEIL_DIV(rows, BWD_ROWS);
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nchunk; k++)
+        bwd_chunk(a, k * BWD_ROWS, TR_MIN(rows, (k + 1) * BWD_ROWS), 0, cols, part ? part + k * cols : NULL);
+    if (part) {
+        bwd_sum_chunks(a, part);
+        tr_free(part);
+    } else if (a->dbias && !a->accumulate) {
         memset(a->dbias, 0, (size_t)cols * sizeof(float));
-#pragma omp parallel
-    {
-        int64_t t, nt;
-        kern_cpu_thread(&t, &nt);
-        int64_t b0 = nblk * t / nt, b1 = nblk * (t + 1) / nt;
-        int64_t c0 = b0 * 16, c1 = TR_MIN(b1 * 16, cols);
-        float *db = a->dbias;
-        for (int64_t r = 0; r < rows && c0 < c1; r++) {
-            const float *y = a->y + r * a->ldy;
-            float *dy = a->dy + r * a->lddy;
-            if (relu)
-                for (int64_t c = c0; c < c1; c++)
-                    dy[c] = km_relu_grad(y[c], dy[c]);
-            if (db)
-                for (int64_t c = c0; c < c1; c++)
-                    db[c] += dy[c];
-        }
     }
     return TR_OK;
+}
+
+size_t kern_cpu_bias_act_bwd_call_bytes(int64_t rows, int64_t cols)
+{
+    return rows > 0 && cols > 0 ? bwd_partial_floats(rows, cols) * sizeof(float) : 0;
+}
+
+/* The product by row blocks of BWD_ROWS, each block's backward epilogue right
+ * after it (the block still in cache): columns split over threads in runs of 16. */
+static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
+{
+    const struct kern_bias_act_bwd_args *e = a->then;
+    if (e->dy != a->c || e->lddy != a->ldc || e->rows != a->m || e->cols != a->n || a->bias ||
+        a->act != KERN_ACT_NONE)
+        return TR_ERR_ARG;
+    const int64_t rows = a->m, cols = a->n;
+    if (rows <= 0 || cols <= 0)
+        return kern_cpu_bias_act_bwd(e);
+    float *part = NULL;
+    if (e->dbias) {
+        part = tr_malloc(bwd_partial_floats(rows, cols) * sizeof(float));
+        if (!part)
+            return TR_ERR_NOMEM;
+    }
+    enum tr_status rc = TR_OK;
+    const int64_t nblk = TR_CEIL_DIV(cols, 16);
+    for (int64_t r0 = 0; r0 < rows && rc == TR_OK; r0 += BWD_ROWS) {
+        const int64_t r1 = TR_MIN(rows, r0 + BWD_ROWS);
+        struct kern_gemm_args g = *a;
+        g.m = r1 - r0;
+        g.a = a->trans_a ? a->a + r0 : a->a + r0 * a->lda;
+        g.c = a->c + r0 * a->ldc;
+        g.then = NULL;
+        rc = kern_cpu_gemm(cache, threads, &g);
+        if (rc != TR_OK)
+            break;
+        float *pk = part ? part + (r0 / BWD_ROWS) * cols : NULL;
+#pragma omp parallel
+        {
+            int64_t t, nt;
+            kern_cpu_thread(&t, &nt);
+            const int64_t c0 = nblk * t / nt * 16, c1 = TR_MIN(nblk * (t + 1) / nt * 16, cols);
+            if (c0 < c1)
+                bwd_chunk(e, r0, r1, c0, c1, pk);
+        }
+    }
+    if (rc == TR_OK && part)
+        bwd_sum_chunks(e, part);
+    tr_free(part);
+    return rc;
 }

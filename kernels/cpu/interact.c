@@ -12,6 +12,8 @@
  * cat-only interaction variants. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../common/alloc.h"
@@ -116,16 +118,20 @@ __attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
 #undef SFX
 #endif
 
-/* The vector width this processor runs: 16 with AVX-512, else 8. */
+/* The vector width: 16 when the processor has AVX-512, else 8; TR_CPU_SIMD=avx2
+ * makes it 8 anyway (tests run both bodies on one machine; read at every call). */
 static int vector_width(void)
 {
 #ifdef HAVE_AVX512_BODY
-    static int w;
+    static _Atomic int hw;
+    int w = atomic_load(&hw);
     if (!w) {
         __builtin_cpu_init();
         w = __builtin_cpu_supports("avx512f") ? 16 : 8;
+        atomic_store(&hw, w);
     }
-    return w;
+    const char *e = getenv("TR_CPU_SIMD");
+    return e && strcmp(e, "avx2") == 0 ? 8 : w;
 #else
     return 8;
 #endif

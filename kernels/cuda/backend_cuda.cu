@@ -261,7 +261,17 @@ static size_t cu_held_bytes(void *ctx, const struct kern_ws *most)
         TR_CHECK(cu_enter(c));                                                            \
         return kcu_##op(c, a, n);                                                         \
     }
-CU_WRAP(gemm, kern_gemm_args)
+/* A backward epilogue (kern_gemm_args.then) runs as the op after the GEMM. */
+static enum tr_status cu_gemm(void *ctx, const struct kern_gemm_args *a)
+{
+    struct kcu_ctx *c = (struct kcu_ctx *)ctx;
+    TR_CHECK(cu_enter(c));
+    if (a->then && (a->then->dy != a->c || a->then->lddy != a->ldc || a->then->rows != a->m ||
+                    a->then->cols != a->n || a->bias || a->act != KERN_ACT_NONE))
+        return TR_ERR_ARG;
+    TR_CHECK(kcu_gemm(c, a));
+    return a->then ? kcu_bias_act_bwd(c, a->then) : TR_OK;
+}
 CU_WRAP(bias_act_fwd, kern_bias_act_fwd_args)
 CU_WRAP(bias_act_bwd, kern_bias_act_bwd_args)
 CU_WRAP(interact_fwd, kern_interact_fwd_args)

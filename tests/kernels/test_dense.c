@@ -636,6 +636,96 @@ static void test_bias_act_bwd(void)
                     bias_act_bwd_case(shapes[s][0], shapes[s][1], relu, acc, wdb, seed++);
 }
 
+/* A GEMM with a backward epilogue (kern_gemm_args.then) against a double reference
+ * (dz = act'(y) * A B^T, dbias its column sums, on top of the old dbias with
+ * accumulate) and against the GEMM and bias_act_bwd apart (the CPU makes the
+ * product in row blocks, whose rounding may differ from one whole GEMM's: within
+ * the GEMM's tolerance); exact zeros where the ReLU was off; rows past one block and
+ * not a multiple of it; a mismatched epilogue refused. */
+static void gemm_then_case(int64_t m, int64_t n, int64_t k, int relu, int accumulate, int with_db, uint64_t seed)
+{
+    struct kt_rng r = kt_rng_seed(seed);
+    const int64_t ldc = n + 3;
+    struct kt_buf a, b, y, c1, db1;
+    kt_buf_init(&a, m * k);
+    kt_buf_init(&b, n * k); /* (n, k): the product takes it transposed, as dX = dY W^T */
+    kt_buf_init(&y, m * n);
+    kt_buf_init(&c1, m * ldc);
+    kt_buf_init(&db1, n);
+    double *want = tr_malloc((size_t)(m * n) * sizeof(double)), *want_db = tr_malloc((size_t)n * sizeof(double));
+    float *db0 = tr_malloc((size_t)n * sizeof(float));
+    kt_fill(&r, a.h, m * k, -1, 1);
+    kt_fill(&r, b.h, n * k, -1, 1);
+    for (int64_t i = 0; i < m * n; i++) {
+        float v = kt_uniform(&r, -0.5f, 1.0f);
+        y.h[i] = v > 0.0f ? v : 0.0f;
+    }
+    kt_fill(&r, db1.h, n, -1, 1);
+    memcpy(db0, db1.h, (size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++)
+        want_db[j] = accumulate ? db0[j] : 0.0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double z = 0.0;
+            for (int64_t p = 0; p < k; p++)
+                z += (double)a.h[i * k + p] * b.h[j * k + p];
+            if (relu && !(y.h[i * n + j] > 0.0f))
+                z = 0.0;
+            want[i * n + j] = z;
+            want_db[j] += z;
+        }
+    kt_upload(&a);
+    kt_upload(&b);
+    kt_upload(&y);
+    kt_upload(&db1);
+    const enum kern_act act = relu ? KERN_ACT_RELU : KERN_ACT_NONE;
+    struct kern_bias_act_bwd_args e1 = {m, n, y.d, n, c1.d, ldc, with_db ? db1.d : NULL, accumulate, act};
+    struct kern_gemm_args g1 = {0, 1, m, n, k, 1.0f, 0.0f, a.d, k, b.d, k, c1.d, ldc, NULL, KERN_ACT_NONE, &e1};
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g1), TR_OK);
+    kt_download(&c1);
+    kt_download(&db1);
+    char what[96];
+    snprintf(what, sizeof what, "gemm then %lldx%lldx%lld relu=%d acc=%d db=%d", (long long)m, (long long)n,
+             (long long)k, relu, accumulate, with_db);
+    KT_CLOSE2D(what, c1.h, ldc, want, n, m, n, 1e-5, 1e-5, 1e-9);
+    int zeros = 1;
+    for (int64_t i = 0; i < m && relu; i++)
+        for (int64_t j = 0; j < n; j++)
+            if (!(y.h[i * n + j] > 0.0f) && c1.h[i * ldc + j] != 0.0f)
+                zeros = 0;
+    TH_CHECKF(zeros, "%s: dz not exactly 0 where the ReLU was off", what);
+    if (with_db)
+        KT_CLOSE(what, db1.h, want_db, n, 1e-5 * (1.0 + sqrt((double)m)), 1e-5, 1e-9);
+    else
+        TH_CHECKF(memcmp(db1.h, db0, (size_t)n * sizeof(float)) == 0, "%s: dbias written although NULL", what);
+    TH_CHECKF(kt_pad_ok(c1.h, m, n, ldc), "%s: wrote into c's padding columns", what);
+    TH_CHECK(kt_buf_guard_ok(&c1) && kt_buf_guard_ok(&db1));
+    struct kern_bias_act_bwd_args bad = e1;
+    bad.lddy = n; /* not c's stride */
+    g1.then = &bad;
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g1), TR_ERR_ARG);
+    tr_free(db0);
+    tr_free(want_db);
+    tr_free(want);
+    kt_buf_release(&db1);
+    kt_buf_release(&c1);
+    kt_buf_release(&y);
+    kt_buf_release(&b);
+    kt_buf_release(&a);
+}
+
+static void test_gemm_then(void)
+{
+    KT_NEED_OP(KERN_OP_GEMM);
+    KT_NEED_OP(KERN_OP_BIAS_ACT_BWD);
+    static const int64_t shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {128, 16, 8}, {300, 37, 19}, {513, 64, 33}};
+    uint64_t seed = 4100;
+    for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
+        for (int relu = 0; relu < 2; relu++)
+            for (int acc = 0; acc < 2; acc++)
+                gemm_then_case(shapes[s][0], shapes[s][1], shapes[s][2], relu, acc, s % 2 == 0 || relu, seed++);
+}
+
 /* ---- finite differences of a layer ------------------------------------------------------
  * y = relu(x W + b), L = sum R .* y with a random R. The kernels give dy' = relu'(y) R
  * (bias_act_bwd, which also gives db), dW = x^T dy' and dx = dy' W^T (gemm).
@@ -767,6 +857,7 @@ static const struct th_case cases[] = {
     {"gemm", test_gemm},
     {"gemm_edges", test_gemm_edges},
     {"gemm_epilogue", test_gemm_epilogue},
+    {"gemm_then", test_gemm_then},
     {"gemm_fp32", test_gemm_fp32},
     {"gemm_tf32", test_gemm_tf32},
     {"gemm_bf16", test_gemm_bf16},

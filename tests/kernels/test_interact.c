@@ -4,7 +4,8 @@
  * must be exact zeros); one feature (no pairs) with NaN, inf and negative inputs:
  * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of
  * the backward; argument errors and failure of the ops' scratch allocation (CPU
- * backend). Runs on every backend. */
+ * backend); the forward, backward and finite-difference cases again with the CPU's
+ * 8-wide body (TR_CPU_SIMD=avx2). Runs on every backend. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -712,6 +713,20 @@ static void test_one_feature(void)
     }
 }
 
+/* The same cases with the CPU's 8-wide body (TR_CPU_SIMD=avx2), which a processor
+ * with AVX-512 would not run otherwise; other backends run them as they are. */
+#define WITH_AVX2(fn)                                                                                              \
+    static void fn##_avx2(void)                                                                                    \
+    {                                                                                                              \
+        setenv("TR_CPU_SIMD", "avx2", 1);                                                                          \
+        fn();                                                                                                      \
+        unsetenv("TR_CPU_SIMD");                                                                                   \
+    }
+WITH_AVX2(test_fwd)
+WITH_AVX2(test_bwd)
+WITH_AVX2(test_one_feature)
+WITH_AVX2(test_fd)
+
 static const struct th_case cases[] = {
     {"fwd", test_fwd},
     {"one_feature", test_one_feature},
@@ -725,6 +740,10 @@ static const struct th_case cases[] = {
     {"fd", test_fd},
     {"args", test_args},
     {"nomem", test_nomem},
+    {"fwd_avx2", test_fwd_avx2},
+    {"bwd_avx2", test_bwd_avx2},
+    {"one_feature_avx2", test_one_feature_avx2},
+    {"fd_avx2", test_fd_avx2},
 };
 
 int main(int argc, char **argv)

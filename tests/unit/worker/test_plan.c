@@ -49,8 +49,9 @@ static void by_hand(void)
     TH_EQ(w.tables_held, 2);
     TH_EQ(w.rows_held, 30);
     /* activations per sample: X and dX 2*3*4, interaction out and grad 2*8, dlogits 1,
-     * top outputs 2+1 = 44 floats; the bottom MLP: 2 ping-pong rows of width 4 */
-    TH_EQ(w.activations, (5 * 44 + 5 * 8) * 4 + 64);
+     * top outputs 2+1 = 44 floats; the bottom MLP: 2 ping-pong rows of width 4; 64
+     * bytes of slack and 64 for dx's guard flag */
+    TH_EQ(w.activations, (5 * 44 + 5 * 8) * 4 + 64 + 64);
     TH_EQ(w.workspace, (int64_t)kern_emb_update_ws_bytes(&be, 5, 4, 2));
     /* the step: gathered logits (5) on rank 0, the loss sum, 6 counts per rank */
     TH_EQ(w.alltoall, 5 * 4 + 8 + 6 * 8);
@@ -60,9 +61,16 @@ static void by_hand(void)
     TH_EQ(w.data, 2 * 448);
     TH_EQ(w.eval, 2 * 100 * 4 + 16 * 100); /* logits, labels; the cpu metrics' sort */
     /* the backend's own, as it answers: the cpu holds nothing, and its largest call
-     * buffer is the interaction's, per thread: X^T (d x 16-padded n), S (4-padded n x
-     * n) and a zero row (max(d, 16) + 16): 4*16 + 4*3 + 32 floats */
-    TH_EQ(w.backend, 108 * 4);
+     * buffer is the interaction's, per thread: its pair segments (n + pairs / VW + 2
+     * = 5, of 16 bytes), 128 bytes, one sample (n x d) padded to VW columns and its
+     * gradient, one vector; VW = 16 floats with AVX-512, else 8 */
+    int vw = 8;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        vw = 16;
+#endif
+    TH_EQ(w.backend, 5 * 16 + 128 + (2 * 3 * vw + vw) * 4);
     TH_EQ(w.device, 0);
     TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging +
                        w.backend);
@@ -84,7 +92,7 @@ static void by_hand(void)
     TH_EQ(k0.data, 2 * 448 + 1000);
     TH_EQ(k1.data, 448);
     TH_EQ(w1.eval, 0);
-    TH_EQ(w1.activations, (3 * 44 + 3 * 8) * 4 + 64); /* the largest slice: 3 samples */
+    TH_EQ(w1.activations, (3 * 44 + 3 * 8) * 4 + 64 + 64); /* the largest slice: 3 samples */
     kern_backend_close(&be);
 }
 
