@@ -368,8 +368,13 @@ size_t kern_cpu_bias_act_bwd_call_bytes(int64_t rows, int64_t cols)
     return rows > 0 && cols > 0 ? bwd_partial_floats(rows, cols) * sizeof(float) : 0;
 }
 
-/* The product by row blocks of BWD_ROWS, each block's backward epilogue right
- * after it (the block still in cache): columns split over threads in runs of 16. */
+/* Bytes of a product's row block: about what the cores' L2 caches keep while its
+ * epilogue reads it back (larger blocks keep the GEMM's own efficiency). */
+#define THEN_BLOCK_BYTES ((int64_t)1 << 20)
+
+/* The product by row blocks (whole chunks of BWD_ROWS, about THEN_BLOCK_BYTES), each
+ * block's backward epilogue right after it while it is in cache: chunk by chunk,
+ * columns split over threads in runs of 16. */
 static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
 {
     const struct kern_bias_act_bwd_args *e = a->then;
@@ -387,24 +392,24 @@ static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads,
     }
     enum tr_status rc = TR_OK;
     const int64_t nblk = TR_CEIL_DIV(cols, 16);
-    for (int64_t r0 = 0; r0 < rows && rc == TR_OK; r0 += BWD_ROWS) {
-        const int64_t r1 = TR_MIN(rows, r0 + BWD_ROWS);
+    const int64_t step = TR_MAX(1, THEN_BLOCK_BYTES / (cols * (int64_t)sizeof(float)) / BWD_ROWS) * BWD_ROWS;
+    for (int64_t b0 = 0; b0 < rows && rc == TR_OK; b0 += step) {
+        const int64_t b1 = TR_MIN(rows, b0 + step);
         struct kern_gemm_args g = *a;
-        g.m = r1 - r0;
-        g.a = a->trans_a ? a->a + r0 : a->a + r0 * a->lda;
-        g.c = a->c + r0 * a->ldc;
+        g.m = b1 - b0;
+        g.a = a->trans_a ? a->a + b0 : a->a + b0 * a->lda;
+        g.c = a->c + b0 * a->ldc;
         g.then = NULL;
         rc = kern_cpu_gemm(cache, threads, &g);
         if (rc != TR_OK)
             break;
-        float *pk = part ? part + (r0 / BWD_ROWS) * cols : NULL;
 #pragma omp parallel
         {
             int64_t t, nt;
             kern_cpu_thread(&t, &nt);
             const int64_t c0 = nblk * t / nt * 16, c1 = TR_MIN(nblk * (t + 1) / nt * 16, cols);
-            if (c0 < c1)
-                bwd_chunk(e, r0, r1, c0, c1, pk);
+            for (int64_t r0 = b0; r0 < b1 && c0 < c1; r0 += BWD_ROWS)
+                bwd_chunk(e, r0, TR_MIN(b1, r0 + BWD_ROWS), c0, c1, part ? part + (r0 / BWD_ROWS) * cols : NULL);
         }
     }
     if (rc == TR_OK && part)
