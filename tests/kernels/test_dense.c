@@ -719,7 +719,8 @@ static void test_gemm_then(void)
     KT_NEED_OP(KERN_OP_GEMM);
     KT_NEED_OP(KERN_OP_BIAS_ACT_BWD);
     /* the last: 128-row blocks of its product (1 MiB each at most) */
-    static const int64_t shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {128, 16, 8}, {300, 37, 19}, {513, 64, 33}, {300, 2100, 5}};
+    static const int64_t shapes[][3] = {{1, 1, 1},     {5, 7, 3},     {128, 16, 8},
+                                        {300, 37, 19}, {513, 64, 33}, {300, 2100, 5}};
     uint64_t seed = 4100;
     for (size_t s = 0; s < TR_ARRAY_SIZE(shapes); s++)
         for (int relu = 0; relu < 2; relu++)
