@@ -82,21 +82,22 @@ typedef int v16i __attribute__((vector_size(64)));
 /* As reduce8, four levels: r[q] = sum of the lanes of a[bitrev4(q)]. */
 __attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
 {
+    static const v16i h0 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    static const v16i h1 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    static const v16i q0 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    static const v16i q1 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    static const v16i e0 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    static const v16i e1 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    static const v16i n0 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+    static const v16i n1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
     v16f u[8], v[4], w[2];
     for (int m = 0; m < 8; m++)
-        u[m] = __builtin_shuffle(a[2 * m], a[2 * m + 1], (v16i){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}) +
-               __builtin_shuffle(a[2 * m], a[2 * m + 1],
-                                 (v16i){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+        u[m] = __builtin_shuffle(a[2 * m], a[2 * m + 1], h0) + __builtin_shuffle(a[2 * m], a[2 * m + 1], h1);
     for (int m = 0; m < 4; m++)
-        v[m] = __builtin_shuffle(u[2 * m], u[2 * m + 1], (v16i){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}) +
-               __builtin_shuffle(u[2 * m], u[2 * m + 1],
-                                 (v16i){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31});
+        v[m] = __builtin_shuffle(u[2 * m], u[2 * m + 1], q0) + __builtin_shuffle(u[2 * m], u[2 * m + 1], q1);
     for (int m = 0; m < 2; m++)
-        w[m] = __builtin_shuffle(v[2 * m], v[2 * m + 1], (v16i){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}) +
-               __builtin_shuffle(v[2 * m], v[2 * m + 1],
-                                 (v16i){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
-    return __builtin_shuffle(w[0], w[1], (v16i){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}) +
-           __builtin_shuffle(w[0], w[1], (v16i){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31});
+        w[m] = __builtin_shuffle(v[2 * m], v[2 * m + 1], e0) + __builtin_shuffle(v[2 * m], v[2 * m + 1], e1);
+    return __builtin_shuffle(w[0], w[1], n0) + __builtin_shuffle(w[0], w[1], n1);
 }
 
 #define VW 16
