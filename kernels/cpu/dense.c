@@ -232,11 +232,10 @@ void kern_cpu_gemm_cache_free(struct kern_cpu_gemm_cache **pc)
 }
 #endif
 
-/* The GEMM and its optional epilogue: fused into one matmul with oneDNN (when it
- * has one for the shape), else the GEMM then a second pass (kern.h). */
 static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a);
 
-/* Whether epilogues are fused: yes unless TR_CPU_GEMM_FUSED=0 (for comparisons). */
+/* Whether epilogues are fused (forward into a matmul primitive, backward on the
+ * product's row blocks): yes unless TR_CPU_GEMM_FUSED=0 (for comparisons). */
 static int fused_wanted(void)
 {
     static _Atomic int wanted = -1;
@@ -249,6 +248,9 @@ static int fused_wanted(void)
     return w;
 }
 
+/* The GEMM and its optional epilogue: fused into one matmul with oneDNN (when it
+ * has one for the shape), else the GEMM then a second pass; a backward epilogue
+ * (a->then) on the product's row blocks (kern.h). */
 enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, const struct kern_gemm_args *a)
 {
     if (a->then)
@@ -382,8 +384,12 @@ static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads,
         a->act != KERN_ACT_NONE)
         return TR_ERR_ARG;
     const int64_t rows = a->m, cols = a->n;
-    if (rows <= 0 || cols <= 0)
+    if (rows <= 0 || cols <= 0 || !fused_wanted()) { /* the product whole, then the op */
+        struct kern_gemm_args g = *a;
+        g.then = NULL;
+        TR_CHECK(kern_cpu_gemm(cache, threads, &g));
         return kern_cpu_bias_act_bwd(e);
+    }
     float *part = NULL;
     if (e->dbias) {
         part = tr_malloc(bwd_partial_floats(rows, cols) * sizeof(float));
