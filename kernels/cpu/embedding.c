@@ -24,6 +24,19 @@
 /* 8 floats, for unaligned loads and stores through any float pointer */
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 
+/* Prefetches the w floats at p, every cache line of them (rows of 256 or 512 bytes
+ * would otherwise miss on all but the first line). */
+static inline void prefetch_row(const float *p, int64_t w, int write)
+{
+    const char *c = (const char *)p, *end = (const char *)(p + w);
+    for (; c < end; c += 64) {
+        if (write)
+            __builtin_prefetch(c, 1);
+        else
+            __builtin_prefetch(c, 0);
+    }
+}
+
 /* dst[0..w) = src[0..w): whole vectors inline (rows of 16 to 128 floats are one to
  * eight cache lines: a call to memcpy per row costs more than the copy), the rest
  * through memcpy. */
@@ -98,7 +111,7 @@ static enum tr_status emb_fwd_one(const struct kern_emb_fwd_args *a)
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < nbags; b++) {
             if (b + PREFETCH_AHEAD < nbags)
-                __builtin_prefetch(tab + kern_cpu_idx(a->idx, a->idx_dtype, b + PREFETCH_AHEAD) * ld);
+                prefetch_row(tab + kern_cpu_idx(a->idx, a->idx_dtype, b + PREFETCH_AHEAD) * ld, w, 0);
             const float *src = tab + kern_cpu_idx(a->idx, a->idx_dtype, b) * ld;
             copy_row(a->out + b * a->out_ld, src, w);
         }
@@ -249,9 +262,9 @@ static enum tr_status emb_update_one(const struct kern_emb_update_args *a, int r
         for (int64_t r = 0; r < (rowsq ? 0 : nruns); r++) {
             if (r + PREFETCH_AHEAD < nruns) {
                 int64_t nrow = (int64_t)(sorted[runs[r + PREFETCH_AHEAD]] >> posbits);
-                __builtin_prefetch(a->table + nrow * a->ld + a->c0, 1);
+                prefetch_row(a->table + nrow * a->ld + a->c0, w, 1);
                 if (a->accum && a->hp.kind == KERN_OPT_ADAGRAD)
-                    __builtin_prefetch(a->accum + nrow * a->accum_ld + a->c0, 1);
+                    prefetch_row(a->accum + nrow * a->accum_ld + a->c0, w, 1);
             }
             int64_t row = (int64_t)(sorted[runs[r]] >> posbits);
             const float *restrict ac = acc + r * w;
