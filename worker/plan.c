@@ -27,7 +27,11 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &sp, &mc);
     struct dlrm_bytes b;
-    dlrm_plan_bytes(&mc, be, &b);
+    enum tr_status rc = dlrm_plan_bytes(&mc, be, &b);
+    if (rc != TR_OK) {
+        shard_plan_release(&sp);
+        return rc;
+    }
     for (int t = 0; t < s->ntables; t++) {
         int held = sp.mode == SHARD_COLUMNWISE ? shard_width(&sp, rank) > 0 : world == 1 || sp.owner[t] == rank;
         if (held) {

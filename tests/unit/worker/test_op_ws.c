@@ -248,7 +248,7 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
 {
     struct kern_backend be = spy_open();
     struct dlrm_bytes planned;
-    dlrm_plan_bytes(c, &be, &planned);
+    TH_EQ_ST(dlrm_plan_bytes(c, &be, &planned), TR_OK);
     const struct kern_ws plan_most = S.answers;
     memset(S.nasked, 0, sizeof S.nasked);
     memset(&S.answers, 0, sizeof S.answers);
