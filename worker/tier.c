@@ -165,7 +165,7 @@ static void plan_batch(struct tier *t, const struct tier_batch *b, int64_t p, in
     }
     if (b->train)
         t->changed = 1;
-    t->st.plans_evicting += t->st.evictions > evicted0;
+    t->st.train_plans_evicting += b->train && t->st.evictions > evicted0;
 }
 
 /* ---- moves between the caches and the staging buffers ----------------------------- */

@@ -153,7 +153,7 @@ struct tier_stats {
     int64_t bytes_read, bytes_written; /* of the stores (files: what pread and pwrite moved) */
     int64_t batches, prefetched;    /* batches begun, and those whose rows were fetched ahead */
     int64_t evictions;              /* rows a plan took a slot from (dirty or not) */
-    int64_t plans_evicting;         /* plans (a batch's, begun or fetched ahead) that evicted rows */
+    int64_t train_plans_evicting;   /* plans of training batches (begun or fetched ahead) that evicted rows */
     double wait_sec;                /* tier_begin's time waiting for the I/O threads */
     double begin_sec, prefetch_sec; /* in tier_begin and tier_prefetch, waits included */
     double io_sec;                  /* the I/O threads' busy time, summed over threads */

@@ -195,7 +195,7 @@ static json_t *tier_report(const struct train *T)
     json_object_set_new(j, "batches", json_integer(st.batches));
     json_object_set_new(j, "prefetched", json_integer(st.prefetched));
     json_object_set_new(j, "evictions", json_integer(st.evictions));
-    json_object_set_new(j, "plans_evicting", json_integer(st.plans_evicting));
+    json_object_set_new(j, "train_plans_evicting", json_integer(st.train_plans_evicting));
     json_object_set_new(j, "hit_rate", events_num(hit));
     json_object_set_new(j, "rows_read_per_batch", events_num((double)(st.rows_read + st.rows_initialised) / nb));
     json_object_set_new(j, "rows_initialised_per_batch", events_num((double)st.rows_initialised / nb));
