@@ -81,6 +81,11 @@ struct tier_bytes {
 void tier_plan_bytes(const struct tier_cfg *c, const struct tier_table *t, int n, int backend_host_memory,
                      struct tier_bytes *out);
 
+/* Whether dir can hold a file store: a directory this process can create files
+ * in (a probe file is made and removed). TR_ERR_IO, logged naming the directory
+ * with a hint. */
+enum tr_status tier_check_dir(const char *dir) TR_WUR;
+
 /* Opens a tier of n slices on be (borrowed; it must outlive the tier): their
  * caches in be's memory (empty), the maps, the staging buffers, the stores (for
  * JOB_STORE_FILE a file per slice, allocated to its full size now, so that a disk

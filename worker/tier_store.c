@@ -124,14 +124,30 @@ void tier_plan_bytes(const struct tier_cfg *c, const struct tier_table *t, int n
 
 /* ---- opening ------------------------------------------------------------------------ */
 
-static enum tr_status open_file(struct tier_store *s, const struct tier_cfg *c, const struct tier_table *d)
+enum tr_status tier_check_dir(const char *dir)
 {
     struct stat sb;
-    if (stat(c->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        LOG_ERROR("--table_store file:%s: %s", c->dir, stat(c->dir, &sb) != 0 ? strerror(errno) : strerror(ENOTDIR));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        LOG_ERROR("--table_store file:%s: %s", dir, stat(dir, &sb) != 0 ? strerror(errno) : strerror(ENOTDIR));
         LOG_HINT("give a directory on a local disk that this user can write (it must exist)");
         return TR_ERR_IO;
     }
+    char path[TR_OPT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/.terarec-tier-probe-%ld", dir, (long)getpid());
+    const int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        LOG_ERROR("--table_store file:%s: cannot create files there: %s", dir, strerror(errno));
+        LOG_HINT("the directory must be writable by this user (and on a local disk: its files are read at random)");
+        return TR_ERR_IO;
+    }
+    close(fd);
+    unlink(path);
+    return TR_OK;
+}
+
+static enum tr_status open_file(struct tier_store *s, const struct tier_cfg *c, const struct tier_table *d)
+{
+    TR_CHECK(tier_check_dir(c->dir));
     char path[TR_OPT_PATH_MAX + 128];
     char tagbuf[32];
     const char *tag = c->tag;

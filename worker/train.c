@@ -23,6 +23,7 @@
 #include "../common/version.h"
 #include "../kernels/metrics.h"
 #include "plan.h"
+#include "tier.h"
 #include "train_internal.h"
 
 /* The PARAMETER record: every option's effective value. */
@@ -216,8 +217,9 @@ static enum tr_status check_memory(struct train *T)
     struct tr_sysmem sm;
     tr_sysmem_read(&sm);
     struct room_rec mine = {{T->dist.node, sm.node, sm.cgroup, (int64_t)(sm.cgroup_id >> 1), sm.rlimit,
-                             sm.rlimit_which},
+                             sm.rlimit_which, -1, 0},
                             {0}};
+    plan_disk_room(&T->c->job, &mine.r.disk_avail, &mine.r.disk_id);
     snprintf(mine.host, sizeof mine.host, "%s", T->dist.host);
     struct room_rec *all = rank == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
     struct plan_room *rooms = rank == 0 ? tr_calloc((size_t)W, sizeof *rooms) : NULL;
@@ -304,6 +306,12 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
         T->together = 1;
         return TR_ERR_ARG;
     }
+    /* a file store's directory, on every rank's own machine, before the plan counts
+     * its room: the ranks stop together when one cannot use it */
+    struct job_tier jt;
+    if (job_tier_of(job, &jt) == TR_OK && jt.store == JOB_STORE_FILE)
+        TR_CHECK(comm_vote(&T->comm, tier_check_dir(jt.dir), "could not use --table_store's directory",
+                           &T->together));
     TR_CHECK(check_memory(T));
     TR_CHECK(shard_plan_make(&T->plan, job->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, W, rank,
                              s->ntables, s->rows, job->embedding_dim, s->num_features > 0,
