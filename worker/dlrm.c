@@ -428,6 +428,7 @@ enum tr_status dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_bac
     tr_free(slots);
     TR_CHECK(rc);
     b->tables_tiered = z.tiered;
+    b->tier_cache = tb.cache;
     b->tier_host = tb.host;
     b->tier_backend = tb.backend;
     b->tier_disk = tb.disk;
@@ -897,6 +898,7 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
     b->ops = m->ops_ws;
     for (int t = 0; t < m->cfg.ntables; t++)
         b->tables_tiered += m->tables[t].tiered;
+    b->tier_cache = m->tier_bytes.cache;
     b->tier_host = m->tier_bytes.host;
     b->tier_backend = m->tier_bytes.backend;
     b->tier_disk = m->tier_bytes.disk;

@@ -114,6 +114,7 @@ struct dlrm_bytes {
     int64_t dense_params; /* parameters in dense (each of its blocks starts 64-byte aligned) */
     int tables_tiered;    /* tables held here in a tier: their embeddings and state above are
                              their caches (backend memory) */
+    int64_t tier_cache;   /* of embeddings: the caches of the tables in a tier */
     int64_t tier_host;    /* the tier's host memory: its maps and staging, and the rows
                              themselves with --table_store host */
     int64_t tier_backend; /* backend memory the tier holds beyond the caches (staging, on a
@@ -251,7 +252,11 @@ struct dlrm_tensor_view {
     int index;             /* index), row-major (rows, c1 - c0) */
     int64_t off;
     void *buf;             /* the backend's memory of its first element: pass it to the
-                              backend only; valid while the model lives */
+                              backend only; valid while the model lives (a table in a
+                              tier: its cache, not the tensor) */
+    int tiered;            /* a table slice (or its state) held in a tier (tier.h): reading it
+                              reads its store, maybe a disk; not something to copy whole
+                              into host memory (checkpoints stream it) */
 };
 
 /* Calls fn(ctx, view) for each tensor of the model, in a fixed order: the dense

@@ -229,7 +229,7 @@ enum tr_status dlrm_tensors(const struct dlrm *m, dlrm_tensor_fn fn, void *ctx)
                                      .group = DLRM_GROUP_EMB, .layer_index = t, .dtype = KERN_F32, .ndim = 2,
                                      .rows = tb->rows, .cols = m->cfg.emb_dim, .c0 = tb->col0,
                                      .c1 = tb->col0 + tb->width, .table_col0 = tb->col0, .k = DLRM_TABLE,
-                                     .index = t, .off = 0, .buf = tb->w};
+                                     .index = t, .off = 0, .buf = tb->w, .tiered = tb->tiered};
         snprintf(w.name, sizeof w.name, "emb/%d", t);
         TR_CHECK(fn(ctx, &v));
         const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);

@@ -13,6 +13,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../loader_svc/batch.h"
+#include "ckpt.h"
 #include "dlrm.h"
 #include "hybrid.h"
 #include "shard.h"
@@ -66,8 +67,10 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
         be->i->ws(be->ctx, KERN_OP_METRICS, &ms, &mw);
         w->eval = 2 * s->test_samples * (int64_t)sizeof(float) + (int64_t)mw.call;
     }
-    if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
-        w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
+    if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients; a tier's
+                              tables stream through a window (ckpt.h) instead of being staged */
+        w->ckpt_staging = b.embeddings - b.tier_cache + (b.tables_tiered ? WCKPT_STREAM_BYTES : 0) +
+                          (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     /* the backend's own: what it holds once the model reserved the ops' working
      * memory, and the most one op of a step allocates for its call */
     w->backend = (int64_t)be->i->held_bytes(be->ctx, &b.ops) + (int64_t)b.ops.call;

@@ -163,8 +163,6 @@ static void plan_batch(struct tier *t, const struct tier_batch *b, int64_t p, in
         t->st.lookups += b->n;
         t->st.hits += hits;
     }
-    if (b->train)
-        t->changed = 1;
     t->st.train_plans_evicting += b->train && t->st.evictions > evicted0;
 }
 
@@ -276,6 +274,7 @@ enum tr_status tier_begin(struct tier *t, const struct tier_batch *b, const int3
         TR_CHECK(complete(t));
     }
     t->planned = 0;
+    t->changed |= b->train; /* the step is about to change its rows */
     t->st.batches++;
     const struct kern_backend *be = &t->be;
     for (int i = 0; i < t->n; i++) {
@@ -342,8 +341,8 @@ enum tr_status tier_flush(struct tier *t)
             rc = complete(t);
     }
     tr_free(cursor);
-    if (rc == TR_OK)
-        t->changed = t->planned && t->planned_train;
+    if (rc == TR_OK) /* the stores hold every row as it is (rows kept dirty included) */
+        t->changed = 0;
     return rc;
 }
 

@@ -143,7 +143,8 @@ struct tier {
     uint64_t planned_key;
     int64_t planned_plan;
     int planned_train, planned_parity;
-    int changed;              /* a row may be dirty (tier_flush has work) */
+    int changed;              /* a training batch was begun since the last flush: rows in the
+                                 caches may differ from the stores */
     struct tier_pool pool;
     struct tier_stats st;
 };
