@@ -119,51 +119,63 @@ static int find_bad(const struct tier *t, const struct tier_batch *b, struct tie
     return 0;
 }
 
-/* Plan p of batch b (ids checked): every id's slot into remap[parity], each
- * slice's misses and dirty evictions (its job). */
-static void plan_batch(struct tier *t, const struct tier_batch *b, int64_t p, int parity)
+/* Plan p of batch b (ids checked) for slice s: every id's slot into
+ * remap[parity], its misses and dirty evictions (its job); *hits and *evicted
+ * count what it found resident and the rows it took slots from. */
+static void plan_slice(struct tier_slice *s, const struct tier_batch *b, int64_t p, int parity, int64_t *hits,
+                       int64_t *evicted)
 {
     const uint8_t use = (uint8_t)(SLOT_REF | (b->train ? SLOT_DIRTY : 0));
-    const int64_t evicted0 = t->st.evictions;
-    for (int i = 0; i < t->n; i++) {
-        struct tier_slice *s = &t->s[i];
-        const int32_t *ids = b->ids[s->d.table];
-        int32_t *out = s->remap[parity];
-        s->nmiss = s->nevict = 0;
-        int64_t hits = 0;
-        for (int64_t j = 0; j < b->n; j++) {
-            const int64_t r = ids[j];
-            int64_t v = hash_find(s, r);
-            if (v >= 0 && !(s->slot_flags[v] & SLOT_FRESH)) {
-                hits++;
-            } else if (v < 0) {
-                v = victim(s, p);
-                if (s->slot_row[v] >= 0) {
-                    t->st.evictions++;
-                    if (s->slot_flags[v] & SLOT_DIRTY) {
-                        s->evict[2 * s->nevict] = s->slot_row[v];
-                        s->evict[2 * s->nevict + 1] = s->nevict;
-                        s->evict_slot[s->nevict++] = v;
-                    }
-                    hash_del(s, s->slot_row[v]);
-                } else {
-                    s->resident++;
+    const int32_t *ids = b->ids[s->d.table];
+    int32_t *out = s->remap[parity];
+    s->nmiss = s->nevict = 0;
+    *hits = *evicted = 0;
+    for (int64_t j = 0; j < b->n; j++) {
+        const int64_t r = ids[j];
+        int64_t v = hash_find(s, r);
+        if (v >= 0 && !(s->slot_flags[v] & SLOT_FRESH)) {
+            (*hits)++;
+        } else if (v < 0) {
+            v = victim(s, p);
+            if (s->slot_row[v] >= 0) {
+                (*evicted)++;
+                if (s->slot_flags[v] & SLOT_DIRTY) {
+                    s->evict[2 * s->nevict] = s->slot_row[v];
+                    s->evict[2 * s->nevict + 1] = s->nevict;
+                    s->evict_slot[s->nevict++] = v;
                 }
-                s->slot_row[v] = r;
-                hash_put(s, r, v);
-                s->slot_flags[v] = SLOT_FRESH;
-                s->miss[2 * s->nmiss] = r;
-                s->miss[2 * s->nmiss + 1] = v;
-                s->nmiss++;
+                hash_del(s, s->slot_row[v]);
+            } else {
+                s->resident++;
             }
-            s->slot_pin[v] = p;
-            s->slot_flags[v] |= use;
-            out[j] = (int32_t)v;
+            s->slot_row[v] = r;
+            hash_put(s, r, v);
+            s->slot_flags[v] = SLOT_FRESH;
+            s->miss[2 * s->nmiss] = r;
+            s->miss[2 * s->nmiss + 1] = v;
+            s->nmiss++;
         }
-        t->st.lookups += b->n;
-        t->st.hits += hits;
+        s->slot_pin[v] = p;
+        s->slot_flags[v] |= use;
+        out[j] = (int32_t)v;
     }
-    t->st.train_plans_evicting += b->train && t->st.evictions > evicted0;
+}
+
+/* Plan p of batch b for every slice (they are independent: one thread each). */
+static void plan_batch(struct tier *t, const struct tier_batch *b, int64_t p, int parity)
+{
+    int64_t hits = 0, evicted = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : hits, evicted) if (t->n > 1)
+    for (int i = 0; i < t->n; i++) {
+        int64_t h, e;
+        plan_slice(&t->s[i], b, p, parity, &h, &e);
+        hits += h;
+        evicted += e;
+    }
+    t->st.lookups += b->n * t->n;
+    t->st.hits += hits;
+    t->st.evictions += evicted;
+    t->st.train_plans_evicting += b->train && evicted > 0;
 }
 
 /* ---- moves between the caches and the staging buffers ----------------------------- */

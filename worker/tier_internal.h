@@ -20,8 +20,11 @@ extern "C" {
  * TIER_IO_ALIGN. */
 #define TIER_IO_BYTES ((size_t)1 << 20)
 #define TIER_IO_ALIGN ((size_t)4096)
-/* Two rows to read lie in one extent when less than this lies between them. */
-#define TIER_IO_GAP ((int64_t)64 << 10)
+/* Two rows to read lie in one extent when less than this lies between them: a
+ * page, so that an extent never reads a page none of its rows touch (rows are
+ * small and misses scattered; the hot rows of power-law ids sit together and
+ * still make long extents). */
+#define TIER_IO_GAP ((int64_t)TIER_IO_ALIGN)
 /* Rows of one I/O task (a job's part one thread takes at a time). */
 #define TIER_TASK_ROWS 2048
 
