@@ -153,7 +153,8 @@ static const struct job_decl decls[] = {
         "table's rows (e.g. 0.05 or 5%); a table the cache would hold whole stays in memory", 1, 0, NULL, NULL, 0,
         NULL, 0}},
     {JOB_PARALLEL, F(tier_io_threads), {"tier_io_threads", TR_OPT_INT, NULL, "0",
-        "threads that read and write a host or file table store (0: 8 for a file, 2 for host memory)", 0, 256,
+        "threads that read and write a host or file table store (0: as many as --threads: its reads compute "
+        "the rows never written, and on a machine with few CPUs more threads take them from the step)", 0, 256,
         NULL, NULL, 0, NULL, TR_OPT_RANK_LOCAL}},
     {JOB_PARALLEL, F(collective_timeout), {"collective_timeout", TR_OPT_DOUBLE, NULL, "300",
         "seconds a collective waits for the other ranks before the job ends naming the silent ones (0: forever)",
@@ -266,7 +267,7 @@ enum tr_status job_tier_of(const struct job_cfg *c, struct job_tier *t)
                  "file:/local_nvme/terarec)");
         return TR_ERR_ARG;
     }
-    t->io_threads = c->tier_io_threads > 0 ? c->tier_io_threads : t->store == JOB_STORE_FILE ? 8 : 2;
+    t->io_threads = c->tier_io_threads; /* 0: the worker's threads (train.c), 2 where they are unknown */
     return parse_cache(c->embedding_cache && *c->embedding_cache ? c->embedding_cache : "0.1", t);
 }
 

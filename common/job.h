@@ -117,7 +117,7 @@ struct job_tier {
     const char *dir;       /* JOB_STORE_FILE: the directory (points into c->table_store) */
     double cache_fraction; /* --embedding_cache FRACTION: of each tiered table's rows (0: a size) */
     int64_t cache_bytes;   /* --embedding_cache SIZE: bytes of cache per worker (0: a fraction) */
-    int io_threads;        /* --tier_io_threads, or its default for the store (8 file, 2 host) */
+    int io_threads;        /* --tier_io_threads; 0: the worker's threads */
 };
 
 /* --table_store and --embedding_cache as given: "memory", "host" or "file:DIR";

@@ -72,7 +72,7 @@ int dlrm_tier_tables(const struct dlrm_cfg *c, const int64_t *slots, struct tier
 static void tier_cfg_of(const struct dlrm_cfg *c, struct tier_cfg *tc)
 {
     *tc = (struct tier_cfg){.store = c->tier.store, .dir = c->tier.dir, .tag = c->store_tag, .seed = c->seed,
-                            .max_ids = max_ids(c), .io_threads = c->tier.io_threads};
+                            .max_ids = max_ids(c), .io_threads = c->tier.io_threads > 0 ? c->tier.io_threads : 2};
 }
 
 enum tr_status dlrm_tier_plan_bytes(const struct dlrm_cfg *c, const int64_t *slots, int host_memory,

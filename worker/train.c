@@ -318,6 +318,11 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
                              job->data_parallel_bottom_mlp));
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &T->plan, &mc);
+    if (mc.tier.io_threads == 0) /* the table store's I/O threads: the worker's CPU share */
+        mc.tier.io_threads = T->threads;
+    char tag[160]; /* the table store's file names: this run and rank */
+    snprintf(tag, sizeof tag, "%s-r%d", T->run_id, rank);
+    mc.store_tag = tag;
     T->sched = (struct lr_sched){job->learning_rate, job->warmup_steps, job->decay_start_step, job->decay_steps};
     T->total = job->max_steps >= 0 ? job->max_steps : (int64_t)job->epochs * s->nbatches[BATCH_TRAIN];
     if (rank == 0)
