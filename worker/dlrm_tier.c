@@ -113,14 +113,16 @@ enum tr_status dlrm_tier_open(struct dlrm *m, const struct dlrm_cfg *cfg, const 
         tb->bytes = (size_t)(tb->slots * tb->width) * sizeof(float);
         tb->accum_bytes = (size_t)(tb->slots * d[i].state_width) * sizeof(float);
     }
-    if (rc == TR_OK && n > 0 && m->rank == 0) {
+    if (rc == TR_OK && n > 0) {
         int64_t rows = 0, cached = 0;
         for (int i = 0; i < n; i++)
             rows += d[i].rows, cached += d[i].slots;
-        LOG_INFO(MODEL, "table store %s%s%s: %d table(s) held in a row cache of %lld of their %lld rows (%.1f MiB "
-                        "of cache)",
-                 job_store_name(cfg->tier.store), cfg->tier.dir ? ":" : "", cfg->tier.dir ? cfg->tier.dir : "",
-                 n, (long long)cached, (long long)rows, m->tier_bytes.cache / 1048576.0);
+        LOG_RANK0("table store %s%s%s: %d of %d tables in a row cache of %lld of their %lld rows on rank 0 (%.1f MiB "
+                  "of cache; %.1f MiB of host memory%s%.1f MiB of files)",
+                  job_store_name(cfg->tier.store), cfg->tier.dir ? ":" : "", cfg->tier.dir ? cfg->tier.dir : "", n,
+                  cfg->ntables, (long long)cached, (long long)rows, m->tier_bytes.cache / 1048576.0,
+                  m->tier_bytes.host / 1048576.0, cfg->tier.store == JOB_STORE_HOST ? " with the rows; " : ", ",
+                  m->tier_bytes.disk / 1048576.0);
     }
     tr_free(d);
     return rc;
