@@ -391,11 +391,12 @@ asan:
 
 # ThreadSanitizer over the tests whose code runs threads: the store's parallel chunk
 # I/O and gc lock (test_store, test_client), the loader's ring (test_ring), the
-# workers' beat thread (test_report), the history's server (test_serve), and a real
-# 2-worker `terarec train` with its store, async checkpoints and `runs serve` (t6004).
+# workers' beat thread (test_report), the table store's I/O threads (test_tier), the
+# history's server (test_serve), and a real 2-worker `terarec train` with its store,
+# async checkpoints and `runs serve` (t6004).
 # OpenMP runs one thread (libgomp is not instrumented: its barriers look like races),
 # and tests/tsan.supp names the reports inside libraries (Open MPI) it leaves out.
-TSAN_TESTS := unit/ckpt_store/test_(store|client)|unit/loader_svc/test_ring|unit/worker/test_report|unit/db/test_serve|integration/t6004-
+TSAN_TESTS := unit/ckpt_store/test_(store|client)|unit/loader_svc/test_ring|unit/worker/test_(report|tier)|unit/db/test_serve|integration/t6004-
 tsan-bins: $(BINS) $(TEST_BINS) $(TEST_PRELOADS)
 tsan:
 	$(MAKE) SANITIZE=thread BUILD=build-tsan CUDA=0 tsan-bins

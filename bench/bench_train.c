@@ -685,7 +685,7 @@ static void print_rows(const char *what, const struct rows_rate *x, double row_b
 }
 
 /* The step's timers outside the model's phases (hybrid.h), by enum hybrid_timer. */
-static const char *const step_part_name[HYBRID_T_COUNT_] = {"exchange", "pack", "batch", "guard"};
+static const char *const step_part_name[HYBRID_T_COUNT_] = {"exchange", "pack", "batch", "guard", "tier"};
 
 static void print_result(const struct bench_opts *o, const struct bench_result *r)
 {

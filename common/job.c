@@ -144,6 +144,18 @@ static const struct job_decl decls[] = {
     {JOB_PARALLEL, F(gpus_per_node), {"gpus_per_node", TR_OPT_INT, NULL, "0",
         "cuda: GPUs each node uses, local rank -> device local_rank mod N (a task bound to one GPU uses it); "
         "refused when a node's workers see or use fewer (0: every visible device)", 0, 1024, NULL, NULL, 0, NULL, 0}},
+    {JOB_PARALLEL, F(table_store), {"table_store", TR_OPT_STRING, NULL, "memory",
+        "where embedding tables live: memory (the backend's), host (a row cache in the backend's memory over host "
+        "memory) or file:DIR (a row cache over one file per table slice in DIR, a local disk); rows a step needs "
+        "are fetched before it, and training is bitwise the same", 1, 0, NULL, NULL, 0, NULL, 0}},
+    {JOB_PARALLEL, F(embedding_cache), {"embedding_cache", TR_OPT_STRING, NULL, "0.1",
+        "the row cache of --table_store host or file:DIR: a SIZE per worker (e.g. 4G) or a FRACTION of each "
+        "table's rows (e.g. 0.05 or 5%); a table the cache would hold whole stays in memory", 1, 0, NULL, NULL, 0,
+        NULL, 0}},
+    {JOB_PARALLEL, F(tier_io_threads), {"tier_io_threads", TR_OPT_INT, NULL, "0",
+        "threads that read and write a host or file table store (0: as many as --threads: its reads compute "
+        "the rows never written, and on a machine with few CPUs more threads take them from the step)", 0, 256,
+        NULL, NULL, 0, NULL, TR_OPT_RANK_LOCAL}},
     {JOB_PARALLEL, F(collective_timeout), {"collective_timeout", TR_OPT_DOUBLE, NULL, "300",
         "seconds a collective waits for the other ranks before the job ends naming the silent ones (0: forever)",
         0, 1e9, NULL, NULL, 0, NULL, 0}},
@@ -204,6 +216,59 @@ float job_loss_scale(const struct job_cfg *c)
 const char *job_backend_name(int backend)
 {
     return backend >= 0 && backend < (int)TR_ARRAY_SIZE(backend_choices) - 1 ? backend_choices[backend] : "?";
+}
+
+static const char *const store_names[] = {"memory", "host", "file"};
+
+const char *job_store_name(int store)
+{
+    return store >= 0 && store < (int)TR_ARRAY_SIZE(store_names) ? store_names[store] : "?";
+}
+
+/* --embedding_cache's text: a fraction in (0, 1] or a percentage, else a size. */
+static enum tr_status parse_cache(const char *text, struct job_tier *t)
+{
+    char *end = NULL;
+    const double v = strtod(text, &end);
+    if (end != text && *end == '%' && end[1] == '\0' && v > 0.0 && v <= 100.0) {
+        t->cache_fraction = v / 100.0;
+        return TR_OK;
+    }
+    if (end != text && *end == '\0' && v > 0.0 && v <= 1.0) {
+        t->cache_fraction = v;
+        return TR_OK;
+    }
+    int64_t b = 0;
+    if (tr_opt_parse_bytes(text, &b) == 0 && b > 1) {
+        t->cache_bytes = b;
+        return TR_OK;
+    }
+    LOG_ERROR("--embedding_cache '%s': expected a size per worker (e.g. 4G) or a fraction of each table's rows in "
+              "(0, 1] (e.g. 0.05 or 5%%)",
+              text);
+    LOG_HINT("'terarec plan --fit' chooses a cache that fits the workers' memory");
+    return TR_ERR_ARG;
+}
+
+enum tr_status job_tier_of(const struct job_cfg *c, struct job_tier *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *s = c->table_store && *c->table_store ? c->table_store : "memory";
+    if (!strcmp(s, "memory")) {
+        t->store = JOB_STORE_MEMORY;
+    } else if (!strcmp(s, "host")) {
+        t->store = JOB_STORE_HOST;
+    } else if (!strncmp(s, "file:", 5) && s[5]) {
+        t->store = JOB_STORE_FILE;
+        t->dir = s + 5;
+    } else {
+        LOG_ERROR("--table_store '%s': expected memory, host or file:DIR", s);
+        LOG_HINT("file:DIR keeps the tables in files under DIR, a directory on a local disk (e.g. "
+                 "file:/local_nvme/terarec)");
+        return TR_ERR_ARG;
+    }
+    t->io_threads = c->tier_io_threads; /* 0: the worker's threads (train.c), 2 where they are unknown */
+    return parse_cache(c->embedding_cache && *c->embedding_cache ? c->embedding_cache : "0.1", t);
 }
 
 /* The synthetic dataset's own flags, meaningless with a split-binary one. */
@@ -287,6 +352,11 @@ static enum tr_status check_conflicts(const struct job_cfg *c, unsigned groups)
         TR_CHECK(refuse_given(c, dcn_flags, TR_ARRAY_SIZE(dcn_flags), "interaction", "the interaction", "dot",
                               "the cross layers' settings apply only with --interaction dcnv2"));
     }
+    if ((groups & JOB_PARALLEL) && (!c->table_store || !strcmp(c->table_store, "memory"))) {
+        const char *const tier_flags[] = {"embedding_cache", "tier_io_threads"};
+        TR_CHECK(refuse_given(c, tier_flags, TR_ARRAY_SIZE(tier_flags), "table_store", "the table store", "memory",
+                              "the row cache applies to --table_store host or file:DIR"));
+    }
     if ((groups & JOB_DATA) && c->shuffle_samples && c->shuffle_batches)
         return tr_opt_exclusive(t, "shuffle_samples", "shuffle_batches",
                                 "--shuffle_samples already reorders every sample; --shuffle_batches only permutes "
@@ -340,6 +410,10 @@ enum tr_status job_start_position(const struct job_cfg *c, int64_t nbatches, int
 
 enum tr_status job_check(const struct job_cfg *c, unsigned groups)
 {
+    if (groups & JOB_PARALLEL) {
+        struct job_tier t;
+        TR_CHECK(job_tier_of(c, &t));
+    }
     TR_CHECK(check_conflicts(c, groups));
     if ((groups & JOB_DATA) && c->start_position && *c->start_position) {
         int64_t a, b;

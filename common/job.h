@@ -74,6 +74,9 @@ struct job_cfg {
     int comm;                     /* enum comm_choice (worker/comm.h): --comm auto|nccl|mpi */
     int overlap;                  /* overlap the step's collectives with compute */
     int gpus_per_node;            /* cuda: devices per node (0: every visible one) */
+    char *table_store;            /* --table_store: memory, host or file:DIR (job_tier_of) */
+    char *embedding_cache;        /* --embedding_cache: SIZE per worker or FRACTION of each tiered table */
+    int tier_io_threads;          /* threads reading and writing a host or file store (0: its default) */
     /* not a flag: the program sets it when the job saves checkpoints, so that the
      * memory plan counts the host staging copy of what each worker saves */
     int ckpt_staging;
@@ -95,7 +98,7 @@ enum job_group {
  * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
  * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
  * and lists). Sets c->table = o: o must start the table and outlive job_check. */
-#define JOB_MAX_OPTS 48
+#define JOB_MAX_OPTS 56
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
 /* The checkpoint store's flags, declared once for every program that takes them
@@ -105,6 +108,25 @@ int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
  * returns how many (1 or 2); the caller appends the rest of its table as for
  * job_opts. */
 int job_store_opts(char **dir, char **token_file, struct tr_opt *o);
+
+/* Where embedding tables live (--table_store): the backend's memory, or a row cache
+ * in it over host memory or over a file per table slice in a directory. */
+enum job_store { JOB_STORE_MEMORY = 0, JOB_STORE_HOST = 1, JOB_STORE_FILE = 2 };
+struct job_tier {
+    int store;             /* enum job_store */
+    const char *dir;       /* JOB_STORE_FILE: the directory (points into c->table_store) */
+    double cache_fraction; /* --embedding_cache FRACTION: of each tiered table's rows (0: a size) */
+    int64_t cache_bytes;   /* --embedding_cache SIZE: bytes of cache per worker (0: a fraction) */
+    int io_threads;        /* --tier_io_threads; 0: the worker's threads */
+};
+
+/* --table_store and --embedding_cache as given: "memory", "host" or "file:DIR";
+ * a FRACTION in (0, 1] ("0.05", "5%") or a SIZE ("4G", "1073741824"). TR_ERR_ARG
+ * (logged naming the flag, with a hint) for text neither takes. */
+enum tr_status job_tier_of(const struct job_cfg *c, struct job_tier *out) TR_WUR;
+
+/* Name of a store kind ("memory", "host", "file"). */
+const char *job_store_name(int store);
 
 /* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
 int64_t job_test_batch(const struct job_cfg *c);
@@ -125,7 +147,9 @@ const char *job_backend_name(int backend);
  * that the others make meaningless are conflicts: a --synthetic_dataset_* flag
  * with a split-binary dataset, --dataset_path or --feature_spec with the synthetic
  * one, an --adagrad_* flag with --optimizer sgd, a --dcn_* flag with --interaction
- * dot, --max_steps with --epochs. Logs one error naming both flags (or the flag)
+ * dot, --max_steps with --epochs, --embedding_cache or --tier_io_threads with
+ * --table_store memory. --table_store and --embedding_cache must parse
+ * (job_tier_of). Logs one error naming both flags (or the flag)
  * and a hint; TR_ERR_ARG. */
 enum tr_status job_check(const struct job_cfg *c, unsigned groups) TR_WUR;
 

@@ -42,6 +42,7 @@ static const char *const op_names[KERN_OP_COUNT_] = {
     [KERN_OP_CROSS_BWD] = "cross_bwd",
     [KERN_OP_MARK_ROWS] = "mark_rows",
     [KERN_OP_METRICS] = "metrics",
+    [KERN_OP_MOVE_ROWS] = "move_rows",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -209,6 +210,7 @@ CPU_WRAP_N(emb_rowsq, kern_emb_update_args)
 CPU_WRAP_N(copy_rows, kern_copy_rows_args)
 CPU_WRAP_N(sumsq, kern_sumsq_args)
 CPU_WRAP_N(mark_rows, kern_mark_rows_args)
+CPU_WRAP_N(move_rows, kern_move_rows_args)
 CPU_WRAP(metrics, kern_metrics_args)
 
 static void *cpu_queue(void *ctx)
@@ -278,6 +280,7 @@ static const struct kern_backend_i cpu_iface = {
     .cross_bwd = cpu_cross_bwd,
     .mark_rows = cpu_mark_rows,
     .metrics = cpu_metrics,
+    .move_rows = cpu_move_rows,
     .queue = cpu_queue,
     .device_id = cpu_device_id,
     .synchronize = cpu_synchronize,

@@ -46,6 +46,7 @@ enum kern_op {
     KERN_OP_CROSS_BWD,
     KERN_OP_MARK_ROWS,
     KERN_OP_METRICS,
+    KERN_OP_MOVE_ROWS,
     KERN_OP_COUNT_ /* not an op; keep last */
 };
 
@@ -307,6 +308,24 @@ struct kern_copy_rows_args {
     int64_t rows, cols;
 };
 
+/* Moves rows by index within backend memory (a tier's cache fills and write-backs):
+ * for i in [0, n), row (dst_idx ? dst_idx[i] : i) of dst (row stride ldd) gets the
+ * cols floats of row (src_idx ? src_idx[i] : i) of src (row stride lds). The index
+ * arrays (int64, backend memory) may repeat a source row but never a destination
+ * row, and no destination row may overlap a source row of the same call; the
+ * blocks of one call run in any order and must not write each other's rows. A
+ * bitwise copy. TR_ERR_ARG for negative sizes, strides below cols or a missing
+ * pointer (nothing written then); indices are not checked (the caller's own). */
+struct kern_move_rows_args {
+    float *dst;
+    int64_t ldd;
+    const int64_t *dst_idx; /* (n) or NULL */
+    const float *src;
+    int64_t lds;
+    const int64_t *src_idx; /* (n) or NULL */
+    int64_t n, cols;
+};
+
 /* Sum of squares of a block x (rows, cols; row stride ld >= cols), accumulated in
  * double (km_sumsq_add) in a fixed order that does not depend on the thread count:
  * *out (host memory) is finite exactly when every element is, which is what the
@@ -412,7 +431,7 @@ struct kern_cross_bwd_args {
  *   MARK_ROWS                           columns (c1 - c0)
  *   INTERACT_FWD, INTERACT_BWD          m batch, n vectors per sample, k their width d
  *   BCE, DENSE_UPDATE, METRICS          m samples (dense_update: parameters)
- *   COPY_ROWS                           count blocks, m rows, n cols
+ *   COPY_ROWS, MOVE_ROWS                count blocks, m rows, n cols
  *   SUMSQ                               count blocks, m elements of all of them */
 struct kern_shape {
     int64_t m, n, k;
@@ -506,6 +525,7 @@ struct kern_backend_i {
     enum tr_status (*cross_bwd)(void *ctx, const struct kern_cross_bwd_args *a);
     enum tr_status (*mark_rows)(void *ctx, const struct kern_mark_rows_args *a, int n);
     enum tr_status (*metrics)(void *ctx, const struct kern_metrics_args *a);
+    enum tr_status (*move_rows)(void *ctx, const struct kern_move_rows_args *a, int n);
     /* The native handle of the queue (a cudaStream_t), NULL on the CPU. Collectives
      * (comm.h) order themselves after work queued on it. */
     void *(*queue)(void *ctx);

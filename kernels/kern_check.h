@@ -50,6 +50,19 @@ static inline enum tr_status kern_check_mark_rows(const struct kern_mark_rows_ar
     return TR_OK;
 }
 
+/* TR_ERR_ARG unless all n move_rows blocks have sizes >= 0, strides of at least
+ * cols and their pointers (when they move anything). */
+static inline enum tr_status kern_check_move_rows(const struct kern_move_rows_args *a, int n)
+{
+    if (n < 0)
+        return TR_ERR_ARG;
+    for (int k = 0; k < n; k++)
+        if (a[k].n < 0 || a[k].cols < 0 || a[k].ldd < a[k].cols || a[k].lds < a[k].cols ||
+            (a[k].n > 0 && a[k].cols > 0 && (!a[k].dst || !a[k].src)))
+            return TR_ERR_ARG;
+    return TR_OK;
+}
+
 /* TR_ERR_ARG unless a metrics call has a size >= 0, its tensors (when n > 0) and
  * every output. */
 static inline enum tr_status kern_check_metrics(const struct kern_metrics_args *a)

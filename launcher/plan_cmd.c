@@ -6,6 +6,7 @@
 #define TR_SUBSYS TR_SUB_TRAIN
 #include "plan_cmd.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,17 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
         {"workers_per_node", TR_OPT_INT, &c->per_node, "1",
          "workers (GPUs or CPU slots) per node (default: --gpus_per_node when given, else 1)", 1, 4096, NULL, NULL,
          0, NULL, 0},
-        {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0", "memory limit of one worker, e.g. 73G (0: no limit)",
+        {"memory_per_worker", TR_OPT_BYTES, &c->memory, "0",
+         "memory of one worker, e.g. 73G: its backend's (GPU memory on cuda; host memory on the cpu) (0: no limit)",
          0, 9.2e18, NULL, NULL, 0, NULL, 0},
+        {"host_memory_per_node", TR_OPT_BYTES, &c->host_memory, "0",
+         "host memory of one node, e.g. 2T, that its workers share (0: no limit)", 0, 9.2e18, NULL, NULL, 0, NULL, 0},
+        {"disk_per_node", TR_OPT_BYTES, &c->disk, "0",
+         "local disk of one node for --table_store file:DIR's files (0: no limit)", 0, 9.2e18, NULL, NULL, 0, NULL,
+         0},
+        {"fit", TR_OPT_BOOL, &c->fit, "false",
+         "choose --table_store (memory, host, file:DIR) and the largest --embedding_cache that fit the limits", 1, 0,
+         NULL, NULL, 0, NULL, 0},
         {"json", TR_OPT_BOOL, &c->json, "false", "print JSON instead of a table", 1, 0, NULL, NULL, 0, NULL, 0},
         /* the old spelling of --checkpoint_dir here: a boolean, not a store */
         {"checkpoints", TR_OPT_BOOL, &c->checkpoints, "false",
@@ -72,6 +82,10 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
                        const struct plan_worker *w)
 {
     json_t *j = json_object();
+    json_object_set_new(j, "table_store", json_string(c->job.table_store ? c->job.table_store : "memory"));
+    json_object_set_new(j, "embedding_cache", json_string(c->job.embedding_cache ? c->job.embedding_cache : ""));
+    json_object_set_new(j, "host_memory_per_node", json_integer(c->host_memory));
+    json_object_set_new(j, "disk_per_node", json_integer(c->disk));
     json_object_set_new(j, "world", json_integer(world));
     json_object_set_new(j, "mode", json_string(world == 1 ? "single" : c->job.columnwise_split ? "column-wise"
                                                                                               : "table-wise"));
@@ -94,6 +108,10 @@ static void print_json(const struct plan_cmd_cfg *c, int world, int64_t rows, in
         json_object_set_new(e, "data", json_integer(w[r].data));
         json_object_set_new(e, "eval", json_integer(w[r].eval));
         json_object_set_new(e, "checkpoint_staging", json_integer(w[r].ckpt_staging));
+        json_object_set_new(e, "tables_tiered", json_integer(w[r].tables_tiered));
+        json_object_set_new(e, "tier_host", json_integer(w[r].tier_host));
+        json_object_set_new(e, "tier_disk", json_integer(w[r].tier_disk));
+        json_object_set_new(e, "host", json_integer(w[r].host));
         json_object_set_new(e, "total", json_integer(w[r].total));
         json_object_set_new(e, "backend", json_integer(w[r].backend));
         if (w[r].device > 0)
@@ -127,14 +145,28 @@ static void print_table(const struct plan_cmd_cfg *c, int world, int threads, co
                gib(w[r].embeddings), gib(w[r].opt_state), w[r].mlp / 1048576.0, w[r].activations / 1048576.0,
                w[r].workspace / 1048576.0, w[r].alltoall / 1048576.0, w[r].data / 1048576.0, w[r].eval / 1048576.0,
                gib(w[r].ckpt_staging), gib(w[r].total));
+    const int64_t most = w[worst].device > 0 ? w[worst].device : w[worst].total; /* what --memory_per_worker limits */
+    const char *of = w[worst].device > 0 ? " of GPU memory" : "";
     if (c->memory)
-        printf("largest worker: rank %d, %.3f GiB of %.3f GiB\n", worst, gib(w[worst].total), gib(c->memory));
+        printf("largest worker: rank %d, %.3f GiB%s of %.3f GiB\n", worst, gib(most), of, gib(c->memory));
     else
-        printf("largest worker: rank %d, %.3f GiB\n", worst, gib(w[worst].total));
+        printf("largest worker: rank %d, %.3f GiB%s\n", worst, gib(most), of);
     int dworst = 0;
     for (int r = 1; r < world; r++)
         if (w[r].device > w[dworst].device)
             dworst = r;
+    int tiered = 0;
+    for (int r = 0; r < world; r++)
+        tiered |= w[r].tables_tiered > 0;
+    if (tiered) {
+        printf("table store %s, --embedding_cache %s: embeddings and optimizer state above are the caches of the "
+               "tables held in it\n",
+               job->table_store, job->embedding_cache);
+        printf("%5s %7s %14s %13s %13s\n", "rank", "tiered", "tier host GiB", "disk GiB", "host GiB");
+        for (int r = 0; r < world; r++)
+            printf("%5d %7d %14.3f %13.3f %13.3f\n", r, w[r].tables_tiered, gib(w[r].tier_host), gib(w[r].tier_disk),
+                   gib(w[r].host));
+    }
     if (w[dworst].device > 0) /* the cuda backend: what each GPU holds */
         printf("GPU memory: rank %d holds the most, %.3f GiB (embeddings %.3f, optimizer state %.3f, MLPs %.3f, "
                "activations and buffers %.3f, backend %.3f; the CUDA context comes on top)\n",
@@ -202,6 +234,134 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
     return TR_OK;
 }
 
+/* Every worker's bytes of the job as c's flags say. */
+static enum tr_status plan_all(const struct plan_cmd_cfg *c, const struct plan_shape *sh, const struct kern_backend *be,
+                               int world, struct plan_worker *w)
+{
+    for (int r = 0; r < world; r++)
+        TR_CHECK(plan_worker_bytes(&c->job, sh, be, world, r, &w[r]));
+    return TR_OK;
+}
+
+/* What does not fit the limits: kind 0 nothing, 1 a worker's memory (the
+ * backend's: w.device on a backend with memory of its own, else w.total), 2 a
+ * node's host memory, 3 a node's disk; who the worker or node, need and limit in
+ * bytes. With slack, the worker's own headroom (plan.h) is added to each need. */
+struct verdict {
+    int kind, who;
+    int64_t need, limit;
+};
+
+static int64_t slacked(int64_t need, int slack)
+{
+    return slack ? need + PLAN_SLACK_BYTES + (int64_t)((double)need * PLAN_SLACK_FRACTION) : need;
+}
+
+static void judge(const struct plan_cmd_cfg *c, int world, const struct plan_worker *w, int own_memory, int slack,
+                  struct verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    for (int r = 0; r < world && c->memory; r++) {
+        const int64_t need = own_memory ? w[r].device : w[r].total;
+        if (slacked(need, slack) > c->memory) {
+            *v = (struct verdict){1, r, need, c->memory};
+            return;
+        }
+    }
+    for (int n = 0; n < c->nodes; n++) {
+        int64_t host = 0, disk = 0;
+        for (int r = n * c->per_node; r < (n + 1) * c->per_node && r < world; r++)
+            host += w[r].host, disk += w[r].tier_disk;
+        if (c->host_memory && slacked(host, slack) > c->host_memory) {
+            *v = (struct verdict){2, n, host, c->host_memory};
+            return;
+        }
+        if (c->disk && disk > c->disk) {
+            *v = (struct verdict){3, n, disk, c->disk};
+            return;
+        }
+    }
+}
+
+/* Replaces an option's string (owned by the table: tr_opt_release frees it). */
+static enum tr_status set_text(char **dst, const char *text)
+{
+    char *d = text ? tr_strdup(text) : NULL;
+    if (text && !d)
+        return TR_ERR_NOMEM;
+    tr_free(*dst);
+    *dst = d;
+    return TR_OK;
+}
+
+/* Plans the job with --embedding_cache f and judges it (with the workers' slack). */
+static enum tr_status try_fraction(struct plan_cmd_cfg *c, const struct plan_shape *sh, const struct kern_backend *be,
+                                   int world, struct plan_worker *w, double f, int *fits)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.6f", f);
+    TR_CHECK(set_text(&c->job.embedding_cache, text));
+    TR_CHECK(plan_all(c, sh, be, world, w));
+    struct verdict v;
+    judge(c, world, w, !be->i->host_memory, 1, &v);
+    *fits = v.kind == 0;
+    return TR_OK;
+}
+
+/* --fit: where the tables live and their cache, the first that fits of: the
+ * backend's memory, a cache over host memory (only where the backend's memory is
+ * its own: on the cpu a host cache would hold the rows twice), a cache over a
+ * local disk; or only the store --table_store names. Each cache is the largest
+ * fraction of the tables' rows (to 1e-6) that fits. c's flags are left as chosen
+ * and w holds their plan; *chosen says whether any fits. */
+static enum tr_status fit(struct plan_cmd_cfg *c, struct tr_opt *opts, const struct plan_shape *sh,
+                          const struct kern_backend *be, int world, struct plan_worker *w, int *chosen)
+{
+    const char *stores[3];
+    int n = 0;
+    char given[TR_OPT_PATH_MAX + 8] = "";
+    if (tr_opt_given(opts, "table_store")) {
+        snprintf(given, sizeof given, "%s", c->job.table_store);
+        stores[n++] = given;
+    } else {
+        stores[n++] = "memory";
+        if (!be->i->host_memory)
+            stores[n++] = "host";
+        stores[n++] = "file:DIR";
+    }
+    *chosen = 0;
+    for (int k = 0; k < n && !*chosen; k++) {
+        TR_CHECK(set_text(&c->job.table_store, stores[k]));
+        if (!strcmp(stores[k], "memory")) {
+            TR_CHECK(set_text(&c->job.embedding_cache, NULL));
+            TR_CHECK(plan_all(c, sh, be, world, w));
+            struct verdict v;
+            judge(c, world, w, !be->i->host_memory, 1, &v);
+            *chosen = v.kind == 0;
+            continue;
+        }
+        /* the largest fraction that fits: the plan grows with it */
+        int ok = 0;
+        TR_CHECK(try_fraction(c, sh, be, world, w, 1e-6, &ok));
+        if (!ok)
+            continue;
+        double lo = 1e-6, hi = 1.0;
+        TR_CHECK(try_fraction(c, sh, be, world, w, hi, &ok));
+        if (ok)
+            lo = hi;
+        while (hi - lo > 1e-6) {
+            const double m = 0.5 * (lo + hi);
+            TR_CHECK(try_fraction(c, sh, be, world, w, m, &ok));
+            *(ok ? &lo : &hi) = m;
+        }
+        lo = floor(lo * 1e6) / 1e6;
+        TR_CHECK(try_fraction(c, sh, be, world, w, lo, &ok));
+        TR_ASSERT(ok);
+        *chosen = 1;
+    }
+    return TR_OK;
+}
+
 int plan_cmd_main(int argc, char **argv)
 {
     struct plan_cmd_cfg c;
@@ -246,7 +406,7 @@ int plan_cmd_main(int argc, char **argv)
         const int64_t n[2] = {job->train_batches * job->batch_size, job->test_batches * job_test_batch(job)};
         sh.source_cache = dataset_synthetic_cache_bytes(sh.num_features, sh.ntables, n, NULL);
     }
-    TR_CHECK_GOTO(job_check(job, JOB_MODEL), rc, exit);
+    TR_CHECK_GOTO(job_check(job, JOB_MODEL | JOB_PARALLEL), rc, exit);
     TR_CHECK_GOTO(job_check_shape(job, sh.num_features, sh.ntables, "the model"), rc, exit);
     const int world = c.nodes * c.per_node;
     /* the workers' backend, opened here only to ask its workspace sizes (a cuda
@@ -267,30 +427,53 @@ int plan_cmd_main(int argc, char **argv)
         if (sh.rows[t] > sh.rows[largest_table])
             largest_table = t;
     }
-    for (int r = 0; r < world; r++) {
-        TR_CHECK_GOTO(plan_worker_bytes(job, &sh, &be, world, r, &w[r]), rc, exit);
-        if (w[r].total > w[worst].total)
-            worst = r;
+    if (c.fit) {
+        int chosen = 0;
+        TR_CHECK_GOTO(fit(&c, opts, &sh, &be, world, w, &chosen), rc, exit);
+        if (!chosen) {
+            LOG_ERROR("--fit: no table store fits: the tables' least caches (two batches of ids a table) do not fit "
+                      "--memory_per_worker, or their rows do not fit --host_memory_per_node or --disk_per_node");
+            LOG_HINT("add workers or nodes, or lower --batch_size (the least cache holds two batches' ids)");
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        if (!c.json)
+            printf("fit: --table_store %s%s%s\n", job->table_store, job->embedding_cache ? " --embedding_cache " : "",
+                   job->embedding_cache ? job->embedding_cache : "");
+    } else {
+        TR_CHECK_GOTO(plan_all(&c, &sh, &be, world, w), rc, exit);
     }
-    const int fits = c.memory == 0 || w[worst].total <= c.memory;
+    for (int r = 1; r < world; r++)
+        if ((be.i->host_memory ? w[r].total : w[r].device) >
+            (be.i->host_memory ? w[worst].total : w[worst].device))
+            worst = r;
+    struct verdict v;
+    judge(&c, world, w, !be.i->host_memory, 0, &v);
+    const int fits = v.kind == 0;
     if (c.json)
         print_json(&c, world, rows, largest_table, fits, w);
     else
         print_table(&c, world, threads, be.i->name, &sh, rows, largest_table, w, worst);
-    if (!fits) {
-        LOG_ERROR("worker %d needs %.2f GiB, over --memory_per_worker %.2f GiB by %.2f GiB (embeddings %.2f GiB, "
+    if (v.kind == 1) {
+        LOG_ERROR("worker %d needs %.2f GiB%s, over --memory_per_worker %.2f GiB by %.2f GiB (embeddings %.2f GiB, "
                   "optimizer state %.2f GiB)",
-                  worst, gib(w[worst].total), gib(c.memory), gib(w[worst].total - c.memory), gib(w[worst].embeddings),
-                  gib(w[worst].opt_state));
+                  v.who, gib(v.need), be.i->host_memory ? "" : " of GPU memory", gib(c.memory), gib(v.need - c.memory),
+                  gib(w[v.who].embeddings), gib(w[v.who].opt_state));
         LOG_HINT("%s", job->columnwise_split
                            ? "add workers, or use rowwise_adagrad (one accumulator per row) or sgd (adagrad doubles "
-                             "the embedding memory)"
+                             "the embedding memory), or a row cache: --table_store host or file:DIR (terarec plan --fit)"
                            : "try --columnwise_split: table-wise cannot split a table larger than a worker");
         rc = TR_ERR_NOMEM; /* the plan predicts that an allocation would fail */
-        goto exit;
-    }
-    if (!c.json)
+    } else if (v.kind == 2 || v.kind == 3) {
+        LOG_ERROR("node %d's workers need %.2f GiB of %s together, over %s %.2f GiB by %.2f GiB", v.who, gib(v.need),
+                  v.kind == 2 ? "host memory" : "local disk for --table_store's files",
+                  v.kind == 2 ? "--host_memory_per_node" : "--disk_per_node", gib(v.limit), gib(v.need - v.limit));
+        LOG_HINT("%s", v.kind == 2 ? "--table_store file:DIR keeps the rows on a local disk; or add nodes"
+                                   : "add nodes, or give file: a larger disk");
+        rc = v.kind == 2 ? TR_ERR_NOMEM : TR_ERR_IO;
+    } else if (!c.json) {
         printf("fits: yes\n");
+    }
 exit:
     kern_backend_close(&be);
     tr_free(w);

@@ -38,6 +38,8 @@ struct piece {
     int64_t shape[2];
     int64_t r0, r1, c0, c1;
     int table;              /* dirty bitmap of this table; -1: saved every time (dense) */
+    int streamed;           /* read from its tier's store through the stream window */
+    int windowed;           /* this save left it in the window for the saver (else stored already) */
     int64_t block;          /* its block in that bitmap */
     char hash[CKPT_HASH_LEN + 1]; /* of the last save ("" before the first) */
     char tag[CKPT_HASH_LEN + 1];  /* its ckpt_chunk_tag */
@@ -67,7 +69,10 @@ struct wckpt {
     int64_t last_step;
     /* staging */
     float *stage;
-    size_t stage_cap;       /* bytes */
+    size_t stage_cap;       /* bytes: the staged pieces of a full save, then the stream window */
+    int64_t stage_full;     /* where the stream window starts */
+    int64_t stream_bytes;   /* its size (0: nothing streams) */
+    int64_t streamed_hashed, streamed_sent; /* bytes of the last save's streamed pieces */
     /* the job handed to the saver */
     int64_t step;
     char *config, *state;   /* JSON texts (rank 0) */
@@ -104,7 +109,8 @@ static enum tr_status held_of_view(void *ctx, const struct dlrm_tensor_view *v)
 {
     const struct held_walk *hw = ctx;
     struct held h = {.k = v->k, .index = v->index, .off = v->off, .ndim = v->ndim, .rows = v->rows,
-                     .cols = v->cols, .c0 = v->c0, .c1 = v->c1, .table = -1, .saver = hw->rank == 0};
+                     .cols = v->cols, .c0 = v->c0, .c1 = v->c1, .table = -1, .streamed = v->tiered,
+                     .saver = hw->rank == 0};
     snprintf(h.name, sizeof h.name, "%s", v->name);
     if (v->group == DLRM_GROUP_EMB) {
         h.table = v->index;
@@ -152,6 +158,7 @@ static enum tr_status plan_piece(void *arg, const struct held *h)
         p->c0 = h->c0;
         p->c1 = h->c1;
         p->table = h->table;
+        p->streamed = h->streamed;
         p->block = h->table >= 0 ? a / br : 0;
     }
     return TR_OK;
@@ -283,7 +290,7 @@ static enum tr_status run_save(struct wckpt *w)
     int64_t copied_bytes = 0;
     for (int i = 0; i < w->npc; i++) {
         struct piece *p = &w->pc[i];
-        if (!p->copied)
+        if (!p->copied || (p->streamed && !p->windowed)) /* hashed and stored by wckpt_save */
             continue;
         const int64_t bytes = (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
         ckpt_hash((const char *)w->stage + p->stage_off, (size_t)bytes, p->fresh);
@@ -294,6 +301,8 @@ static enum tr_status run_save(struct wckpt *w)
     }
     struct ckpt_xfer_stats st = {0};
     TR_CHECK_GOTO(ckpt_put_chunks(w->cl, items, nput, &st), rc, exit);
+    copied_bytes += w->streamed_hashed; /* the windows wckpt_save stored itself */
+    st.bytes_sent += w->streamed_sent;
     TR_CHECK_GOTO(ckpt_manifest_init(&part, w->run, w->step, w->rank, w->world, w->split), rc, exit);
     json_object_set_new(part.state, "attempt", json_string(w->attempt));
     int64_t all_bytes = 0;
@@ -504,17 +513,25 @@ enum tr_status wckpt_open(const struct wckpt_run *r, struct wckpt **out)
     }
     /* staging for a full save, touched now: fresh pages cost more to fault in than
      * the copy itself, and that cost belongs to the start, not to a pause in training */
-    int64_t full = 0;
-    for (int i = 0; i < w->npc; i++)
-        full += (w->pc[i].r1 - w->pc[i].r0) * (w->pc[i].c1 - w->pc[i].c0) * 4;
-    if (full > 0) {
+    int64_t full = 0, most = 0;
+    for (int i = 0; i < w->npc; i++) {
+        const int64_t b = (w->pc[i].r1 - w->pc[i].r0) * (w->pc[i].c1 - w->pc[i].c0) * 4;
+        if (w->pc[i].streamed)
+            most = TR_MAX(most, b);
+        else
+            full += b;
+    }
+    w->stage_full = full;
+    w->stream_bytes = most ? TR_MAX(most, WCKPT_STREAM_BYTES) : 0; /* one piece at least */
+    if (full + w->stream_bytes > 0) {
         void *s = NULL;
         const double t0 = tr_clock_now();
-        TR_CHECK(tr_big_alloc((size_t)full, &s));
+        const int64_t bytes = full + w->stream_bytes;
+        TR_CHECK(tr_big_alloc((size_t)bytes, &s));
         w->stage = s;
-        w->stage_cap = (size_t)full;
-        memset(w->stage, 0, (size_t)full);
-        LOG_RANK0("checkpoint: %.1f MiB of staging memory on rank 0, faulted in at start in %.2f s", full / 1048576.0,
+        w->stage_cap = (size_t)bytes;
+        memset(w->stage, 0, (size_t)bytes);
+        LOG_RANK0("checkpoint: %.1f MiB of staging memory on rank 0, faulted in at start in %.2f s", bytes / 1048576.0,
                   tr_clock_now() - t0);
     }
     if (c->checkpoint_async) {
@@ -528,6 +545,61 @@ enum tr_status wckpt_open(const struct wckpt_run *r, struct wckpt **out)
               ckpt_client_where(w->cl), (long long)c->checkpoint_every, c->checkpoint_async ? "async" : "sync",
               c->checkpoint_incremental ? "incremental" : "full saves", c->checkpoint_chunk_bytes / 1024.0);
     return TR_OK;
+}
+
+/* The pieces due of tables in a tier, read from the tier into the stream window
+ * (the saver thread is idle): while they overflow it, each full window is hashed
+ * and stored now; what fits the last one is left there for the saver, like the
+ * staged pieces. */
+static enum tr_status stream_pieces(struct wckpt *w, int64_t step)
+{
+    w->streamed_hashed = w->streamed_sent = 0;
+    if (!w->stream_bytes)
+        return TR_OK;
+    struct ckpt_put_item *items = tr_malloc((size_t)(w->npc ? w->npc : 1) * sizeof *items);
+    int *in = tr_malloc((size_t)(w->npc ? w->npc : 1) * sizeof *in);
+    enum tr_status rc = items && in ? TR_OK : TR_ERR_NOMEM;
+    int n = 0;
+    int64_t used = 0;
+    for (int i = 0; i < w->npc && rc == TR_OK; i++) {
+        struct piece *p = &w->pc[i];
+        p->windowed = 0;
+        if (!p->copied || !p->streamed)
+            continue;
+        const int64_t bytes = (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
+        if (n && used + bytes > w->stream_bytes) { /* the window is full: store it now */
+            for (int j = 0; j < n; j++) {
+                struct piece *q = &w->pc[in[j]];
+                const char *data = (const char *)w->stage + q->stage_off;
+                const int64_t qb = (q->r1 - q->r0) * (q->c1 - q->c0) * 4;
+                ckpt_hash(data, (size_t)qb, q->fresh);
+                ckpt_chunk_tag(q->name, q->r0, q->r1, q->c0, q->c1, data, (size_t)qb, q->fresh_tag);
+                items[j] = (struct ckpt_put_item){q->fresh, data, qb};
+                q->windowed = 0;
+            }
+            struct ckpt_xfer_stats st = {0};
+            rc = ckpt_put_chunks(w->cl, items, n, &st);
+            w->streamed_hashed += used;
+            w->streamed_sent += st.bytes_sent;
+            n = 0;
+            used = 0;
+            if (rc != TR_OK)
+                break;
+        }
+        p->stage_off = w->stage_full + used;
+        rc = dlrm_tensor_read(w->r.m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
+                              (float *)((char *)w->stage + p->stage_off));
+        p->windowed = 1;
+        in[n++] = i;
+        used += bytes;
+    }
+    tr_free(items);
+    tr_free(in);
+    if (rc != TR_OK)
+        LOG_ERROR("checkpoint of step %lld to %s failed storing a tiered table: %s; LATEST still names the previous "
+                  "checkpoint",
+                  (long long)step, ckpt_client_where(w->cl), tr_strerror(rc));
+    return rc;
 }
 
 enum tr_status wckpt_save(struct wckpt *w, const struct wckpt_state *st)
@@ -560,22 +632,24 @@ enum tr_status wckpt_save(struct wckpt *w, const struct wckpt_state *st)
         LOG_DEBUG(CKPT, "checkpoint: step %lld: table %d: %lld of %lld row blocks changed", (long long)st->step, t,
                   (long long)nd, (long long)nb);
     }
-    int64_t need = 0;
+    int64_t need = 0, streamed = 0;
     for (int i = 0; i < w->npc; i++) {
         struct piece *p = &w->pc[i];
         p->copied = w->full || p->table < 0 || !p->hash[0] || (w->dirty[p->table] && w->dirty[p->table][p->block]);
-        if (p->copied) {
+        if (p->copied && !p->streamed) {
             p->stage_off = need;
             need += (p->r1 - p->r0) * (p->c1 - p->c0) * 4;
         }
+        streamed += p->copied && p->streamed ? (p->r1 - p->r0) * (p->c1 - p->c0) * 4 : 0;
     }
-    TR_ASSERT((size_t)need <= w->stage_cap); /* wckpt_open sized it for a full save */
+    TR_ASSERT(need <= w->stage_full); /* wckpt_open sized it for a full save */
     for (int i = 0; i < w->npc; i++) {
         const struct piece *p = &w->pc[i];
-        if (p->copied)
+        if (p->copied && !p->streamed)
             TR_CHECK(dlrm_tensor_read(w->r.m, p->k, p->index, p->off, (p->r1 - p->r0) * (p->c1 - p->c0),
                                       (float *)((char *)w->stage + p->stage_off)));
     }
+    TR_CHECK(stream_pieces(w, st->step));
     free(w->config); /* json_dumps texts: malloc'd by jansson */
     free(w->state);
     w->config = w->state = NULL;
@@ -603,9 +677,13 @@ enum tr_status wckpt_save(struct wckpt *w, const struct wckpt_state *st)
     const double stall = tr_clock_now() - t0;
     w->stall_total += stall;
     w->stall_max = TR_MAX(w->stall_max, stall);
-    LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0 in %.2f ms; training paused %.2f ms (%.2f ms "
-              "of it waiting for the previous save)%s",
-              (long long)st->step, w->full ? "full" : "incremental", need / 1048576.0, 1e3 * (t_copy - t_wait),
+    char tier[96] = "";
+    if (streamed)
+        snprintf(tier, sizeof tier, " (and %.2f MiB of tiered tables, read through the %.0f MiB stream window)",
+                 streamed / 1048576.0, w->stream_bytes / 1048576.0);
+    LOG_RANK0("checkpoint: step %lld: %s snapshot of %.2f MiB on rank 0%s in %.2f ms; training paused %.2f ms (%.2f "
+              "ms of it waiting for the previous save)%s",
+              (long long)st->step, w->full ? "full" : "incremental", need / 1048576.0, tier, 1e3 * (t_copy - t_wait),
               1e3 * stall, 1e3 * t_wait, w->th_started ? "; storing in the background" : ", stored");
     return rc;
 }

@@ -10,7 +10,13 @@
  * says so). Incremental: the update marks the row blocks it touched
  * (hybrid_track_dirty); a save copies and hashes only those, and the manifest
  * names the unchanged chunks of the previous save; every --full_checkpoint_every
- * saves everything is copied and hashed again.
+ * saves everything is copied and hashed again. A table slice held in a tier
+ * (--table_store host, file:DIR) is never staged whole: its chunks due are read
+ * from the tier (its cache's changes stored first) into a window of
+ * WCKPT_STREAM_BYTES; while they overflow it, each full window is hashed and
+ * stored while training waits, and the last one goes to the background thread
+ * with the rest, so a save whose changed blocks fit the window pauses no longer
+ * than one in memory.
  *
  * Restore (--resume, --restore): every rank reads the manifest, refuses a model
  * config that differs (naming the field), fetches only the chunks that overlap
@@ -27,6 +33,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Host memory a save streams a tier's table slices through (plan.h counts it). */
+#define WCKPT_STREAM_BYTES ((int64_t)64 << 20)
 
 struct dlrm;
 struct events;

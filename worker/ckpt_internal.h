@@ -29,6 +29,8 @@ struct held {
     int ndim;
     int64_t rows, cols, c0, c1;
     int table;   /* the table (its dirty bitmap); -1: a dense tensor */
+    int streamed; /* a table slice in a tier: saved in pieces read from its store while
+                     training pauses, never staged whole in host memory */
     int saver;   /* this rank saves it: the dense tensors on rank 0 (the same on every
                     rank that runs them, and rank 0 always does), each table slice by
                     its holder, row-wise Adagrad state (one value per row, a replica on

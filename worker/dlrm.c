@@ -63,6 +63,8 @@ void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables,
     out->max_global = TR_MAX(job->batch_size, job_test_batch(job));
     out->max_batch = shard_slice_start(out->max_global, plan ? plan->world : 1, 1); /* the first slice is largest */
     out->plan = plan;
+    if (job_tier_of(job, &out->tier) != TR_OK) /* job_check refused it already */
+        out->tier.store = JOB_STORE_MEMORY;
 }
 
 /* Seeds' random streams: one per tensor, stable across versions. */
@@ -155,7 +157,7 @@ enum tr_status dlrm_init_params(struct dlrm *m)
     const int64_t D = m->cfg.emb_dim;
     for (int t = 0; t < m->cfg.ntables; t++) {
         const struct dlrm_table *tb = &m->tables[t];
-        if (!tb->w)
+        if (!tb->w || tb->tiered) /* a tier's rows start as these same values (tier_store.c) */
             continue;
         /* element (r, c) of the slice is element r * D + col0 + c of the whole table */
         struct kern_fill_args a = {.kind = KERN_FILL_UNIFORM, .dst = tb->w, .rows = tb->rows, .cols = tb->width,
@@ -171,6 +173,8 @@ enum tr_status dlrm_init_params(struct dlrm *m)
             TR_CHECK(fill(m, &a));
         }
     }
+    if (m->tier)
+        TR_CHECK(tier_reset(m->tier));
     for (int part = 0; part < 2; part++) {
         int nl = part ? m->cfg.ntop : (m->has_bottom ? m->cfg.nbottom : 0);
         const struct dlrm_layer *L = part ? m->top : m->bottom;
@@ -226,11 +230,12 @@ struct sizes {
     int64_t emb_state_bytes; /* the Adagrad state among them */
     int64_t sumsq_n;        /* row-wise Adagrad on column slices: doubles of emb_sumsq */
     int ntables_held;
+    int tiered;             /* tables held in a tier: their bytes above are their caches' */
     int64_t width_held;     /* widest column slice held */
     size_t dense_bytes, act_floats;
 };
 
-static void table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *width)
+void dlrm_table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *width)
 {
     const struct shard_plan *p = c->plan;
     *col0 = 0;
@@ -258,7 +263,8 @@ static int64_t table_state_numel(const struct dlrm_cfg *c, int64_t rows, int64_t
     return 0;
 }
 
-static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
+/* slots (ntables): the rows each table keeps in the backend's memory (dlrm_tier_slots), or NULL: all. */
+static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct sizes *z)
 {
     memset(z, 0, sizeof *z);
     const int64_t D = c->emb_dim, B = c->max_batch, G = c->max_global > 0 ? c->max_global : c->max_batch;
@@ -306,13 +312,15 @@ static void compute_sizes(const struct dlrm_cfg *c, struct sizes *z)
     z->dense_bytes = (size_t)z->pstride * sizeof(float) * (c->optim != KERN_OPT_SGD ? 3u : 2u);
     for (int t = 0; t < c->ntables; t++) {
         int64_t col0, width;
-        table_part(c, t, &col0, &width);
+        dlrm_table_part(c, t, &col0, &width);
         if (width == 0)
             continue;
         z->ntables_held++;
         z->width_held = TR_MAX(z->width_held, width);
-        const int64_t state = table_state_numel(c, c->rows[t], width) * (int64_t)sizeof(float);
-        z->emb_rows_bytes += c->rows[t] * width * (int64_t)sizeof(float) + state;
+        const int64_t held = slots ? slots[t] : c->rows[t];
+        const int64_t state = table_state_numel(c, held, width) * (int64_t)sizeof(float);
+        z->emb_rows_bytes += held * width * (int64_t)sizeof(float) + state;
+        z->tiered += held < c->rows[t];
         z->emb_state_bytes += state;
     }
     /* every worker of a column-wise split takes part in the all-reduce of the
@@ -391,6 +399,8 @@ static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct
         if (z->sumsq_n)
             ask(be, KERN_OP_EMB_ROWSQ, G, z->width_held, 0, (int)T, most);
         ask(be, KERN_OP_MARK_ROWS, G, 0, 0, (int)T, most);
+        if (z->tiered) /* a tier's moves between its caches and staging: a row and its state */
+            ask(be, KERN_OP_MOVE_ROWS, G, z->width_held, 0, 2, most);
     } else {
         ask(be, KERN_OP_COPY_ROWS, B, n * D, 0, 1, most); /* the cross backward's one copy */
     }
@@ -404,10 +414,25 @@ static size_t act_bytes_of(const struct sizes *z, size_t ws)
            64; /* the last 64: dx_bad */
 }
 
-void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
+enum tr_status dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
 {
+    memset(b, 0, sizeof *b);
+    int64_t *slots = tr_malloc((size_t)(cfg->ntables ? cfg->ntables : 1) * sizeof *slots);
+    if (!slots)
+        return TR_ERR_NOMEM;
+    enum tr_status rc = dlrm_tier_slots(cfg, slots);
+    struct tier_bytes tb = {0};
+    if (rc == TR_OK)
+        rc = dlrm_tier_plan_bytes(cfg, slots, be->i->host_memory, &tb);
     struct sizes z;
-    compute_sizes(cfg, &z);
+    compute_sizes(cfg, slots, &z);
+    tr_free(slots);
+    TR_CHECK(rc);
+    b->tables_tiered = z.tiered;
+    b->tier_cache = tb.cache;
+    b->tier_host = tb.host;
+    b->tier_backend = tb.backend;
+    b->tier_disk = tb.disk;
     b->dense = (int64_t)z.dense_bytes;
     b->dense_state = cfg->optim != KERN_OPT_SGD ? z.pstride * (int64_t)sizeof(float) : 0;
     b->dense_params = z.nparams;
@@ -416,6 +441,7 @@ void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, 
     b->workspace = (int64_t)ws_bytes_for(cfg, &z, be) + z.sumsq_n * (int64_t)sizeof(double);
     b->activations = (int64_t)act_bytes_of(&z, ws_bytes_for(cfg, &z, be));
     ops_ws(cfg, &z, be, &b->ops);
+    return TR_OK;
 }
 
 enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm **out)
@@ -428,19 +454,22 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         return TR_ERR_NOMEM;
     m->cfg = *cfg;
     m->be = *be;
-    struct sizes z;
-    compute_sizes(cfg, &z);
     const int T = cfg->ntables;
     const int64_t D = cfg->emb_dim, B = cfg->max_batch;
     m->rows = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
     m->tables = tr_calloc((size_t)(T ? T : 1), sizeof(struct dlrm_table));
-    if (!m->rows || !m->tables) {
+    int64_t *slots = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
+    if (!m->rows || !m->tables || !slots) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
+    TR_CHECK_GOTO(dlrm_tier_slots(cfg, slots), rc, fail);
+    struct sizes z;
+    compute_sizes(cfg, slots, &z);
     memcpy(m->rows, cfg->rows, (size_t)T * sizeof(int64_t));
     m->cfg.rows = m->rows;
     m->cfg.plan = NULL; /* borrowed only during construction */
+    m->cfg.tier.dir = m->cfg.store_tag = NULL;
     m->has_bottom = z.has_bottom;
     if (!m->has_bottom)
         m->cfg.nbottom = 0;
@@ -503,10 +532,11 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         struct dlrm_table *tb = &m->tables[t];
         tb->id = t;
         tb->rows = m->rows[t];
-        table_part(cfg, t, &tb->col0, &tb->width);
+        dlrm_table_part(cfg, t, &tb->col0, &tb->width);
         tb->bytes = (size_t)tb->rows * (size_t)tb->width * sizeof(float);
         tb->accum_bytes = (size_t)table_state_numel(cfg, tb->rows, tb->width) * sizeof(float);
-        if (tb->width == 0)
+        tb->slots = tb->rows; /* dlrm_tier_open gives a tiered table its cache's */
+        if (tb->width == 0 || slots[t] < tb->rows) /* held elsewhere, or in the tier (below) */
             continue;
         TR_CHECK_GOTO(kern_alloc(be, tb->bytes, (void **)&tb->w, "embedding table %d (%lld x %lld)", t,
                                  (long long)tb->rows, (long long)tb->width),
@@ -516,6 +546,8 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
                           rc, fail);
     }
     assign_positions(m);
+    TR_CHECK_GOTO(dlrm_tier_open(m, cfg, slots), rc, fail);
+    m->cfg.tier.dir = m->cfg.store_tag = NULL; /* borrowed; the tier keeps copies */
 
     /* activations: one block carved by the size table of compute_sizes */
     {
@@ -580,9 +612,11 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     ops_ws(cfg, &z, be, &m->ops_ws);
     TR_CHECK_GOTO(be->i->reserve(be->ctx, &m->ops_ws), rc, fail);
     TR_CHECK_GOTO(dlrm_init_params(m), rc, fail);
+    tr_free(slots);
     *out = m;
     return TR_OK;
 fail:
+    tr_free(slots);
     dlrm_free(&m);
     return rc;
 }
@@ -595,10 +629,13 @@ void dlrm_free(struct dlrm **pm)
     const struct kern_backend *be = &m->be;
     if (m->tables) {
         for (int t = 0; t < m->cfg.ntables; t++) {
+            if (m->tables[t].tiered) /* the tier's caches */
+                continue;
             be->i->mem_release(be->ctx, m->tables[t].w, m->tables[t].bytes);
             be->i->mem_release(be->ctx, m->tables[t].accum, m->tables[t].accum_bytes);
         }
     }
+    tier_free(&m->tier);
     be->i->mem_release(be->ctx, m->params, m->dense_bytes);
     be->i->mem_release(be->ctx, m->x, m->act_bytes);
     tr_free(m->tables);
@@ -899,6 +936,12 @@ void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b)
     b->activations = (int64_t)m->act_bytes;
     b->workspace = (int64_t)m->emb_ws_bytes + m->emb_sumsq_n * (int64_t)sizeof(double);
     b->ops = m->ops_ws;
+    for (int t = 0; t < m->cfg.ntables; t++)
+        b->tables_tiered += m->tables[t].tiered;
+    b->tier_cache = m->tier_bytes.cache;
+    b->tier_host = m->tier_bytes.host;
+    b->tier_backend = m->tier_bytes.backend;
+    b->tier_disk = m->tier_bytes.disk;
 }
 
 void dlrm_reset_timers(struct dlrm *m)

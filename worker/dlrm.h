@@ -69,6 +69,10 @@ struct dlrm_cfg {
     int64_t max_global;      /* largest global batch (embedding gathers, a model-parallel
                                 bottom MLP); 0 = max_batch */
     const struct shard_plan *plan; /* NULL: one process holds everything */
+    /* where tables live (--table_store, --embedding_cache): tables a cache would not
+     * hold whole go to a tier (tier.h) of this store; JOB_STORE_MEMORY: none */
+    struct job_tier tier;    /* its dir is borrowed (copied by dlrm_new) */
+    const char *store_tag;   /* in the store's file names (run id and rank); NULL: the pid */
 };
 
 /* The model of a job: its flags, a dataset shape (num_features inputs, ntables
@@ -77,6 +81,10 @@ struct dlrm_cfg {
  * training and test batches. */
 void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables, const int64_t *rows,
                        const struct shard_plan *plan, struct dlrm_cfg *out);
+
+/* The table store's activity since dlrm_new (all zero when no table is in a tier). */
+struct tier_stats;
+void dlrm_tier_stats(const struct dlrm *m, struct tier_stats *out);
 
 enum dlrm_phase {
     DLRM_T_EMB_FWD = 0,
@@ -104,6 +112,14 @@ struct dlrm_bytes {
                             (+ the row-wise sums of squares of column slices) */
     int64_t dense_state, emb_state, workspace;
     int64_t dense_params; /* parameters in dense (each of its blocks starts 64-byte aligned) */
+    int tables_tiered;    /* tables held here in a tier: their embeddings and state above are
+                             their caches (backend memory) */
+    int64_t tier_cache;   /* of embeddings: the caches of the tables in a tier */
+    int64_t tier_host;    /* the tier's host memory: its maps and staging, and the rows
+                             themselves with --table_store host */
+    int64_t tier_backend; /* backend memory the tier holds beyond the caches (staging, on a
+                             backend with memory of its own) */
+    int64_t tier_disk;    /* the files of --table_store file:DIR */
     struct kern_ws ops;   /* the backend's working memory of the ops the model and its step
                              (hybrid.h) run, field by field the largest (kern_ws_max): what
                              dlrm_new reserves on the backend (not the metrics op's, which
@@ -128,8 +144,11 @@ void dlrm_free(struct dlrm **m);
  * element), never on sharding. Errors from the backend. */
 enum tr_status dlrm_init_params(struct dlrm *m) TR_WUR;
 
-/* Bytes dlrm_new allocates for cfg on be, without allocating (the memory plan). */
-void dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b);
+/* Bytes dlrm_new allocates for cfg on be, without allocating (the memory plan).
+ * TR_ERR_NOMEM (logged) when an --embedding_cache SIZE is too small for the
+ * tables the tier would hold (tier_plan_slots). */
+enum tr_status dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be,
+                               struct dlrm_bytes *b) TR_WUR;
 void dlrm_get_bytes(const struct dlrm *m, struct dlrm_bytes *b);
 
 /* The shape of a model, for reports, tests and checkpoints. */
@@ -194,7 +213,8 @@ enum dlrm_tensor {
 int64_t dlrm_tensor_numel(const struct dlrm *m, enum dlrm_tensor k, int index);
 
 /* Copies elements [off, off + n) of tensor k to or from host memory, through the
- * backend. TR_ERR_ARG (logged) when the range is outside the tensor or it is
+ * backend (a table held in a tier: through the tier, tier_read and tier_write:
+ * as training left it, its changed cache rows stored first). TR_ERR_ARG (logged) when the range is outside the tensor or it is
  * absent; errors of the backend's copy. */
 enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                 float *host) TR_WUR;
@@ -232,7 +252,11 @@ struct dlrm_tensor_view {
     int index;             /* index), row-major (rows, c1 - c0) */
     int64_t off;
     void *buf;             /* the backend's memory of its first element: pass it to the
-                              backend only; valid while the model lives */
+                              backend only; valid while the model lives (a table in a
+                              tier: its cache, not the tensor) */
+    int tiered;            /* a table slice (or its state) held in a tier (tier.h): reading it
+                              reads its store, maybe a disk; not something to copy whole
+                              into host memory (checkpoints stream it) */
 };
 
 /* Calls fn(ctx, view) for each tensor of the model, in a fixed order: the dense
@@ -246,7 +270,9 @@ enum tr_status dlrm_tensors(const struct dlrm *m, dlrm_tensor_fn fn, void *ctx) 
 
 /* *out (host) = sum of squares, in double, of elements [off, off + n) of tensor k
  * through the backend's sumsq op: finite exactly when every element is (the
- * numeric guards). TR_ERR_ARG (logged) when the range is outside the tensor or
+ * numeric guards). A table held in a tier is summed over the rows in its cache
+ * whatever the range: the rows training changes pass through it, and its store
+ * holds rows that were checked there or never changed. TR_ERR_ARG (logged) when the range is outside the tensor or
  * it is absent; errors of the backend. */
 enum tr_status dlrm_tensor_sumsq(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                  double *out) TR_WUR;

@@ -6,6 +6,7 @@
 #define TR_DLRM_INTERNAL_H
 
 #include "dlrm.h"
+#include "tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +45,10 @@ struct dlrm_table {
                         (a replica on every worker holding columns), else NULL */
     size_t bytes;    /* of w */
     size_t accum_bytes;
+    int64_t slots;   /* rows of w and accum in the backend's memory: rows, or with `tiered`
+                        its cache's (the tier owns them; the step reads them through the
+                        tier's slot numbers) */
+    int tiered;
 };
 
 struct dlrm {
@@ -92,11 +97,31 @@ struct dlrm {
     size_t act_bytes;
 
     double t[DLRM_T_COUNT_]; /* host: seconds spent per phase since the last reset */
+    struct tier *tier;       /* the tables held in a tier, or NULL (dlrm_tier.c) */
+    struct tier_bytes tier_bytes;
 };
 
 /* The most row-copy blocks one copy_rows call of the step passes (hybrid.c) for
  * a world of W workers and T tables. */
 #define DLRM_COPY_BLOCKS(W, T) ((W) * ((T) + 1) + 4)
+
+/* The tier (dlrm_tier.c): slots[t] (ntables) the rows of table t's cache, rows[t]
+ * when it is held whole (tier_plan_slots with cfg's store); then the tier of the
+ * tables held here with fewer slots than rows (cfg: dlrm_new's, with its plan),
+ * their tables bound to its caches.
+ * Errors of tier_plan_slots and tier_new. */
+enum tr_status dlrm_tier_slots(const struct dlrm_cfg *c, int64_t *slots) TR_WUR;
+enum tr_status dlrm_tier_open(struct dlrm *m, const struct dlrm_cfg *cfg, const int64_t *slots) TR_WUR;
+/* The slices held here that go to the tier (slots below rows), in d (ntables
+ * entries at most); returns how many. */
+int dlrm_tier_tables(const struct dlrm_cfg *c, const int64_t *slots, struct tier_table *d);
+/* tier_plan_bytes of those slices on a backend (host_memory as its flag). TR_ERR_NOMEM. */
+enum tr_status dlrm_tier_plan_bytes(const struct dlrm_cfg *c, const int64_t *slots, int host_memory,
+                                    struct tier_bytes *out) TR_WUR;
+/* The columns a worker holds of table t: [col0, col0 + width); width 0: none. */
+void dlrm_table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *width);
+/* Optimizer state floats a row of a table slice of `width` columns has. */
+int64_t dlrm_state_width(enum kern_optim o, int64_t width);
 
 /* The clock for phase timers: synchronizes the backend first, so queued work is
  * counted where it ran. */

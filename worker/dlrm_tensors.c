@@ -83,7 +83,10 @@ static float *tensor(const struct dlrm *m, enum dlrm_tensor k, int index, int64_
     case DLRM_PARAMS_STATE: *numel = m->accum ? m->nparams : 0; return m->accum;
     case DLRM_TABLE: *numel = tb && tb->w ? tb->rows * tb->width : 0; return tb ? tb->w : NULL;
     case DLRM_TABLE_STATE:
-        *numel = tb && tb->accum ? (int64_t)(tb->accum_bytes / sizeof(float)) : 0;
+        if (tb && tb->tiered) /* the whole slice's, not its cache's */
+            *numel = tb->accum ? tb->rows * dlrm_state_width(m->cfg.optim, tb->width) : 0;
+        else
+            *numel = tb && tb->accum ? (int64_t)(tb->accum_bytes / sizeof(float)) : 0;
         return tb ? tb->accum : NULL;
     case DLRM_X: *numel = nx; return m->x;
     case DLRM_DX: *numel = nx; return m->dx;
@@ -102,6 +105,15 @@ int64_t dlrm_tensor_numel(const struct dlrm *m, enum dlrm_tensor k, int index)
     return tensor(m, k, index, &n) ? n : 0;
 }
 
+/* The slice of a table held in the tier, for tensor k (a table or its state); -1: not. */
+static int tiered_slice(const struct dlrm *m, enum dlrm_tensor k, int index)
+{
+    if ((k != DLRM_TABLE && k != DLRM_TABLE_STATE) || index < 0 || index >= m->cfg.ntables ||
+        !m->tables[index].tiered)
+        return -1;
+    return tier_slice_of(m->tier, index);
+}
+
 static float *tensor_range(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n)
 {
     int64_t numel;
@@ -117,6 +129,9 @@ static float *tensor_range(const struct dlrm *m, enum dlrm_tensor k, int index, 
 enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                 float *host)
 {
+    const int ts = tiered_slice(m, k, index);
+    if (ts >= 0) /* its rows as training left them: the cache's changes first go to the store */
+        return tier_read(m->tier, ts, k == DLRM_TABLE_STATE, off, n, host);
     float *p = tensor_range(m, k, index, off, n);
     if (!p)
         return TR_ERR_ARG;
@@ -126,6 +141,9 @@ enum tr_status dlrm_tensor_read(const struct dlrm *m, enum dlrm_tensor k, int in
 enum tr_status dlrm_tensor_write(struct dlrm *m, enum dlrm_tensor k, int index, int64_t off, int64_t n,
                                  const float *host)
 {
+    const int ts = tiered_slice(m, k, index);
+    if (ts >= 0)
+        return tier_write(m->tier, ts, k == DLRM_TABLE_STATE, off, n, host);
     float *p = tensor_range(m, k, index, off, n);
     if (!p)
         return TR_ERR_ARG;
@@ -136,6 +154,16 @@ enum tr_status dlrm_tensor_sumsq(const struct dlrm *m, enum dlrm_tensor k, int i
                                  double *out)
 {
     *out = 0.0;
+    const int ts = tiered_slice(m, k, index);
+    if (ts >= 0) { /* the rows in its cache: all that training changes (dlrm.h) */
+        float *w, *st;
+        int64_t slots;
+        tier_cache(m->tier, ts, &w, &st, &slots);
+        const struct dlrm_table *tb = &m->tables[index];
+        const int64_t cnt = slots * (k == DLRM_TABLE ? tb->width : dlrm_state_width(m->cfg.optim, tb->width));
+        struct kern_sumsq_args a = {.x = k == DLRM_TABLE ? w : st, .rows = 1, .cols = cnt, .ld = cnt, .out = out};
+        return cnt ? m->be.i->sumsq(m->be.ctx, &a, 1) : TR_OK;
+    }
     const float *p = tensor_range(m, k, index, off, n);
     if (!p)
         return TR_ERR_ARG;
@@ -201,7 +229,7 @@ enum tr_status dlrm_tensors(const struct dlrm *m, dlrm_tensor_fn fn, void *ctx)
                                      .group = DLRM_GROUP_EMB, .layer_index = t, .dtype = KERN_F32, .ndim = 2,
                                      .rows = tb->rows, .cols = m->cfg.emb_dim, .c0 = tb->col0,
                                      .c1 = tb->col0 + tb->width, .table_col0 = tb->col0, .k = DLRM_TABLE,
-                                     .index = t, .off = 0, .buf = tb->w};
+                                     .index = t, .off = 0, .buf = tb->w, .tiered = tb->tiered};
         snprintf(w.name, sizeof w.name, "emb/%d", t);
         TR_CHECK(fn(ctx, &v));
         const int64_t ns = dlrm_tensor_numel(m, DLRM_TABLE_STATE, t);

@@ -41,6 +41,17 @@ struct hybrid {
     struct batch *blk;          /* the shared batch block (backend memory), want.bytes long */
     struct batch want;          /* host: the layout every shared block must have */
     struct batch hdr;           /* host: header of the shared batch */
+    const int32_t **idx;        /* host: (ntables) the ids the embedding ops read: the block's,
+                                   or for a table in the tier its slot numbers (tier_begin) */
+    /* with a tier (the model's): the next batch, shared ahead (hybrid_share_next) */
+    struct tier *tier;          /* borrowed from the model, or NULL */
+    struct batch *blk_next;     /* (backend memory) want.bytes */
+    struct batch hdr_next;
+    int has_next;
+    uint64_t seq, key, key_next; /* every shared batch's number: the tier's key */
+    int32_t *ids_host[2];       /* host: the categorical ids of blk and blk_next, on a backend
+                                   whose memory is its own (copies), else NULL */
+    const int32_t **ids;        /* host: (ntables) pointers into a block's ids, for the tier */
     float *sbuf;                /* (max_global, ws): this rank's vectors, the other ranks' samples */
     float *rbuf;                /* (max slice, sum of the other ranks' widths): what they sent */
     float *bot;                 /* (max_global, D): model-parallel bottom output (rank 0), or NULL */
@@ -126,6 +137,7 @@ static void geom_of(const struct hybrid *h, struct geom *g)
     g->direct = g->nl == g->n;
 }
 
+static void hybrid_timer_add(struct hybrid *h, int k, double s);
 /* Payload of the shared block, from the host copy of its header. */
 static const float *blk_num(const struct hybrid *h)
 {
@@ -206,8 +218,10 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->upd = tr_calloc(nt, sizeof *h->upd);
     h->bad_upd = tr_calloc(nt, sizeof *h->bad_upd);
     h->cp = tr_calloc((size_t)h->cp_cap, sizeof *h->cp);
+    h->idx = tr_calloc(nt, sizeof *h->idx);
+    h->ids = tr_calloc(nt, sizeof *h->ids);
     if (!h->cnt || !h->vec || !h->fwd || !h->fwd_table || !h->fwd_first || !h->bad_pos || !h->upd || !h->bad_upd ||
-        !h->cp) {
+        !h->cp || !h->idx || !h->ids) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
@@ -234,6 +248,16 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     if (h->glogits_bytes)
         TR_CHECK_GOTO(kern_alloc(be, h->glogits_bytes, (void **)&h->glogits, "the gathered logits"), rc, fail);
     TR_CHECK_GOTO(kern_alloc(be, sizeof(double), (void **)&h->dloss, "the loss"), rc, fail);
+    if ((h->tier = m->tier) != NULL) { /* batches are shared one ahead, so the tier sees the next one */
+        TR_CHECK_GOTO(kern_alloc(be, (size_t)h->want.bytes, (void **)&h->blk_next, "the next batch block"), rc, fail);
+        for (int k = 0; k < 2 && !be->i->host_memory; k++) {
+            h->ids_host[k] = tr_malloc((size_t)(G * T) * sizeof(int32_t) + 1);
+            if (!h->ids_host[k]) {
+                rc = TR_ERR_NOMEM;
+                goto fail;
+            }
+        }
+    }
     *out = h;
     return TR_OK;
 fail:
@@ -253,6 +277,11 @@ void hybrid_free(struct hybrid **ph)
     be->i->mem_release(be->ctx, h->bot, h->bot_bytes);
     be->i->mem_release(be->ctx, h->glogits, h->glogits_bytes);
     be->i->mem_release(be->ctx, h->dloss, sizeof(double));
+    be->i->mem_release(be->ctx, h->blk_next, h->blk_next ? (size_t)h->want.bytes : 0);
+    tr_free(h->ids_host[0]);
+    tr_free(h->ids_host[1]);
+    tr_free(h->idx);
+    tr_free(h->ids);
     tr_free(h->cnt);
     tr_free(h->vec);
     tr_free(h->fwd);
@@ -289,22 +318,123 @@ static enum tr_status check_layout(const struct hybrid *h, const struct batch *b
     return TR_ERR_FORMAT;
 }
 
-enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr)
+/* Logs an id outside its table: the step's own words for it, whoever found it. */
+static void log_bad_id(const struct hybrid *h, int t, int64_t sample, int64_t id)
+{
+    LOG_ERROR("table %d: categorical id %lld of sample %lld (batch %lld) is outside [0, %lld)", t, (long long)id,
+              (long long)sample, (long long)h->hdr.index, (long long)h->m->tables[t].rows);
+    LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
+}
+
+/* Broadcasts rank 0's batch into block `into` and checks it; *hdr (host) its header. */
+static enum tr_status share_into(struct hybrid *h, struct batch *into, const struct batch *host, struct batch *hdr)
 {
     const struct kern_backend *be = &h->m->be;
-    const double t0 = dlrm_clock(h->m);
     if (h->c->rank == 0) {
         TR_CHECK(check_layout(h, host, "the batch to share"));
-        TR_CHECK(be->i->copy(be->ctx, h->blk, host, (size_t)host->bytes, KERN_H2D));
+        TR_CHECK(be->i->copy(be->ctx, into, host, (size_t)host->bytes, KERN_H2D));
     }
-    TR_CHECK(comm_bcast(h->c, h->blk, h->want.bytes, 0));
-    TR_CHECK(be->i->copy(be->ctx, &h->hdr, h->blk, sizeof h->hdr, KERN_D2H));
-    TR_CHECK(batch_check(&h->hdr, h->want.bytes, "step"));
-    TR_CHECK(check_layout(h, &h->hdr, "the shared batch block"));
+    TR_CHECK(comm_bcast(h->c, into, h->want.bytes, 0));
+    TR_CHECK(be->i->copy(be->ctx, hdr, into, sizeof *hdr, KERN_D2H));
+    TR_CHECK(batch_check(hdr, h->want.bytes, "step"));
+    return check_layout(h, hdr, "the shared batch block");
+}
+
+/* The tier's view of block b (header hdr): its ids on the host (k: which copy). */
+static enum tr_status tier_view(struct hybrid *h, const struct batch *b, const struct batch *hdr, int k,
+                                uint64_t key, struct tier_batch *tb)
+{
+    const struct kern_backend *be = &h->m->be;
+    const int T = h->p->ntables;
+    const int32_t *cat = (const int32_t *)((const char *)b + hdr->off_cat);
+    if (h->ids_host[k]) { /* the backend's memory is its own: a copy */
+        TR_CHECK(be->i->copy(be->ctx, h->ids_host[k], cat, (size_t)(hdr->cap * T) * sizeof(int32_t), KERN_D2H));
+        cat = h->ids_host[k];
+    }
+    for (int t = 0; t < T; t++)
+        h->ids[t] = cat + (int64_t)t * hdr->cap;
+    *tb = (struct tier_batch){.ids = h->ids, .n = hdr->n, .key = key, .train = hdr->split == BATCH_TRAIN};
+    return TR_OK;
+}
+
+/* The ids the step reads for the batch now in h->blk: the block's, and for the
+ * tables in the tier their slots, every row resident (tier_begin). */
+static enum tr_status set_ids(struct hybrid *h)
+{
+    for (int t = 0; t < h->p->ntables; t++)
+        h->idx[t] = blk_cat(h, t);
+    if (!h->tier)
+        return TR_OK;
+    const double t0 = dlrm_clock(h->m);
+    struct tier_batch tb;
+    TR_CHECK(tier_view(h, h->blk, &h->hdr, 0, h->key, &tb));
+    struct tier_bad bad;
+    enum tr_status rc = tier_begin(h->tier, &tb, h->idx, &bad);
+    if (rc == TR_ERR_RANGE)
+        log_bad_id(h, bad.table, bad.pos, bad.id);
+    hybrid_timer_add(h, HYBRID_T_TIER, dlrm_clock(h->m) - t0);
+    return rc;
+}
+
+enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr)
+{
+    h->has_next = 0;
+    const double t0 = dlrm_clock(h->m);
+    TR_CHECK(share_into(h, h->blk, host, &h->hdr));
+    hybrid_timer_add(h, HYBRID_T_BATCH, dlrm_clock(h->m) - t0);
+    h->key = ++h->seq;
+    TR_CHECK(set_ids(h));
     if (hdr)
         *hdr = h->hdr;
-    h->t[HYBRID_T_BATCH] += dlrm_clock(h->m) - t0;
     return TR_OK;
+}
+
+int hybrid_shares_ahead(const struct hybrid *h)
+{
+    return h->tier != NULL;
+}
+
+enum tr_status hybrid_share_next(struct hybrid *h, const struct batch *host, struct batch *hdr)
+{
+    if (!h->tier)
+        return TR_ERR_ARG;
+    double t0 = dlrm_clock(h->m);
+    TR_CHECK(share_into(h, h->blk_next, host, &h->hdr_next));
+    hybrid_timer_add(h, HYBRID_T_BATCH, dlrm_clock(h->m) - t0);
+    h->key_next = ++h->seq;
+    h->has_next = 1;
+    if (hdr)
+        *hdr = h->hdr_next;
+    t0 = dlrm_clock(h->m);
+    struct tier_batch tb;
+    TR_CHECK(tier_view(h, h->blk_next, &h->hdr_next, 1, h->key_next, &tb));
+    TR_CHECK(tier_prefetch(h->tier, &tb));
+    hybrid_timer_add(h, HYBRID_T_TIER, dlrm_clock(h->m) - t0);
+    return TR_OK;
+}
+
+enum tr_status hybrid_advance(struct hybrid *h, struct batch *hdr)
+{
+    if (!h->has_next)
+        return TR_ERR_ARG;
+    struct batch *b = h->blk;
+    h->blk = h->blk_next;
+    h->blk_next = b;
+    h->hdr = h->hdr_next;
+    h->key = h->key_next;
+    h->has_next = 0;
+    int32_t *ih = h->ids_host[0];
+    h->ids_host[0] = h->ids_host[1];
+    h->ids_host[1] = ih;
+    TR_CHECK(set_ids(h));
+    if (hdr)
+        *hdr = h->hdr;
+    return TR_OK;
+}
+
+void hybrid_drop_next(struct hybrid *h)
+{
+    h->has_next = 0;
 }
 
 /* Logs the first out-of-range id the last gathers recorded. */
@@ -318,9 +448,7 @@ static enum tr_status report_bad_id(const struct hybrid *h, int nargs)
         const int64_t sample = h->fwd_first[k] + h->bad_pos[k];
         int32_t id = 0;
         TR_CHECK(be->i->copy(be->ctx, &id, blk_cat(h, t) + sample, sizeof id, KERN_D2H));
-        LOG_ERROR("table %d: categorical id %d of sample %lld (batch %lld) is outside [0, %lld)", t, (int)id,
-                  (long long)sample, (long long)h->hdr.index, (long long)h->m->tables[t].rows);
-        LOG_HINT("the dataset's ids must be below the table cardinalities given to the model");
+        log_bad_id(h, t, sample, id);
         break;
     }
     return TR_OK;
@@ -419,8 +547,8 @@ enum tr_status hybrid_forward(struct hybrid *h)
             h->fwd_table[na] = v->table;
             h->fwd_first[na] = s0;
             h->fwd[na] = (struct kern_emb_fwd_args){
-                .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width,
-                .idx = blk_cat(h, v->table) + s0, .idx_dtype = KERN_I32, .nbags = s1 - s0, .comb = KERN_COMB_SUM,
+                .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width,
+                .idx = h->idx[v->table] + s0, .idx_dtype = KERN_I32, .nbags = s1 - s0, .comb = KERN_COMB_SUM,
                 .out = out, .out_ld = ld, .bad_pos = &h->bad_pos[na],
             };
             na++;
@@ -521,7 +649,7 @@ static enum tr_status guard_dx(struct hybrid *h, const struct geom *g, double *l
     int bad = 0;
     const double t0 = dlrm_clock(h->m);
     TR_CHECK(dlrm_dx_nonfinite(h->m, g->nl, &bad));
-    h->t[HYBRID_T_GUARD] += dlrm_clock(h->m) - t0;
+    hybrid_timer_add(h, HYBRID_T_GUARD, dlrm_clock(h->m) - t0);
     h->guard.local_loss_sum = *lsum;
     h->guard.emb_grad_nonfinite = bad;
     if (h->guard.emb_grad_nonfinite)
@@ -674,8 +802,8 @@ static enum tr_status rowwise_sums(struct hybrid *h, const struct geom *g, float
         int64_t ld = 0;
         const float *grad = nv ? vector_grad(h, g, &h->vec[t], &ld) : NULL;
         h->upd[t] = (struct kern_emb_update_args){
-            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
-            .idx = blk_cat(h, t), .idx_dtype = KERN_I32, .nbags = g->n, .comb = KERN_COMB_SUM, .grad = grad,
+            .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
+            .idx = h->idx[t], .idx_dtype = KERN_I32, .nbags = g->n, .comb = KERN_COMB_SUM, .grad = grad,
             .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m), .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps},
             .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes, .bad_pos = &h->bad_upd[t], .dim = h->p->dim,
             .row_sumsq = m->emb_sumsq + (int64_t)t * g->n,
@@ -707,8 +835,8 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
         int64_t ld;
         const float *grad = vector_grad(h, &g, v, &ld);
         h->upd[nu++] = (struct kern_emb_update_args){
-            .table = tb->w, .rows = tb->rows, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
-            .accum_ld = tb->width, .idx = blk_cat(h, v->table), .idx_dtype = KERN_I32, .nbags = g.n,
+            .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
+            .accum_ld = tb->width, .idx = h->idx[v->table], .idx_dtype = KERN_I32, .nbags = g.n,
             .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m),
             .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
             .dim = tb->width, /* a whole row: row-wise Adagrad sums its squares itself */
@@ -803,6 +931,11 @@ enum tr_status hybrid_take_dirty(struct hybrid *h, int t, uint8_t *host, uint8_t
         return TR_ERR_ARG;
     TR_CHECK(be->i->copy(be->ctx, host, h->dirty[t], (size_t)n, KERN_D2H));
     return be->i->copy(be->ctx, h->dirty[t], zero, (size_t)n, KERN_H2D);
+}
+
+static void hybrid_timer_add(struct hybrid *h, int k, double s)
+{
+    h->t[k] += s;
 }
 
 double hybrid_seconds(const struct hybrid *h, enum hybrid_timer t)

@@ -50,6 +50,25 @@ int64_t hybrid_batch_bytes(const struct hybrid *h);
  * header is not a valid block; logged), collective errors. */
 enum tr_status hybrid_share_batch(struct hybrid *h, const struct batch *host, struct batch *hdr) TR_WUR;
 
+/* Look-ahead, for a model with tables in a tier (tier.h): the trainer shares the
+ * next batch while this one trains, so that the tier fetches its rows meanwhile.
+ *   hybrid_shares_ahead  whether the step wants it (the model has a tier)
+ *   hybrid_share_next    collective like hybrid_share_batch, into a second block: the
+ *                        batch the next hybrid_advance makes current; the tier starts
+ *                        fetching its rows (TR_ERR_ARG without a tier)
+ *   hybrid_advance       makes that batch the shared one, its rows resident (*hdr its
+ *                        header); TR_ERR_ARG when none was shared ahead
+ *   hybrid_drop_next     forgets it (an evaluation comes between; hybrid_share_batch
+ *                        forgets it too)
+ * With a tier, hybrid_share_batch and hybrid_advance make every row of their batch
+ * resident (tier_begin): TR_ERR_RANGE there for an id outside its table (logged as
+ * hybrid_forward logs it), TR_ERR_IO from the store. The results are those of
+ * sharing each batch when it is trained. */
+int hybrid_shares_ahead(const struct hybrid *h);
+enum tr_status hybrid_share_next(struct hybrid *h, const struct batch *host, struct batch *hdr) TR_WUR;
+enum tr_status hybrid_advance(struct hybrid *h, struct batch *hdr) TR_WUR;
+void hybrid_drop_next(struct hybrid *h);
+
 /* Forward over the shared batch: on return this rank's slice of logits is in the
  * model (DLRM_LOGITS). TR_ERR_RANGE: a categorical id outside its table (logged
  * with the table, the sample, the value and the batch), collective errors. */
@@ -112,6 +131,8 @@ enum hybrid_timer {
     HYBRID_T_PACK,         /* assembling and packing all-to-all buffers */
     HYBRID_T_BATCH,        /* the batch into the shared block and its broadcast */
     HYBRID_T_GUARD,        /* the numeric guard of the backward (dx finite) */
+    HYBRID_T_TIER,         /* making a batch's rows resident in the tier and starting the
+                              next one's fetch (the step's wait on the table store) */
     HYBRID_T_COUNT_
 };
 /* Seconds since the last reset (the backend synchronised before each reading). */

@@ -7,10 +7,13 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../loader_svc/batch.h"
+#include "ckpt.h"
 #include "dlrm.h"
 #include "hybrid.h"
 #include "shard.h"
@@ -27,7 +30,11 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &sp, &mc);
     struct dlrm_bytes b;
-    dlrm_plan_bytes(&mc, be, &b);
+    enum tr_status rc = dlrm_plan_bytes(&mc, be, &b);
+    if (rc != TR_OK) {
+        shard_plan_release(&sp);
+        return rc;
+    }
     for (int t = 0; t < s->ntables; t++) {
         int held = sp.mode == SHARD_COLUMNWISE ? shard_width(&sp, rank) > 0 : world == 1 || sp.owner[t] == rank;
         if (held) {
@@ -44,6 +51,14 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1) +
               (rank == 0 ? s->source_cache : 0);
     w->dense_params = b.dense_params;
+    /* a tier: the step's second batch block (and rank 0's second host block), the
+     * ids it copies to the host on a backend of its own memory, its maps and staging */
+    const int64_t blk = batch_bytes(mc.max_global, s->num_features, s->ntables);
+    const int ahead = b.tables_tiered > 0;
+    w->tables_tiered = b.tables_tiered;
+    w->data += ahead ? blk * (rank == 0 ? 2 : 1) : 0;
+    w->tier_host = b.tier_host + (ahead && !be->i->host_memory ? 2 * mc.max_global * s->ntables * 4 : 0);
+    w->tier_disk = b.tier_disk;
     /* rank 0: the test set's logits and labels, and the metrics op's working memory
      * while it runs (the backend says how much) */
     if (rank == 0 && s->test_samples > 0) {
@@ -52,18 +67,37 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
         be->i->ws(be->ctx, KERN_OP_METRICS, &ms, &mw);
         w->eval = 2 * s->test_samples * (int64_t)sizeof(float) + (int64_t)mw.call;
     }
-    if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients */
-        w->ckpt_staging = b.embeddings + (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
+    if (job->ckpt_staging) /* params = (dense - state) / 2: the rest are their gradients; a tier's
+                              tables stream through a window (ckpt.h) instead of being staged */
+        w->ckpt_staging = b.embeddings - b.tier_cache + (b.tables_tiered ? WCKPT_STREAM_BYTES : 0) +
+                          (rank == 0 ? (b.dense - b.dense_state) / 2 + b.dense_state : 0);
     /* the backend's own: what it holds once the model reserved the ops' working
      * memory, and the most one op of a step allocates for its call */
     w->backend = (int64_t)be->i->held_bytes(be->ctx, &b.ops) + (int64_t)b.ops.call;
     w->total = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall + w->data +
-               w->eval + w->ckpt_staging + (be->i->host_memory ? w->backend : 0);
-    if (!be->i->host_memory)
+               w->eval + w->ckpt_staging + w->tier_host + b.tier_backend + (be->i->host_memory ? w->backend : 0);
+    w->host = w->total;
+    if (!be->i->host_memory) {
         w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
-                    batch_bytes(mc.max_global, s->num_features, s->ntables) + w->eval + w->backend;
+                    blk * (1 + ahead) + w->eval + w->backend + b.tier_backend;
+        w->host = w->ckpt_staging + w->tier_host + (rank == 0 ? blk * (1 + ahead) + s->source_cache : 0);
+    }
     shard_plan_release(&sp);
     return TR_OK;
+}
+
+void plan_disk_room(const struct job_cfg *job, int64_t *avail, int64_t *id)
+{
+    *avail = -1;
+    *id = 0;
+    struct job_tier jt;
+    struct statvfs vs;
+    struct stat st;
+    if (job_tier_of(job, &jt) != TR_OK || jt.store != JOB_STORE_FILE || statvfs(jt.dir, &vs) != 0 ||
+        stat(jt.dir, &st) != 0)
+        return;
+    *avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
+    *id = (int64_t)st.st_dev;
 }
 
 /* "1.50 GiB": a size for messages. */
@@ -135,8 +169,9 @@ static void refuse(const struct job_cfg *job, const struct plan_shape *s, const 
               "but %s has %s left",
               q, host ? host : "?", human(need, a, sizeof a), share, human(w->embeddings, e, sizeof e),
               human(w->opt_state, o, sizeof o), tabs[0] ? tabs : "no tables", limit, human(avail, b, sizeof b));
-    LOG_HINT("spread the tables over more workers (more nodes, --columnwise_split), lower --embedding_dim or the "
-             "cardinalities; 'terarec plan' sizes a job before it runs");
+    LOG_HINT("spread the tables over more workers (more nodes, --columnwise_split), keep them in a row cache over a "
+             "local disk (--table_store file:DIR), lower --embedding_dim or the cardinalities; 'terarec plan --fit' "
+             "sizes a job before it runs");
 }
 
 enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
@@ -153,20 +188,40 @@ enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shap
         const char *host = hosts ? hosts[q] : NULL;
         int64_t node_need = 0, cg_need = 0;
         int node_n = 0, cg_n = 0;
+        int64_t disk_need = 0;
+        int disk_n = 0;
         for (int j = 0; j < world; j++) {
             if (room[j].node != r->node)
                 continue;
-            node_need += w[j].total;
+            node_need += w[j].host;
             node_n++;
             if (room[j].cgroup_id == r->cgroup_id) {
-                cg_need += w[j].total;
+                cg_need += w[j].host;
                 cg_n++;
+            }
+            if (room[j].disk_id == r->disk_id) {
+                disk_need += w[j].tier_disk;
+                disk_n += w[j].tier_disk > 0;
             }
         }
         char lim[64];
-        if (r->rlimit_avail >= 0 && with_slack(w[q].total) > r->rlimit_avail) {
+        if (r->disk_avail >= 0 && disk_need > r->disk_avail) {
+            char a[32], b[32];
+            LOG_ERROR("disk: rank %d (host %s) needs %s for its table files under --table_store %s%s, but that disk "
+                      "has %s free",
+                      q, host ? host : "?", human(w[q].tier_disk, a, sizeof a), job->table_store,
+                      disk_n > 1 ? " (its node's ranks together need more)" : "", human(r->disk_avail, b, sizeof b));
+            if (disk_n > 1) {
+                char c[32];
+                LOG_ERROR("disk: the %d ranks of that node need %s there together", disk_n,
+                          human(disk_need, c, sizeof c));
+            }
+            LOG_HINT("free space there, give file: a larger local disk, or spread the tables over more nodes; "
+                     "'terarec plan --disk_per_node' sizes the files before a run");
+            rc = TR_ERR_IO;
+        } else if (r->rlimit_avail >= 0 && with_slack(w[q].host) > r->rlimit_avail) {
             snprintf(lim, sizeof lim, "its ulimit -%c", (int)r->rlimit_which);
-            refuse(job, s, &w[q], world, q, host, w[q].total, 1, r->rlimit_avail, lim);
+            refuse(job, s, &w[q], world, q, host, w[q].host, 1, r->rlimit_avail, lim);
             rc = TR_ERR_NOMEM;
         } else if (r->cgroup_avail >= 0 && with_slack(cg_need) > r->cgroup_avail) {
             refuse(job, s, &w[q], world, q, host, cg_need, cg_n, r->cgroup_avail, "its memory cgroup");

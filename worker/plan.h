@@ -45,8 +45,16 @@ struct plan_worker {
     int64_t ckpt_staging;        /* host copy of what it saves in a checkpoint (job->ckpt_staging):
                                     its table slices and their state, and on rank 0 the dense
                                     parameters and their state */
-    int64_t total;               /* all of the above; on a backend whose memory is host
-                                    memory (the cpu), backend too */
+    int tables_tiered;           /* tables held in a tier (--table_store host, file:DIR): their
+                                    embeddings and state above are their caches' */
+    int64_t tier_host;           /* the tier's host memory: its maps and staging buffers (and the
+                                    batch ids it reads), and the rows themselves with host */
+    int64_t tier_disk;           /* its files with file:DIR (allocated whole at start) */
+    int64_t total;               /* all of the above but tier_disk; on a backend whose memory
+                                    is host memory (the cpu), backend too */
+    int64_t host;                /* what of it lives in host memory: total on the cpu; on cuda
+                                    the checkpoint staging, rank 0's host batch blocks and data,
+                                    and tier_host */
     int64_t device;              /* on a backend with memory of its own (GPU memory on cuda;
                                     0 on the cpu): what lives there, all but the host
                                     staging and rank 0's host batch block, plus backend */
@@ -56,6 +64,11 @@ struct plan_worker {
                                     the cuBLASLt workspace and the op scratch. Not counted:
                                     the CUDA context (driver memory outside the allocator) */
 };
+
+/* The room of --table_store file:DIR on this machine: free bytes and the file
+ * system's id, for plan_room (-1 and 0 without a file store, or when DIR cannot be
+ * read: the tier's own check says why). */
+void plan_disk_room(const struct job_cfg *job, int64_t *avail, int64_t *id);
 
 /* Threads per worker for a job on a node with `cpus` CPUs shared by
  * `workers_per_node` workers: --threads, or (0) the CPUs divided among them. */
@@ -86,6 +99,8 @@ struct plan_room {
     int64_t cgroup_id;        /* ranks with the same id on a node share that cgroup */
     int64_t rlimit_avail;     /* its own ulimit -v / -d room; -1: none */
     int64_t rlimit_which;     /* 'v' or 'd' */
+    int64_t disk_avail;       /* free bytes of --table_store file:DIR's file system; -1: none */
+    int64_t disk_id;          /* that file system (st_dev): ranks of a node with the same share it */
 };
 
 /* Headroom the check keeps for what the plan does not count (MPI, BLAS, thread
@@ -96,9 +111,10 @@ struct plan_room {
 /* Checks the plans of all `world` ranks against their room (room[q] for rank q;
  * hosts[q] names rank q's host in messages, may be NULL): each rank's own limit,
  * and the sum over the ranks of a node (and of a cgroup on it) against what they
- * share. On the first overflow logs one error naming the rank, its host, the
+ * share, in host memory (plan_worker.host), and the table store's files against
+ * the free space of each node's disk. On the first overflow logs one error naming the rank, its host, the
  * limit, what it needs, the split into kinds and its largest tables, and a hint;
- * returns TR_ERR_NOMEM. TR_ERR_ARG on an impossible shape. */
+ * returns TR_ERR_NOMEM (TR_ERR_IO for a disk). TR_ERR_ARG on an impossible shape. */
 enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shape *s, const struct kern_backend *be,
                                int world, const struct plan_room *room, const char *const *hosts) TR_WUR;
 

@@ -23,6 +23,7 @@
 #include "../common/version.h"
 #include "../kernels/metrics.h"
 #include "plan.h"
+#include "tier.h"
 #include "train_internal.h"
 
 /* The PARAMETER record: every option's effective value. */
@@ -216,8 +217,9 @@ static enum tr_status check_memory(struct train *T)
     struct tr_sysmem sm;
     tr_sysmem_read(&sm);
     struct room_rec mine = {{T->dist.node, sm.node, sm.cgroup, (int64_t)(sm.cgroup_id >> 1), sm.rlimit,
-                             sm.rlimit_which},
+                             sm.rlimit_which, -1, 0},
                             {0}};
+    plan_disk_room(&T->c->job, &mine.r.disk_avail, &mine.r.disk_id);
     snprintf(mine.host, sizeof mine.host, "%s", T->dist.host);
     struct room_rec *all = rank == 0 ? tr_calloc((size_t)W, sizeof *all) : NULL;
     struct plan_room *rooms = rank == 0 ? tr_calloc((size_t)W, sizeof *rooms) : NULL;
@@ -304,12 +306,23 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
         T->together = 1;
         return TR_ERR_ARG;
     }
+    /* a file store's directory, on every rank's own machine, before the plan counts
+     * its room: the ranks stop together when one cannot use it */
+    struct job_tier jt;
+    if (job_tier_of(job, &jt) == TR_OK && jt.store == JOB_STORE_FILE)
+        TR_CHECK(comm_vote(&T->comm, tier_check_dir(jt.dir), "could not use --table_store's directory",
+                           &T->together));
     TR_CHECK(check_memory(T));
     TR_CHECK(shard_plan_make(&T->plan, job->columnwise_split ? SHARD_COLUMNWISE : SHARD_TABLEWISE, W, rank,
                              s->ntables, s->rows, job->embedding_dim, s->num_features > 0,
                              job->data_parallel_bottom_mlp));
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &T->plan, &mc);
+    if (mc.tier.io_threads == 0) /* the table store's I/O threads: the worker's CPU share */
+        mc.tier.io_threads = T->threads;
+    char tag[160]; /* the table store's file names: this run and rank */
+    snprintf(tag, sizeof tag, "%s-r%d", T->run_id, rank);
+    mc.store_tag = tag;
     T->sched = (struct lr_sched){job->learning_rate, job->warmup_steps, job->decay_start_step, job->decay_steps};
     T->total = job->max_steps >= 0 ? job->max_steps : (int64_t)job->epochs * s->nbatches[BATCH_TRAIN];
     if (rank == 0)
@@ -365,15 +378,17 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     }
     if (rank == 0) {
         const int64_t bytes = batch_bytes(mc.max_global, s->num_features, s->ntables);
-        void *mem = NULL;
-        TR_CHECK(T->be.i->host_alloc(T->be.ctx, (size_t)bytes, &mem));
-        enum tr_status rc = batch_format(mem, bytes, mc.max_global, s->num_features, s->ntables);
-        if (rc != TR_OK) { /* not 64-byte aligned */
-            T->be.i->host_release(T->be.ctx, mem, (size_t)bytes);
-            return rc;
-        }
-        T->blk = mem;
         T->blk_bytes = bytes;
+        for (int k = 0; k < 1 + hybrid_shares_ahead(T->h); k++) { /* a second block: the batch read ahead */
+            void *mem = NULL;
+            TR_CHECK(T->be.i->host_alloc(T->be.ctx, (size_t)bytes, &mem));
+            enum tr_status rc = batch_format(mem, bytes, mc.max_global, s->num_features, s->ntables);
+            if (rc != TR_OK) { /* not 64-byte aligned */
+                T->be.i->host_release(T->be.ctx, mem, (size_t)bytes);
+                return rc;
+            }
+            *(k ? &T->blk_ahead : &T->blk) = mem;
+        }
         const int64_t ntest = s->nsamples[BATCH_TEST];
         if (ntest > 0) { /* in backend memory: the metrics op runs where the logits are */
             void *p = NULL;
@@ -415,9 +430,41 @@ static enum tr_status progress(struct train *T, int64_t s, double loss, float lr
     return events_emit(&T->ev, EVENTS_STEP, s + 1, d);
 }
 
-enum tr_status train_step(struct train *T, struct batch *hdr)
+/* Rank 0: reads the training batch of step s into b and sets its flags (the
+ * source's requests, an evaluation after it, the stop after the last step). */
+static enum tr_status read_train_batch(struct train *T, struct batch *b, int64_t s)
 {
     const struct job_cfg *job = &T->c->job;
+    TR_CHECK(source_next(&T->src, b));
+    b->step = s;
+    b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
+    b->flags |= T->carry_flags; /* those of a batch read ahead and dropped (train_evaluate) */
+    T->carry_flags = 0;
+    if (T->src.nsamples[BATCH_TEST] == 0)
+        b->flags &= ~(uint32_t)BATCH_F_EVAL;
+    if (b->flags & BATCH_F_EVAL)
+        LOG_RANK0("step %lld: the data source asks for an evaluation after this step", (long long)s + 1);
+    if (b->flags & BATCH_F_STOP)
+        LOG_RANK0("step %lld: the data source asks to stop after this step", (long long)s + 1);
+    int eval = job->evals_per_epoch > 0 && is_eval_step(b->index, T->src.nbatches[BATCH_TRAIN], job->evals_per_epoch);
+    if ((eval || s + 1 == T->total) && T->src.nsamples[BATCH_TEST] > 0)
+        b->flags |= BATCH_F_EVAL;
+    if (s + 1 >= T->total)
+        b->flags |= BATCH_F_STOP;
+    return TR_OK;
+}
+
+void train_data_pos(struct train *T, struct source_pos *p)
+{
+    if (T->ahead) { /* the next batch to train was read already: its position */
+        *p = (struct source_pos){T->blk_ahead->split, T->blk_ahead->epoch, T->blk_ahead->index};
+        return;
+    }
+    source_tell(&T->src, p);
+}
+
+enum tr_status train_step(struct train *T, struct batch *hdr)
+{
     const int64_t s = T->step;
     if (s == T->c->benchmark_warmup_steps && T->total > s) {
         /* the phase split, like the throughput, counts the warm steps only (the cold
@@ -427,25 +474,25 @@ enum tr_status train_step(struct train *T, struct batch *hdr)
         T->t_data = T->a2a_sec = T->ar_sec = 0.0;
     }
     double ts0 = tr_clock_now();
-    if (T->dist.rank == 0) {
+    if (T->ahead) { /* shared during the last step: its rows are being fetched */
+        TR_CHECK(hybrid_advance(T->h, &T->hdr));
         struct batch *b = T->blk;
-        TR_CHECK(source_next(&T->src, b));
-        b->step = s;
-        b->flags &= BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT; /* requests of the source (terarec-loader) */
-        if (T->src.nsamples[BATCH_TEST] == 0)
-            b->flags &= ~(uint32_t)BATCH_F_EVAL;
-        if (b->flags & BATCH_F_EVAL)
-            LOG_RANK0("step %lld: the data source asks for an evaluation after this step", (long long)s + 1);
-        if (b->flags & BATCH_F_STOP)
-            LOG_RANK0("step %lld: the data source asks to stop after this step", (long long)s + 1);
-        int eval = job->evals_per_epoch > 0 && is_eval_step(b->index, T->src.nbatches[BATCH_TRAIN],
-                                                             job->evals_per_epoch);
-        if ((eval || s + 1 == T->total) && T->src.nsamples[BATCH_TEST] > 0)
-            b->flags |= BATCH_F_EVAL;
-        if (s + 1 >= T->total)
-            b->flags |= BATCH_F_STOP;
+        T->blk = T->blk_ahead;
+        T->blk_ahead = b;
+        T->ahead = 0;
+    } else {
+        if (T->dist.rank == 0)
+            TR_CHECK(read_train_batch(T, T->blk, s));
+        TR_CHECK(hybrid_share_batch(T->h, T->dist.rank == 0 ? T->blk : NULL, &T->hdr));
     }
-    TR_CHECK(hybrid_share_batch(T->h, T->dist.rank == 0 ? T->blk : NULL, &T->hdr));
+    /* the look-ahead of a model with tables in a tier: the next batch now, so that
+     * its rows are fetched while this one trains */
+    if (hybrid_shares_ahead(T->h) && s + 1 < T->total && !(T->hdr.flags & BATCH_F_STOP)) {
+        if (T->dist.rank == 0)
+            TR_CHECK(read_train_batch(T, T->blk_ahead, s + 1));
+        TR_CHECK(hybrid_share_next(T->h, T->dist.rank == 0 ? T->blk_ahead : NULL, NULL));
+        T->ahead = 1;
+    }
     double ts1 = tr_clock_now();
     float lr = (float)lr_sched_at(&T->sched, s);
     double loss = 0.0;
@@ -489,6 +536,15 @@ static int64_t count_nonfinite(const float *x, int64_t n, int64_t *first)
     return cnt;
 }
 
+/* Rank 0: the next test batch into b (no step, no flags). */
+static enum tr_status read_test_batch(struct train *T, struct batch *b)
+{
+    TR_CHECK(source_next(&T->src, b));
+    b->step = -1;
+    b->flags = 0;
+    return TR_OK;
+}
+
 enum tr_status train_evaluate(struct train *T, struct train_eval *out)
 {
     const struct source *s = &T->src;
@@ -501,17 +557,33 @@ enum tr_status train_evaluate(struct train *T, struct train_eval *out)
         return TR_OK;
     struct source_pos train_pos, test0 = {BATCH_TEST, 0, 0};
     if (rank == 0) {
-        source_tell(&T->src, &train_pos);
+        train_data_pos(T, &train_pos); /* a batch read ahead is read again afterwards */
         TR_CHECK(source_seek(&T->src, &test0));
     }
+    if (T->ahead) { /* read again after the pass, with the requests it carried */
+        if (rank == 0)
+            T->carry_flags = T->blk_ahead->flags & (BATCH_F_EVAL | BATCH_F_STOP | BATCH_F_CKPT);
+        hybrid_drop_next(T->h);
+        T->ahead = 0;
+    }
     int64_t first = 0;
+    const int ahead = hybrid_shares_ahead(T->h);
     for (int64_t k = 0; k < s->nbatches[BATCH_TEST]; k++) {
-        if (rank == 0) {
-            TR_CHECK(source_next(&T->src, T->blk));
-            T->blk->step = -1;
-            T->blk->flags = 0;
+        if (ahead && k > 0) { /* shared during the last batch */
+            TR_CHECK(hybrid_advance(T->h, &T->hdr));
+            struct batch *b = T->blk;
+            T->blk = T->blk_ahead;
+            T->blk_ahead = b;
+        } else {
+            if (rank == 0)
+                TR_CHECK(read_test_batch(T, T->blk));
+            TR_CHECK(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr));
         }
-        TR_CHECK(hybrid_share_batch(T->h, rank == 0 ? T->blk : NULL, &T->hdr));
+        if (ahead && k + 1 < s->nbatches[BATCH_TEST]) {
+            if (rank == 0)
+                TR_CHECK(read_test_batch(T, T->blk_ahead));
+            TR_CHECK(hybrid_share_next(T->h, rank == 0 ? T->blk_ahead : NULL, NULL));
+        }
         TR_CHECK(hybrid_forward(T->h));
         if (rank == 0) {
             TR_ASSERT(first + T->hdr.n <= T->eval_cap); /* the source's batches sum to its count */
@@ -675,7 +747,9 @@ void train_close(struct train *T)
     dlrm_free(&T->m);
     if (T->blk && T->be.i)
         T->be.i->host_release(T->be.ctx, T->blk, (size_t)T->blk_bytes);
-    T->blk = NULL;
+    if (T->blk_ahead && T->be.i)
+        T->be.i->host_release(T->be.ctx, T->blk_ahead, (size_t)T->blk_bytes);
+    T->blk = T->blk_ahead = NULL;
     source_close(&T->src);
     events_close(&T->ev);
     report_free(&T->rep); /* after its sink */

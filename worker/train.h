@@ -56,7 +56,11 @@ struct train {
     struct batch *blk;          /* rank 0: the host block batches are read into, in the
                                    backend's host memory (page-locked on CUDA: its copy to
                                    the GPU runs at the link's speed) */
-    int64_t blk_bytes;          /* its allocation */
+    struct batch *blk_ahead;    /* rank 0, with a tier (hybrid_shares_ahead): the block of the
+                                   batch read and shared ahead */
+    int64_t blk_bytes;          /* their allocation */
+    int ahead;                  /* the next batch to train is shared already (every rank) */
+    uint32_t carry_flags;       /* rank 0: the flags of a batch read ahead and dropped */
     struct batch hdr;           /* header of the last shared batch */
     struct events ev;
     struct report *rep;         /* the launcher (--events_addr); NULL without one */
@@ -97,6 +101,10 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c) TR_WUR;
 /* Runs the next step; *hdr (host) gets the header of its batch, whose flags say
  * what comes next (BATCH_F_EVAL, BATCH_F_STOP), the same on every rank. */
 enum tr_status train_step(struct train *T, struct batch *hdr) TR_WUR;
+
+/* Rank 0: the position of the next batch to train (the source's, or of the batch
+ * read ahead), what a checkpoint saves. */
+void train_data_pos(struct train *T, struct source_pos *p);
 
 /* Evaluates on the whole test split (nothing when it is empty); every rank gets
  * the same result and the same decision to stop (T->stop). */

@@ -31,7 +31,7 @@ enum tr_status train_ckpt_save(struct train *T)
     struct wckpt_state st = {.step = T->step, .first_loss = T->res.first_loss, .best_auc = T->res.best_auc};
     if (T->dist.rank == 0) {
         struct source_pos p = {0, 0, 0};
-        source_tell(&T->src, &p);
+        train_data_pos(T, &p);
         st.epoch = p.epoch;
         st.index = p.index;
     }

@@ -13,6 +13,7 @@
 #include "../common/check.h"
 #include "../common/clock.h"
 #include "../common/file.h"
+#include "tier.h"
 
 /* A weight dump in progress: the file, a staging buffer, and the table held whose
  * record waits for its state (the record's kind says whether it has one). */
@@ -174,6 +175,38 @@ static enum tr_status memory_report(struct train *T, json_t **out)
     return rc;
 }
 
+/* The table store's activity on this rank (a line on rank 0, and the summary's
+ * "table_store" object): per batch begun, training and evaluation together. */
+static json_t *tier_report(const struct train *T)
+{
+    struct tier_stats st;
+    dlrm_tier_stats(T->m, &st);
+    const double nb = st.batches ? (double)st.batches : 1.0;
+    const double hit = st.lookups ? (double)st.hits / (double)st.lookups : NAN;
+    LOG_RANK0("table store: %lld batches, hit rate %.4f (%lld of %lld ids' rows resident), %lld fetched ahead, "
+              "%lld rows evicted; per batch %.0f rows read (%.0f of them never written: computed), %.0f written, %.3f MiB read, %.3f MiB "
+              "written; waited %.3f ms a batch for the I/O threads (busy %.3f ms a batch)",
+              (long long)st.batches, hit, (long long)st.hits, (long long)st.lookups, (long long)st.prefetched,
+              (long long)st.evictions, (double)(st.rows_read + st.rows_initialised) / nb, (double)st.rows_initialised / nb,
+              (double)st.rows_written / nb, (double)st.bytes_read / nb / 1048576.0,
+              (double)st.bytes_written / nb / 1048576.0, 1e3 * st.wait_sec / nb, 1e3 * st.io_sec / nb);
+    json_t *j = json_object();
+    json_object_set_new(j, "store", json_string(T->c->job.table_store));
+    json_object_set_new(j, "batches", json_integer(st.batches));
+    json_object_set_new(j, "prefetched", json_integer(st.prefetched));
+    json_object_set_new(j, "evictions", json_integer(st.evictions));
+    json_object_set_new(j, "train_plans_evicting", json_integer(st.train_plans_evicting));
+    json_object_set_new(j, "hit_rate", events_num(hit));
+    json_object_set_new(j, "rows_read_per_batch", events_num((double)(st.rows_read + st.rows_initialised) / nb));
+    json_object_set_new(j, "rows_initialised_per_batch", events_num((double)st.rows_initialised / nb));
+    json_object_set_new(j, "rows_written_per_batch", events_num((double)st.rows_written / nb));
+    json_object_set_new(j, "bytes_read_per_batch", events_num((double)st.bytes_read / nb));
+    json_object_set_new(j, "bytes_written_per_batch", events_num((double)st.bytes_written / nb));
+    json_object_set_new(j, "wait_ms_per_batch", events_num(1e3 * st.wait_sec / nb));
+    json_object_set_new(j, "io_busy_ms_per_batch", events_num(1e3 * st.io_sec / nb));
+    return j;
+}
+
 enum tr_status train_report(struct train *T)
 {
     struct worker_result *res = &T->res;
@@ -192,6 +225,8 @@ enum tr_status train_report(struct train *T)
     if (o < sizeof phases)
         o += (size_t)snprintf(phases + o, sizeof phases - o, " batch=%.2f guard=%.2f",
                               per * hybrid_seconds(T->h, HYBRID_T_BATCH), per * hybrid_seconds(T->h, HYBRID_T_GUARD));
+    if (hybrid_shares_ahead(T->h) && o < sizeof phases) /* the step's wait on the table store */
+        o += (size_t)snprintf(phases + o, sizeof phases - o, " tier=%.2f", per * hybrid_seconds(T->h, HYBRID_T_TIER));
     if (W > 1 && o < sizeof phases)
         snprintf(phases + o, sizeof phases - o, " exchange=%.2f pack=%.2f%s",
                  per * hybrid_seconds(T->h, HYBRID_T_EXCHANGE), per * hybrid_seconds(T->h, HYBRID_T_PACK),
@@ -235,6 +270,10 @@ enum tr_status train_report(struct train *T)
         json_object_set_new(d, "comm", cj);
     }
     json_object_set_new(d, "phase_ms_per_step", ph);
+    if (hybrid_shares_ahead(T->h)) {
+        json_object_set_new(ph, "tier", events_num(per * hybrid_seconds(T->h, HYBRID_T_TIER)));
+        json_object_set_new(d, "table_store", tier_report(T));
+    }
     json_t *mem = NULL;
     enum tr_status rc = memory_report(T, &mem);
     if (mem)

@@ -32,6 +32,7 @@ enum tr_status kern_cpu_bce(const struct kern_bce_args *a);
 enum tr_status kern_cpu_dense_update(const struct kern_dense_update_args *a);
 enum tr_status kern_cpu_fill(const struct kern_fill_args *a);
 enum tr_status kern_cpu_copy_rows(const struct kern_copy_rows_args *a, int n);
+enum tr_status kern_cpu_move_rows(const struct kern_move_rows_args *a, int n);
 enum tr_status kern_cpu_sumsq(const struct kern_sumsq_args *a, int n);
 enum tr_status kern_cpu_cross_fwd(const struct kern_cross_fwd_args *a);
 enum tr_status kern_cpu_cross_bwd(const struct kern_cross_bwd_args *a);

@@ -1,9 +1,12 @@
-/* fill.c: the CPU fill (constants and the seeded initialisers of kmath.h) and the
- * batched row copy. Both are memory-bound loops split over rows; neither depends
- * on the thread count for its values. */
+/* fill.c: the CPU fill (constants and the seeded initialisers of kmath.h), the
+ * batched row copy and the row move by index (a tier's cache fills). All are
+ * memory-bound loops split over rows; none depends on the thread count for its
+ * values. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <string.h>
 
+#include "../../common/check.h"
+#include "../kern_check.h"
 #include "../kmath.h"
 #include "cpu_internal.h"
 
@@ -56,6 +59,28 @@ enum tr_status kern_cpu_copy_rows(const struct kern_copy_rows_args *a, int n)
 #pragma omp for schedule(static) nowait
             for (int64_t r = 0; r < b->rows; r++)
                 memcpy(b->dst + r * b->ldd, b->src + r * b->lds, bytes);
+        }
+    }
+    return TR_OK;
+}
+
+/* Rows by index: one parallel region for all blocks, each block's rows split
+ * statically (destination rows are distinct, so threads never share one). */
+enum tr_status kern_cpu_move_rows(const struct kern_move_rows_args *a, int n)
+{
+    TR_CHECK(kern_check_move_rows(a, n));
+#pragma omp parallel
+    {
+        for (int k = 0; k < n; k++) {
+            const struct kern_move_rows_args *b = &a[k];
+            const size_t bytes = (size_t)b->cols * sizeof(float);
+            if (bytes == 0)
+                continue;
+#pragma omp for schedule(static) nowait
+            for (int64_t i = 0; i < b->n; i++) {
+                const int64_t d = b->dst_idx ? b->dst_idx[i] : i, s = b->src_idx ? b->src_idx[i] : i;
+                memcpy(b->dst + d * b->ldd, b->src + s * b->lds, bytes);
+            }
         }
     }
     return TR_OK;

@@ -287,6 +287,7 @@ CU_WRAP_N(emb_rowsq, kern_emb_update_args)
 CU_WRAP_N(copy_rows, kern_copy_rows_args)
 CU_WRAP_N(sumsq, kern_sumsq_args)
 CU_WRAP_N(mark_rows, kern_mark_rows_args)
+CU_WRAP_N(move_rows, kern_move_rows_args)
 CU_WRAP(metrics, kern_metrics_args)
 
 static void *cu_queue(void *ctx)
@@ -366,6 +367,7 @@ static const struct kern_backend_i cuda_iface = {
     .cross_bwd = cu_cross_bwd,
     .mark_rows = cu_mark_rows,
     .metrics = cu_metrics,
+    .move_rows = cu_move_rows,
     .queue = cu_queue,
     .device_id = cu_device_id,
     .synchronize = cu_synchronize,

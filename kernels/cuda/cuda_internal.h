@@ -159,6 +159,9 @@ enum tr_status kcu_mark_rows(struct kcu_ctx *c, const struct kern_mark_rows_args
 /* metrics.cu */
 enum tr_status kcu_metrics(struct kcu_ctx *c, const struct kern_metrics_args *a);
 
+/* rows.cu */
+enum tr_status kcu_move_rows(struct kcu_ctx *c, const struct kern_move_rows_args *a, int n);
+
 /* interact.cu */
 enum tr_status kcu_interact_fwd(struct kcu_ctx *c, const struct kern_interact_fwd_args *a);
 enum tr_status kcu_interact_bwd(struct kcu_ctx *c, const struct kern_interact_bwd_args *a);

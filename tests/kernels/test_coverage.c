@@ -36,6 +36,7 @@ static const char *const covered_by[KERN_OP_COUNT_] = {
     [KERN_OP_CROSS_BWD] = "tests/kernels/test_cross.c",
     [KERN_OP_MARK_ROWS] = "tests/kernels/test_mark_rows.c",
     [KERN_OP_METRICS] = "tests/kernels/test_metrics_op.c",
+    [KERN_OP_MOVE_ROWS] = "tests/kernels/test_move_rows.c",
 };
 
 /* True if the backend sets the vtable member of `op`; false for an op this switch
@@ -60,6 +61,7 @@ static int has_member(const struct kern_backend_i *i, enum kern_op op)
     case KERN_OP_CROSS_BWD: return i->cross_bwd != NULL;
     case KERN_OP_MARK_ROWS: return i->mark_rows != NULL;
     case KERN_OP_METRICS: return i->metrics != NULL;
+    case KERN_OP_MOVE_ROWS: return i->move_rows != NULL;
     case KERN_OP_COUNT_: break;
     }
     return 0;

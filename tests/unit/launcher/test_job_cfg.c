@@ -21,7 +21,8 @@ static void compare_tables(struct tr_opt *wt, struct tr_opt *pt, int *shared)
         struct tr_opt *w = tr_opt_find(wt, p->name);
         if (!strcmp(p->name, "preset") || !strcmp(p->name, "test_samples") || !strcmp(p->name, "nodes") ||
             !strcmp(p->name, "workers_per_node") || !strcmp(p->name, "memory_per_worker") ||
-            !strcmp(p->name, "json") || !strcmp(p->name, "checkpoints")) {
+            !strcmp(p->name, "json") || !strcmp(p->name, "checkpoints") || !strcmp(p->name, "host_memory_per_node") ||
+            !strcmp(p->name, "disk_per_node") || !strcmp(p->name, "fit")) {
             TH_CHECKF(w == NULL, "'%s' is the plan's own flag but the worker has it too", p->name);
             continue;
         }

@@ -399,7 +399,7 @@ static void memory_accounting(void)
         tr_alloc_get_stats(&s1);
         struct dlrm_bytes mb, pb;
         dlrm_get_bytes(m, &mb);
-        dlrm_plan_bytes(&c, &be, &pb);
+        TH_EQ_ST(dlrm_plan_bytes(&c, &be, &pb), TR_OK);
         TH_CHECK(memcmp(&mb, &pb, sizeof mb) == 0); /* the plan is what gets allocated */
         int64_t model = mb.dense + mb.embeddings + mb.activations;
         int64_t live = s1.live_bytes - s0.live_bytes;

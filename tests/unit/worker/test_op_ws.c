@@ -4,8 +4,9 @@
  * reserve call, and checks every op call it then runs against the questions: some
  * question about the same op must be at least as large in every field of the
  * call's shape (kern.h's kern_shape). Steps of a dot and a DCNv2 model, with
- * Adagrad and row-wise Adagrad and dirty-row tracking, and the numeric guards'
- * sums of squares over every tensor, run through it. */
+ * Adagrad and row-wise Adagrad and dirty-row tracking (and a table in a host
+ * tier, whose moves between cache and staging are asked too), and the numeric
+ * guards' sums of squares over every tensor, run through it. */
 #include <string.h>
 
 #include "../../../common/alloc.h"
@@ -191,6 +192,16 @@ static void shape_mark_rows(const struct kern_mark_rows_args *a, int n)
     saw(KERN_OP_MARK_ROWS, m, 0, 0, n);
 }
 
+static void shape_move_rows(const struct kern_move_rows_args *a, int n)
+{
+    int64_t m = 0, w = 0;
+    for (int k = 0; k < n; k++) {
+        m = TR_MAX(m, a[k].n);
+        w = TR_MAX(w, a[k].cols);
+    }
+    saw(KERN_OP_MOVE_ROWS, m, w, 0, n);
+}
+
 FWD(gemm, kern_gemm_args)
 FWD(bias_act_fwd, kern_bias_act_fwd_args)
 FWD(bias_act_bwd, kern_bias_act_bwd_args)
@@ -208,6 +219,7 @@ FWD_N(emb_rowsq, kern_emb_update_args)
 FWD_N(copy_rows, kern_copy_rows_args)
 FWD_N(sumsq, kern_sumsq_args)
 FWD_N(mark_rows, kern_mark_rows_args)
+FWD_N(move_rows, kern_move_rows_args)
 
 static struct kern_backend_i spy_iface;
 
@@ -224,7 +236,7 @@ static struct kern_backend spy_open(void)
 #define SET(op) spy_iface.op = spy_##op
     SET(gemm), SET(bias_act_fwd), SET(bias_act_bwd), SET(interact_fwd), SET(interact_bwd), SET(bce);
     SET(dense_update), SET(fill), SET(cross_fwd), SET(cross_bwd), SET(metrics), SET(emb_fwd), SET(emb_update);
-    SET(emb_rowsq), SET(copy_rows), SET(sumsq), SET(mark_rows);
+    SET(emb_rowsq), SET(copy_rows), SET(sumsq), SET(mark_rows), SET(move_rows);
 #undef SET
     return (struct kern_backend){&spy_iface, S.real.ctx};
 }
@@ -248,7 +260,7 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
 {
     struct kern_backend be = spy_open();
     struct dlrm_bytes planned;
-    dlrm_plan_bytes(c, &be, &planned);
+    TH_EQ_ST(dlrm_plan_bytes(c, &be, &planned), TR_OK);
     const struct kern_ws plan_most = S.answers;
     memset(S.nasked, 0, sizeof S.nasked);
     memset(&S.answers, 0, sizeof S.answers);
@@ -294,6 +306,7 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
                                               KERN_OP_FILL,   KERN_OP_SUMSQ,        KERN_OP_MARK_ROWS};
     for (size_t k = 0; k < TR_ARRAY_SIZE(common_ops); k++)
         TH_CHECKF(S.ran[common_ops[k]] > 0, "op %s never ran", kern_op_name(common_ops[k]));
+    TH_CHECK(!S.ran[KERN_OP_MOVE_ROWS] == (c->tier.store == JOB_STORE_MEMORY)); /* a tier's moves, only then */
     if (c->interaction == DLRM_INTERACT_DCNV2)
         TH_CHECK(S.ran[KERN_OP_CROSS_FWD] && S.ran[KERN_OP_CROSS_BWD] && S.ran[KERN_OP_BIAS_ACT_FWD] &&
                  S.ran[KERN_OP_COPY_ROWS] && !S.ran[KERN_OP_INTERACT_FWD]);
@@ -318,6 +331,14 @@ static void dot_adagrad_columnwise(void)
 static void dcnv2_rowwise(void)
 {
     const struct dlrm_cfg c = cfg_of(KERN_OPT_ROWWISE_ADAGRAD, 1);
+    run_model(&c, 0);
+}
+
+/* the 1000-row table in a host tier of the least cache (80 slots for batches of 40) */
+static void dot_rowwise_tiered(void)
+{
+    struct dlrm_cfg c = cfg_of(KERN_OPT_ROWWISE_ADAGRAD, 0);
+    c.tier = (struct job_tier){.store = JOB_STORE_HOST, .cache_fraction = 0.01, .io_threads = 1};
     run_model(&c, 0);
 }
 
@@ -361,6 +382,7 @@ static const struct th_case cases[] = {
     {"dot_sgd", dot_sgd},
     {"dot_adagrad_columnwise", dot_adagrad_columnwise},
     {"dcnv2_rowwise", dcnv2_rowwise},
+    {"dot_rowwise_tiered", dot_rowwise_tiered},
     {"plan_asks_the_backend", plan_asks_the_backend},
 };
 
