@@ -801,9 +801,9 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
     printf("model: embeddings %.1f MiB, dense %.2f MiB, activations %.1f MiB; dlrm_new %.1f s\n",
            r->bytes.embeddings / 1048576.0, r->bytes.dense / 1048576.0, r->bytes.activations / 1048576.0,
            r->init_sec);
-    struct synth_cfg sc = {1234, NUM_FEATURES, NTABLES, r->table_rows, c->ids};
+    struct synth_cfg sc = {1234, NUM_FEATURES, NTABLES, r->table_rows, c->ids, NULL, 0};
     for (nb = 0; nb < o->nbatches; nb++) {
-        TR_CHECK_GOTO(batch_new(o->batch, NUM_FEATURES, NTABLES, &batches[nb]), rc, exit);
+        TR_CHECK_GOTO(batch_new(o->batch, NUM_FEATURES, NTABLES, NULL, &batches[nb]), rc, exit);
         TR_CHECK_GOTO(synth_fill(&sc, BATCH_TRAIN, nb * o->batch, o->batch, batches[nb]), rc, exit);
     }
     TR_CHECK_GOTO(train_measure(&so, batches, nb, o, r), rc, exit);

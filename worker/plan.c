@@ -26,6 +26,7 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
                              job->data_parallel_bottom_mlp));
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &sp, &mc);
+    mc.hot = s->hot; /* the bags: their ids in the batch blocks and the update's workspace */
     struct dlrm_bytes b;
     dlrm_plan_bytes(&mc, be, &b);
     for (int t = 0; t < s->ntables; t++) {
@@ -41,7 +42,7 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->workspace = b.workspace;
     w->activations = b.activations - b.workspace;
     w->alltoall = hybrid_buffer_bytes(&sp, s->ntables, job->embedding_dim, mc.max_global);
-    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1) +
+    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables, s->hot) * (rank == 0 ? 2 : 1) +
               (rank == 0 ? s->source_cache : 0);
     w->dense_params = b.dense_params;
     /* rank 0: the test set's logits and labels, and the metrics op's working memory
@@ -61,7 +62,7 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
                w->eval + w->ckpt_staging + (be->i->host_memory ? w->backend : 0);
     if (!be->i->host_memory)
         w->device = w->embeddings + w->opt_state + w->mlp + w->workspace + w->activations + w->alltoall +
-                    batch_bytes(mc.max_global, s->num_features, s->ntables) + w->eval + w->backend;
+                    batch_bytes(mc.max_global, s->num_features, s->ntables, s->hot) + w->eval + w->backend;
     shard_plan_release(&sp);
     return TR_OK;
 }

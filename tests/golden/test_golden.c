@@ -598,7 +598,7 @@ static int model_setup(struct fx *f, enum kern_optim opt, int dcn)
         return 0;
     int ok = 1;
     for (int k = 0; k < NSTEPS && ok; k++) {
-        rc = batch_new(B, nf, T, &f->b[k]);
+        rc = batch_new(B, nf, T, NULL, &f->b[k]);
         TH_CHECKF(rc == TR_OK, "batch_new: %s", tr_strerror(rc));
         if (rc != TR_OK) {
             ok = 0;

@@ -266,10 +266,10 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
                   kern_op_name((enum kern_op)op), S.ops_before_reserve[op]);
     int64_t block_rows[5] = {4, 4, 8, 4, 64};
     TH_EQ_ST_REQ(hybrid_track_dirty(s.h, block_rows), TR_OK);
-    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW};
+    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW, NULL, 0};
     for (int k = 0; k < 3; k++) {
         struct batch *b = NULL;
-        TH_EQ_ST_REQ(batch_new(40, 13, 5, &b), TR_OK);
+        TH_EQ_ST_REQ(batch_new(40, 13, 5, NULL, &b), TR_OK);
         TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, k * 40, k == 2 ? 23 : 40, b), TR_OK);
         double loss = 0.0;
         TH_EQ_ST(solo_load(&s, b), TR_OK);
@@ -336,7 +336,7 @@ static void plan_asks_the_backend(void)
     j.batch_size = 40;
     j.seed = 1;
     j.threads = 2;
-    const struct plan_shape sh = {13, 5, small_model_rows, 1000, 0};
+    const struct plan_shape sh = {13, 5, small_model_rows, 1000, 0, NULL};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     TH_CHECK(S.nasked[KERN_OP_METRICS] == 1 && S.asked[KERN_OP_METRICS][0].m == 1000);
