@@ -136,8 +136,47 @@ static void plan_is_allocation(void)
     kern_backend_close(&be);
 }
 
+/* Bags are counted: a table of hotness 3 holds 3 ids a sample in the batch blocks
+ * and its offsets, and the update's workspace takes 3 ids a sample; the plan is
+ * still what the model, the step and the block allocate. */
+static void bags_counted(void)
+{
+    struct kern_backend be;
+    struct kern_backend_opts o = {.threads = 2, .device = -1, .local_rank = 0};
+    TH_EQ_ST_REQ(kern_backend_open("cpu", &o, &be), TR_OK);
+    struct job_cfg j;
+    int64_t bottom[1], top[2];
+    tiny_job(&j, bottom, top);
+    static const int32_t hot[2] = {0, 3};
+    const struct plan_shape sh = {3, 2, rows2, 0, 0, hot};
+    struct plan_worker w;
+    TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
+    /* batch block: header 128, bag table 64, numerical 192, labels 64, ids 5 + 15 (128),
+     * the offsets of table 1: 6 (64) = 640 bytes, twice on rank 0 */
+    TH_EQ(batch_bytes(5, 3, 2, hot), 640);
+    TH_EQ(w.data, 2 * 640);
+    TH_EQ(w.workspace, (int64_t)kern_emb_update_ws_bytes(&be, 5 * 3, 4, 2));
+    struct tr_alloc_stats s0, s1;
+    tr_alloc_get_stats(&s0);
+    struct solo s;
+    struct dlrm_cfg mc;
+    dlrm_cfg_from_job(&j, sh.num_features, sh.ntables, sh.rows, NULL, &mc);
+    mc.hot = hot;
+    TH_EQ_ST_REQ(solo_open(&s, &mc, &be, 0), TR_OK);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(5, 3, 2, hot, &b), TR_OK);
+    tr_alloc_get_stats(&s1);
+    const int64_t live = s1.live_bytes - s0.live_bytes;
+    TH_CHECKF(live >= w.total && live - w.total < 16384, "allocated %lld bytes, planned %lld", (long long)live,
+              (long long)w.total);
+    batch_free(&b);
+    solo_close(&s);
+    kern_backend_close(&be);
+}
+
 static const struct th_case cases[] = {
     {"by_hand", by_hand},
+    {"bags_counted", bags_counted},
     {"threads_rule", threads_rule},
     {"plan_is_allocation", plan_is_allocation},
 };
