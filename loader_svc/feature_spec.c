@@ -100,18 +100,18 @@ static enum tr_status read_hotness(const struct ctx *c, yaml_node_t *v, struct f
     yaml_node_t *hn = map_get(c, v, "hotness"), *mn = map_get(c, v, "max_hotness"),
                 *ln = map_get(c, v, "lengths_dtype");
     if (hn && scalar(hn) && !strcmp(scalar(hn), "variable"))
-        f->hotness = 0;
+        f->variable = 1;
     else if (hn && !positive_int(scalar(hn), BATCH_MAX_HOT, &f->hotness))
         return bad(c, hn, f->name, "has a hotness that is neither an integer in [1, 65535] nor 'variable'");
     if (mn && !positive_int(scalar(mn), BATCH_MAX_HOT, &f->max_hotness))
         return bad(c, mn, f->name, "has a max_hotness that is not an integer in [1, 65535]");
-    if (f->hotness == 0 && !mn)
+    if (f->variable && !mn)
         return bad(c, hn, f->name, "has hotness 'variable' but no max_hotness (the most ids a sample holds)");
-    if (f->hotness > 0 && mn && f->max_hotness != f->hotness)
+    if (!f->variable && mn && f->max_hotness != f->hotness)
         return bad(c, mn, f->name, "has a max_hotness other than its fixed hotness");
     if (ln) {
         const char *ls = scalar(ln);
-        if (f->hotness != 0)
+        if (!f->variable)
             return bad(c, ln, f->name, "has lengths_dtype but not hotness 'variable'");
         if (!ls || (strcmp(ls, "uint8") && strcmp(ls, "uint16") && strcmp(ls, "int32")))
             return bad(c, ln, f->name, "has a lengths_dtype other than uint8, uint16 or int32");
@@ -135,7 +135,6 @@ static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struc
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
         struct feature_spec_feature *f = &fs->features[i];
         f->cardinality = -1;
-        f->hotness = 1;
         if (!name)
             return bad(c, v, "feature_spec", "has a key that is not a name");
         for (int j = 0; j < i; j++) {
@@ -399,7 +398,7 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
         }
         fs->format_version = ver;
         for (int i = 0; i < fs->nfeatures && ver < 2; i++) {
-            if (fs->features[i].hotness == 1)
+            if (fs->features[i].hotness <= 1 && !fs->features[i].variable)
                 continue;
             LOG_ERROR("feature spec '%s': feature '%s' is multi-hot (hotness), which needs metadata.format_version "
                       "2; this spec is version %d",
@@ -499,7 +498,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
             fprintf(fp, "cardinality: %lld, ", (long long)f->cardinality);
         fputs("dtype: ", fp);
         put_name(fp, f->dtype ? f->dtype : "float32");
-        if (f->hotness == 0) {
+        if (f->variable) {
             fputs(", hotness: variable", fp);
             if (f->lengths_dtype) {
                 fputs(", lengths_dtype: ", fp);
@@ -510,7 +509,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
             fprintf(fp, ", hotness: %d", (int)f->hotness);
         }
         fputs("}\n", fp);
-        multi |= f->hotness != 1;
+        multi |= f->variable || f->hotness > 1;
     }
     if (fs->vocabulary_rows || multi) {
         fputs("metadata: {", fp);
@@ -708,7 +707,7 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
         int cat = 0;
         for (int j = 0; j < fs->ncategorical; j++)
             cat |= !strcmp(fs->categorical[j], f->name);
-        if (f->hotness != 1 && !cat) {
+        if ((f->variable || f->hotness > 1) && !cat) {
             LOG_ERROR("feature spec '%s': feature '%s' has a hotness but is not categorical; only categorical "
                       "features may be multi-hot",
                       fs->path, f->name);
@@ -726,7 +725,7 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
             goto fail;
         }
         const struct feature_spec_chunk *ch = find_chunk(m, name);
-        const int var = f->hotness == 0;
+        const int var = f->variable != 0;
         TR_CHECK_GOTO(chunk_file_k(fs, split, ch, name, var ? 2 : 1, 0, &out->cat_paths[i]), rc, fail);
         if (var)
             TR_CHECK_GOTO(chunk_file_k(fs, split, ch, name, 2, 1, &out->len_paths[i]), rc, fail);

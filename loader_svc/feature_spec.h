@@ -25,8 +25,8 @@ struct feature_spec_feature {
     char *name;
     char *dtype;         /* numpy name: "bool", "float16", "int8", "int16", "int32", ... */
     int64_t cardinality; /* -1 when absent */
-    int32_t hotness;     /* ids per sample: 1 (one-hot; the default when absent) or more;
-                            0: a variable number (hotness: variable), up to max_hotness */
+    int32_t hotness;     /* a fixed number of ids per sample: 0 (absent) or 1 one-hot, or more */
+    int32_t variable;    /* 1: hotness: variable, 0 to max_hotness ids per sample */
     int32_t max_hotness; /* variable hotness: the most ids a sample holds (0 when absent) */
     char *lengths_dtype; /* variable hotness: numpy name of the per-sample lengths'
                             type ("uint8", "uint16", "int32"); NULL when absent */

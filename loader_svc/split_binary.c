@@ -271,10 +271,13 @@ void sb_close(struct sb_split *s)
 {
     unmap_file(&s->label);
     unmap_file(&s->numerical);
-    for (int i = 0; s->cat && i < s->layout.ntables; i++) {
-        unmap_file(&s->cat[i]);
-        unmap_file(&s->len[i]);
-        tr_free(s->index[i]);
+    for (int i = 0; i < s->layout.ntables; i++) { /* each array may be missing after a failed open */
+        if (s->cat)
+            unmap_file(&s->cat[i]);
+        if (s->len)
+            unmap_file(&s->len[i]);
+        if (s->index)
+            tr_free(s->index[i]);
     }
     tr_free(s->cat);
     tr_free(s->len);

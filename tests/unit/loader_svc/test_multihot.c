@@ -272,10 +272,11 @@ static void spec_read_and_written(void)
     TH_EQ_ST_REQ(feature_spec_read(path, &fs), TR_OK);
     TH_EQ(fs.format_version, 2);
     TH_EQ(fs.features[0].hotness, 3);
-    TH_EQ(fs.features[1].hotness, 0);
+    TH_EQ(fs.features[1].variable, 1);
     TH_EQ(fs.features[1].max_hotness, 4);
     TH_CHECK(fs.features[1].lengths_dtype && !strcmp(fs.features[1].lengths_dtype, "uint8"));
-    TH_EQ(fs.features[2].hotness, 1);
+    TH_EQ(fs.features[2].hotness, 0); /* absent: one-hot */
+    TH_EQ(fs.features[2].variable, 0);
     struct feature_spec_split sp;
     TH_EQ_ST_REQ(feature_spec_dlrm_split(&fs, "train", &sp), TR_OK);
     TH_CHECK(sp.hot[0] == 3 && sp.hot[1] == 4 && sp.hot[2] == 0);
@@ -294,6 +295,7 @@ static void spec_read_and_written(void)
     TH_EQ(back.format_version, 2);
     for (int i = 0; i < 3; i++)
         TH_CHECKF(back.features[i].hotness == fs.features[i].hotness &&
+                      back.features[i].variable == fs.features[i].variable &&
                       back.features[i].max_hotness == fs.features[i].max_hotness,
                   "feature %d: hotness %d/%d", i, back.features[i].hotness, fs.features[i].hotness);
     feature_spec_release(&back);
@@ -453,7 +455,46 @@ static void synthetic_bags(void)
     batch_free(&v2);
 }
 
+/* Every allocation of opening the multi-hot dataset and reading a shuffled batch
+ * made to fail in turn: an error, nothing leaked, never a crash. */
+static void alloc_faults(void)
+{
+    make_dataset();
+    int n = 1, done = 0, leaks = 0;
+    for (; n < 2000 && !done; n++) {
+        struct tr_alloc_stats before, after;
+        tr_alloc_get_stats(&before);
+        tr_alloc_fail_at(n);
+        struct dataset ds;
+        struct batch *b = NULL;
+        enum tr_status rc = dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml");
+        if (rc == TR_OK)
+            rc = batch_new(4, 1, 3, ds.hot, &b);
+        const int64_t rows[3] = {3, 0, 2};
+        if (rc == TR_OK)
+            rc = dataset_gather(&ds, BATCH_TRAIN, rows, 3, b);
+        const int fired = tr_alloc_fault_fired();
+        tr_alloc_fail_at(0);
+        batch_free(&b);
+        dataset_close(&ds);
+        tr_alloc_get_stats(&after);
+        if (after.live_bytes != before.live_bytes && leaks++ < 3)
+            printf("# allocation %d failing leaks %lld bytes\n", n, (long long)(after.live_bytes - before.live_bytes));
+        if (!fired) {
+            TH_EQ_ST(rc, TR_OK);
+            done = 1;
+        } else {
+            TH_CHECKF(rc != TR_OK, "allocation %d failed but the open succeeded", n);
+        }
+    }
+    printf("# %d allocations, each made to fail once\n", n - 2);
+    TH_CHECK(done);
+    TH_EQ(leaks, 0);
+    remove_dataset();
+}
+
 static const struct th_case cases[] = {
+    {"alloc_faults", alloc_faults},
     {"block_layout", block_layout},
     {"block_damaged", block_damaged},
     {"block_copy", block_copy},
