@@ -44,6 +44,7 @@
 enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
 static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
 static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
+static const char *const distribution_choices[] = {"uniform", NULL};
 
 static const char usage[] =
     "usage: terarec data prepare [options] --output DIR INPUT...\n"
@@ -77,6 +78,14 @@ static const char usage[] =
     "  malformed    lines that are not 40 fields, a label other than 0/1, a non-integer I or a bad C are\n"
     "               skipped and counted, the first 5 shown as file:line; --strict stops at the first\n"
     "               (exit 2, nothing written). Empty lines are skipped silently (counted in the summary).\n"
+    "  multi-hot    --multi_hot_sizes 3,2,1,... (26 sizes; MLPerf DLRM-DCNv2's: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,\n"
+    "               1,1,1,12,100,27,10,3,1,1): as MLPerf's reference materializes Criteo 1TB, table t of R\n"
+    "               rows and size h > 1 gets a lookup whose row r is [r, h - 1 ids uniform on [0, R)], drawn\n"
+    "               row after row, table after table, from numpy's RandomState(--multi_hot_seed, the\n"
+    "               reference's 0) with np.random.randint (the same draws, bit for bit); each id r of the\n"
+    "               table becomes that row: cat_t.bin holds h ids a sample (hotness: h in feature_spec.yaml,\n"
+    "               format_version 2). One lookup is in memory at a time (R x (h - 1) x 4 bytes, at most\n"
+    "               --memory_limit)\n"
     "  exit status  0 done, 2 bad usage or input, 1 other failure, 130 interrupted";
 
 static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
@@ -114,6 +123,15 @@ static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
          "hash mode: shared: missing gives 0, which values hashing to 0 share; reserved: missing gives 0, "
          "others 1 + h % (M - 1)",
          1, 0, hash_missing_choices, NULL, 0, NULL, 0},
+        {"multi_hot_sizes", TR_OPT_INT_LIST, &o->multi_hot_sizes, NULL,
+         "make the tables multi-hot as MLPerf's DLRM-DCNv2 reference does: ids a sample of each of the 26 (1: "
+         "one-hot)", 1, 65535, NULL, NULL, 0, NULL, 0},
+        {"multi_hot_distribution", TR_OPT_ENUM, &o->multi_hot_distribution, "uniform",
+         "how the ids after a bag's first are drawn (the reference's --multi_hot_distribution_type uniform)", 1,
+         0, distribution_choices, "multi_hot_distribution_type", 0, NULL, 0},
+        {"multi_hot_seed", TR_OPT_INT64, &o->multi_hot_seed, "0",
+         "seed of the multi-hot draws (numpy's RandomState; the reference seeds 0)", 0, 4294967295.0, NULL, NULL, 0,
+         NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(TR_ARRAY_SIZE(tab) <= MAX_OPTS);
@@ -223,6 +241,21 @@ static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *op
     }
     if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range == 0) {
         LOG_ERROR("--hash_missing reserved needs the hash mode (--max_ind_range M)");
+        return TR_ERR_ARG;
+    }
+    if (o->multi_hot_sizes.n && o->multi_hot_sizes.n != PREPARE_CAT) {
+        LOG_ERROR("--multi_hot_sizes: %d sizes; Criteo has %d categorical columns", o->multi_hot_sizes.n,
+                  PREPARE_CAT);
+        LOG_HINT("give one size per column, 1 for one-hot (MLPerf: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,"
+                 "27,10,3,1,1)");
+        return TR_ERR_ARG;
+    }
+    const char *mh_flag = tr_opt_given(opts, "multi_hot_seed")           ? "multi_hot_seed"
+                          : tr_opt_given(opts, "multi_hot_distribution") ? "multi_hot_distribution"
+                                                                         : NULL;
+    if (!o->multi_hot_sizes.n && mh_flag) {
+        LOG_ERROR("--%s needs --multi_hot_sizes", mh_flag);
+        LOG_HINT("--multi_hot_sizes makes the tables multi-hot; the seed and the distribution are its draws'");
         return TR_ERR_ARG;
     }
     if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range < 2) {
@@ -366,6 +399,8 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = x.dict.nkept[i] + 1;
     }
+    if (o->multi_hot_sizes.n) /* before the write pass: each table's lookup must fit */
+        TR_CHECK_GOTO(prepare_multihot_check(x.card, o->multi_hot_sizes.v, memory_limit), rc, fail);
     x.width[PREPARE_COL_LABEL] = 1;
     x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
     for (int i = 0; i < PREPARE_CAT; i++) {
@@ -423,7 +458,18 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         };
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
-    TR_CHECK_GOTO(prepare_write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
+    if (o->multi_hot_sizes.n) {
+        const struct prepare_mh_cfg mc = {tmp, x.card, o->multi_hot_sizes.v, x.width + PREPARE_COL_CAT0,
+                                          (uint32_t)o->multi_hot_seed, o->progress && isatty(2)};
+        double tm = tr_clock_now();
+        int64_t mh_bytes = 0;
+        TR_CHECK_GOTO(prepare_multihot(&mc, &mh_bytes), rc, fail);
+        printf("multi-hot: %lld bytes of bags written in %.2f s (numpy RandomState(%lld), MLPerf's rule)\n",
+               (long long)mh_bytes, tr_clock_now() - tm, (long long)o->multi_hot_seed);
+    }
+    TR_CHECK_GOTO(prepare_write_spec(tmp, x.card, x.hash ? NULL : "train", o->multi_hot_sizes.n ? o->multi_hot_sizes.v
+                                                                                                 : NULL),
+                  rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/param.h"
 #include "../common/status.h"
 
 #ifdef __cplusplus
@@ -232,6 +233,27 @@ enum tr_status prepare_sink_move_tail(struct prepare_sink *from, struct prepare_
 /* Closes the files (keeping them); TR_ERR_IO if a close fails. Safe twice. */
 enum tr_status prepare_sink_close(struct prepare_sink *s) TR_WUR;
 
+/* ---- multi-hot materialization (prepare_multihot.c) ------------------------------------------ */
+
+struct prepare_mh_cfg {
+    const char *dir;      /* the staged output: dir/train/cat_<t>.bin, dir/test/cat_<t>.bin */
+    const int64_t *card;  /* (PREPARE_CAT) rows of each table */
+    const int64_t *sizes; /* (PREPARE_CAT) --multi_hot_sizes: ids a sample; 1 leaves a table one-hot */
+    const size_t *width;  /* (PREPARE_CAT) bytes of an id of each table (its dtype) */
+    uint32_t seed;        /* --multi_hot_seed: the RandomState seed (the reference's 0) */
+    int progress;
+};
+
+/* TR_ERR_ARG (logged, naming the table and the flag) when a table's lookup (rows x
+ * (size - 1) int32) would not fit memory_limit. */
+enum tr_status prepare_multihot_check(const int64_t *card, const int64_t *sizes, int64_t memory_limit) TR_WUR;
+
+/* Rewrites the one-hot id files of every table of size > 1 as size ids a row, the
+ * reference's rule (prepare_multihot.c); *bytes receives the bytes written.
+ * TR_ERR_IO, TR_ERR_NOMEM, TR_ERR_FORMAT (an id outside its table, logged),
+ * TR_ERR_INTERRUPTED. */
+enum tr_status prepare_multihot(const struct prepare_mh_cfg *c, int64_t *bytes) TR_WUR;
+
 /* ---- the run (prepare.c), its passes (prepare_pass.c), its output (prepare_output.c) ---- */
 
 /* The options, as prepare.c's table parses them. */
@@ -249,6 +271,9 @@ struct prepare_opts {
     int strict, force, progress;
     int numerical_transform;   /* enum prepare_num_transform */
     int hash_missing;          /* HASH_MISSING_* of prepare.c */
+    struct tr_i64_list multi_hot_sizes; /* empty: one-hot output */
+    int multi_hot_distribution; /* 0: uniform (the only one) */
+    int64_t multi_hot_seed;
 };
 
 /* The passes over the text: rows (with --test_fraction in threshold mode: how
@@ -303,8 +328,10 @@ int prepare_dir_state(const char *dir);
 enum tr_status prepare_remove_stale_staging(const char *out) TR_WUR;
 /* Writes dir/feature_spec.yaml for the split-binary columns with these
  * cardinalities (PREPARE_CAT of them); vocabulary_rows, when not NULL, is recorded
- * as metadata (threshold mode: "train"). TR_ERR_IO (logged), TR_ERR_NOMEM. */
-enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows) TR_WUR;
+ * as metadata (threshold mode: "train"); hot (PREPARE_CAT, may be NULL) a fixed
+ * hotness of every table (0 or 1: one-hot). TR_ERR_IO (logged), TR_ERR_NOMEM. */
+enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows,
+                                  const int64_t *hot) TR_WUR;
 
 #ifdef __cplusplus
 }
