@@ -60,7 +60,7 @@ static const struct job_decl decls[] = {
         "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0, NULL, TR_OPT_LOADER}},
     {JOB_DATA, F(multi_hot), {"synthetic_dataset_multi_hot_sizes", TR_OPT_INT_LIST, NULL, NULL,
         "ids per sample of each table (1: one-hot; e.g. MLPerf's 3,2,1,...; empty: every table one-hot)", 1, 65535,
-        NULL, "multi_hot_sizes", 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
+        NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(multi_hot_variable), {"synthetic_dataset_multi_hot_lengths", TR_OPT_ENUM, NULL, "fixed",
         "a multi-hot table of size h: h ids in every sample (fixed), or 0 to h, uniform (variable)", 1, 0,
         lengths_choices, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
