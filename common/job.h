@@ -102,7 +102,7 @@ enum job_group {
  * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
  * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
  * and lists). Sets c->table = o: o must start the table and outlive job_check. */
-#define JOB_MAX_OPTS 48
+#define JOB_MAX_OPTS 64
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
 /* The checkpoint store's flags, declared once for every program that takes them
