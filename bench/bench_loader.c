@@ -81,13 +81,13 @@ int main(int argc, char **argv)
     if (rc == TR_OK)
         rc = source_open_reader(&s, &job);
     if (rc == TR_OK)
-        rc = batch_new(s.batch[BATCH_TRAIN], s.num_features, s.ntables, &b);
+        rc = batch_new(s.batch[BATCH_TRAIN], s.num_features, s.ntables, s.hot, &b);
     if (rc != TR_OK) {
         source_close(&s);
         tr_opt_release(opts);
         return tr_status_exit_code(rc);
     }
-    const int64_t payload = batch_bytes(1, s.num_features, s.ntables) - (int64_t)sizeof(struct batch);
+    const int64_t payload = batch_bytes(1, s.num_features, s.ntables, s.hot) - (int64_t)sizeof(struct batch);
     const long long io0 = storage_bytes();
     const double t0 = tr_clock_now();
     int64_t samples = 0, batches = 0;

@@ -5,7 +5,9 @@
 # It does not tune anything or retry noisy runs; the CPU time other processes used during
 # each run is measured and printed beside it.
 #
-#   bench/run_train_bench.sh [--quick] [--check] [--config tiny|mlperf|embbound]... [--out DIR]
+#   bench/run_train_bench.sh [--quick] [--check] [--config tiny|mlperf|embbound|dcnv2_mlperf]... [--out DIR]
+#     dcnv2_mlperf: --preset dlrm_dcnv2_mlperf's model (MLPerf DLRM-DCNv2: multi-hot, cross layers,
+#               Adagrad) with its 40 M-row tables capped at 500 k rows
 #     --quick   tables divided by 50, 10 timed steps, short machine-limit probes (smoke run)
 #     --check   compare each config's share of its roofline with bench/baseline.json (or
 #               --baseline FILE); name each that fell by more than its tolerance (5 points),
@@ -27,12 +29,12 @@ while [ $# -gt 0 ]; do
     --baseline) baseline="$2"; check=1; shift ;;
     --config) configs+=("$2"); shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_train_bench: unknown argument '$1'" >&2; echo "hint: see $0 --help" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#configs[@]} -gt 0 ] || configs=(tiny mlperf embbound)
+[ ${#configs[@]} -gt 0 ] || configs=(tiny mlperf embbound dcnv2_mlperf)
 if [ $check = 1 ]; then
     if [ $quick = 1 ]; then
         echo "run_train_bench: --check compares full-size runs; --quick's tables are 50 times smaller" >&2
@@ -141,7 +143,8 @@ print("where the numbers come from:")
 print(f"  terarec samples/s, roofline, share, target: {out}/c_<config>.json (bench-bench_train: timed training"
       " steps as the worker runs them, in 5 rounds, each followed by a round of the GEMM probe; GEMM roofline = B /"
       " sum of measured be.i->gemm times of the step's GEMMs; a round's share = its median step's rate over its own"
-      " probe's roofline, the share = the median round's; bandwidth roofline = R_step / 26, R_step = rows/s of"
+      " probe's roofline, the share = the median round's; bandwidth roofline = R_step / ids a sample (26;"
+      " dcnv2_mlperf: 214, its bags), R_step = rows/s of"
       " gathering then updating random rows of the config's own tables as a step does, measured once after"
       " training, against the median round's rate; the smaller roofline applies; samples/s = the mean over all"
       " timed steps)")

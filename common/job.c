@@ -27,6 +27,8 @@ static const char *const interaction_choices[] = {"dot", "dcnv2", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const amp_choices[] = {"off", "bf16", "fp16", NULL};
 static const char *const comm_choices[] = {"auto", "nccl", "mpi", NULL}; /* enum comm_choice's order */
+static const char *const lengths_choices[] = {"fixed", "variable", NULL};
+static const char *const preset_choices[] = {"none", "dlrm_dcnv2_mlperf", "criteo_tb_t0", NULL}; /* enum job_preset */
 
 struct job_decl {
     unsigned group;
@@ -56,6 +58,12 @@ static const struct job_decl decls[] = {
         "test batches in one evaluation", 0, 1e15, NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(synthetic_ids), {"synthetic_ids", TR_OPT_ENUM, NULL, "powerlaw",
         "distribution of synthetic categorical ids", 1, 0, ids_choices, NULL, 0, NULL, TR_OPT_LOADER}},
+    {JOB_DATA, F(multi_hot), {"synthetic_dataset_multi_hot_sizes", TR_OPT_INT_LIST, NULL, NULL,
+        "ids per sample of each table (1: one-hot; e.g. MLPerf's 3,2,1,...; empty: every table one-hot)", 1, 65535,
+        NULL, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
+    {JOB_DATA, F(multi_hot_variable), {"synthetic_dataset_multi_hot_lengths", TR_OPT_ENUM, NULL, "fixed",
+        "a multi-hot table of size h: h ids in every sample (fixed), or 0 to h, uniform (variable)", 1, 0,
+        lengths_choices, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_DATA, F(nonfinite_inputs), {"nonfinite_inputs", TR_OPT_ENUM, NULL, "error",
         "NaN or inf in numerical.bin: stop naming the file and row, or replace with 0 and count them", 1, 0,
         nonfinite_choices, NULL, 0, NULL, TR_OPT_LOADER}},
@@ -96,6 +104,13 @@ static const struct job_decl decls[] = {
     {JOB_MODEL, F(dcn_low_rank_dim), {"dcn_low_rank_dim", TR_OPT_INT, NULL, "512",
         "rank of each cross layer's weight (V: n*D -> r, U: r -> n*D) with --interaction dcnv2", 1, 65536, NULL,
         NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
+    {JOB_MODEL, F(pooling), {"pooling", TR_OPT_STRING, NULL, "sum",
+        "how a multi-hot table's bag of ids becomes one vector: sum or mean, for every table or a list with one "
+        "per table", 1, 0, NULL, NULL, 0, NULL, TR_OPT_SHAPES_JOB}},
+    {JOB_MODEL, F(preset), {"preset", TR_OPT_ENUM, NULL, "none",
+        "defaults for the flags not given: dlrm_dcnv2_mlperf (MLPerf Training's DLRM-DCNv2: its dims, multi-hot "
+        "sizes, cross layers, Adagrad and schedule), criteo_tb_t0 (Criteo Terabyte's tables, no frequency limit, "
+        "882 M rows)", 1, 0, preset_choices, NULL, 0, NULL, TR_OPT_LOADER | TR_OPT_SHAPES_JOB}},
     {JOB_TRAIN, F(learning_rate), {"learning_rate", TR_OPT_DOUBLE, NULL, "24", "base learning rate", 0, 1e6, NULL,
         NULL, 0, NULL, 0}},
     {JOB_TRAIN, F(warmup_steps), {"warmup_steps", TR_OPT_INT64, NULL, "8000",
@@ -275,7 +290,8 @@ enum tr_status job_tier_of(const struct job_cfg *c, struct job_tier *t)
 static const char *const synthetic_flags[] = {"synthetic_dataset_cardinalities",
                                               "synthetic_dataset_num_numerical_features",
                                               "synthetic_dataset_train_batches", "synthetic_dataset_valid_batches",
-                                              "synthetic_ids"};
+                                              "synthetic_ids", "synthetic_dataset_multi_hot_sizes",
+                                              "synthetic_dataset_multi_hot_lengths"};
 
 /* "--name" or "TR_NAME", as the user gave option `name`. */
 static void flag_text(const struct job_cfg *c, const char *name, char *buf, size_t n)
@@ -435,8 +451,74 @@ enum tr_status job_check(const struct job_cfg *c, unsigned groups)
         LOG_HINT("for example --top_mlp_dims 1024,1024,512,256,1");
         return TR_ERR_ARG;
     }
+    if ((groups & JOB_DATA) && c->multi_hot.n && c->multi_hot.n != c->rows.n &&
+        c->dataset_type == JOB_DATA_SYNTHETIC) {
+        LOG_ERROR("--synthetic_dataset_multi_hot_sizes: %d sizes for %d tables (--synthetic_dataset_cardinalities)",
+                  c->multi_hot.n, c->rows.n);
+        LOG_HINT("give one size per table (1: one-hot), e.g. %dx1", c->rows.n);
+        return TR_ERR_ARG;
+    }
+    if ((groups & JOB_DATA) && c->preset == JOB_PRESET_CRITEO_TB_T0) {
+        TR_CHECK(tr_opt_exclusive(c->table, "preset", "synthetic_dataset_cardinalities",
+                                  "--preset criteo_tb_t0 gives the tables; drop one of them"));
+        TR_CHECK(tr_opt_exclusive(c->table, "preset", "dataset_path",
+                                  "--preset criteo_tb_t0 and a dataset each give the tables; drop one"));
+    }
+    if (groups & JOB_MODEL) { /* the words; their number too when the tables are known here */
+        const int known = (groups & JOB_DATA) && c->dataset_type == JOB_DATA_SYNTHETIC;
+        TR_CHECK(job_pooling(c, known ? c->rows.n : -1, NULL));
+    }
     if ((groups & JOB_DATA) && (groups & JOB_MODEL) && c->dataset_type == JOB_DATA_SYNTHETIC)
         return job_check_shape(c, c->num_numerical, c->rows.n, "--synthetic_dataset_cardinalities");
+    return TR_OK;
+}
+
+void job_synthetic_hot(const struct job_cfg *c, int32_t *hot)
+{
+    for (int t = 0; t < c->rows.n; t++)
+        hot[t] = t < c->multi_hot.n && c->multi_hot.v[t] > 1 ? (int32_t)c->multi_hot.v[t] : 0;
+}
+
+/* The pooling word w[0, n): 0 sum, 1 mean, -1 neither. */
+static int pooling_word(const char *w, size_t n)
+{
+    if (n == 3 && !strncmp(w, "sum", 3))
+        return 0;
+    if (n == 4 && !strncmp(w, "mean", 4))
+        return 1;
+    return -1;
+}
+
+enum tr_status job_pooling(const struct job_cfg *c, int ntables, uint8_t *mean)
+{
+    const char *p = c->pooling && *c->pooling ? c->pooling : "sum";
+    int n = 0;
+    for (const char *q = p;; q++) {
+        const char *e = strchr(q, ',');
+        const size_t len = e ? (size_t)(e - q) : strlen(q);
+        const int v = pooling_word(q, len);
+        if (v < 0) {
+            LOG_ERROR("--pooling %s: '%.*s' is neither sum nor mean", p, (int)TR_MIN(len, (size_t)64), q);
+            LOG_HINT("give sum or mean, for every table, or a comma-separated list with one per table");
+            return TR_ERR_ARG;
+        }
+        if (mean && n < ntables)
+            mean[n] = (uint8_t)v;
+        n++;
+        if (!e)
+            break;
+        q = e;
+    }
+    if (n == 1) {
+        for (int t = 1; mean && t < ntables; t++)
+            mean[t] = mean[0];
+        return TR_OK;
+    }
+    if (ntables >= 0 && n != ntables) {
+        LOG_ERROR("--pooling %s: %d words for %d tables", p, n, ntables);
+        LOG_HINT("give one word for every table, or one per table");
+        return TR_ERR_ARG;
+    }
     return TR_OK;
 }
 

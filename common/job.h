@@ -28,6 +28,7 @@ enum job_nonfinite { JOB_NONFINITE_ERROR = 0, JOB_NONFINITE_ZERO = 1 };
 enum job_interaction { JOB_INTERACT_DOT = 0, JOB_INTERACT_DCNV2 = 1 };
 enum job_backend { JOB_BACKEND_AUTO = 0, JOB_BACKEND_CPU = 1, JOB_BACKEND_CUDA = 2 };
 enum job_amp { JOB_AMP_OFF = 0, JOB_AMP_BF16 = 1, JOB_AMP_FP16 = 2 };
+enum job_preset { JOB_PRESET_NONE = 0, JOB_PRESET_DLRM_DCNV2_MLPERF = 1, JOB_PRESET_CRITEO_TB_T0 = 2 };
 
 struct job_cfg {
     /* JOB_DATA: where samples come from */
@@ -39,6 +40,10 @@ struct job_cfg {
     int64_t train_batches;        /* --synthetic_dataset_train_batches */
     int64_t test_batches;         /* --synthetic_dataset_valid_batches */
     int synthetic_ids;            /* enum job_ids */
+    struct tr_i64_list multi_hot; /* --synthetic_dataset_multi_hot_sizes: ids per sample of each
+                                     table (1: one-hot); empty: every table one-hot */
+    int multi_hot_variable;       /* --synthetic_dataset_multi_hot_lengths variable: a bag of
+                                     size h holds 0 to h ids */
     int nonfinite_inputs;         /* enum job_nonfinite: NaN/inf numerical inputs refused or zeroed */
     int shuffle_samples;          /* a seeded permutation of the training samples each epoch */
     int drop_last;                /* drop the last partial training batch (the seed's rule) */
@@ -55,6 +60,8 @@ struct job_cfg {
     int interaction;              /* enum job_interaction */
     int dcn_num_layers;           /* low-rank cross layers (dcnv2) */
     int dcn_low_rank_dim;         /* their rank r (dcnv2) */
+    char *pooling;                /* --pooling: sum or mean, for every table or one per table */
+    int preset;                   /* enum job_preset: the defaults it gives the flags not given */
     /* JOB_TRAIN */
     double learning_rate;
     int64_t warmup_steps, decay_start_step, decay_steps;
@@ -98,7 +105,7 @@ enum job_group {
  * most JOB_MAX_OPTS); the caller appends its own options and the TR_OPT_END entry,
  * parses with tr_opt_parse and frees with tr_opt_release (which frees c's strings
  * and lists). Sets c->table = o: o must start the table and outlive job_check. */
-#define JOB_MAX_OPTS 56
+#define JOB_MAX_OPTS 72
 int job_opts(struct job_cfg *c, unsigned groups, struct tr_opt *o);
 
 /* The checkpoint store's flags, declared once for every program that takes them
@@ -127,6 +134,25 @@ enum tr_status job_tier_of(const struct job_cfg *c, struct job_tier *out) TR_WUR
 
 /* Name of a store kind ("memory", "host", "file"). */
 const char *job_store_name(int store);
+
+/* --preset: gives each flag the preset sets (job.c lists them, each traced to its
+ * source) its value, unless the flag was given (c->table: the environment or the
+ * command line), so that a given flag always wins. Call it once after parsing,
+ * before the config is read; a second call changes nothing. TR_ERR_NOMEM. */
+enum tr_status job_apply_preset(struct job_cfg *c) TR_WUR;
+/* Name of a preset ("none", "dlrm_dcnv2_mlperf", "criteo_tb_t0"). */
+const char *job_preset_name(int preset);
+
+/* The synthetic dataset's tables' hotness in batch.h's terms: hot[t] = 0 for a
+ * one-hot table (size 1 or no --synthetic_dataset_multi_hot_sizes), else its
+ * size. hot: (c->rows.n). */
+void job_synthetic_hot(const struct job_cfg *c, int32_t *hot);
+
+/* --pooling for ntables tables: mean[t] = 1 where table t's bags are averaged, 0
+ * where they are summed (mean may be NULL: a check). TR_ERR_ARG (logged naming the
+ * flag) for a word other than sum or mean, or a list whose length is neither 1 nor
+ * ntables (ntables < 0: not known yet, the words only). */
+enum tr_status job_pooling(const struct job_cfg *c, int ntables, uint8_t *mean) TR_WUR;
 
 /* The test batch size in effect (--valid_batch_size, or --batch_size when 0). */
 int64_t job_test_batch(const struct job_cfg *c);

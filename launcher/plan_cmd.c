@@ -21,20 +21,6 @@
 #include "../loader_svc/feature_spec.h"
 #include "../worker/plan.h"
 
-/* Criteo Terabyte without a frequency threshold, the seed's "extra large" data
- * (882 million rows in all, 292 million in the largest table; the seed gives only
- * these two figures). Per-table counts are derived from peers.md section 7's
- * TorchRec list (frequency threshold 0, the closest published per-table counts):
- * tables under 1 M rows there are kept (their vocabularies are exhausted), the
- * largest (cat_19) is set to the seed's 292 M, and the other large tables are
- * scaled by one factor (4.599) so that the total is the seed's 882 M. */
-static const int64_t criteo_tb_t0[26] = {210783335, 36746, 17245, 7413,      20243, 3,        7114,
-                                         1441,      62,    134634691, 7230317, 345138,    10,       2209,
-                                         11267,     128,   4,         974,     14,        292000000, 52045081,
-                                         184391716, 452104, 12606,    104,     35};
-
-static const char *const preset_choices[] = {"none", "criteo_tb_t0", NULL};
-
 static double gib(int64_t b)
 {
     return (double)b / 1073741824.0;
@@ -47,9 +33,6 @@ void plan_cmd_opts(struct plan_cmd_cfg *c, struct tr_opt o[PLAN_CMD_MAX_OPTS])
      * copy of what each worker saves (the store is not opened) */
     k += job_store_opts(&c->checkpoint_dir, NULL, o + k);
     const struct tr_opt own[] = {
-        {"preset", TR_OPT_ENUM, &c->preset, "none",
-         "known cardinalities: criteo_tb_t0 (Criteo Terabyte, no frequency limit, 882 M rows)", 1, 0,
-         preset_choices, NULL, 0, NULL, 0},
         {"test_samples", TR_OPT_INT64, &c->test_samples, "0",
          "samples in the test split (rank 0 keeps their logits)", 0, 1e15, NULL, NULL, 0, NULL, 0},
         {"nodes", TR_OPT_INT, &c->nodes, "1", "nodes", 1, 1e6, NULL, NULL, 0, NULL, 0},
@@ -183,16 +166,20 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
                                     struct feature_spec_split *split, struct plan_shape *sh)
 {
     const struct job_cfg *job = &c->job;
-    /* the three sources of tables exclude each other, and a dataset's spec gives
-     * its numerical features too */
-    TR_CHECK(tr_opt_exclusive(opts, "preset", "synthetic_dataset_cardinalities",
-                              "--preset gives the tables; drop one of them"));
-    TR_CHECK(tr_opt_exclusive(opts, "preset", "dataset_path", "--preset and a dataset each give the tables; drop one"));
+    /* the three sources of tables exclude each other (--preset criteo_tb_t0 gives
+     * only tables, job_check refuses it beside the others), and a dataset's spec
+     * gives its numerical features too */
+    if (job->preset == JOB_PRESET_CRITEO_TB_T0) {
+        TR_CHECK(tr_opt_exclusive(opts, "preset", "synthetic_dataset_cardinalities",
+                                  "--preset criteo_tb_t0 gives the tables; drop one of them"));
+        TR_CHECK(tr_opt_exclusive(opts, "preset", "dataset_path",
+                                  "--preset criteo_tb_t0 and a dataset each give the tables; drop one"));
+        TR_CHECK(tr_opt_exclusive(opts, "preset", "feature_spec", "--feature_spec names a file in --dataset_path"));
+    }
     TR_CHECK(tr_opt_exclusive(opts, "dataset_path", "synthetic_dataset_cardinalities",
                               "the dataset's feature spec gives the tables; drop one of them"));
     TR_CHECK(tr_opt_exclusive(opts, "dataset_path", "synthetic_dataset_num_numerical_features",
                               "the dataset's feature spec gives the numerical features; drop one of them"));
-    TR_CHECK(tr_opt_exclusive(opts, "preset", "feature_spec", "--feature_spec names a file in --dataset_path"));
     if (tr_opt_given(opts, "feature_spec") && !job->dataset_path) {
         LOG_ERROR("--feature_spec needs --dataset_path");
         LOG_HINT("--feature_spec names the FeatureSpec file inside --dataset_path");
@@ -208,11 +195,6 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
                                 "--dataset_path plans for that dataset; drop --dataset_type synthetic");
     sh->num_features = job->num_numerical;
     sh->test_samples = c->test_samples;
-    if (c->preset == 1) {
-        sh->rows = criteo_tb_t0;
-        sh->ntables = 26;
-        return TR_OK;
-    }
     if (job->dataset_path) {
         char *path;
         TR_CHECK(tr_file_join_to(job->dataset_path, job->feature_spec, &path));
@@ -221,11 +203,12 @@ static enum tr_status plan_shape_of(const struct plan_cmd_cfg *c, struct tr_opt 
         TR_CHECK(rc);
         TR_CHECK(feature_spec_dlrm_split(fs, "train", split));
         sh->rows = split->rows;
+        sh->hot = split->hot;
         sh->ntables = split->ntables;
         sh->num_features = split->nnumerical;
         return TR_OK;
     }
-    if (tr_opt_find(opts, "synthetic_dataset_cardinalities")->set_by == 0) {
+    if (tr_opt_find(opts, "synthetic_dataset_cardinalities")->set_by == 0 && job->preset == JOB_PRESET_NONE) {
         LOG_ERROR("no tables: give --synthetic_dataset_cardinalities, --dataset_path or --preset");
         return TR_ERR_ARG;
     }
@@ -375,6 +358,7 @@ int plan_cmd_main(int argc, char **argv)
     struct feature_spec_split split = {0};
     struct plan_worker *w = NULL;
     struct kern_backend be = {0};
+    int32_t *hot = NULL;
     TR_CHECK_GOTO(tr_opt_parse(opts, argc, argv, NULL, &want), rc, exit);
     if (want & TR_OPT_WANT_HELP) {
         tr_opt_print_help(opts,
@@ -385,6 +369,7 @@ int plan_cmd_main(int argc, char **argv)
     }
     /* --dataset_path alone: its files say which type (as the workers decide) */
     TR_CHECK_GOTO(job_infer_dataset_type(&c.job, NULL, NULL), rc, exit);
+    TR_CHECK_GOTO(job_apply_preset(&c.job), rc, exit);
     c.job.ckpt_staging = c.checkpoints || (c.checkpoint_dir && *c.checkpoint_dir);
     /* --gpus_per_node (the workers' flag: one worker per GPU) gives the workers of a node */
     if (job->gpus_per_node > 0) {
@@ -399,12 +384,21 @@ int plan_cmd_main(int argc, char **argv)
     }
     struct plan_shape sh = {0};
     TR_CHECK_GOTO(plan_shape_of(&c, opts, &fs, &split, &sh), rc, exit);
+    TR_CHECK_GOTO(job_check(job, JOB_DATA | JOB_MODEL), rc, exit);
+    if (!job->dataset_path) { /* the synthetic tables' bags */
+        if (!(hot = tr_calloc((size_t)(sh.ntables ? sh.ntables : 1), sizeof *hot))) {
+            rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        job_synthetic_hot(job, hot);
+        sh.hot = hot;
+    }
     if (!job->dataset_path && job->batch_size > 0 && job->train_batches <= INT64_MAX / job->batch_size &&
         job->test_batches <= INT64_MAX / job_test_batch(job)) {
         /* synthetic data small enough to keep (DATASET_CACHE_BYTES) is kept on the
          * first node: by the loader, or by rank 0 when it reads in-process */
         const int64_t n[2] = {job->train_batches * job->batch_size, job->test_batches * job_test_batch(job)};
-        sh.source_cache = dataset_synthetic_cache_bytes(sh.num_features, sh.ntables, n, NULL);
+        sh.source_cache = dataset_synthetic_cache_bytes(sh.num_features, sh.ntables, sh.hot, n, NULL);
     }
     TR_CHECK_GOTO(job_check(job, JOB_MODEL | JOB_PARALLEL), rc, exit);
     TR_CHECK_GOTO(job_check_shape(job, sh.num_features, sh.ntables, "the model"), rc, exit);
@@ -477,6 +471,7 @@ int plan_cmd_main(int argc, char **argv)
 exit:
     kern_backend_close(&be);
     tr_free(w);
+    tr_free(hot);
     feature_spec_split_release(&split);
     feature_spec_release(&fs);
     tr_opt_release(opts);

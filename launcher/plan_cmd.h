@@ -18,7 +18,6 @@ extern "C" {
 
 struct plan_cmd_cfg {
     struct job_cfg job;
-    int preset;             /* 0 none, 1 criteo_tb_t0 */
     int64_t test_samples;
     int nodes, per_node;
     int64_t memory;         /* per worker (its backend's memory: GPU memory on cuda); 0: no limit */

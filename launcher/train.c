@@ -469,6 +469,8 @@ int train_cmd_main(int argc, char **argv)
         rc = tr_opt_parse(opts, argc2, argv2, NULL, &want);
         argv = argv2;
     }
+    if (rc == TR_OK && !want) /* --preset: the flags not given (the workers and the loader apply it too) */
+        rc = job_apply_preset(&cfg.w.job);
     if (rc != TR_OK) {
         code = tr_status_exit_code(rc);
     } else if (want & TR_OPT_WANT_HELP) {

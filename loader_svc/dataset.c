@@ -17,25 +17,31 @@ enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg 
     d->num_features = cfg->num_features;
     d->ntables = cfg->ntables;
     d->rows = tr_malloc((size_t)(cfg->ntables ? cfg->ntables : 1) * sizeof(int64_t));
+    d->hot = tr_calloc((size_t)(cfg->ntables ? cfg->ntables : 1), sizeof(int32_t));
     d->source = tr_strdup("synthetic");
-    if (!d->rows || !d->source)
+    if (!d->rows || !d->hot || !d->source)
         return TR_ERR_NOMEM;
     memcpy(d->rows, cfg->rows, (size_t)cfg->ntables * sizeof(int64_t));
+    if (cfg->hot)
+        memcpy(d->hot, cfg->hot, (size_t)cfg->ntables * sizeof(int32_t));
     d->synth = *cfg;
     d->synth.rows = d->rows;
+    d->synth.hot = d->hot;
+    d->variable = cfg->variable;
     d->nsamples[BATCH_TRAIN] = ntrain;
     d->nsamples[BATCH_TEST] = ntest;
-    (void)dataset_synthetic_cache_bytes(cfg->num_features, cfg->ntables, d->nsamples, d->keep);
+    (void)dataset_synthetic_cache_bytes(cfg->num_features, cfg->ntables, d->hot, d->nsamples, d->keep);
     return TR_OK;
 }
 
-int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int64_t nsamples[2], int keep[2])
+int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int32_t *hot, const int64_t nsamples[2],
+                                      int keep[2])
 {
     int64_t total = 0;
     for (int s = 0; s < 2; s++) { /* BATCH_TRAIN first */
         /* a sample takes at least 4 bytes (its label): more samples than that never fit */
         const int64_t b = nsamples[s] > 0 && nsamples[s] <= DATASET_CACHE_BYTES / 4
-                              ? batch_bytes(nsamples[s], num_features, ntables)
+                              ? batch_bytes(nsamples[s], num_features, ntables, hot)
                               : -1;
         const int k = b >= 0 && b <= DATASET_CACHE_BYTES - total;
         if (k)
@@ -55,7 +61,7 @@ static enum tr_status synth_cached(struct dataset *d, enum batch_split s, struct
         return TR_OK;
     if (!d->cache[s]) {
         struct batch *c;
-        TR_CHECK(batch_new(d->nsamples[s], d->num_features, d->ntables, &c));
+        TR_CHECK(batch_new(d->nsamples[s], d->num_features, d->ntables, d->hot, &c));
         enum tr_status rc = synth_fill(&d->synth, s, 0, d->nsamples[s], c);
         if (rc != TR_OK) {
             batch_free(&c);
@@ -84,9 +90,12 @@ enum tr_status dataset_open_split_binary(struct dataset *d, const char *dir, con
     d->num_features = L->nnumerical;
     d->ntables = L->ntables;
     d->rows = tr_malloc((size_t)(L->ntables ? L->ntables : 1) * sizeof(int64_t));
-    if (!d->rows)
+    d->hot = tr_calloc((size_t)(L->ntables ? L->ntables : 1), sizeof(int32_t));
+    if (!d->rows || !d->hot)
         return TR_ERR_NOMEM;
     memcpy(d->rows, L->rows, (size_t)L->ntables * sizeof(int64_t));
+    memcpy(d->hot, L->hot, (size_t)L->ntables * sizeof(int32_t));
+
     d->nsamples[BATCH_TRAIN] = d->sb[BATCH_TRAIN].nsamples;
     d->nsamples[BATCH_TEST] = d->sb[BATCH_TEST].nsamples;
     return TR_OK;
@@ -134,6 +143,7 @@ void dataset_close(struct dataset *d)
     batch_free(&d->cache[BATCH_TRAIN]);
     batch_free(&d->cache[BATCH_TEST]);
     tr_free(d->rows);
+    tr_free(d->hot);
     tr_free(d->source);
     memset(d, 0, sizeof *d);
 }

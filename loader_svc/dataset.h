@@ -23,6 +23,8 @@ struct dataset {
     int num_features;
     int ntables;
     int64_t *rows;       /* (ntables) rows of each table, owned */
+    int32_t *hot;        /* (ntables) each table's hotness (batch.h: 0 one-hot), owned */
+    int variable;        /* synthetic: multi-hot bags of variable length */
     int64_t nsamples[2];  /* per split */
     char *source;         /* "synthetic" or the FeatureSpec path, for messages */
     struct synth_cfg synth;
@@ -41,11 +43,13 @@ struct dataset {
 #define DATASET_CACHE_BYTES ((int64_t)256 << 20)
 
 /* Which synthetic splits of these sizes are kept (keep[s], may be NULL) and the bytes
- * they take: what `terarec plan` counts on the first node. */
-int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int64_t nsamples[2], int keep[2]);
+ * they take: what `terarec plan` counts on the first node. hot: the tables'
+ * hotness (batch.h; NULL: one-hot). */
+int64_t dataset_synthetic_cache_bytes(int num_features, int ntables, const int32_t *hot, const int64_t nsamples[2],
+                                      int keep[2]);
 
-/* The synthetic dataset with ntrain / ntest samples. cfg->rows is copied. Its
- * splits are kept in memory when they fit DATASET_CACHE_BYTES. */
+/* The synthetic dataset with ntrain / ntest samples. cfg->rows and cfg->hot are
+ * copied. Its splits are kept in memory when they fit DATASET_CACHE_BYTES. */
 enum tr_status dataset_open_synthetic(struct dataset *d, const struct synth_cfg *cfg, int64_t ntrain,
                                       int64_t ntest) TR_WUR;
 

@@ -16,6 +16,7 @@
 #include "../common/alloc.h"
 #include "../common/check.h"
 #include "../common/file.h"
+#include "batch.h"
 
 struct ctx {
     yaml_document_t *doc;
@@ -80,6 +81,46 @@ static void free_list(char **v, int n)
     tr_free(v);
 }
 
+/* A positive integer scalar of at most max into *out; 0 when it is not one. */
+static int positive_int(const char *s, int64_t max, int32_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || v < 1 || v > max)
+        return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+/* A feature's multi-hot keys: hotness (a positive integer, or "variable" with
+ * max_hotness) and lengths_dtype. */
+static enum tr_status read_hotness(const struct ctx *c, yaml_node_t *v, struct feature_spec_feature *f)
+{
+    yaml_node_t *hn = map_get(c, v, "hotness"), *mn = map_get(c, v, "max_hotness"),
+                *ln = map_get(c, v, "lengths_dtype");
+    if (hn && scalar(hn) && !strcmp(scalar(hn), "variable"))
+        f->variable = 1;
+    else if (hn && !positive_int(scalar(hn), BATCH_MAX_HOT, &f->hotness))
+        return bad(c, hn, f->name, "has a hotness that is neither an integer in [1, 65535] nor 'variable'");
+    if (mn && !positive_int(scalar(mn), BATCH_MAX_HOT, &f->max_hotness))
+        return bad(c, mn, f->name, "has a max_hotness that is not an integer in [1, 65535]");
+    if (f->variable && !mn)
+        return bad(c, hn, f->name, "has hotness 'variable' but no max_hotness (the most ids a sample holds)");
+    if (!f->variable && mn && f->max_hotness != f->hotness)
+        return bad(c, mn, f->name, "has a max_hotness other than its fixed hotness");
+    if (ln) {
+        const char *ls = scalar(ln);
+        if (!f->variable)
+            return bad(c, ln, f->name, "has lengths_dtype but not hotness 'variable'");
+        if (!ls || (strcmp(ls, "uint8") && strcmp(ls, "uint16") && strcmp(ls, "int32")))
+            return bad(c, ln, f->name, "has a lengths_dtype other than uint8, uint16 or int32");
+        if (!(f->lengths_dtype = tr_strdup(ls)))
+            return TR_ERR_NOMEM;
+    }
+    return TR_OK;
+}
+
 static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struct feature_spec *fs)
 {
     if (!fsn || fsn->type != YAML_MAPPING_NODE)
@@ -127,6 +168,7 @@ static enum tr_status read_features(const struct ctx *c, yaml_node_t *fsn, struc
             else
                 f->cardinality = cv;
         }
+        TR_CHECK(read_hotness(c, v, f));
     }
     return TR_OK;
 }
@@ -333,11 +375,37 @@ enum tr_status feature_spec_read(const char *path, struct feature_spec *fs)
         yaml_node_t *const nodes[3] = {cat, num, lab};
         TR_CHECK_GOTO(check_channel_dups(&c, fs, nodes), rc, exit);
     }
-    { /* metadata is optional and free-form; only vocabulary_rows is read, when it is a scalar */
+    { /* metadata is optional and free-form; vocabulary_rows is read when it is a
+       * scalar, format_version must be a version this build knows */
         yaml_node_t *md = map_get(&c, root, "metadata");
         const char *vr = md && md->type == YAML_MAPPING_NODE ? scalar(map_get(&c, md, "vocabulary_rows")) : NULL;
         if (vr && !(fs->vocabulary_rows = tr_strdup(vr))) {
             rc = TR_ERR_NOMEM;
+            goto exit;
+        }
+        yaml_node_t *fv = md && md->type == YAML_MAPPING_NODE ? map_get(&c, md, "format_version") : NULL;
+        int32_t ver = 1;
+        if (fv && !positive_int(scalar(fv), 1000000, &ver)) {
+            rc = bad(&c, fv, "metadata.format_version", "is not a positive integer");
+            goto exit;
+        }
+        if (ver > FEATURE_SPEC_FORMAT_VERSION) {
+            LOG_ERROR("feature spec '%s': metadata.format_version %d is newer than this terarec reads (%d) (line %d)",
+                      path, (int)ver, FEATURE_SPEC_FORMAT_VERSION, line_of(fv));
+            LOG_HINT("read it with the terarec that wrote it, or a newer one");
+            rc = TR_ERR_FORMAT;
+            goto exit;
+        }
+        fs->format_version = ver;
+        for (int i = 0; i < fs->nfeatures && ver < 2; i++) {
+            if (fs->features[i].hotness <= 1 && !fs->features[i].variable)
+                continue;
+            LOG_ERROR("feature spec '%s': feature '%s' is multi-hot (hotness), which needs metadata.format_version "
+                      "2; this spec is version %d",
+                      path, fs->features[i].name, (int)ver);
+            LOG_HINT("a reader of version 1 would take its ids for one per sample; add format_version: 2 to "
+                     "metadata");
+            rc = TR_ERR_FORMAT;
             goto exit;
         }
     }
@@ -354,6 +422,7 @@ void feature_spec_release(struct feature_spec *fs)
     for (int i = 0; i < fs->nfeatures; i++) {
         tr_free(fs->features[i].name);
         tr_free(fs->features[i].dtype);
+        tr_free(fs->features[i].lengths_dtype);
     }
     tr_free(fs->features);
     for (int i = 0; i < fs->nmappings; i++) {
@@ -419,6 +488,7 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
     fputs("\n  numerical: ", fp);
     put_list(fp, fs->numerical, fs->nnumerical);
     fputs("\nfeature_spec:\n", fp);
+    int multi = 0;
     for (int i = 0; i < fs->nfeatures; i++) {
         const struct feature_spec_feature *f = &fs->features[i];
         fputs("  ", fp);
@@ -428,11 +498,27 @@ enum tr_status feature_spec_write(const struct feature_spec *fs, FILE *fp)
             fprintf(fp, "cardinality: %lld, ", (long long)f->cardinality);
         fputs("dtype: ", fp);
         put_name(fp, f->dtype ? f->dtype : "float32");
+        if (f->variable) {
+            fputs(", hotness: variable", fp);
+            if (f->lengths_dtype) {
+                fputs(", lengths_dtype: ", fp);
+                put_name(fp, f->lengths_dtype);
+            }
+            fprintf(fp, ", max_hotness: %d", (int)f->max_hotness);
+        } else if (f->hotness > 1) {
+            fprintf(fp, ", hotness: %d", (int)f->hotness);
+        }
         fputs("}\n", fp);
+        multi |= f->variable || f->hotness > 1;
     }
-    if (fs->vocabulary_rows) {
-        fputs("metadata: {vocabulary_rows: ", fp);
-        put_name(fp, fs->vocabulary_rows);
+    if (fs->vocabulary_rows || multi) {
+        fputs("metadata: {", fp);
+        if (multi)
+            fprintf(fp, "format_version: %d%s", FEATURE_SPEC_FORMAT_VERSION, fs->vocabulary_rows ? ", " : "");
+        if (fs->vocabulary_rows) {
+            fputs("vocabulary_rows: ", fp);
+            put_name(fp, fs->vocabulary_rows);
+        }
         fputs("}\nsource_spec:\n", fp);
     } else {
         fputs("metadata: {}\nsource_spec:\n", fp);
@@ -482,6 +568,11 @@ const char *feature_spec_dtype_name(enum kern_dtype t)
     return "?";
 }
 
+const char *feature_spec_lengths_dtype(int64_t max_hotness)
+{
+    return max_hotness < 256 ? "uint8" : max_hotness < 65536 ? "uint16" : "int32";
+}
+
 static const struct feature_spec_feature *find_feature(const struct feature_spec *fs, const char *name)
 {
     for (int i = 0; i < fs->nfeatures; i++)
@@ -527,6 +618,25 @@ static enum tr_status chunk_file(const struct feature_spec *fs, const char *spli
         return TR_ERR_FORMAT;
     }
     return join_path(fs->dir, ch->files[0], out);
+}
+
+/* Checks that `ch` is split_binary with `nfiles` files and returns the joined path
+ * of file k. */
+static enum tr_status chunk_file_k(const struct feature_spec *fs, const char *split,
+                                   const struct feature_spec_chunk *ch, const char *feature, int nfiles, int k,
+                                   char **out)
+{
+    if (ch && !strcmp(ch->type, "split_binary") && ch->nfiles != nfiles) {
+        LOG_ERROR("feature spec '%s': source_spec.%s chunk of '%s' lists %d files; a feature of variable hotness "
+                  "has %d: its ids, then its per-sample lengths",
+                  fs->path, split, feature, ch->nfiles, nfiles);
+        return TR_ERR_FORMAT;
+    }
+    if (!ch || strcmp(ch->type, "split_binary") != 0 || nfiles == 1) {
+        TR_ASSERT(k == 0);
+        return chunk_file(fs, split, ch, feature, out);
+    }
+    return join_path(fs->dir, ch->files[k], out);
 }
 
 enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char *split, struct feature_spec_split *out)
@@ -582,9 +692,28 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
     out->cat_paths = tr_calloc((size_t)nc, sizeof *out->cat_paths);
     out->cat_dtype = tr_calloc((size_t)nc, sizeof *out->cat_dtype);
     out->rows = tr_calloc((size_t)nc, sizeof *out->rows);
-    if (!out->cat_paths || !out->cat_dtype || !out->rows) {
+    out->hot = tr_calloc((size_t)nc, sizeof *out->hot);
+    out->variable = tr_calloc((size_t)nc, sizeof *out->variable);
+    out->len_paths = tr_calloc((size_t)nc, sizeof *out->len_paths);
+    out->len_size = tr_calloc((size_t)nc, sizeof *out->len_size);
+    if (!out->cat_paths || !out->cat_dtype || !out->rows || !out->hot || !out->variable || !out->len_paths ||
+        !out->len_size) {
         rc = TR_ERR_NOMEM;
         goto fail;
+    }
+    /* the label and the numerical features are one value per sample */
+    for (int i = 0; i < fs->nfeatures; i++) {
+        const struct feature_spec_feature *f = &fs->features[i];
+        int cat = 0;
+        for (int j = 0; j < fs->ncategorical; j++)
+            cat |= !strcmp(fs->categorical[j], f->name);
+        if ((f->variable || f->hotness > 1) && !cat) {
+            LOG_ERROR("feature spec '%s': feature '%s' has a hotness but is not categorical; only categorical "
+                      "features may be multi-hot",
+                      fs->path, f->name);
+            rc = TR_ERR_FORMAT;
+            goto fail;
+        }
     }
     for (int i = 0; i < fs->ncategorical; i++) {
         const char *name = fs->categorical[i];
@@ -596,7 +725,10 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
             goto fail;
         }
         const struct feature_spec_chunk *ch = find_chunk(m, name);
-        TR_CHECK_GOTO(chunk_file(fs, split, ch, name, &out->cat_paths[i]), rc, fail);
+        const int var = f->variable != 0;
+        TR_CHECK_GOTO(chunk_file_k(fs, split, ch, name, var ? 2 : 1, 0, &out->cat_paths[i]), rc, fail);
+        if (var)
+            TR_CHECK_GOTO(chunk_file_k(fs, split, ch, name, 2, 1, &out->len_paths[i]), rc, fail);
         if (ch->nfeatures != 1) {
             LOG_ERROR("feature spec '%s': categorical feature '%s' must be alone in its chunk", fs->path, name);
             rc = TR_ERR_FORMAT;
@@ -618,6 +750,20 @@ enum tr_status feature_spec_dlrm_split(const struct feature_spec *fs, const char
         }
         out->cat_dtype[i] = t;
         out->rows[i] = f->cardinality;
+        out->variable[i] = (uint8_t)var;
+        out->hot[i] = var ? f->max_hotness : f->hotness > 1 ? f->hotness : 0;
+        if (var) {
+            const char *ld = f->lengths_dtype ? f->lengths_dtype : feature_spec_lengths_dtype(f->max_hotness);
+            out->len_size[i] = !strcmp(ld, "uint8") ? 1 : !strcmp(ld, "uint16") ? 2 : 4;
+            if ((out->len_size[i] == 1 && f->max_hotness > 255) ||
+                (out->len_size[i] == 2 && f->max_hotness > 65535)) {
+                LOG_ERROR("feature spec '%s': categorical feature '%s' has max_hotness %d, which lengths_dtype %s "
+                          "cannot hold",
+                          fs->path, name, (int)f->max_hotness, ld);
+                rc = TR_ERR_FORMAT;
+                goto fail;
+            }
+        }
     }
     return TR_OK;
 fail:
@@ -633,7 +779,14 @@ void feature_spec_split_release(struct feature_spec_split *s)
         for (int i = 0; i < s->ntables; i++)
             tr_free(s->cat_paths[i]);
     tr_free(s->cat_paths);
+    if (s->len_paths)
+        for (int i = 0; i < s->ntables; i++)
+            tr_free(s->len_paths[i]);
+    tr_free(s->len_paths);
     tr_free(s->cat_dtype);
     tr_free(s->rows);
+    tr_free(s->hot);
+    tr_free(s->variable);
+    tr_free(s->len_size);
     memset(s, 0, sizeof *s);
 }

@@ -186,6 +186,7 @@ enum tr_status loader_run(const struct loader_cfg *c, volatile int *stop, struct
         train.num_features,
         train.ntables,
         train.rows,
+        train.hot,
         {train.nsamples[0], train.nsamples[1]},
         {train.batch[0], train.batch[1]},
         {train.nbatches[0], train.nbatches[1]},

@@ -70,6 +70,8 @@ int main(int argc, char **argv)
         sigaction(SIGUSR2, &sa, NULL);
         rc = job_infer_dataset_type(&cfg.job, NULL, NULL); /* --dataset_path alone: its files say which type */
         if (rc == TR_OK)
+            rc = job_apply_preset(&cfg.job); /* --preset: the flags not given */
+        if (rc == TR_OK)
             rc = loader_run(&cfg, &stop_flag, &requests);
         if (tr_status_exit_code(rc) == 1)
             LOG_ERROR("loader failed: %s", tr_strerror(rc));

@@ -131,6 +131,11 @@ const int64_t *ring_rows(const struct ring *r)
     return (const int64_t *)((const char *)r->h + r->h->off_rows);
 }
 
+const int32_t *ring_hot(const struct ring *r)
+{
+    return (const int32_t *)((const char *)r->h + r->h->off_hot);
+}
+
 static void futex_wake(_Atomic uint32_t *w)
 {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
@@ -220,9 +225,13 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
     if (slots < 1 || sh->ntables < 0 || sh->num_features < 0)
         return TR_ERR_ARG;
     const int64_t cap = TR_MAX(sh->batch[0], sh->batch[1]);
-    const int64_t slot_bytes = align_up(batch_bytes(cap, sh->num_features, sh->ntables), 4096);
+    const int64_t bb = batch_bytes(cap, sh->num_features, sh->ntables, sh->hot);
+    if (bb < 0)
+        return TR_ERR_ARG;
+    const int64_t slot_bytes = align_up(bb, 4096);
     const int64_t off_rows = align_up((int64_t)sizeof(struct ring_hdr), 64);
-    const int64_t off_nf = align_up(off_rows + 8 * (int64_t)sh->ntables, 64);
+    const int64_t off_hot = align_up(off_rows + 8 * (int64_t)sh->ntables, 64);
+    const int64_t off_nf = align_up(off_hot + 4 * (int64_t)sh->ntables, 64);
     const int64_t off_gen = align_up(off_nf + 8 * 2 * 2 * (int64_t)slots, 64);
     const int64_t off_slots = align_up(off_gen + 8 * (int64_t)slots, 4096);
     const int64_t total = off_slots + 2 * (int64_t)slots * slot_bytes;
@@ -267,15 +276,18 @@ enum tr_status ring_create(struct ring *r, const char *name, int slots, const st
         h->nbatches[k] = sh->nbatches[k];
     }
     h->off_rows = off_rows;
+    h->off_hot = off_hot;
     h->off_nf = off_nf;
     h->off_gen = off_gen;
     h->off_slots = off_slots;
     snprintf(h->desc, sizeof h->desc, "%s", sh->desc ? sh->desc : "");
     memcpy((char *)h + off_rows, sh->rows, 8 * (size_t)sh->ntables);
+    if (sh->hot)
+        memcpy((char *)h + off_hot, sh->hot, 4 * (size_t)sh->ntables);
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < slots; i++)
-            TR_CHECK(
-                batch_format(ring_slot(r, s, (uint64_t)i), slot_bytes, sh->batch[s], sh->num_features, sh->ntables));
+            TR_CHECK(batch_format(ring_slot(r, s, (uint64_t)i), slot_bytes, sh->batch[s], sh->num_features,
+                                  sh->ntables, sh->hot));
     h->version = RING_VERSION;
     atomic_store(&h->loader_pid, (int32_t)getpid());
     TR_CHECK(hb_start(r));
@@ -296,7 +308,9 @@ static enum tr_status check_hdr(const struct ring *r, int64_t size)
     } else if (h->version != RING_VERSION) {
         field = "version";
     } else if (h->slots < 1 || h->ntables < 0 || h->num_features < 0 || h->batch[0] < 1 || h->batch[1] < 1 ||
-               h->slot_bytes < batch_bytes(TR_MAX(h->batch[0], h->batch[1]), h->num_features, h->ntables) ||
+               h->off_hot < h->off_rows || h->off_hot + 4 * (int64_t)h->ntables > h->off_nf ||
+               h->slot_bytes < batch_bytes(TR_MAX(h->batch[0], h->batch[1]), h->num_features, h->ntables,
+                                           (const int32_t *)((const char *)h + h->off_hot)) ||
                h->off_gen + 8 * (int64_t)h->slots > h->off_slots ||
                h->off_slots + 2 * h->slots * h->slot_bytes > size || h->total_bytes > size) {
         field = "slot size";

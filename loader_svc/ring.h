@@ -6,6 +6,7 @@
  *   struct ring_hdr            magic, version, loader pid at fixed offsets first;
  *                              then the shape, the streams' counters, heartbeats
  *   rows   (ntables) i64       at hdr.off_rows: rows of each embedding table
+ *   hot    (ntables) i32       at hdr.off_hot: each table's hotness (batch.h)
  *   nf     (2, K) i64          at hdr.off_nf: per slot, the NaN/inf values the
  *                              loader had replaced when it filled the slot (per split)
  *   gen    (K) u64             at hdr.off_gen: per training slot, the seek generation
@@ -60,7 +61,7 @@ extern "C" {
 #endif
 
 #define RING_MAGIC 0x474e5254u /* "TRNG" */
-#define RING_VERSION 3u
+#define RING_VERSION 4u /* 4: the tables' hotness (multi-hot slots) */
 #define RING_NAME_MAX 200
 #define RING_STALE_S 3.0 /* a heartbeat older than this: the peer is gone */
 
@@ -88,6 +89,7 @@ struct ring_hdr {
     int64_t start[2]; /* --start_position: epoch and batch of the first training batch */
     int64_t nsamples[2], batch[2], nbatches[2];
     int64_t off_rows, off_nf, off_gen, off_slots;
+    int64_t off_hot;
     char desc[256]; /* "synthetic" or the FeatureSpec path */
     /* the streams */
     _Atomic uint64_t head[2], tail[2];
@@ -117,6 +119,7 @@ struct ring {
 struct ring_shape {
     int num_features, ntables;
     const int64_t *rows;
+    const int32_t *hot; /* (ntables) batch.h's hotness, copied; NULL: one-hot */
     int64_t nsamples[2], batch[2], nbatches[2];
     int shuffle_samples, drop_last, shuffle_batches;
     int64_t seed;
@@ -160,6 +163,7 @@ struct batch *ring_slot(const struct ring *r, int s, uint64_t i);
 /* Per-slot counters of replaced NaN/inf values ((2) per slot: train, test). */
 int64_t *ring_slot_nf(const struct ring *r, int s, uint64_t i);
 const int64_t *ring_rows(const struct ring *r);
+const int32_t *ring_hot(const struct ring *r);
 
 /* The seek generation training slot i was filled under. */
 _Atomic uint64_t *ring_slot_gen(const struct ring *r, uint64_t i);

@@ -121,10 +121,17 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
     r->batch[BATCH_TRAIN] = job->batch_size;
     r->batch[BATCH_TEST] = job_test_batch(job);
     if (job->dataset_type == JOB_DATA_SYNTHETIC) {
+        int32_t *hot = tr_calloc((size_t)(job->rows.n ? job->rows.n : 1), sizeof *hot);
+        if (!hot)
+            return TR_ERR_NOMEM;
+        job_synthetic_hot(job, hot);
         struct synth_cfg sc = {(uint64_t)job->seed, job->num_numerical, job->rows.n, job->rows.v,
-                               job->synthetic_ids == JOB_IDS_UNIFORM ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW};
-        TR_CHECK(dataset_open_synthetic(&r->ds, &sc, job->train_batches * r->batch[BATCH_TRAIN],
-                                        job->test_batches * r->batch[BATCH_TEST]));
+                               job->synthetic_ids == JOB_IDS_UNIFORM ? SYNTH_IDS_UNIFORM : SYNTH_IDS_POWERLAW, hot,
+                               job->multi_hot_variable};
+        enum tr_status rc = dataset_open_synthetic(&r->ds, &sc, job->train_batches * r->batch[BATCH_TRAIN],
+                                                   job->test_batches * r->batch[BATCH_TEST]);
+        tr_free(hot); /* the dataset keeps its copy */
+        TR_CHECK(rc);
     } else {
         TR_CHECK(dataset_open_split_binary(&r->ds, job->dataset_path, job->feature_spec));
         dataset_set_nonfinite(&r->ds, job->nonfinite_inputs == JOB_NONFINITE_ZERO ? SB_NONFINITE_ZERO
@@ -155,10 +162,11 @@ enum tr_status source_open_reader(struct source *s, const struct job_cfg *job)
     s->num_features = d->num_features;
     s->ntables = d->ntables;
     s->rows = d->rows;
+    s->hot = d->hot;
     s->desc = d->source;
     s->nonfinite_replaced = d->nonfinite_replaced;
     if (d->kind == DATASET_SYNTHETIC)
-        s->cache_bytes = dataset_synthetic_cache_bytes(d->num_features, d->ntables, d->nsamples, NULL);
+        s->cache_bytes = dataset_synthetic_cache_bytes(d->num_features, d->ntables, d->hot, d->nsamples, NULL);
     for (int k = 0; k < 2; k++) {
         s->nsamples[k] = d->nsamples[k];
         s->batch[k] = r->batch[k];

@@ -60,6 +60,9 @@ struct source {
                                           (--nonfinite_inputs zero); valid while open */
     int64_t cache_bytes;      /* what it keeps in this process's memory: the reader's synthetic
                                  splits (DATASET_CACHE_BYTES); 0 for the loader's ring */
+    const int32_t *hot;       /* (ntables) each table's hotness (batch.h: 0 one-hot, h > 0 bags
+                                 of up to h ids); the blocks it fills are formatted with it;
+                                 valid while open */
 };
 
 /* The in-process reader of the job's dataset (synthetic, or split binary with its

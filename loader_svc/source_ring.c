@@ -23,20 +23,22 @@ struct rsrc {
     uint32_t carry; /* request flags of dropped training batches, for the next one served */
 };
 
-/* Copies the n samples of src into dst (same shape, any capacities). */
-static void copy_batch(struct batch *dst, const struct batch *src)
+/* Copies the n samples of src into dst (same shape, any capacities); TR_ERR_FORMAT
+ * (logged) when src's bags are not valid ones. */
+static enum tr_status copy_batch(const struct rsrc *q, struct batch *dst, const struct batch *src)
 {
-    const int64_t n = src->n;
-    memcpy(batch_num(dst), batch_num(src), (size_t)(n * src->num_ld) * sizeof(float));
-    memcpy(batch_labels(dst), batch_labels(src), (size_t)n * sizeof(float));
-    for (int t = 0; t < src->ntables; t++)
-        memcpy(batch_cat(dst) + t * dst->cap, batch_cat(src) + t * src->cap, (size_t)n * sizeof(int32_t));
-    dst->n = n;
+    if (batch_copy_samples(dst, src, 0, NULL, src->n) != TR_OK) {
+        LOG_ERROR("ring '%s': the loader's batch %lld:%lld holds offsets that are not bags of its tables", q->ring.name,
+                  (long long)src->epoch, (long long)src->index);
+        LOG_HINT("the loader and the worker must be the same terarec build");
+        return TR_ERR_FORMAT;
+    }
     dst->index = src->index;
     dst->epoch = src->epoch;
     dst->seed = src->seed;
     dst->split = src->split;
     dst->flags = src->flags; /* the loader's requests (batch.h) */
+    return TR_OK;
 }
 
 static enum tr_status loader_gone(struct rsrc *q, const char *what)
@@ -78,9 +80,9 @@ static enum tr_status take(struct rsrc *q, int s, struct batch *b)
         ring_wake_peer(&q->ring);
     }
     const struct batch *slot = ring_slot(&q->ring, s, t);
-    if (slot->n > b->cap || slot->num_features != b->num_features || slot->ntables != b->ntables)
+    if (slot->n > b->cap || slot->num_features != b->num_features || !batch_same_hot(slot, b))
         return TR_ERR_ARG;
-    copy_batch(b, slot);
+    TR_CHECK(copy_batch(q, b, slot));
     if (s == BATCH_TRAIN) {
         b->flags |= q->carry;
         q->carry = 0;
@@ -223,6 +225,7 @@ enum tr_status source_open_ring(struct source *s, const char *name, double timeo
     s->num_features = h->num_features;
     s->ntables = h->ntables;
     s->rows = ring_rows(&q->ring);
+    s->hot = ring_hot(&q->ring);
     s->desc = h->desc;
     s->nonfinite_replaced = q->nf;
     for (int k = 0; k < 2; k++) {

@@ -96,8 +96,78 @@ static enum tr_status check_split_unchanged(const struct sb_split *s)
 {
     TR_CHECK(check_unchanged(&s->label));
     TR_CHECK(check_unchanged(&s->numerical));
-    for (int t = 0; t < s->layout.ntables; t++)
+    for (int t = 0; t < s->layout.ntables; t++) {
         TR_CHECK(check_unchanged(&s->cat[t]));
+        TR_CHECK(check_unchanged(&s->len[t]));
+    }
+    return TR_OK;
+}
+
+/* Length of sample i of variable feature t. */
+static int64_t len_at(const struct sb_split *s, int t, int64_t i)
+{
+    const void *p = s->len[t].data;
+    switch (s->layout.len_size[t]) {
+    case 1: return ((const uint8_t *)p)[i];
+    case 2: return ((const uint16_t *)p)[i];
+    default: return ((const int32_t *)p)[i];
+    }
+}
+
+/* The position of sample i's first id in variable feature t's ids. */
+static int64_t bag_start(const struct sb_split *s, int t, int64_t i)
+{
+    int64_t o = s->index[t][i / SB_INDEX_STRIDE];
+    for (int64_t r = i / SB_INDEX_STRIDE * SB_INDEX_STRIDE; r < i; r++)
+        o += len_at(s, t, r);
+    return o;
+}
+
+/* Reads variable feature t's lengths once: each at most max_hotness (else
+ * TR_ERR_FORMAT naming the file and the row), the sparse index, and the ids file
+ * holding exactly their sum. */
+static enum tr_status index_lengths(struct sb_split *s, int t)
+{
+    const struct feature_spec_split *L = &s->layout;
+    const int64_t n = s->nsamples, nb = n / SB_INDEX_STRIDE + 1, hot = L->hot[t];
+    int64_t *idx = tr_malloc((size_t)(nb + 1) * sizeof *idx);
+    if (!idx)
+        return TR_ERR_NOMEM;
+    s->index[t] = idx;
+    int64_t bad = INT64_MAX;
+    /* idx[j + 1] = the ids of block j for now, then prefix sums */
+#pragma omp parallel for schedule(static) reduction(min : bad)
+    for (int64_t j = 0; j < nb; j++) {
+        int64_t sum = 0;
+        const int64_t r1 = TR_MIN(n, (j + 1) * SB_INDEX_STRIDE);
+        for (int64_t r = j * SB_INDEX_STRIDE; r < r1; r++) {
+            const int64_t len = len_at(s, t, r);
+            if (len < 0 || len > hot)
+                bad = TR_MIN(bad, r);
+            sum += len;
+        }
+        idx[j + 1] = sum;
+    }
+    if (bad != INT64_MAX) {
+        LOG_ERROR("dataset file '%s': row %lld (sample %lld) has length %lld; the feature's max_hotness is %lld",
+                  L->len_paths[t], (long long)bad, (long long)bad, (long long)len_at(s, t, bad), (long long)hot);
+        LOG_HINT("the lengths file holds the number of ids of every sample, at most max_hotness in the feature spec");
+        return TR_ERR_FORMAT;
+    }
+    idx[0] = 0;
+    for (int64_t j = 0; j < nb; j++)
+        idx[j + 1] += idx[j];
+    const size_t per = kern_dtype_size(L->cat_dtype[t]);
+    const uint64_t want = (uint64_t)idx[nb] * per;
+    if ((uint64_t)s->cat[t].bytes != want) {
+        LOG_ERROR("dataset file '%s' has %zu bytes; its lengths ('%s') add up to %lld ids, so it must have %llu "
+                  "(%zu per id)",
+                  L->cat_paths[t], s->cat[t].bytes, L->len_paths[t], (long long)idx[nb], (unsigned long long)want,
+                  per);
+        LOG_HINT("the ids and the lengths of a feature must come from the same preprocessing run; regenerate the "
+                 "dataset");
+        return TR_ERR_FORMAT;
+    }
     return TR_OK;
 }
 
@@ -155,12 +225,15 @@ enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct 
     TR_CHECK(feature_spec_dlrm_split(fs, split, &s->layout));
     const struct feature_spec_split *L = &s->layout;
     const int nfiles = 2 + L->ntables;
-    s->cat = tr_calloc((size_t)(L->ntables ? L->ntables : 1), sizeof *s->cat);
+    const size_t nt = (size_t)(L->ntables ? L->ntables : 1);
+    s->cat = tr_calloc(nt, sizeof *s->cat);
+    s->len = tr_calloc(nt, sizeof *s->len);
+    s->index = tr_calloc(nt, sizeof *s->index);
     const char **paths = tr_calloc((size_t)nfiles, sizeof *paths);
     const struct sb_file **files = tr_calloc((size_t)nfiles, sizeof *files);
     size_t *per = tr_calloc((size_t)nfiles, sizeof *per);
-    int k = 0;
-    if (!s->cat || !paths || !files || !per) {
+    int k = 0, nmulti = 0;
+    if (!s->cat || !s->len || !s->index || !paths || !files || !per) {
         rc = TR_ERR_NOMEM;
         goto exit;
     }
@@ -172,11 +245,21 @@ enum tr_status sb_open(const struct feature_spec *fs, const char *split, struct 
     }
     for (int i = 0; i < L->ntables; i++) {
         TR_CHECK_GOTO(map_file(L->cat_paths[i], &s->cat[i]), rc, exit);
-        paths[k] = L->cat_paths[i], files[k] = &s->cat[i], per[k++] = kern_dtype_size(L->cat_dtype[i]);
+        nmulti += L->hot[i] > 0;
+        if (L->variable[i]) { /* the lengths give the samples; the ids are checked against them */
+            TR_CHECK_GOTO(map_file(L->len_paths[i], &s->len[i]), rc, exit);
+            paths[k] = L->len_paths[i], files[k] = &s->len[i], per[k++] = L->len_size[i];
+            continue;
+        }
+        paths[k] = L->cat_paths[i], files[k] = &s->cat[i];
+        per[k++] = kern_dtype_size(L->cat_dtype[i]) * (size_t)(L->hot[i] > 0 ? L->hot[i] : 1);
     }
     TR_CHECK_GOTO(check_sizes(split, k, paths, files, per, &s->nsamples), rc, exit);
-    LOG_INFO(DATA, "split '%s' of '%s': %lld samples, %d numerical, %d categorical", split, fs->path,
-             (long long)s->nsamples, L->nnumerical, L->ntables);
+    for (int i = 0; i < L->ntables; i++)
+        if (L->variable[i])
+            TR_CHECK_GOTO(index_lengths(s, i), rc, exit);
+    LOG_INFO(DATA, "split '%s' of '%s': %lld samples, %d numerical, %d categorical (%d multi-hot)", split, fs->path,
+             (long long)s->nsamples, L->nnumerical, L->ntables, nmulti);
 exit:
     tr_free(paths);
     tr_free(files);
@@ -188,10 +271,17 @@ void sb_close(struct sb_split *s)
 {
     unmap_file(&s->label);
     unmap_file(&s->numerical);
-    if (s->cat)
-        for (int i = 0; i < s->layout.ntables; i++)
+    for (int i = 0; i < s->layout.ntables; i++) { /* each array may be missing after a failed open */
+        if (s->cat)
             unmap_file(&s->cat[i]);
+        if (s->len)
+            unmap_file(&s->len[i]);
+        if (s->index)
+            tr_free(s->index[i]);
+    }
     tr_free(s->cat);
+    tr_free(s->len);
+    tr_free(s->index);
     feature_spec_split_release(&s->layout);
     memset(s, 0, sizeof *s);
 }
@@ -222,6 +312,61 @@ static void report_bad_row(const struct sb_split *s, int64_t row)
     }
 }
 
+/* ids[0 .. n) = src's elements [at, at + n) of type dt, as int32. */
+static void copy_ids(int32_t *ids, const void *src, enum kern_dtype dt, int64_t at, int64_t n)
+{
+    switch (dt) {
+    case KERN_I8:
+        for (int64_t j = 0; j < n; j++)
+            ids[j] = ((const int8_t *)src)[at + j];
+        break;
+    case KERN_I16:
+        for (int64_t j = 0; j < n; j++)
+            ids[j] = ((const int16_t *)src)[at + j];
+        break;
+    default: memcpy(ids, (const int32_t *)src + at, (size_t)n * sizeof(int32_t)); break;
+    }
+}
+
+/* The bags of multi-hot feature t for samples rows[k] (or first + k) into b: a
+ * fixed hotness h at k * h, a variable one where the lengths put them. The
+ * lengths were checked at open. */
+static void fill_bags(const struct sb_split *s, int t, int64_t first, const int64_t *rows, int64_t n,
+                      struct batch *b)
+{
+    const struct feature_spec_split *L = &s->layout;
+    const int64_t h = L->hot[t];
+    int64_t *off = batch_offsets(b, t);
+    int32_t *ids = batch_ids(b, t);
+    const void *src = s->cat[t].data;
+    const enum kern_dtype dt = L->cat_dtype[t];
+    if (!L->variable[t]) {
+        for (int64_t k = 0; k <= n; k++)
+            off[k] = k * h;
+        if (!rows) {
+            copy_ids(ids, src, dt, first * h, n * h);
+        } else {
+#pragma omp parallel for schedule(static)
+            for (int64_t k = 0; k < n; k++)
+                copy_ids(ids + k * h, src, dt, rows[k] * h, h);
+        }
+        batch_bags(b)[t].nids = n * h;
+        return;
+    }
+    off[0] = 0;
+    for (int64_t k = 0; k < n; k++)
+        off[k + 1] = off[k] + len_at(s, t, rows ? rows[k] : first + k);
+    if (!rows) {
+        if (n > 0)
+            copy_ids(ids, src, dt, bag_start(s, t, first), off[n]);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; k++)
+            copy_ids(ids + off[k], src, dt, bag_start(s, t, rows[k]), off[k + 1] - off[k]);
+    }
+    batch_bags(b)[t].nids = off[n];
+}
+
 /* Sample k of the batch is sample rows[k] of the split, or first + k when rows is
  * NULL (sb_fill and sb_gather). */
 static enum tr_status fill_samples(const struct sb_split *s, int64_t first, const int64_t *rows, int64_t n,
@@ -230,6 +375,9 @@ static enum tr_status fill_samples(const struct sb_split *s, int64_t first, cons
     const struct feature_spec_split *L = &s->layout;
     if (n < 0 || n > b->cap || b->num_features != L->nnumerical || b->ntables != L->ntables)
         return TR_ERR_ARG;
+    for (int t = 0; t < L->ntables; t++)
+        if (batch_hot(b, t) != L->hot[t])
+            return TR_ERR_ARG;
     if (rows) {
         for (int64_t k = 0; k < n; k++)
             if (rows[k] < 0 || rows[k] >= s->nsamples)
@@ -240,7 +388,6 @@ static enum tr_status fill_samples(const struct sb_split *s, int64_t first, cons
     TR_CHECK(check_split_unchanged(s));
     b->n = n;
     float *labels = batch_labels(b), *numerical = batch_num(b);
-    int32_t *cat = batch_cat(b);
     const uint8_t *lab = s->label.data;
     const int F = L->nnumerical;
     const uint16_t *num = s->numerical.data;
@@ -275,7 +422,11 @@ static enum tr_status fill_samples(const struct sb_split *s, int64_t first, cons
     if (replaced)
         *replaced += nrep;
     for (int t = 0; t < L->ntables; t++) {
-        int32_t *dst = cat + (int64_t)t * b->cap;
+        if (L->hot[t] > 0) {
+            fill_bags(s, t, first, rows, n, b);
+            continue;
+        }
+        int32_t *dst = batch_ids(b, t);
         const void *src = s->cat[t].data;
         switch (L->cat_dtype[t]) {
         case KERN_I8:

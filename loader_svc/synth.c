@@ -16,6 +16,8 @@
 #define ST_T_NUM 0x4000u
 #define ST_T_CAT 0x5000u
 #define ST_T_VEC 0x6000u
+#define ST_MH 0x7000u  /* multi-hot: the ids after a bag's first */
+#define ST_LEN 0x8000u /* multi-hot, variable: a bag's length */
 #define VEC_DIM 4
 #define MAX_PAIRS 4
 
@@ -31,6 +33,39 @@ static int64_t cat_id(const struct synth_cfg *c, enum batch_split split, int t, 
     if (c->ids == SYNTH_IDS_UNIFORM)
         return (int64_t)((r >> 11) % (uint64_t)c->rows[t]);
     return km_powerlaw_id(r, c->rows[t]);
+}
+
+/* Hotness of table t (0: one-hot). */
+static int64_t hot_of(const struct synth_cfg *c, int t)
+{
+    return c->hot ? c->hot[t] : 0;
+}
+
+/* Ids in sample i's bag of multi-hot table t. */
+static int64_t bag_len(const struct synth_cfg *c, enum batch_split split, int t, int64_t i)
+{
+    const int64_t h = hot_of(c, t);
+    if (!c->variable)
+        return h;
+    return (int64_t)((km_rand3(c->seed, ST_LEN + (uint64_t)t + split * ST_SPLIT, (uint64_t)i) >> 11) %
+                     (uint64_t)(h + 1));
+}
+
+/* Id k of sample i's bag in multi-hot table t: the one-hot id first. */
+static int64_t bag_id(const struct synth_cfg *c, enum batch_split split, int t, int64_t i, int64_t k)
+{
+    if (k == 0)
+        return cat_id(c, split, t, i);
+    uint64_t r = km_rand3(c->seed, ST_MH + (uint64_t)t + split * ST_SPLIT, (uint64_t)(i * hot_of(c, t) + k));
+    if (c->ids == SYNTH_IDS_UNIFORM)
+        return (int64_t)((r >> 11) % (uint64_t)c->rows[t]);
+    return km_powerlaw_id(r, c->rows[t]);
+}
+
+/* The id the teacher sees of table t in sample i: the one-hot id, or -1 for an empty bag. */
+static int64_t teacher_id(const struct synth_cfg *c, enum batch_split split, int t, int64_t i)
+{
+    return hot_of(c, t) && bag_len(c, split, t, i) == 0 ? -1 : cat_id(c, split, t, i);
 }
 
 static float num_value(const struct synth_cfg *c, enum batch_split split, int j, int64_t i)
@@ -52,9 +87,12 @@ static double teacher(const struct synth_cfg *c, const double *a, const float *n
         z += a[j] * (num[j] - 1.0);
     double cs = c->ntables ? sqrt(CAT_VAR_TOTAL / c->ntables) : 0.0;
     for (int t = 0; t < c->ntables; t++)
-        z += cs * km_normal(km_rand3(c->seed, ST_T_CAT + (uint64_t)t, (uint64_t)ids[t]));
+        if (ids[t] >= 0) /* -1: an empty bag says nothing */
+            z += cs * km_normal(km_rand3(c->seed, ST_T_CAT + (uint64_t)t, (uint64_t)ids[t]));
     for (int p = 0; p < MAX_PAIRS && 2 * p + 1 < c->ntables; p++) {
         int t1 = 2 * p, t2 = 2 * p + 1;
+        if (ids[t1] < 0 || ids[t2] < 0)
+            continue;
         double dot = 0.0;
         for (int k = 0; k < VEC_DIM; k++) {
             double v1 = VEC_SIGMA * km_normal(km_rand3(c->seed, ST_T_VEC + (uint64_t)t1, (uint64_t)ids[t1] * VEC_DIM + k));
@@ -81,7 +119,7 @@ double synth_teacher_logit(const struct synth_cfg *c, enum batch_split split, in
         a[j] = num_weight(c, j);
     }
     for (int t = 0; t < nt; t++)
-        ids[t] = cat_id(c, split, t, i);
+        ids[t] = teacher_id(c, split, t, i);
     return teacher(&cc, a, num, ids);
 }
 
@@ -93,12 +131,21 @@ static enum tr_status fill_samples(const struct synth_cfg *c, enum batch_split s
         c->num_features > 256 || c->ntables > 1024)
         return TR_ERR_ARG;
     for (int t = 0; t < c->ntables; t++)
-        if (c->rows[t] < 1 || c->rows[t] > INT32_MAX)
+        if (c->rows[t] < 1 || c->rows[t] > INT32_MAX || batch_hot(b, t) != hot_of(c, t))
             return TR_ERR_ARG;
     b->n = n;
     b->split = (int32_t)split;
     float *labels = batch_labels(b);
-    int32_t *cat = batch_cat(b);
+    /* the bags' offsets first (a variable length moves every later bag) */
+    for (int t = 0; t < c->ntables; t++) {
+        int64_t *off = batch_offsets(b, t);
+        if (!off)
+            continue;
+        off[0] = 0;
+        for (int64_t k = 0; k < n; k++)
+            off[k + 1] = off[k] + bag_len(c, split, t, rows ? rows[k] : first + k);
+        batch_bags(b)[t].nids = off[n];
+    }
     double a[256];
     for (int j = 0; j < c->num_features; j++)
         a[j] = num_weight(c, j);
@@ -112,8 +159,17 @@ static enum tr_status fill_samples(const struct synth_cfg *c, enum batch_split s
         for (int j = c->num_features; j < b->num_ld; j++)
             num[j] = 0.0f;
         for (int t = 0; t < c->ntables; t++) {
+            const int64_t *off = batch_offsets(b, t);
+            int32_t *dst = batch_ids(b, t);
             ids[t] = cat_id(c, split, t, i);
-            cat[(int64_t)t * b->cap + k] = (int32_t)ids[t];
+            if (!off) {
+                dst[k] = (int32_t)ids[t];
+                continue;
+            }
+            for (int64_t j = 0; j < off[k + 1] - off[k]; j++)
+                dst[off[k] + j] = (int32_t)bag_id(c, split, t, i, j);
+            if (off[k + 1] == off[k])
+                ids[t] = -1;
         }
         double z = teacher(c, a, num, ids);
         double p = 1.0 / (1.0 + exp(-z));

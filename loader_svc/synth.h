@@ -8,7 +8,12 @@
  *     a linear term on the numerical features, a scalar effect per categorical id
  *     and dot products of 4-dim id vectors for a few table pairs.
  * A model that learns lowers the loss and reaches a validation AUC well above 0.5;
- * the AUC of the teacher's own logits (synth_teacher_logit) bounds what is reachable. */
+ * the AUC of the teacher's own logits (synth_teacher_logit) bounds what is reachable.
+ * Multi-hot tables (hot[t] = h > 0) hold a bag per sample: h ids (fixed), or a
+ * length uniform on [0, h] (variable); its first id is the one-hot id above (so
+ * the teacher and the labels are those of the one-hot dataset, an empty bag
+ * giving the teacher nothing from that table), the others power-law draws of
+ * their own. */
 #ifndef TR_SYNTH_H
 #define TR_SYNTH_H
 
@@ -29,10 +34,13 @@ struct synth_cfg {
     int ntables;
     const int64_t *rows; /* (ntables), borrowed: valid while the cfg is used */
     enum synth_ids ids;
+    const int32_t *hot;  /* (ntables) batch.h's hotness, borrowed; NULL: every table one-hot */
+    int variable;        /* multi-hot bags of a length uniform on [0, hot[t]] instead of hot[t] */
 };
 
 /* Fills b with samples [first, first + n) of `split`; b must have room for n.
- * Returns TR_ERR_ARG if b's shape does not match cfg. Thread-safe (uses OpenMP). */
+ * Returns TR_ERR_ARG if b's shape (hotness included) does not match cfg.
+ * Thread-safe (uses OpenMP). */
 enum tr_status synth_fill(const struct synth_cfg *cfg, enum batch_split split, int64_t first, int64_t n,
                           struct batch *b) TR_WUR;
 

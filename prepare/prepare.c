@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "prepare.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -44,6 +45,7 @@
 enum { HASH_MISSING_SHARED = 0, HASH_MISSING_RESERVED = 1 };
 static const char *const transform_choices[] = {"nvidia", "log1p", NULL};
 static const char *const hash_missing_choices[] = {"shared", "reserved", NULL};
+static const char *const distribution_choices[] = {"uniform", NULL};
 
 static const char usage[] =
     "usage: terarec data prepare [options] --output DIR INPUT...\n"
@@ -77,6 +79,18 @@ static const char usage[] =
     "  malformed    lines that are not 40 fields, a label other than 0/1, a non-integer I or a bad C are\n"
     "               skipped and counted, the first 5 shown as file:line; --strict stops at the first\n"
     "               (exit 2, nothing written). Empty lines are skipped silently (counted in the summary).\n"
+    "  lists        --list_columns 3,20: those fields hold lists of hex values (--list_separator, default\n"
+    "               ','; up to --max_hotness; empty: an empty list), each value taken as one would be; the\n"
+    "               column becomes a feature of variable hotness: its ids one after the other and a file of\n"
+    "               per-sample lengths (cat_<i>_lengths.bin; docs/formats.md)\n"
+    "  multi-hot    --multi_hot_sizes 3,2,1,... (26 sizes; MLPerf DLRM-DCNv2's: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,\n"
+    "               1,1,1,12,100,27,10,3,1,1): as MLPerf's reference materializes Criteo 1TB, table t of R\n"
+    "               rows and size h > 1 gets a lookup whose row r is [r, h - 1 ids uniform on [0, R)], drawn\n"
+    "               row after row, table after table, from numpy's RandomState(--multi_hot_seed, the\n"
+    "               reference's 0) with np.random.randint (the same draws, bit for bit); each id r of the\n"
+    "               table becomes that row: cat_t.bin holds h ids a sample (hotness: h in feature_spec.yaml,\n"
+    "               format_version 2). One lookup is in memory at a time (R x (h - 1) x 4 bytes, at most\n"
+    "               --memory_limit)\n"
     "  exit status  0 done, 2 bad usage or input, 1 other failure, 130 interrupted";
 
 static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
@@ -114,6 +128,23 @@ static void opts_fill(struct prepare_opts *o, struct tr_opt t[MAX_OPTS])
          "hash mode: shared: missing gives 0, which values hashing to 0 share; reserved: missing gives 0, "
          "others 1 + h % (M - 1)",
          1, 0, hash_missing_choices, NULL, 0, NULL, 0},
+        {"list_columns", TR_OPT_INT_LIST, &o->list_columns, NULL,
+         "categorical columns (0..25: cat_<i>, C<i+1>) whose fields are lists of hex values (multi-hot TSV): "
+         "each becomes a feature of variable hotness", 0, 25, NULL, NULL, 0, NULL, 0},
+        {"list_separator", TR_OPT_STRING, &o->list_separator, ",", "the separator of a list column's values", 1,
+         0, NULL, NULL, 0, NULL, 0},
+        {"max_hotness", TR_OPT_INT, &o->max_hotness, "64",
+         "the most values a list column's field may hold (a longer one is a malformed line)", 1, PREPARE_LIST_MAX,
+         NULL, NULL, 0, NULL, 0},
+        {"multi_hot_sizes", TR_OPT_INT_LIST, &o->multi_hot_sizes, NULL,
+         "make the tables multi-hot as MLPerf's DLRM-DCNv2 reference does: ids a sample of each of the 26 (1: "
+         "one-hot)", 1, 65535, NULL, NULL, 0, NULL, 0},
+        {"multi_hot_distribution", TR_OPT_ENUM, &o->multi_hot_distribution, "uniform",
+         "how the ids after a bag's first are drawn (the reference's --multi_hot_distribution_type uniform)", 1,
+         0, distribution_choices, "multi_hot_distribution_type", 0, NULL, 0},
+        {"multi_hot_seed", TR_OPT_INT64, &o->multi_hot_seed, "0",
+         "seed of the multi-hot draws (numpy's RandomState; the reference seeds 0)", 0, 4294967295.0, NULL, NULL, 0,
+         NULL, 0},
         {NULL, TR_OPT_END, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, 0},
     };
     TR_ASSERT(TR_ARRAY_SIZE(tab) <= MAX_OPTS);
@@ -225,6 +256,56 @@ static enum tr_status check_opts(const struct prepare_opts *o, struct tr_opt *op
         LOG_ERROR("--hash_missing reserved needs the hash mode (--max_ind_range M)");
         return TR_ERR_ARG;
     }
+    if (o->multi_hot_sizes.n && o->multi_hot_sizes.n != PREPARE_CAT) {
+        LOG_ERROR("--multi_hot_sizes: %d sizes; Criteo has %d categorical columns", o->multi_hot_sizes.n,
+                  PREPARE_CAT);
+        LOG_HINT("give one size per column, 1 for one-hot (MLPerf: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,"
+                 "27,10,3,1,1)");
+        return TR_ERR_ARG;
+    }
+    const char *lflag = tr_opt_given(opts, "list_separator") ? "list_separator"
+                        : tr_opt_given(opts, "max_hotness")  ? "max_hotness"
+                                                             : NULL;
+    if (!o->list_columns.n && lflag) {
+        LOG_ERROR("--%s needs --list_columns", lflag);
+        LOG_HINT("--list_columns names the categorical columns whose fields are lists");
+        return TR_ERR_ARG;
+    }
+    const char *sep = o->list_separator ? o->list_separator : ",";
+    if (strlen(sep) != 1 || sep[0] == '\t' || sep[0] == '\n' || sep[0] == '\r' || isxdigit((unsigned char)sep[0])) {
+        LOG_ERROR("--list_separator: '%s' must be one character, neither a tab, a line end nor a hex digit", sep);
+        return TR_ERR_ARG;
+    }
+    uint32_t seen = 0;
+    for (int k = 0; k < o->list_columns.n; k++) {
+        const int i = (int)o->list_columns.v[k];
+        if ((seen >> i) & 1u) {
+            LOG_ERROR("--list_columns: %d is given twice", i);
+            return TR_ERR_ARG;
+        }
+        seen |= 1u << i;
+        if (o->multi_hot_sizes.n == PREPARE_CAT && o->multi_hot_sizes.v[i] > 1) {
+            LOG_ERROR("--multi_hot_sizes: cat_%d is a list column (--list_columns): its bags come from the data, "
+                      "size %lld cannot be materialized for it",
+                      i, (long long)o->multi_hot_sizes.v[i]);
+            LOG_HINT("give the list columns size 1 in --multi_hot_sizes");
+            return TR_ERR_ARG;
+        }
+    }
+    if ((int64_t)o->max_hotness * o->list_columns.n > PREPARE_LIST_MAX) {
+        LOG_ERROR("--max_hotness %d x %d list columns: a line would hold over %d list values", o->max_hotness,
+                  o->list_columns.n, PREPARE_LIST_MAX);
+        LOG_HINT("lower --max_hotness");
+        return TR_ERR_ARG;
+    }
+    const char *mh_flag = tr_opt_given(opts, "multi_hot_seed")           ? "multi_hot_seed"
+                          : tr_opt_given(opts, "multi_hot_distribution") ? "multi_hot_distribution"
+                                                                         : NULL;
+    if (!o->multi_hot_sizes.n && mh_flag) {
+        LOG_ERROR("--%s needs --multi_hot_sizes", mh_flag);
+        LOG_HINT("--multi_hot_sizes makes the tables multi-hot; the seed and the distribution are its draws'");
+        return TR_ERR_ARG;
+    }
     if (o->hash_missing == HASH_MISSING_RESERVED && o->max_ind_range < 2) {
         LOG_ERROR("--max_ind_range: %lld leaves no id for present values with --hash_missing reserved; "
                   "give M >= 2", (long long)o->max_ind_range);
@@ -288,6 +369,9 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
     x.nthreads = o->threads > 0 ? o->threads : (int)TR_MAX(1L, sysconf(_SC_NPROCESSORS_ONLN));
     x.hash = o->max_ind_range > 0;
     x.n_train = -1;
+    for (int k = 0; k < o->list_columns.n; k++)
+        x.lists |= 1u << o->list_columns.v[k];
+    prepare_parse_set_lists(x.lists, o->list_separator ? o->list_separator[0] : ',', o->max_hotness);
     int64_t memory_limit = o->memory_limit;
 
     /* the output directory: refuse to clobber, write next to it, rename at the end */
@@ -358,6 +442,7 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
             x.n_train = x.rows - llround(o->test_fraction * (double)x.rows);
         }
         TR_CHECK_GOTO(prepare_counter_new(x.nthreads, memory_limit / 2, scratch, &x.counter), rc, fail);
+        prepare_counter_set_lists(x.counter, x.lists);
         TR_CHECK_GOTO(prepare_run_pass(&x, PREPARE_PASS_COUNT, o->test_fraction == 0, &tsv_bytes), rc, fail);
         pass1_rows = x.rows;
         spills = prepare_counter_spills(x.counter);
@@ -366,11 +451,15 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         for (int i = 0; i < PREPARE_CAT; i++)
             x.card[i] = x.dict.nkept[i] + 1;
     }
+    if (o->multi_hot_sizes.n) /* before the write pass: each table's lookup must fit */
+        TR_CHECK_GOTO(prepare_multihot_check(x.card, o->multi_hot_sizes.v, memory_limit), rc, fail);
     x.width[PREPARE_COL_LABEL] = 1;
     x.width[PREPARE_COL_NUM] = 2 * PREPARE_NUM;
     for (int i = 0; i < PREPARE_CAT; i++) {
         enum kern_dtype t = feature_spec_cat_dtype(x.card[i]);
-        x.width[PREPARE_COL_CAT0 + i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
+        x.idw[i] = t == KERN_I8 ? 1 : t == KERN_I16 ? 2 : 4;
+        /* a list: its length, then room for the longest (prepare_lists.c makes it compact) */
+        x.width[PREPARE_COL_CAT0 + i] = (x.lists >> i) & 1u ? 4 + (size_t)o->max_hotness * x.idw[i] : x.idw[i];
     }
 
     /* the write pass */
@@ -423,7 +512,26 @@ static enum tr_status prepare_run(const struct prepare_opts *o, struct tr_opt *o
         };
         TR_CHECK_GOTO(prepare_shuffle(&sc, &nbuckets, &train_bytes), rc, fail);
     }
-    TR_CHECK_GOTO(prepare_write_spec(tmp, x.card, x.hash ? NULL : "train"), rc, fail);
+    int32_t most[PREPARE_CAT] = {0};
+    if (x.lists) {
+        int64_t lbytes = 0;
+        TR_CHECK_GOTO(prepare_lists_compact(tmp, x.lists, x.idw, o->max_hotness, most, &lbytes), rc, fail);
+        for (int i = 0; i < PREPARE_CAT; i++)
+            if ((x.lists >> i) & 1u)
+                printf("cat_%d: lists of up to %d ids (max_hotness %d)\n", i, most[i], most[i]);
+    }
+    if (o->multi_hot_sizes.n) {
+        const struct prepare_mh_cfg mc = {tmp, x.card, o->multi_hot_sizes.v, x.idw,
+                                          (uint32_t)o->multi_hot_seed, o->progress && isatty(2)};
+        double tm = tr_clock_now();
+        int64_t mh_bytes = 0;
+        TR_CHECK_GOTO(prepare_multihot(&mc, &mh_bytes), rc, fail);
+        printf("multi-hot: %lld bytes of bags written in %.2f s (numpy RandomState(%lld), MLPerf's rule)\n",
+               (long long)mh_bytes, tr_clock_now() - tm, (long long)o->multi_hot_seed);
+    }
+    TR_CHECK_GOTO(prepare_write_spec(tmp, x.card, x.hash ? NULL : "train",
+                                     o->multi_hot_sizes.n ? o->multi_hot_sizes.v : NULL, x.lists ? most : NULL),
+                  rc, fail);
     TR_CHECK_GOTO(tr_file_rm_rf(scratch), rc, fail);
     { /* the reader the trainer uses must accept the result */
         struct dataset ds;

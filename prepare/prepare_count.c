@@ -54,7 +54,13 @@ struct prepare_counter {
     int64_t file_end;
     struct pc_run *runs;
     int nruns, runs_cap;
+    uint32_t lists; /* list columns: every value of their lists is counted */
 };
+
+void prepare_counter_set_lists(struct prepare_counter *pc, uint32_t mask)
+{
+    pc->lists = mask;
+}
 
 enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scratch_dir,
                                    struct prepare_counter **out)
@@ -237,31 +243,42 @@ static enum tr_status grow(struct pc_local *L, int c)
     return TR_OK;
 }
 
-enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const struct prepare_row *row)
+/* Counts value v of column c in thread table L. */
+static enum tr_status count_value(struct prepare_counter *pc, struct pc_local *L, int c, uint64_t v)
 {
-    struct pc_local *L = &pc->local[thread];
-    for (uint32_t bits = row->cat_present; bits; bits &= bits - 1) {
-        int c = __builtin_ctz(bits);
-        uint64_t v = row->cat[c];
-    again:;
+    for (;;) {
         struct prepare_kv *t = L->tab[c];
         uint64_t mask = L->cap[c] - 1, h = km_mix64(v) & mask;
         while (t[h].val && t[h].key != v)
             h = (h + 1) & mask;
         if (t[h].val) {
             t[h].val++;
-            continue;
+            return TR_OK;
         }
-        if ((L->n[c] + 1) * 4 > L->cap[c] * 3) {
-            if (L->bytes + L->cap[c] * sizeof *t > pc->budget)
-                TR_CHECK(spill(pc, L));
-            else
-                TR_CHECK(grow(L, c));
-            goto again;
+        if ((L->n[c] + 1) * 4 <= L->cap[c] * 3) {
+            t[h].key = v;
+            t[h].val = 1;
+            L->n[c]++;
+            return TR_OK;
         }
-        t[h].key = v;
-        t[h].val = 1;
-        L->n[c]++;
+        if (L->bytes + L->cap[c] * sizeof *t > pc->budget)
+            TR_CHECK(spill(pc, L));
+        else
+            TR_CHECK(grow(L, c));
+    }
+}
+
+enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const struct prepare_row *row)
+{
+    struct pc_local *L = &pc->local[thread];
+    for (uint32_t bits = row->cat_present; bits; bits &= bits - 1) {
+        const int c = __builtin_ctz(bits);
+        TR_CHECK(count_value(pc, L, c, row->cat[c]));
+    }
+    for (uint32_t bits = pc->lists; bits; bits &= bits - 1) { /* every value of a list */
+        const int c = __builtin_ctz(bits);
+        for (uint32_t k = 0; k < row->list_n[c]; k++)
+            TR_CHECK(count_value(pc, L, c, row->list_v[row->list_at[c] + k]));
     }
     return TR_OK;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/param.h"
 #include "../common/status.h"
 
 #ifdef __cplusplus
@@ -32,11 +33,18 @@ extern "C" {
 
 /* One parsed line. cat[i] is the integer value of the hex string of C(i+1),
  * meaningful only when bit i of cat_present is set (empty field = missing). */
+#define PREPARE_LIST_MAX 8192 /* values of all list columns of one line together */
+
 struct prepare_row {
     uint64_t cat[PREPARE_CAT];
     uint32_t cat_present;
     uint16_t num[PREPARE_NUM]; /* float16 bits of the numerical transform (0 for missing) */
     uint8_t label;          /* 0 or 1 */
+    /* list columns (prepare_parse_set_lists): column i's values are
+     * list_v[list_at[i] .. list_at[i] + list_n[i]); cat[i] and its present bit 0 */
+    uint16_t list_n[PREPARE_CAT];
+    uint32_t list_at[PREPARE_CAT];
+    uint64_t list_v[PREPARE_LIST_MAX];
 };
 
 enum prepare_bad {
@@ -45,7 +53,8 @@ enum prepare_bad {
     PREPARE_BAD_LABEL,  /* label not "0" or "1" */
     PREPARE_BAD_INT,    /* I_j not an integer */
     PREPARE_BAD_RANGE,  /* I_j outside int64 */
-    PREPARE_BAD_HEX,    /* C_i not 1 to 16 hex digits */
+    PREPARE_BAD_HEX,    /* C_i not 1 to 16 hex digits (a list column: not such values separated) */
+    PREPARE_BAD_LIST,   /* a list column with more than max_hotness values */
 };
 
 /* The numerical transform of integer x (missing values give 0 under both):
@@ -60,6 +69,12 @@ enum prepare_num_transform { PREPARE_NUM_NVIDIA = 0, PREPARE_NUM_LOG1P = 1 };
 void prepare_parse_init_transform(enum prepare_num_transform t);
 /* prepare_parse_init_transform(PREPARE_NUM_NVIDIA). */
 void prepare_parse_init(void);
+
+/* Makes the columns of mask (bit i: C(i+1)) lists for every later parse: each a
+ * field of 0 to max_hotness hex values separated by sep (an empty field: an
+ * empty list; max_hotness * columns <= PREPARE_LIST_MAX). Call before any thread
+ * parses (not thread-safe); mask 0 (the default): no lists. */
+void prepare_parse_set_lists(uint32_t mask, char sep, int max_hotness);
 
 /* The selected transform of integer x, as float16 bits. Thread-safe after
  * prepare_parse_init*. */
@@ -157,6 +172,9 @@ struct prepare_counter;
  * outlive the counter. TR_ERR_NOMEM, TR_ERR_SYS (the lock). */
 enum tr_status prepare_counter_new(int threads, int64_t budget, const char *scratch_dir,
                                    struct prepare_counter **out) TR_WUR;
+/* The columns of mask are lists (prepare_parse_set_lists): each value of their
+ * lists is counted. Call before counting. */
+void prepare_counter_set_lists(struct prepare_counter *pc, uint32_t mask);
 /* Counts the present categorical values of row. Call only from thread `thread`.
  * TR_ERR_IO / TR_ERR_NOMEM when a spill fails. */
 enum tr_status prepare_counter_add(struct prepare_counter *pc, int thread, const struct prepare_row *row) TR_WUR;
@@ -232,6 +250,38 @@ enum tr_status prepare_sink_move_tail(struct prepare_sink *from, struct prepare_
 /* Closes the files (keeping them); TR_ERR_IO if a close fails. Safe twice. */
 enum tr_status prepare_sink_close(struct prepare_sink *s) TR_WUR;
 
+/* ---- multi-hot materialization (prepare_multihot.c) ------------------------------------------ */
+
+struct prepare_mh_cfg {
+    const char *dir;      /* the staged output: dir/train/cat_<t>.bin, dir/test/cat_<t>.bin */
+    const int64_t *card;  /* (PREPARE_CAT) rows of each table */
+    const int64_t *sizes; /* (PREPARE_CAT) --multi_hot_sizes: ids a sample; 1 leaves a table one-hot */
+    const size_t *width;  /* (PREPARE_CAT) bytes of an id of each table (its dtype) */
+    uint32_t seed;        /* --multi_hot_seed: the RandomState seed (the reference's 0) */
+    int progress;
+};
+
+/* TR_ERR_ARG (logged, naming the table and the flag) when a table's lookup (rows x
+ * (size - 1) int32) would not fit memory_limit. */
+enum tr_status prepare_multihot_check(const int64_t *card, const int64_t *sizes, int64_t memory_limit) TR_WUR;
+
+/* Rewrites the one-hot id files of every table of size > 1 as size ids a row, the
+ * reference's rule (prepare_multihot.c); *bytes receives the bytes written.
+ * TR_ERR_IO, TR_ERR_NOMEM, TR_ERR_FORMAT (an id outside its table, logged),
+ * TR_ERR_INTERRUPTED. */
+enum tr_status prepare_multihot(const struct prepare_mh_cfg *c, int64_t *bytes) TR_WUR;
+
+/* ---- list columns (prepare_lists.c) ------------------------------------------------------------ */
+
+/* Rewrites each list column (bit i of lists) of dir/train and dir/test, rows of a
+ * u32 length and max_hotness ids of idw[i] bytes, as its ids one after the other
+ * (cat_<i>.bin) and its lengths (cat_<i>_lengths.bin, the type
+ * feature_spec_lengths_dtype gives the longest list); most[i] receives the longest
+ * (at least 1; 0 for the other columns), *bytes the bytes written. TR_ERR_IO,
+ * TR_ERR_NOMEM, TR_ERR_INTERRUPTED. */
+enum tr_status prepare_lists_compact(const char *dir, uint32_t lists, const size_t *idw, int max_hotness,
+                                     int32_t *most, int64_t *bytes) TR_WUR;
+
 /* ---- the run (prepare.c), its passes (prepare_pass.c), its output (prepare_output.c) ---- */
 
 /* The options, as prepare.c's table parses them. */
@@ -249,6 +299,12 @@ struct prepare_opts {
     int strict, force, progress;
     int numerical_transform;   /* enum prepare_num_transform */
     int hash_missing;          /* HASH_MISSING_* of prepare.c */
+    struct tr_i64_list multi_hot_sizes; /* empty: one-hot output */
+    struct tr_i64_list list_columns;    /* cat columns whose fields are lists (multi-hot TSV) */
+    char *list_separator;
+    int max_hotness;                    /* the most values of a list */
+    int multi_hot_distribution; /* 0: uniform (the only one) */
+    int64_t multi_hot_seed;
 };
 
 /* The passes over the text: rows (with --test_fraction in threshold mode: how
@@ -268,8 +324,10 @@ struct prepare_ctx {
     uint64_t M_inv;            /* fastmod constant for 32-bit values */
     struct prepare_counter *counter;
     struct prepare_dict dict;
-    size_t width[PREPARE_NCOL];
+    size_t width[PREPARE_NCOL];    /* bytes a row of each column (a list column: 4 + max_hotness ids) */
     int64_t card[PREPARE_CAT];
+    uint32_t lists;                /* list columns (--list_columns), bit i: cat_i */
+    size_t idw[PREPARE_CAT];       /* bytes of one id of each column (its dtype) */
     int nthreads;
     /* consumer state */
     int cur_file;
@@ -303,8 +361,12 @@ int prepare_dir_state(const char *dir);
 enum tr_status prepare_remove_stale_staging(const char *out) TR_WUR;
 /* Writes dir/feature_spec.yaml for the split-binary columns with these
  * cardinalities (PREPARE_CAT of them); vocabulary_rows, when not NULL, is recorded
- * as metadata (threshold mode: "train"). TR_ERR_IO (logged), TR_ERR_NOMEM. */
-enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows) TR_WUR;
+ * as metadata (threshold mode: "train"); hot (PREPARE_CAT, may be NULL) a fixed
+ * hotness of every table (0 or 1: one-hot); varmax (PREPARE_CAT, may be NULL)
+ * varmax[i] > 0 makes column i of variable hotness up to varmax[i] (its ids and
+ * cat_<i>_lengths.bin). TR_ERR_IO (logged), TR_ERR_NOMEM. */
+enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows,
+                                  const int64_t *hot, const int32_t *varmax) TR_WUR;
 
 #ifdef __cplusplus
 }

@@ -150,7 +150,8 @@ static int feature_cmp(const void *a, const void *b)
 }
 
 /* The seed's DLRM FeatureSpec: features sorted by name (as yaml.dump), mappings test then train. */
-static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
+static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card, const int64_t *hot,
+                                 const int32_t *varmax)
 {
     memset(fs, 0, sizeof *fs);
     for (int j = 0; j < PREPARE_NUM; j++)
@@ -173,6 +174,13 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
         } else if (f < PREPARE_NUM + PREPARE_CAT) {
             name = fs->categorical[f - PREPARE_NUM];
             ft->cardinality = card[f - PREPARE_NUM];
+            ft->hotness = hot && hot[f - PREPARE_NUM] > 1 ? (int32_t)hot[f - PREPARE_NUM] : 0;
+            if (varmax && varmax[f - PREPARE_NUM] > 0) { /* a list column: its ids and their lengths */
+                ft->variable = 1;
+                ft->max_hotness = varmax[f - PREPARE_NUM];
+                if (!(ft->lengths_dtype = tr_strdup(feature_spec_lengths_dtype(ft->max_hotness))))
+                    return TR_ERR_NOMEM;
+            }
             dtype = feature_spec_dtype_name(feature_spec_cat_dtype(ft->cardinality));
         } else {
             name = "label";
@@ -214,19 +222,22 @@ static enum tr_status build_spec(struct feature_spec *fs, const int64_t *card)
                 TR_CHECK(list_add(&ch->features, &ch->nfeatures, "cat_%d.bin", col - PREPARE_COL_CAT0));
             }
             TR_CHECK(list_add(&ch->files, &ch->nfiles, "%s/%s", splits[m], prepare_col_names[col]));
+            if (col >= PREPARE_COL_CAT0 && varmax && varmax[col - PREPARE_COL_CAT0] > 0)
+                TR_CHECK(list_add(&ch->files, &ch->nfiles, "%s/cat_%d_lengths.bin", splits[m], col - PREPARE_COL_CAT0));
         }
     }
     return TR_OK;
 }
 
-enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows)
+enum tr_status prepare_write_spec(const char *dir, const int64_t *card, const char *vocabulary_rows,
+                                  const int64_t *hot, const int32_t *varmax)
 {
     enum tr_status rc = TR_OK;
     struct feature_spec fs;
     FILE *fp = NULL;
     char *path;
     TR_CHECK(tr_file_join_to(dir, "feature_spec.yaml", &path));
-    TR_CHECK_GOTO(build_spec(&fs, card), rc, exit);
+    TR_CHECK_GOTO(build_spec(&fs, card, hot, varmax), rc, exit);
     if (vocabulary_rows && !(fs.vocabulary_rows = tr_strdup(vocabulary_rows))) {
         rc = TR_ERR_NOMEM;
         goto exit;

@@ -65,6 +65,18 @@ uint16_t prepare_num_half(int64_t x)
     return num_half(x);
 }
 
+/* The list columns (prepare_parse_set_lists). */
+static uint32_t list_mask;
+static char list_sep = ',';
+static int list_max = 1;
+
+void prepare_parse_set_lists(uint32_t mask, char sep, int max_hotness)
+{
+    list_mask = mask;
+    list_sep = sep;
+    list_max = max_hotness;
+}
+
 static int count_fields(const char *s, size_t n)
 {
     int nf = 1;
@@ -121,12 +133,42 @@ enum prepare_bad prepare_parse_line(const char *s, size_t n, struct prepare_row 
         p = q + 1;
     }
 
-    uint32_t present = 0;
+    uint32_t present = 0, nlist = 0;
     why = PREPARE_BAD_HEX;
     for (int i = 0; i < PREPARE_CAT; i++) {
         const char *q = p;
         uint64_t v = 0;
         f = 1 + PREPARE_NUM + i;
+        if ((list_mask >> i) & 1u) { /* a list of hex values: sep-separated, empty = none */
+            row->list_at[i] = nlist;
+            row->list_n[i] = 0;
+            while (q < end && *q != '\t') {
+                const char *d = q;
+                v = 0;
+                for (; q < end; q++) {
+                    unsigned h = hexv[(unsigned char)*q];
+                    if (!h)
+                        break;
+                    v = (v << 4) | (h - 1u);
+                }
+                if (q == d || q - d > 16 || (q < end && *q != '\t' && *q != list_sep) ||
+                    (q < end && *q == list_sep && (q + 1 == end || q[1] == '\t')))
+                    goto bad;
+                if (row->list_n[i] == list_max) {
+                    why = PREPARE_BAD_LIST;
+                    goto bad;
+                }
+                row->list_v[nlist++] = v;
+                row->list_n[i]++;
+                if (q < end && *q == list_sep)
+                    q++;
+            }
+            if (i < PREPARE_CAT - 1 ? q >= end : q != end)
+                goto bad;
+            row->cat[i] = 0;
+            p = q + 1;
+            continue;
+        }
         for (; q < end; q++) {
             unsigned h = hexv[(unsigned char)*q];
             if (!h)
@@ -208,7 +250,15 @@ void prepare_describe_bad(const char *s, size_t n, enum prepare_bad why, int fie
         return;
     case PREPARE_BAD_HEX:
         field_text(s, n, field, t, sizeof t);
-        snprintf(buf, cap, "C%d: '%s' is not a hex value of 1 to 16 digits", field - PREPARE_NUM, t);
+        if ((list_mask >> (field - PREPARE_NUM - 1)) & 1u)
+            snprintf(buf, cap, "C%d: '%s' is not a list of hex values of 1 to 16 digits separated by '%c'",
+                     field - PREPARE_NUM, t, list_sep);
+        else
+            snprintf(buf, cap, "C%d: '%s' is not a hex value of 1 to 16 digits", field - PREPARE_NUM, t);
+        return;
+    case PREPARE_BAD_LIST:
+        field_text(s, n, field, t, sizeof t);
+        snprintf(buf, cap, "C%d: '%s' holds more than --max_hotness %d values", field - PREPARE_NUM, t, list_max);
         return;
     case PREPARE_LINE_OK:
         break;

@@ -141,6 +141,27 @@ static inline void store_id(uint8_t *col, size_t w, int64_t k, uint32_t id)
     }
 }
 
+/* The id of present value v of column i, by mode. */
+static inline uint32_t id_of(const struct prepare_ctx *x, int i, uint64_t v)
+{
+    if (!x->hash)
+        return prepare_dict_lookup(&x->dict, i, v);
+    uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
+    return x->reserved ? id + 1 : id;
+}
+
+/* A list column's row: its length (u32), then max_hotness ids of x->idw[i] bytes
+ * (the unused ones 0), as prepare_lists.c reads them. */
+static void store_list(const struct prepare_ctx *x, uint8_t *col, int64_t k, int i, const struct prepare_row *row)
+{
+    uint8_t *r = col + (size_t)k * x->width[PREPARE_COL_CAT0 + i];
+    const uint32_t n = row->list_n[i];
+    memcpy(r, &n, 4);
+    memset(r + 4, 0, x->width[PREPARE_COL_CAT0 + i] - 4);
+    for (uint32_t j = 0; j < n; j++)
+        store_id(r + 4, x->idw[i], j, id_of(x, i, row->list_v[row->list_at[i] + j]));
+}
+
 static enum tr_status write_row(void *arg, const struct prepare_row *row)
 {
     struct row_arg *a = arg;
@@ -151,19 +172,14 @@ static enum tr_status write_row(void *arg, const struct prepare_row *row)
         TR_CHECK(ensure_rows(c, x->width, 2 * c->rows_cap));
     c->col[PREPARE_COL_LABEL][k] = row->label;
     memcpy(c->col[PREPARE_COL_NUM] + (size_t)k * (2 * PREPARE_NUM), row->num, 2 * PREPARE_NUM);
-    if (x->hash) {
-        for (int i = 0; i < PREPARE_CAT; i++) { /* a missing value is 0, and 0 % M = 0 */
-            uint64_t v = row->cat[i];
-            uint32_t id = (v >> 32) == 0 ? fastmod32((uint32_t)v, x->M_inv, (uint32_t)x->M) : (uint32_t)(v % x->M);
-            if (x->reserved)
-                id = (row->cat_present >> i) & 1u ? id + 1 : 0;
-            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
+    for (int i = 0; i < PREPARE_CAT; i++) {
+        if ((x->lists >> i) & 1u) {
+            store_list(x, c->col[PREPARE_COL_CAT0 + i], k, i, row);
+            continue;
         }
-    } else {
-        for (int i = 0; i < PREPARE_CAT; i++) {
-            uint32_t id = (row->cat_present >> i) & 1u ? prepare_dict_lookup(&x->dict, i, row->cat[i]) : 0;
-            store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
-        }
+        /* a missing value is 0 (as 0 % M; reserved: 0 only for missing) */
+        const uint32_t id = (row->cat_present >> i) & 1u ? id_of(x, i, row->cat[i]) : 0;
+        store_id(c->col[PREPARE_COL_CAT0 + i], x->width[PREPARE_COL_CAT0 + i], k, id);
     }
     c->nrows = k + 1;
     return TR_OK;

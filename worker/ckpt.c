@@ -188,6 +188,15 @@ json_t *wckpt_config_json(const struct wckpt_run *r)
     json_object_set_new(o, "dcn_num_layers", json_integer(dcn ? j->dcn_num_layers : 0));
     json_object_set_new(o, "dcn_low_rank_dim", json_integer(dcn ? j->dcn_low_rank_dim : 0));
     json_object_set_new(o, "optimizer", json_string(job_optim_name(j->optimizer)));
+    if (r->m) { /* how each table's bags become a vector (manifests from before: all summed) */
+        json_t *pool = json_array();
+        for (int t = 0; t < r->ntables; t++) {
+            struct dlrm_table_info ti;
+            dlrm_get_table(r->m, t, &ti);
+            json_array_append_new(pool, json_string(ti.mean ? "mean" : "sum"));
+        }
+        json_object_set_new(o, "pooling", pool);
+    }
     return o;
 }
 

@@ -70,6 +70,18 @@ static enum tr_status check_config(const struct wckpt_run *r, const struct ckpt_
     enum tr_status rc = TR_OK;
     for (size_t i = 0; i < TR_ARRAY_SIZE(keys) && rc == TR_OK; i++)
         rc = same_field(man->config, mine, keys[i][0], keys[i][1], where);
+    if (rc == TR_OK && json_object_get(mine, "pooling")) {
+        /* a manifest from before --pooling summed every bag */
+        json_t *saved = json_deep_copy(man->config);
+        if (saved && !json_object_get(saved, "pooling")) {
+            json_t *all = json_array();
+            for (size_t t = 0; t < json_array_size(json_object_get(mine, "pooling")); t++)
+                json_array_append_new(all, json_string("sum"));
+            json_object_set_new(saved, "pooling", all);
+        }
+        rc = saved ? same_field(saved, mine, "pooling", "--pooling", where) : TR_ERR_NOMEM;
+        json_decref(saved);
+    }
     json_decref(mine);
     return rc;
 }

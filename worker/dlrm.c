@@ -16,6 +16,7 @@
 #include "../common/check.h"
 #include "../common/clock.h"
 #include "../kernels/kmath.h"
+#include "../loader_svc/batch.h"
 
 static const char *const phase_names[DLRM_T_COUNT_] = {
     "emb_fwd",  "bottom_fwd",   "interact_fwd", "top_fwd",    "loss",
@@ -88,6 +89,10 @@ static enum tr_status check_cfg(const struct dlrm_cfg *c)
     for (int t = 0; t < c->ntables; t++) {
         if (c->rows[t] < 1) {
             LOG_ERROR("model: table %d has %lld rows; must be >= 1", t, (long long)c->rows[t]);
+            return TR_ERR_ARG;
+        }
+        if (c->hot && (c->hot[t] < 0 || c->hot[t] > BATCH_MAX_HOT)) {
+            LOG_ERROR("model: table %d has hotness %d; must be 0 (one-hot) to %d", t, (int)c->hot[t], BATCH_MAX_HOT);
             return TR_ERR_ARG;
         }
     }
@@ -229,6 +234,7 @@ struct sizes {
     int64_t emb_rows_bytes; /* embedding tables (+ Adagrad state) held here */
     int64_t emb_state_bytes; /* the Adagrad state among them */
     int64_t sumsq_n;        /* row-wise Adagrad on column slices: doubles of emb_sumsq */
+    int64_t hmax;           /* the most ids one sample holds in one table (>= 1) */
     int ntables_held;
     int tiered;             /* tables held in a tier: their bytes above are their caches' */
     int64_t width_held;     /* widest column slice held */
@@ -269,6 +275,9 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
     memset(z, 0, sizeof *z);
     const int64_t D = c->emb_dim, B = c->max_batch, G = c->max_global > 0 ? c->max_global : c->max_batch;
     const struct shard_plan *p = c->plan;
+    z->hmax = 1;
+    for (int t = 0; c->hot && t < c->ntables; t++)
+        z->hmax = TR_MAX(z->hmax, (int64_t)c->hot[t]);
     z->has_bottom = c->num_features > 0;
     z->n = c->ntables + z->has_bottom;
     z->num_ld = (c->num_features + 7) / 8 * 8;
@@ -326,7 +335,8 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
     /* every worker of a column-wise split takes part in the all-reduce of the
      * row-wise sums, with or without columns: one double per id of every table */
     if (c->optim == KERN_OPT_ROWWISE_ADAGRAD && p && p->world > 1 && p->mode == SHARD_COLUMNWISE)
-        z->sumsq_n = (int64_t)c->ntables * TR_MAX(G, B);
+        for (int t = 0; t < c->ntables; t++) /* at most one distinct row per id */
+            z->sumsq_n += TR_MAX(G, B) * (c->hot && c->hot[t] ? c->hot[t] : 1);
     /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
      * hidden bottom outputs (bottom_rows each); top outputs (B each) */
     z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top + z->cross_floats) +
@@ -336,8 +346,9 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
 static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be)
 {
     const int64_t G = c->max_global > 0 ? c->max_global : c->max_batch;
-    return z->ntables_held ? kern_emb_update_ws_bytes(be, TR_MAX(G, c->max_batch), z->width_held, z->ntables_held)
-                           : 0;
+    return z->ntables_held
+               ? kern_emb_update_ws_bytes(be, TR_MAX(G, c->max_batch) * z->hmax, z->width_held, z->ntables_held)
+               : 0;
 }
 
 /* Adds the backend's working memory of op on shape (m, n, k, count) to *most. */
@@ -393,14 +404,16 @@ static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct
     if (T > 0) {
         const int W = c->plan ? c->plan->world : 1;
         ask(be, KERN_OP_COPY_ROWS, G, TR_MAX(D, n * D), 0, DLRM_COPY_BLOCKS(W, (int)T), most);
-        /* the step gathers each vector in up to three sample ranges */
-        ask(be, KERN_OP_EMB_FWD, G, z->width_held, 0, 3 * (int)T, most);
-        ask(be, KERN_OP_EMB_UPDATE, G, z->width_held, 0, (int)T, most);
+        /* the step gathers each vector in up to three sample ranges; a table holds
+         * up to hmax ids a sample */
+        const int64_t nid = G * z->hmax;
+        ask(be, KERN_OP_EMB_FWD, nid, z->width_held, 0, 3 * (int)T, most);
+        ask(be, KERN_OP_EMB_UPDATE, nid, z->width_held, 0, (int)T, most);
         if (z->sumsq_n)
-            ask(be, KERN_OP_EMB_ROWSQ, G, z->width_held, 0, (int)T, most);
-        ask(be, KERN_OP_MARK_ROWS, G, 0, 0, (int)T, most);
+            ask(be, KERN_OP_EMB_ROWSQ, nid, z->width_held, 0, (int)T, most);
+        ask(be, KERN_OP_MARK_ROWS, nid, 0, 0, (int)T, most);
         if (z->tiered) /* a tier's moves between its caches and staging: a row and its state */
-            ask(be, KERN_OP_MOVE_ROWS, G, z->width_held, 0, 2, most);
+            ask(be, KERN_OP_MOVE_ROWS, nid, z->width_held, 0, 2, most);
     } else {
         ask(be, KERN_OP_COPY_ROWS, B, n * D, 0, 1, most); /* the cross backward's one copy */
     }
@@ -457,9 +470,11 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     const int T = cfg->ntables;
     const int64_t D = cfg->emb_dim, B = cfg->max_batch;
     m->rows = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
+    m->hot = tr_calloc((size_t)(T ? T : 1), sizeof(int32_t));
+    m->mean = tr_calloc((size_t)(T ? T : 1), sizeof(uint8_t));
     m->tables = tr_calloc((size_t)(T ? T : 1), sizeof(struct dlrm_table));
     int64_t *slots = tr_malloc((size_t)(T ? T : 1) * sizeof(int64_t));
-    if (!m->rows || !m->tables || !slots) {
+    if (!m->rows || !m->hot || !m->mean || !m->tables || !slots) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
@@ -467,7 +482,13 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     struct sizes z;
     compute_sizes(cfg, slots, &z);
     memcpy(m->rows, cfg->rows, (size_t)T * sizeof(int64_t));
+    if (cfg->hot)
+        memcpy(m->hot, cfg->hot, (size_t)T * sizeof(int32_t));
+    if (cfg->mean)
+        memcpy(m->mean, cfg->mean, (size_t)T * sizeof(uint8_t));
     m->cfg.rows = m->rows;
+    m->cfg.hot = m->hot;
+    m->cfg.mean = m->mean;
     m->cfg.plan = NULL; /* borrowed only during construction */
     m->cfg.tier.dir = m->cfg.store_tag = NULL;
     m->has_bottom = z.has_bottom;
@@ -640,6 +661,8 @@ void dlrm_free(struct dlrm **pm)
     be->i->mem_release(be->ctx, m->x, m->act_bytes);
     tr_free(m->tables);
     tr_free(m->rows);
+    tr_free(m->hot);
+    tr_free(m->mean);
     tr_free(m);
     *pm = NULL;
 }

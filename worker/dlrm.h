@@ -1,7 +1,8 @@
 /* dlrm.h: the DLRM model of the seed (NVIDIA TF2 DLRM), on a kern backend.
  *
  *   numerical (B, F) -> zero-pad to (B, ceil8(F)) -> bottom MLP (ReLU on every layer)
- *   categorical ids  -> one embedding row per table (B, D)
+ *   categorical ids  -> one embedding row per table (B, D); a multi-hot table's bag
+ *                       of rows summed or averaged (--pooling), an empty bag zeros
  *   interaction input X (B, n, D): row 0 = bottom output, rows 1..T = tables in
  *       cardinality-descending order (stable) -- the seed's v2 single-GPU order
  *   interaction, one of
@@ -73,12 +74,17 @@ struct dlrm_cfg {
      * hold whole go to a tier (tier.h) of this store; JOB_STORE_MEMORY: none */
     struct job_tier tier;    /* its dir is borrowed (copied by dlrm_new) */
     const char *store_tag;   /* in the store's file names (run id and rank); NULL: the pid */
+    const int32_t *hot;      /* (ntables) each table's hotness (loader_svc/batch.h: 0 one-hot,
+                                h > 0 bags of up to h ids), borrowed; NULL: every table one-hot */
+    const uint8_t *mean;     /* (ntables) 1: a table's bags are averaged, 0: summed (--pooling),
+                                borrowed; NULL: every bag summed */
 };
 
 /* The model of a job: its flags, a dataset shape (num_features inputs, ntables
  * tables of rows[t] rows, borrowed) and the plan of a world of `world` workers.
  * The largest local batch is the first worker's slice of the larger of the
- * training and test batches. */
+ * training and test batches. The tables' hotness and pooling are left NULL (one-hot,
+ * summed): the caller sets them (hot from the data source, mean from job_pooling). */
 void dlrm_cfg_from_job(const struct job_cfg *job, int num_features, int ntables, const int64_t *rows,
                        const struct shard_plan *plan, struct dlrm_cfg *out);
 
@@ -179,6 +185,8 @@ struct dlrm_table_info {
     int pos;               /* row of the interaction input X holding this table */
     int64_t rows;
     int64_t col0, width;   /* columns held: [col0, col0 + width); width 0: none */
+    int hot;               /* its hotness (0: one-hot) */
+    int mean;              /* its bags are averaged (else summed) */
 };
 void dlrm_get_info(const struct dlrm *m, struct dlrm_info *out);
 /* Layer l of the bottom (top = 0) or top (top = 1) MLP. */

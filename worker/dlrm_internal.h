@@ -54,6 +54,8 @@ struct dlrm_table {
 struct dlrm {
     struct dlrm_cfg cfg;
     int64_t *rows;         /* host: owned copy of cfg.rows */
+    int32_t *hot;          /* host: owned copy of cfg.hot (zeros when it was NULL) */
+    uint8_t *mean;         /* host: owned copy of cfg.mean (zeros when it was NULL) */
     struct kern_backend be;
     int has_bottom;
     int n;                 /* interaction vectors: ntables + has_bottom */
@@ -88,9 +90,10 @@ struct dlrm {
     void *emb_ws;
     size_t emb_ws_bytes;
     struct kern_ws ops_ws; /* host: what dlrm_new reserved (dlrm_bytes.ops) */
-    double *emb_sumsq; /* (ntables, max_global) row-wise Adagrad on column slices: each
-                          table's per-distinct-row sums of squares, all-reduced over the
-                          workers (hybrid_update); NULL otherwise */
+    double *emb_sumsq; /* row-wise Adagrad on column slices: each table's per-distinct-row
+                          sums of squares, one after the other (room for max_global *
+                          max(hot, 1) per table), all-reduced over the workers
+                          (hybrid_update); NULL otherwise */
     int64_t emb_sumsq_n;
     int32_t *dx_bad;   /* (1) set by the dot interaction's backward when dx holds a NaN
                           or inf (dlrm_dx_nonfinite), at the end of the activations */

@@ -70,6 +70,8 @@ void dlrm_get_table(const struct dlrm *m, int t, struct dlrm_table_info *o)
     o->rows = tb->rows;
     o->col0 = tb->col0;
     o->width = tb->width;
+    o->hot = m->hot[t];
+    o->mean = m->mean[t];
 }
 
 /* Where tensor k lives and how many elements it has (NULL/0 when absent). */

@@ -36,6 +36,14 @@ enum tr_status dlrm_tier_slots(const struct dlrm_cfg *c, int64_t *slots)
         slots[t] = c->rows[t];
     if (c->tier.store == JOB_STORE_MEMORY || T == 0)
         return TR_OK;
+    for (int t = 0; c->hot && t < T; t++)
+        if (c->hot[t] > 0) { /* the tier maps a sample's one id a table (tier.h) */
+            LOG_ERROR("--table_store %s: table %d is multi-hot (bags of up to %d ids); a table store takes one-hot "
+                      "tables only",
+                      job_store_name(c->tier.store), t, (int)c->hot[t]);
+            LOG_HINT("--table_store memory for a model with multi-hot features");
+            return TR_ERR_UNSUPPORTED;
+        }
     int64_t *bpr = tr_calloc((size_t)T, sizeof *bpr);
     if (!bpr)
         return TR_ERR_NOMEM;

@@ -40,6 +40,7 @@ struct hybrid {
     int64_t max_global;
     struct batch *blk;          /* the shared batch block (backend memory), want.bytes long */
     struct batch want;          /* host: the layout every shared block must have */
+    struct batch_bag *want_bags; /* host: (ntables) its bag table, when a table is multi-hot */
     struct batch hdr;           /* host: header of the shared batch */
     const int32_t **idx;        /* host: (ntables) the ids the embedding ops read: the block's,
                                    or for a table in the tier its slot numbers (tier_begin) */
@@ -52,6 +53,7 @@ struct hybrid {
     int32_t *ids_host[2];       /* host: the categorical ids of blk and blk_next, on a backend
                                    whose memory is its own (copies), else NULL */
     const int32_t **ids;        /* host: (ntables) pointers into a block's ids, for the tier */
+    struct batch_bag *bags;     /* host: (ntables) its bag table (the id counts), or NULL */
     float *sbuf;                /* (max_global, ws): this rank's vectors, the other ranks' samples */
     float *rbuf;                /* (max slice, sum of the other ranks' widths): what they sent */
     float *bot;                 /* (max_global, D): model-parallel bottom output (rank 0), or NULL */
@@ -147,9 +149,28 @@ static const float *blk_labels(const struct hybrid *h)
 {
     return (const float *)((const char *)h->blk + h->hdr.off_labels);
 }
+/* Table t's ids: (cap) one-hot, (cap * hot) in bags. */
 static const int32_t *blk_cat(const struct hybrid *h, int t)
 {
+    if (h->want_bags)
+        return (const int32_t *)((const char *)h->blk + h->want_bags[t].ids);
     return (const int32_t *)((const char *)h->blk + h->hdr.off_cat) + (int64_t)t * h->hdr.cap;
+}
+/* Table t's offsets ((cap + 1) i64) when it is multi-hot, else NULL. */
+static const int64_t *blk_offsets(const struct hybrid *h, int t)
+{
+    if (!h->want_bags || !h->want_bags[t].offsets)
+        return NULL;
+    return (const int64_t *)((const char *)h->blk + h->want_bags[t].offsets);
+}
+/* Ids table t holds in the shared batch. */
+static int64_t blk_nids(const struct hybrid *h, int t)
+{
+    return h->want_bags && h->want_bags[t].offsets ? h->bags[t].nids : h->hdr.n;
+}
+static enum kern_combiner table_comb(const struct hybrid *h, int t)
+{
+    return h->m->mean[t] ? KERN_COMB_MEAN : KERN_COMB_SUM;
 }
 
 /* Bytes of the step's backend buffers for rank p->rank; the one sizing that both
@@ -232,11 +253,18 @@ enum tr_status hybrid_new(struct dlrm *m, struct comm *c, const struct shard_pla
     h->gcnt = h->cnt + 4 * W;
     h->gdsp = h->cnt + 5 * W;
 
-    memset(&h->want, 0, sizeof h->want);
-    h->want.bytes = batch_bytes(G, m->cfg.num_features, T);
-    h->want.cap = G;
-    h->want.num_features = m->cfg.num_features;
-    h->want.ntables = T;
+    if (batch_any_multi_hot(m->hot, T)) {
+        h->want_bags = tr_calloc(nt, sizeof *h->want_bags);
+        h->bags = tr_calloc(nt, sizeof *h->bags);
+        if (!h->want_bags || !h->bags) {
+            rc = TR_ERR_NOMEM;
+            goto fail;
+        }
+    }
+    if (batch_layout(G, m->cfg.num_features, T, m->hot, &h->want, h->want_bags) < 0) {
+        rc = TR_ERR_ARG;
+        goto fail;
+    }
     const struct kern_backend *be = &m->be;
     TR_CHECK_GOTO(kern_alloc(be, (size_t)h->want.bytes, (void **)&h->blk, "the batch block"), rc, fail);
     if (h->sbuf_bytes)
@@ -291,6 +319,8 @@ void hybrid_free(struct hybrid **ph)
     tr_free(h->upd);
     tr_free(h->bad_upd);
     tr_free(h->cp);
+    tr_free(h->want_bags);
+    tr_free(h->bags);
     for (int t = 0; h->dirty && t < h->p->ntables; t++)
         be->i->mem_release(be->ctx, h->dirty[t], (size_t)h->dirty_n[t]);
     tr_free(h->dirty);
@@ -306,15 +336,25 @@ int64_t hybrid_batch_bytes(const struct hybrid *h)
     return h->want.bytes;
 }
 
-/* TR_ERR_FORMAT (logged) unless b has the step's layout. */
-static enum tr_status check_layout(const struct hybrid *h, const struct batch *b, const char *which)
+/* TR_ERR_FORMAT (logged) unless b (with its bag table g) has the step's layout. */
+static enum tr_status check_layout(const struct hybrid *h, const struct batch *b, const struct batch_bag *g,
+                                   const char *which)
 {
-    if (b && batch_same_layout(b, &h->want))
+    const struct batch *w = &h->want;
+    int same = b && b->bytes == w->bytes && b->cap == w->cap && b->num_features == w->num_features &&
+               b->ntables == w->ntables && b->off_bags == w->off_bags && b->off_cat == w->off_cat;
+    for (int t = 0; same && h->want_bags && t < w->ntables; t++)
+        same = g[t].hot == h->want_bags[t].hot && g[t].ids == h->want_bags[t].ids &&
+               g[t].offsets == h->want_bags[t].offsets;
+    if (same)
         return TR_OK;
-    LOG_ERROR("step: %s holds %lld samples of %d numerical and %d categorical features; the step expects %lld, %d "
-              "and %d",
+    LOG_ERROR("step: %s holds %lld samples of %d numerical and %d categorical features%s; the step expects %lld, %d "
+              "and %d%s",
               which, b ? (long long)b->cap : -1LL, b ? b->num_features : -1, b ? b->ntables : -1,
-              (long long)h->want.cap, h->want.num_features, h->want.ntables);
+              b && b->off_bags ? " (multi-hot)" : "", (long long)w->cap, w->num_features, w->ntables,
+              w->off_bags ? " (multi-hot)" : "");
+    if (b && b->off_bags != w->off_bags)
+        LOG_HINT("the data's tables and the model's must have the same hotness");
     return TR_ERR_FORMAT;
 }
 
@@ -331,13 +371,18 @@ static enum tr_status share_into(struct hybrid *h, struct batch *into, const str
 {
     const struct kern_backend *be = &h->m->be;
     if (h->c->rank == 0) {
-        TR_CHECK(check_layout(h, host, "the batch to share"));
+        TR_CHECK(check_layout(h, host, host ? batch_bags(host) : NULL, "the batch to share"));
         TR_CHECK(be->i->copy(be->ctx, into, host, (size_t)host->bytes, KERN_H2D));
     }
     TR_CHECK(comm_bcast(h->c, into, h->want.bytes, 0));
     TR_CHECK(be->i->copy(be->ctx, hdr, into, sizeof *hdr, KERN_D2H));
-    TR_CHECK(batch_check(hdr, h->want.bytes, "step"));
-    return check_layout(h, hdr, "the shared batch block");
+    /* the id counts of this batch (multi-hot: never with a tier, so never ahead) */
+    TR_ASSERT(into == h->blk || !h->want_bags);
+    if (h->want_bags && hdr->off_bags == h->want.off_bags)
+        TR_CHECK(be->i->copy(be->ctx, h->bags, (const char *)into + h->want.off_bags,
+                             (size_t)h->want.ntables * sizeof *h->bags, KERN_D2H));
+    TR_CHECK(batch_check_parts(hdr, hdr->off_bags == h->want.off_bags ? h->bags : NULL, h->want.bytes, "step"));
+    return check_layout(h, hdr, h->bags, "the shared batch block");
 }
 
 /* The tier's view of block b (header hdr): its ids on the host (k: which copy). */
@@ -437,7 +482,9 @@ void hybrid_drop_next(struct hybrid *h)
     h->has_next = 0;
 }
 
-/* Logs the first out-of-range id the last gathers recorded. */
+/* Logs the first out-of-range id the last gathers recorded (a multi-hot table's
+ * gather reports the position of the id in the table's ids, or the bag whose
+ * offsets decrease). */
 static enum tr_status report_bad_id(const struct hybrid *h, int nargs)
 {
     const struct kern_backend *be = &h->m->be;
@@ -445,9 +492,32 @@ static enum tr_status report_bad_id(const struct hybrid *h, int nargs)
         if (h->bad_pos[k] < 0)
             continue;
         const int t = h->fwd_table[k];
-        const int64_t sample = h->fwd_first[k] + h->bad_pos[k];
+        const int64_t *off = blk_offsets(h, t);
+        int64_t sample = h->fwd_first[k] + h->bad_pos[k], pos = sample;
+        if (off) { /* the bag holding position bad_pos */
+            const int64_t n = h->hdr.n;
+            int64_t *ho = tr_malloc((size_t)(n + 1) * sizeof *ho);
+            if (!ho)
+                return TR_ERR_NOMEM;
+            enum tr_status rc = be->i->copy(be->ctx, ho, off, (size_t)(n + 1) * sizeof *ho, KERN_D2H);
+            pos = h->bad_pos[k];
+            sample = -1;
+            for (int64_t i = 0; rc == TR_OK && i < n && sample < 0; i++)
+                if (ho[i + 1] < ho[i])
+                    sample = -2 - i; /* decreasing offsets at bag i */
+                else if (pos >= ho[i] && pos < ho[i + 1])
+                    sample = i;
+            tr_free(ho);
+            TR_CHECK(rc);
+            if (sample <= -2) {
+                LOG_ERROR("table %d: the offsets of batch %lld decrease at sample %lld", t, (long long)h->hdr.index,
+                          (long long)(-2 - sample));
+                LOG_HINT("a sample's ids are offsets[i] .. offsets[i + 1]: check the data source");
+                break;
+            }
+        }
         int32_t id = 0;
-        TR_CHECK(be->i->copy(be->ctx, &id, blk_cat(h, t) + sample, sizeof id, KERN_D2H));
+        TR_CHECK(be->i->copy(be->ctx, &id, blk_cat(h, t) + pos, sizeof id, KERN_D2H));
         log_bad_id(h, t, sample, id);
         break;
     }
@@ -546,10 +616,12 @@ enum tr_status hybrid_forward(struct hybrid *h)
             h->bad_pos[na] = -1;
             h->fwd_table[na] = v->table;
             h->fwd_first[na] = s0;
+            const int64_t *off = blk_offsets(h, v->table); /* bags: offsets into all the table's ids */
             h->fwd[na] = (struct kern_emb_fwd_args){
                 .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width,
-                .idx = h->idx[v->table] + s0, .idx_dtype = KERN_I32, .nbags = s1 - s0, .comb = KERN_COMB_SUM,
-                .out = out, .out_ld = ld, .bad_pos = &h->bad_pos[na],
+                .idx = off ? h->idx[v->table] : h->idx[v->table] + s0, .idx_dtype = KERN_I32,
+                .offsets = off ? off + s0 : NULL, .nbags = s1 - s0, .comb = table_comb(h, v->table), .out = out,
+                .out_ld = ld, .bad_pos = &h->bad_pos[na],
             };
             na++;
         }
@@ -787,31 +859,35 @@ enum tr_status hybrid_sum_ranks(struct hybrid *h, double *v)
 
 /* Row-wise Adagrad on column slices: every worker (with columns or not) writes
  * its slice's per-distinct-row sums of squares of every table, in table order,
- * into m->emb_sumsq (table t at t * g.n: one-hot, so at most g.n distinct rows),
- * the sums are added over the workers, and the update below reads them. Every
- * worker sees the same ids, so entry k of a table names the same row on all. */
+ * into m->emb_sumsq (table t after the ids of the tables before it: at most one
+ * distinct row per id), the sums are added over the workers, and the update below
+ * reads them. Every worker sees the same ids, so entry k of a table names the same
+ * row on all. */
 static enum tr_status rowwise_sums(struct hybrid *h, const struct geom *g, float lr)
 {
     struct dlrm *m = h->m;
     const struct kern_backend *be = &m->be;
     const int T = h->p->ntables;
     const int nv = rank_vectors(h, g->r, h->vec); /* column-wise: table t is vector t, or none here */
-    TR_ASSERT(m->emb_sumsq && (int64_t)T * g->n <= m->emb_sumsq_n && (nv == 0 || nv == T));
+    TR_ASSERT(m->emb_sumsq && (nv == 0 || nv == T));
+    int64_t at = 0;
     for (int t = 0; t < T; t++) {
         const struct dlrm_table *tb = &m->tables[t];
         int64_t ld = 0;
         const float *grad = nv ? vector_grad(h, g, &h->vec[t], &ld) : NULL;
         h->upd[t] = (struct kern_emb_update_args){
             .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
-            .idx = h->idx[t], .idx_dtype = KERN_I32, .nbags = g->n, .comb = KERN_COMB_SUM, .grad = grad,
-            .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m), .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps},
-            .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes, .bad_pos = &h->bad_upd[t], .dim = h->p->dim,
-            .row_sumsq = m->emb_sumsq + (int64_t)t * g->n,
+            .idx = h->idx[t], .idx_dtype = KERN_I32, .offsets = blk_offsets(h, t), .nbags = g->n,
+            .comb = table_comb(h, t), .grad = grad, .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m),
+            .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
+            .bad_pos = &h->bad_upd[t], .dim = h->p->dim, .row_sumsq = m->emb_sumsq + at,
         };
+        at += blk_nids(h, t);
     }
+    TR_ASSERT(at <= m->emb_sumsq_n);
     TR_CHECK(be->i->emb_rowsq(be->ctx, h->upd, T));
     /* counted in the emb_update phase, whose part it is */
-    return comm_allreduce_sum(h->c, m->emb_sumsq, (int64_t)T * g->n, KERN_F64);
+    return comm_allreduce_sum(h->c, m->emb_sumsq, at, KERN_F64);
 }
 
 enum tr_status hybrid_update(struct hybrid *h, float lr)
@@ -836,8 +912,9 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
         const float *grad = vector_grad(h, &g, v, &ld);
         h->upd[nu++] = (struct kern_emb_update_args){
             .table = tb->w, .rows = tb->slots, .ld = tb->width, .c0 = 0, .c1 = tb->width, .accum = tb->accum,
-            .accum_ld = tb->width, .idx = h->idx[v->table], .idx_dtype = KERN_I32, .nbags = g.n,
-            .comb = KERN_COMB_SUM, .grad = grad, .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m),
+            .accum_ld = tb->width, .idx = h->idx[v->table], .idx_dtype = KERN_I32,
+            .offsets = blk_offsets(h, v->table), .nbags = g.n, .comb = table_comb(h, v->table), .grad = grad,
+            .grad_ld = ld, .grad_scale = dlrm_grad_unscale(m),
             .hp = {m->cfg.optim, lr, m->cfg.adagrad_eps}, .ws = m->emb_ws, .ws_bytes = m->emb_ws_bytes,
             .dim = tb->width, /* a whole row: row-wise Adagrad sums its squares itself */
         };
@@ -848,7 +925,8 @@ enum tr_status hybrid_update(struct hybrid *h, float lr)
         int nm = 0;
         for (int t = 0; t < h->p->ntables; t++)
             if (h->dirty[t])
-                h->mark[nm++] = (struct kern_mark_rows_args){.idx = blk_cat(h, t), .idx_dtype = KERN_I32, .n = g.n,
+                h->mark[nm++] = (struct kern_mark_rows_args){.idx = blk_cat(h, t), .idx_dtype = KERN_I32,
+                                                             .n = blk_nids(h, t),
                                                              .rows = m->tables[t].rows,
                                                              .block_rows = h->dirty_rows[t], .dirty = h->dirty[t]};
         if (nm)

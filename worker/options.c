@@ -95,6 +95,7 @@ enum tr_status worker_opts_resolve(struct worker_cfg *c)
 {
     /* --dataset_path alone: its files say which type (the seed's commands) */
     TR_CHECK(job_infer_dataset_type(&c->job, NULL, NULL));
+    TR_CHECK(job_apply_preset(&c->job)); /* --preset: the flags not given */
     const char *arg = c->resume_arg;
     c->resume = 0;
     if (!arg)

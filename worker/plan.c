@@ -29,6 +29,7 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
                              job->data_parallel_bottom_mlp));
     struct dlrm_cfg mc;
     dlrm_cfg_from_job(job, s->num_features, s->ntables, s->rows, &sp, &mc);
+    mc.hot = s->hot; /* the bags: their ids in the batch blocks and the update's workspace */
     struct dlrm_bytes b;
     enum tr_status rc = dlrm_plan_bytes(&mc, be, &b);
     if (rc != TR_OK) {
@@ -48,12 +49,12 @@ enum tr_status plan_worker_bytes(const struct job_cfg *job, const struct plan_sh
     w->workspace = b.workspace;
     w->activations = b.activations - b.workspace;
     w->alltoall = hybrid_buffer_bytes(&sp, s->ntables, job->embedding_dim, mc.max_global);
-    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables) * (rank == 0 ? 2 : 1) +
+    w->data = batch_bytes(mc.max_global, s->num_features, s->ntables, s->hot) * (rank == 0 ? 2 : 1) +
               (rank == 0 ? s->source_cache : 0);
     w->dense_params = b.dense_params;
     /* a tier: the step's second batch block (and rank 0's second host block), the
      * ids it copies to the host on a backend of its own memory, its maps and staging */
-    const int64_t blk = batch_bytes(mc.max_global, s->num_features, s->ntables);
+    const int64_t blk = batch_bytes(mc.max_global, s->num_features, s->ntables, s->hot);
     const int ahead = b.tables_tiered > 0;
     w->tables_tiered = b.tables_tiered;
     w->data += ahead ? blk * (rank == 0 ? 2 : 1) : 0;

@@ -23,6 +23,8 @@ struct plan_shape {
     int64_t test_samples; /* rank 0 keeps their logits and labels */
     int64_t source_cache; /* host bytes rank 0's data source keeps (source.cache_bytes: the
                              synthetic splits when they fit DATASET_CACHE_BYTES) */
+    const int32_t *hot;   /* (ntables) each table's hotness (loader_svc/batch.h), borrowed; NULL:
+                             every table one-hot */
 };
 
 struct plan_worker {

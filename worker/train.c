@@ -124,11 +124,14 @@ static enum tr_status open_source(struct train *T)
         s->nbatches[1] = hdr[7];
         s->desc = job->dataset_type == JOB_DATA_SYNTHETIC ? "synthetic" : job->dataset_path;
         T->rows = tr_malloc((size_t)(hdr[2] ? hdr[2] : 1) * sizeof(int64_t));
-        if (!T->rows)
+        T->hot = tr_malloc((size_t)(hdr[2] ? hdr[2] : 1) * sizeof(int32_t));
+        if (!T->rows || !T->hot)
             return TR_ERR_NOMEM; /* a rank that cannot hold a few bytes: the job aborts */
         s->rows = T->rows;
+        s->hot = T->hot;
     }
-    return comm_bcast_host(&T->comm, (void *)s->rows, (int64_t)s->ntables * (int64_t)sizeof(int64_t), 0);
+    TR_CHECK(comm_bcast_host(&T->comm, (void *)s->rows, (int64_t)s->ntables * (int64_t)sizeof(int64_t), 0));
+    return comm_bcast_host(&T->comm, (void *)s->hot, (int64_t)s->ntables * (int64_t)sizeof(int32_t), 0);
 }
 
 /* Appends "name=value\n" to the growing text (*text, *n used of *cap). */
@@ -204,7 +207,7 @@ struct room_rec {
 struct plan_shape train_src_shape(const struct train *T)
 {
     const struct plan_shape s = {T->src.num_features, T->src.ntables, T->src.rows, T->src.nsamples[BATCH_TEST],
-                                 T->src.cache_bytes};
+                                 T->src.cache_bytes, T->src.hot};
     return s;
 }
 
@@ -323,6 +326,14 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
     char tag[160]; /* the table store's file names: this run and rank */
     snprintf(tag, sizeof tag, "%s-r%d", T->run_id, rank);
     mc.store_tag = tag;
+    if (!(T->mean = tr_calloc((size_t)(s->ntables ? s->ntables : 1), sizeof *T->mean)))
+        return TR_ERR_NOMEM;
+    if (job_pooling(job, s->ntables, T->mean) != TR_OK) { /* every rank alike */
+        T->together = 1;
+        return TR_ERR_ARG;
+    }
+    mc.hot = s->hot;
+    mc.mean = T->mean;
     T->sched = (struct lr_sched){job->learning_rate, job->warmup_steps, job->decay_start_step, job->decay_steps};
     T->total = job->max_steps >= 0 ? job->max_steps : (int64_t)job->epochs * s->nbatches[BATCH_TRAIN];
     if (rank == 0)
@@ -377,12 +388,12 @@ enum tr_status train_open(struct train *T, const struct worker_cfg *c)
                   kern_blas_info());
     }
     if (rank == 0) {
-        const int64_t bytes = batch_bytes(mc.max_global, s->num_features, s->ntables);
+        const int64_t bytes = batch_bytes(mc.max_global, s->num_features, s->ntables, s->hot);
         T->blk_bytes = bytes;
         for (int k = 0; k < 1 + hybrid_shares_ahead(T->h); k++) { /* a second block: the batch read ahead */
             void *mem = NULL;
             TR_CHECK(T->be.i->host_alloc(T->be.ctx, (size_t)bytes, &mem));
-            enum tr_status rc = batch_format(mem, bytes, mc.max_global, s->num_features, s->ntables);
+            enum tr_status rc = batch_format(mem, bytes, mc.max_global, s->num_features, s->ntables, s->hot);
             if (rc != TR_OK) { /* not 64-byte aligned */
                 T->be.i->host_release(T->be.ctx, mem, (size_t)bytes);
                 return rc;
@@ -754,6 +765,8 @@ void train_close(struct train *T)
     events_close(&T->ev);
     report_free(&T->rep); /* after its sink */
     tr_free(T->rows);
+    tr_free(T->hot);
+    tr_free(T->mean);
     if (T->be.i) {
         T->be.i->mem_release(T->be.ctx, T->scores, (size_t)T->eval_cap * sizeof(float));
         T->be.i->mem_release(T->be.ctx, T->labels, (size_t)T->eval_cap * sizeof(float));

@@ -51,6 +51,8 @@ struct train {
     struct shard_plan plan;
     struct source src;          /* rank 0 reads; the other ranks know its shape only */
     int64_t *rows;              /* (ntables) on ranks other than 0: the tables' rows */
+    int32_t *hot;               /* (ntables) on ranks other than 0: the tables' hotness */
+    uint8_t *mean;              /* (ntables) the tables' pooling (--pooling): 1 mean, 0 sum */
     struct dlrm *m;
     struct hybrid *h;
     struct batch *blk;          /* rank 0: the host block batches are read into, in the

@@ -5,7 +5,7 @@
  * vectors, and one shuffle tree turns the VW accumulators into VW sums stored as
  * one vector. Backward: dx = S x (S the symmetric pair gradients, zero diagonal)
  * by register tiles of up to 4 rows x 4 vectors, the coefficients read straight
- * from the pair gradients. The loops are written once (interact_body.h) and
+ * from the pair gradients. The loops are written once (interact_body.inc) and
  * compiled per instruction set; the set is chosen at run time. Every output
  * element is a sum in a fixed order, so results are bitwise independent of the
  * thread count (threads split the batch). It does not implement the concat or
@@ -63,7 +63,7 @@ INLINE v8f reduce8(const v8f *a)
 #define REDUCE reduce8
 #define TARGET
 #define SFX _v8
-#include "interact_body.h"
+#include "interact_body.inc"
 #undef VW
 #undef VEC
 #undef LOADV
@@ -108,7 +108,7 @@ __attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
 #define REDUCE reduce16
 #define TARGET __attribute__((target("avx512f")))
 #define SFX _v16
-#include "interact_body.h"
+#include "interact_body.inc"
 #undef VW
 #undef VEC
 #undef LOADV

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t3002: the worker's checkpoints, end to end, on real stores (a directory, and
 # terarec-ckpt over loopback HTTP): bitwise resume (N = 1 and 3, async and
-# incremental saves on and off), restore on other world sizes and split modes,
+# incremental saves on and off, multi-hot tables), restore on other world sizes
+# and split modes,
 # kill -9 of a worker during an upload and of the server during a commit, a
 # corrupted chunk, a config that does not match, --mode eval and inference, bad
 # flags.
@@ -118,6 +119,24 @@ else
     skip "resume over HTTP on 3 workers" "mpirun or terarec-ckpt unavailable"
 fi
 resume_case local-n3-tablewise 3 "$TMP/store1" --no_columnwise_split
+# multi-hot tables (fixed and variable hotness, empty bags, averaged): the bags
+# come back from the data position, and incremental saves mark the rows of every
+# id of a bag
+MH="--synthetic_dataset_multi_hot_sizes 3,1,4,2,5,1,2,1,3,2 --synthetic_dataset_multi_hot_lengths variable"
+if [ $HAVE_MPI = 1 ]; then
+    resume_case multihot-n3 3 "$TMP/store1" $MH --pooling mean
+else
+    resume_case multihot-n1 1 "$TMP/store1" $MH --pooling mean
+fi
+# --pooling is the model's: a run that sums the bags a checkpoint averaged is refused
+mh_run=$([ $HAVE_MPI = 1 ] && echo multihot-n3 || echo multihot-n1)
+wrk 1 $(base) $MH --pooling sum --max_steps 12 --log_path "$TMP/mh.json" --restore "$TMP/store1#$mh_run"
+rc=$?
+if [ $rc -eq 2 ] && echo "$OUT" | grep -q 'pooling is \["mean",.*this run.s (--pooling) is \["sum",'; then
+    ok "a checkpoint of averaged bags is refused by a run that sums them, naming --pooling (exit 2)"
+else
+    fail "pooling mismatch refused" "rc=$rc $(echo "$OUT" | tail -n 3)"
+fi
 
 # ---- reshard: saved by 4 column-wise workers, restored on 1, 3 and 2 (table-wise)
 reshard() { # NAME OPT: saves on 4, restores on the others, compares the weights bit for bit

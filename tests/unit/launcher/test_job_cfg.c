@@ -19,7 +19,7 @@ static void compare_tables(struct tr_opt *wt, struct tr_opt *pt, int *shared)
     *shared = 0;
     for (struct tr_opt *p = pt; p->type != TR_OPT_END; p++) {
         struct tr_opt *w = tr_opt_find(wt, p->name);
-        if (!strcmp(p->name, "preset") || !strcmp(p->name, "test_samples") || !strcmp(p->name, "nodes") ||
+        if (!strcmp(p->name, "test_samples") || !strcmp(p->name, "nodes") ||
             !strcmp(p->name, "workers_per_node") || !strcmp(p->name, "memory_per_worker") ||
             !strcmp(p->name, "json") || !strcmp(p->name, "checkpoints") || !strcmp(p->name, "host_memory_per_node") ||
             !strcmp(p->name, "disk_per_node") || !strcmp(p->name, "fit")) {

@@ -14,11 +14,11 @@ static void layout(void)
 {
     /* 3 samples, 13 features (ld 16), 26 tables: header 128, numerical 3*16*4 = 192,
      * labels 12 -> 64, ids 3*26*4 = 312 -> 320 */
-    TH_EQ(batch_bytes(3, 13, 26), 128 + 192 + 64 + 320);
-    TH_EQ(batch_bytes(0, 0, 0), 128);
-    TH_EQ(batch_bytes(-1, 13, 26), -1);
+    TH_EQ(batch_bytes(3, 13, 26, NULL), 128 + 192 + 64 + 320);
+    TH_EQ(batch_bytes(0, 0, 0, NULL), 128);
+    TH_EQ(batch_bytes(-1, 13, 26, NULL), -1);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(3, 13, 26, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(3, 13, 26, NULL, &b), TR_OK);
     TH_EQ(b->magic, BATCH_MAGIC);
     TH_EQ(b->version, BATCH_VERSION);
     TH_EQ(b->hdr_bytes, 128);
@@ -35,17 +35,17 @@ static void layout(void)
     batch_free(&b);
     TH_CHECK(b == NULL);
     batch_free(&b);
-    TH_EQ_ST(batch_new(-1, 1, 1, &b), TR_ERR_ARG);
+    TH_EQ_ST(batch_new(-1, 1, 1, NULL, &b), TR_ERR_ARG);
 }
 
 static void foreign_memory(void)
 {
-    const int64_t bytes = batch_bytes(4, 2, 3);
+    const int64_t bytes = batch_bytes(4, 2, 3, NULL);
     char *mem = tr_malloc((size_t)bytes + 64);
     TH_REQUIRE(mem);
-    TH_EQ_ST(batch_format(mem + 8, bytes, 4, 2, 3), TR_ERR_ARG); /* not 64-byte aligned */
-    TH_EQ_ST(batch_format(mem, bytes - 1, 4, 2, 3), TR_ERR_ARG); /* too small */
-    TH_EQ_ST_REQ(batch_format(mem, bytes, 4, 2, 3), TR_OK);
+    TH_EQ_ST(batch_format(mem + 8, bytes, 4, 2, 3, NULL), TR_ERR_ARG); /* not 64-byte aligned */
+    TH_EQ_ST(batch_format(mem, bytes - 1, 4, 2, 3, NULL), TR_ERR_ARG); /* too small */
+    TH_EQ_ST_REQ(batch_format(mem, bytes, 4, 2, 3, NULL), TR_OK);
     struct batch *b = (struct batch *)mem;
     b->n = 2;
     batch_num(b)[1 * 8 + 1] = 2.5f;
@@ -62,7 +62,7 @@ static void foreign_memory(void)
     TH_EQ(batch_cat(c)[9], 77);
     TH_CHECK(batch_same_layout(c, c));
     struct batch *other = NULL;
-    TH_EQ_ST_REQ(batch_new(5, 2, 3, &other), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 2, 3, NULL, &other), TR_OK);
     TH_CHECK(!batch_same_layout(c, other));
     batch_free(&other);
     tr_free(copy);
@@ -72,7 +72,7 @@ static void foreign_memory(void)
 static void damaged_headers(void)
 {
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(8, 13, 4, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(8, 13, 4, NULL, &b), TR_OK);
     const struct batch good = *b;
     static const char *const what[] = {"magic", "version", "hdr_bytes", "cap", "offset",
                                        "n > cap", "n < 0", "split", "num_ld"};
@@ -104,10 +104,10 @@ static void damaged_headers(void)
 static void copy_and_compare(void)
 {
     struct batch *src = NULL, *a = NULL, *b = NULL, *other = NULL;
-    TH_EQ_ST_REQ(batch_new(7, 3, 2, &src), TR_OK);
-    TH_EQ_ST_REQ(batch_new(5, 3, 2, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(6, 3, 2, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(5, 3, 1, &other), TR_OK);
+    TH_EQ_ST_REQ(batch_new(7, 3, 2, NULL, &src), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 3, 2, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(6, 3, 2, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 3, 1, NULL, &other), TR_OK);
     src->n = 7;
     src->split = BATCH_TEST;
     for (int i = 0; i < 7; i++) {

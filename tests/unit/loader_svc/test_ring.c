@@ -125,8 +125,8 @@ static void order_wrap_and_test_passes(void)
     TH_EQ(q.rows[2], 1000);
     TH_EQ(q.nsamples[BATCH_TEST], 21);
     struct batch *a = NULL, *b = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
     const struct source_pos test0 = {BATCH_TEST, 0, 0};
     for (int k = 0; k < 13; k++) { /* 2.6 epochs through 2 slots, a test pass every 4 */
         TH_EQ_ST_REQ(source_next(&q, a), TR_OK);
@@ -173,8 +173,8 @@ static void seek_mid_stream(void)
     TH_EQ_ST_REQ(source_open_ring(&q, name, 10, &j, NULL), TR_OK);
     TH_EQ_ST_REQ(source_open_reader(&ref, &j), TR_OK);
     struct batch *a = NULL, *b = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
     TH_EQ_ST_REQ(source_next(&q, a), TR_OK);
     TH_EQ(a->index, 0);
     usleep(300000); /* the loader fills its 3 slots with batches 1, 2, 3 */
@@ -249,7 +249,7 @@ static void waits_do_not_spin(void)
     new_name("idle2");
     struct ring r;
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
+    const struct ring_shape sh = {1, 1, rows, NULL, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     TH_EQ_ST_REQ(ring_create(&r, name, 2, &sh), TR_OK);
     pid_t cp = fork();
     if (cp == 0) {
@@ -258,7 +258,7 @@ static void waits_do_not_spin(void)
         jc.seed = 9;
         struct source s;
         struct batch *b = NULL;
-        if (source_open_ring(&s, name, 5, &jc, NULL) != TR_OK || batch_new(5, 1, 1, &b) != TR_OK)
+        if (source_open_ring(&s, name, 5, &jc, NULL) != TR_OK || batch_new(5, 1, 1, NULL, &b) != TR_OK)
             _exit(3);
         _exit(source_next(&s, b) == TR_OK ? 0 : 1);
     }
@@ -278,7 +278,7 @@ static void stale_replaced_live_refused(void)
 {
     new_name("stale");
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
+    const struct ring_shape sh = {1, 1, rows, NULL, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     pid_t cp = fork();
     if (cp == 0) { /* a loader that dies without cleaning up */
         struct ring r;
@@ -312,7 +312,7 @@ static void consumer_waits_past_stale(void)
 {
     new_name("stalec");
     int64_t rows[1] = {10};
-    const struct ring_shape sh = {1, 1, rows, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
+    const struct ring_shape sh = {1, 1, rows, NULL, {10, 10}, {5, 5}, {2, 2}, 0, 0, 0, 9, {0, 0}, "test"};
     pid_t lp = fork();
     if (lp == 0) {
         struct ring r;
@@ -387,7 +387,7 @@ static void dead_loader_noticed(void)
     struct source q;
     TH_EQ_ST_REQ(source_open_ring(&q, name, 10, &j, NULL), TR_OK);
     struct batch *a = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &a), TR_OK);
     TH_EQ_ST(source_next(&q, a), TR_OK);
     kill(lp, SIGKILL); /* not reaped yet: a zombie still answers kill(pid, 0) */
     const double t0 = tr_clock_now();

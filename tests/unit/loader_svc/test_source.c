@@ -46,11 +46,11 @@ static void sequence_and_positions(void)
     TH_EQ(s.nbatches[BATCH_TEST], 2);
     /* small synthetic splits are kept whole (and served from there: compared below
      * with samples synth_fill makes) */
-    TH_EQ(s.cache_bytes, batch_bytes(40, 5, 3) + batch_bytes(14, 5, 3));
+    TH_EQ(s.cache_bytes, batch_bytes(40, 5, 3, NULL) + batch_bytes(14, 5, 3, NULL));
     struct batch *b = NULL, *ref = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
-    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &ref), TR_OK);
+    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW, NULL, 0};
     for (int k = 0; k < 6; k++) { /* one epoch and a half: indices 0 1 2 3 0 1 */
         struct source_pos pos;
         source_tell(&s, &pos);
@@ -141,9 +141,9 @@ static void read_epochs(int64_t seed, int64_t order[3][40])
     struct source s;
     struct batch *b = NULL, *all = NULL;
     TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(40, 5, 3, &all), TR_OK);
-    struct synth_cfg sc = {(uint64_t)seed, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(40, 5, 3, NULL, &all), TR_OK);
+    struct synth_cfg sc = {(uint64_t)seed, 5, 3, rows3, SYNTH_IDS_POWERLAW, NULL, 0};
     TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, 0, 40, all), TR_OK);
     for (int k = 0; k < 12; k++) {
         TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
@@ -162,7 +162,7 @@ static void read_epochs(int64_t seed, int64_t order[3][40])
     TH_EQ_ST_REQ(source_seek(&s, &t), TR_OK);
     TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
     struct batch *ref = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &ref), TR_OK);
     TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TEST, 7, 7, ref), TR_OK);
     TH_CHECK(memcmp(batch_num(b), batch_num(ref), 7 * (size_t)b->num_ld * sizeof(float)) == 0);
     batch_free(&ref);
@@ -203,9 +203,9 @@ static void shuffled_batches(void)
     struct source s;
     struct batch *b = NULL, *ref = NULL;
     TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &ref), TR_OK);
-    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &ref), TR_OK);
+    struct synth_cfg sc = {9, 5, 3, rows3, SYNTH_IDS_POWERLAW, NULL, 0};
     int order[3][4], moved = 0;
     for (int k = 0; k < 12; k++) {
         TH_EQ_ST_REQ(source_next(&s, b), TR_OK);
@@ -244,8 +244,8 @@ static void start_position(void)
     j.shuffle_samples = 1;
     struct source s;
     struct batch *b = NULL, *want = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(10, 5, 3, &want), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 5, 3, NULL, &want), TR_OK);
     TH_EQ_ST_REQ(source_open_reader(&s, &j), TR_OK);
     for (int k = 0; k <= 6; k++) /* step 6 = epoch 1, batch 2 */
         TH_EQ_ST_REQ(source_next(&s, want), TR_OK);

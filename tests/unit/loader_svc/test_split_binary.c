@@ -168,7 +168,7 @@ static void read_values(void)
     TH_EQ(ds.ntables, 3);
     TH_EQ(ds.rows[2], 70000);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
     TH_EQ(b->n, 3);
     TH_EQ(b->num_ld, 8);
@@ -224,7 +224,7 @@ static void source_over_files(void)
     TH_EQ(s.nbatches[BATCH_TEST], 1);
     TH_EQ(s.rows[1], 200);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(3, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(3, 2, 3, NULL, &b), TR_OK);
     TH_EQ_ST(source_next(&s, b), TR_OK);
     TH_EQ(b->n, 2);
     TH_EQ(batch_cat(b)[2 * 3 + 1], 12345);
@@ -272,7 +272,7 @@ static void gather_rows(void)
     struct dataset ds;
     TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     const int64_t rows[4] = {2, 0, 2, 1};
     TH_EQ_ST_REQ(dataset_gather(&ds, BATCH_TRAIN, rows, 4, b), TR_OK);
     TH_EQ(b->n, 4);
@@ -404,7 +404,7 @@ static void nonfinite_refused(void)
     const char *const name[3] = {"NaN", "+inf", "-inf"};
     make_dataset();
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     for (int row = 0; row < 3; row++) {
         for (int k = 0; k < 3; k++) {
             poke_numerical(row, row & 1, bad[k]);
@@ -448,7 +448,7 @@ static void nonfinite_zeroed_and_counted(void)
     TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
     dataset_set_nonfinite(&ds, SB_NONFINITE_ZERO);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
     const float *x = batch_num(b);
     TH_CHECKF(x[0] == 1.0f && x[1] == 0.0f && x[8] == 0.5f && x[9] == 0.0f && x[16] == 0.0f && x[17] == 0.0f,
@@ -492,7 +492,7 @@ static void bad_label_refused(void)
     const uint8_t lab[3] = {1, 0, 2};
     write_file("train/label.bin", lab, 3);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     for (int policy = 0; policy < 2; policy++) {
         struct dataset ds;
         TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
@@ -570,7 +570,7 @@ static void changed_during_run(void)
     struct dataset ds;
     TH_EQ_ST_REQ(dataset_open_split_binary(&ds, tmpdir, "feature_spec.yaml"), TR_OK);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(4, 2, 3, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(4, 2, 3, NULL, &b), TR_OK);
     TH_EQ_ST_REQ(dataset_fill(&ds, BATCH_TRAIN, 0, 3, b), TR_OK);
     char p[512];
     snprintf(p, sizeof p, "%s/train/cat_2.bin", tmpdir);

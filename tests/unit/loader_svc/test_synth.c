@@ -15,7 +15,7 @@ static const int64_t rows[4] = {1000, 7, 100000, 1};
 
 static struct synth_cfg cfg(enum synth_ids ids)
 {
-    struct synth_cfg c = {42, 13, 4, rows, ids};
+    struct synth_cfg c = {42, 13, 4, rows, ids, NULL, 0};
     return c;
 }
 
@@ -23,8 +23,8 @@ static void deterministic_and_sliceable(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL, *b = NULL;
-    TH_EQ_ST_REQ(batch_new(100, 13, 4, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(100, 13, 4, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(100, 13, 4, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(100, 13, 4, NULL, &b), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1000, 100, a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 1000, 100, b), TR_OK);
     TH_CHECK(memcmp(batch_num(a), batch_num(b), 100 * 16 * sizeof(float)) == 0);
@@ -51,7 +51,7 @@ static void value_ranges(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 20000;
-    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, NULL, &a), TR_OK);
     TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -75,7 +75,7 @@ static void powerlaw_shape(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, NULL, &a), TR_OK);
     TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     /* P(id <= x) = ln(x + 2) / ln(C + 1) for the continuous Zipf(1) law used */
     int64_t le0 = 0, le9 = 0, le99 = 0;
@@ -103,7 +103,7 @@ static void uniform_ids(void)
     struct synth_cfg c = cfg(SYNTH_IDS_UNIFORM);
     struct batch *a = NULL;
     const int64_t n = 50000;
-    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, NULL, &a), TR_OK);
     TH_EQ_ST_REQ(synth_fill(&c, BATCH_TRAIN, 0, n, a), TR_OK);
     double mean = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -118,7 +118,7 @@ static void labels_follow_teacher(void)
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
     const int64_t n = 40000;
-    TH_EQ_ST_REQ(batch_new(n, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(n, 13, 4, NULL, &a), TR_OK);
     TH_EQ_ST_REQ(synth_fill(&c, BATCH_TEST, 0, n, a), TR_OK);
     float *z = malloc((size_t)n * sizeof(float));
     TH_REQUIRE(z != NULL);
@@ -143,10 +143,10 @@ static void bad_shapes(void)
 {
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct batch *a = NULL;
-    TH_EQ_ST_REQ(batch_new(10, 13, 3, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 13, 3, NULL, &a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 0, 10, a), TR_ERR_ARG); /* 3 tables vs 4 */
     batch_free(&a);
-    TH_EQ_ST_REQ(batch_new(10, 13, 4, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(10, 13, 4, NULL, &a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, 0, 11, a), TR_ERR_ARG); /* more than cap */
     int64_t zero[4] = {1000, 0, 5, 5};
     c.rows = zero;
@@ -165,8 +165,8 @@ static void cached_equals_generated(void)
     TH_CHECK(d.keep[BATCH_TRAIN] && d.keep[BATCH_TEST]);
     TH_CHECK(d.cache[BATCH_TRAIN] == NULL && d.cache[BATCH_TEST] == NULL); /* nothing made before a read */
     struct batch *a = NULL, *b = NULL;
-    TH_EQ_ST_REQ(batch_new(128, 13, 4, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(128, 13, 4, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(128, 13, 4, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(128, 13, 4, NULL, &b), TR_OK);
     const int64_t firsts[] = {0, 128, 872, 999};
     for (int s = 0; s < 2; s++) {
         const int64_t ns = d.nsamples[s];
@@ -190,7 +190,7 @@ static void cached_equals_generated(void)
     }
     /* a block of another shape is refused, not overrun */
     struct batch *small = NULL;
-    TH_EQ_ST_REQ(batch_new(128, 13, 3, &small), TR_OK);
+    TH_EQ_ST_REQ(batch_new(128, 13, 3, NULL, &small), TR_OK);
     TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, 0, 10, small), TR_ERR_ARG);
     TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, 0, 129, a), TR_ERR_ARG);
     batch_free(&small);
@@ -203,29 +203,29 @@ static void cached_equals_generated(void)
  * split in what is left) is generated batch by batch, with the same samples. */
 static void large_not_kept(void)
 {
-    const int64_t per = (batch_bytes(1024, 13, 4) - batch_bytes(0, 13, 4)) / 1024; /* bytes a sample */
+    const int64_t per = (batch_bytes(1024, 13, 4, NULL) - batch_bytes(0, 13, 4, NULL)) / 1024; /* bytes a sample */
     TH_CHECK(per > 0);
     const int64_t half = DATASET_CACHE_BYTES / per / 2;
     int keep[2];
     int64_t fits[2] = {half / 2, half / 2};
-    TH_EQ(dataset_synthetic_cache_bytes(13, 4, fits, keep), batch_bytes(half / 2, 13, 4) * 2);
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, NULL, fits, keep), batch_bytes(half / 2, 13, 4, NULL) * 2);
     TH_CHECK(keep[0] && keep[1]);
     int64_t test_over[2] = {half, half + 4096}; /* the test split is over what the train split left */
-    TH_EQ(dataset_synthetic_cache_bytes(13, 4, test_over, keep), batch_bytes(half, 13, 4));
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, NULL, test_over, keep), batch_bytes(half, 13, 4, NULL));
     TH_CHECK(keep[0] && !keep[1]);
     int64_t train_over[2] = {2 * half + 4096, 300};
-    TH_EQ(dataset_synthetic_cache_bytes(13, 4, train_over, keep), batch_bytes(300, 13, 4));
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, NULL, train_over, keep), batch_bytes(300, 13, 4, NULL));
     TH_CHECK(!keep[0] && keep[1]);
     int64_t huge[2] = {(int64_t)1 << 40, -1};
-    TH_EQ(dataset_synthetic_cache_bytes(13, 4, huge, keep), 0);
+    TH_EQ(dataset_synthetic_cache_bytes(13, 4, NULL, huge, keep), 0);
     TH_CHECK(!keep[0] && !keep[1]);
     struct synth_cfg c = cfg(SYNTH_IDS_POWERLAW);
     struct dataset d;
     TH_EQ_ST_REQ(dataset_open_synthetic(&d, &c, train_over[0], train_over[1]), TR_OK);
     TH_CHECK(!d.keep[BATCH_TRAIN] && d.keep[BATCH_TEST]);
     struct batch *a = NULL, *b = NULL;
-    TH_EQ_ST_REQ(batch_new(64, 13, 4, &a), TR_OK);
-    TH_EQ_ST_REQ(batch_new(64, 13, 4, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, NULL, &a), TR_OK);
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, NULL, &b), TR_OK);
     TH_EQ_ST(dataset_fill(&d, BATCH_TRAIN, train_over[0] - 64, 64, a), TR_OK);
     TH_EQ_ST(synth_fill(&c, BATCH_TRAIN, train_over[0] - 64, 64, b), TR_OK);
     TH_CHECK(batch_same_samples(a, b));

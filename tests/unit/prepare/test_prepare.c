@@ -408,6 +408,53 @@ static void hand_hash32(void)
     remove_tmpdir();
 }
 
+/* List columns (--list_columns): C2 and C26 lists of ',' separated hex values. */
+static void parse_list_rules(void)
+{
+    prepare_parse_init();
+    prepare_parse_set_lists((1u << 1) | (1u << 25), ',', 3);
+    char line[1024];
+    struct prepare_row row;
+    int field = -1;
+    line[0] = '\0';
+    add_row(line, sizeof line, "1", "", "", "", "", "", "0a", "ff,1,Ab", "7", "", "");
+    TH_EQ_REQ(prepare_parse_line(line, strlen(line), &row, &field), PREPARE_LINE_OK);
+    TH_EQ(row.list_n[1], 3);
+    TH_CHECK(row.list_v[row.list_at[1]] == 0xff && row.list_v[row.list_at[1] + 1] == 1 &&
+             row.list_v[row.list_at[1] + 2] == 0xab);
+    TH_EQ(row.list_n[25], 0); /* empty: an empty list */
+    TH_EQ(row.cat_present & (1u << 1), 0);
+    TH_CHECK((row.cat_present & 1u) && row.cat[0] == 10 && row.cat[2] == 7);
+    line[0] = '\0';
+    add_row(line, sizeof line, "0", "", "", "", "", "", "", "5", "", "1,2", "");
+    TH_EQ_REQ(prepare_parse_line(line, strlen(line), &row, &field), PREPARE_LINE_OK);
+    TH_CHECK(row.list_n[1] == 1 && row.list_v[row.list_at[1]] == 5 && row.list_n[25] == 2 &&
+             row.list_v[row.list_at[25] + 1] == 2);
+    static const struct {
+        const char *c2, *c26;
+        enum prepare_bad why;
+    } bad[] = {
+        {"1,2,3,4", "", PREPARE_BAD_LIST}, /* over max_hotness 3 */
+        {"1,", "", PREPARE_BAD_HEX},       /* a separator at the end */
+        {",1", "", PREPARE_BAD_HEX},
+        {"1,,2", "", PREPARE_BAD_HEX},
+        {"1;2", "", PREPARE_BAD_HEX},
+        {"", "12345678901234567", PREPARE_BAD_HEX}, /* 17 digits */
+        {"", "g", PREPARE_BAD_HEX},
+    };
+    for (size_t i = 0; i < TR_ARRAY_SIZE(bad); i++) {
+        line[0] = '\0';
+        add_row(line, sizeof line, "1", "", "", "", "", "", "", bad[i].c2, "", bad[i].c26, "");
+        enum prepare_bad why = prepare_parse_line(line, strlen(line), &row, &field);
+        TH_CHECKF(why == bad[i].why && field == (bad[i].c2[0] ? 15 : 39), "'%s' / '%s': %d (field %d)", bad[i].c2,
+                  bad[i].c26, (int)why, field);
+        char msg[192];
+        prepare_describe_bad(line, strlen(line), why, field, msg, sizeof msg);
+        printf("# %s\n", msg);
+    }
+    prepare_parse_set_lists(0, ',', 1);
+}
+
 static void parse_line_rules(void)
 {
     prepare_parse_init();
@@ -735,6 +782,7 @@ int main(int argc, char **argv)
 {
     static const struct th_case cases[] = {
         {"parse_line_rules", parse_line_rules},
+        {"parse_list_rules", parse_list_rules},
         {"hand_threshold", hand_threshold},
         {"hand_hash16", hand_hash16},
         {"hand_hash32", hand_hash32},

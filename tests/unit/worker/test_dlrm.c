@@ -264,8 +264,8 @@ static void fd_check(int num_features)
     struct batch *b = NULL;
     float *grads = NULL, *dx = NULL;
     TH_EQ_ST_REQ(solo_open(&s, &c, &be, 0), TR_OK);
-    TH_EQ_ST_REQ(batch_new(16, num_features, 4, &b), TR_OK);
-    struct synth_cfg sc = {3, num_features, 4, rows4, SYNTH_IDS_POWERLAW};
+    TH_EQ_ST_REQ(batch_new(16, num_features, 4, NULL, &b), TR_OK);
+    struct synth_cfg sc = {3, num_features, 4, rows4, SYNTH_IDS_POWERLAW, NULL, 0};
     TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, 0, 16, b), TR_OK);
     TH_EQ_ST_REQ(solo_load(&s, b), TR_OK);
     double loss = 0;
@@ -352,10 +352,10 @@ static void bad_batches(void)
     struct dlrm_cfg c = small_cfg(13);
     struct batch *b = NULL, *wide = NULL, *narrow = NULL;
     TH_EQ_ST_REQ(solo_open(&s, &c, &be, 0), TR_OK);
-    TH_EQ(hybrid_batch_bytes(s.h), batch_bytes(32, 13, 4));
-    TH_EQ_ST_REQ(batch_new(32, 13, 4, &b), TR_OK);
-    TH_EQ_ST_REQ(batch_new(64, 13, 4, &wide), TR_OK);
-    TH_EQ_ST_REQ(batch_new(32, 12, 4, &narrow), TR_OK);
+    TH_EQ(hybrid_batch_bytes(s.h), batch_bytes(32, 13, 4, NULL));
+    TH_EQ_ST_REQ(batch_new(32, 13, 4, NULL, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(64, 13, 4, NULL, &wide), TR_OK);
+    TH_EQ_ST_REQ(batch_new(32, 12, 4, NULL, &narrow), TR_OK);
     TH_EQ_ST(solo_load(&s, wide), TR_ERR_FORMAT);   /* room for more than the step's batch */
     TH_EQ_ST(solo_load(&s, narrow), TR_ERR_FORMAT); /* another numerical width */
     b->n = 8;

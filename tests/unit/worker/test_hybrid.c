@@ -27,8 +27,8 @@ static struct kern_backend open_cpu(void)
 static struct batch *make_batch(int k, int64_t n)
 {
     struct batch *b = NULL;
-    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW};
-    if (batch_new(40, 13, 5, &b) != TR_OK || synth_fill(&sc, BATCH_TRAIN, k * 40, n, b) != TR_OK)
+    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW, NULL, 0};
+    if (batch_new(40, 13, 5, NULL, &b) != TR_OK || synth_fill(&sc, BATCH_TRAIN, k * 40, n, b) != TR_OK)
         batch_free(&b);
     return b;
 }

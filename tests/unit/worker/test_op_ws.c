@@ -278,10 +278,10 @@ static void run_model(const struct dlrm_cfg *c, int columnwise)
                   kern_op_name((enum kern_op)op), S.ops_before_reserve[op]);
     int64_t block_rows[5] = {4, 4, 8, 4, 64};
     TH_EQ_ST_REQ(hybrid_track_dirty(s.h, block_rows), TR_OK);
-    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW};
+    struct synth_cfg sc = {5, 13, 5, small_model_rows, SYNTH_IDS_POWERLAW, c->hot, 1};
     for (int k = 0; k < 3; k++) {
         struct batch *b = NULL;
-        TH_EQ_ST_REQ(batch_new(40, 13, 5, &b), TR_OK);
+        TH_EQ_ST_REQ(batch_new(40, 13, 5, c->hot, &b), TR_OK);
         TH_EQ_ST_REQ(synth_fill(&sc, BATCH_TRAIN, k * 40, k == 2 ? 23 : 40, b), TR_OK);
         double loss = 0.0;
         TH_EQ_ST(solo_load(&s, b), TR_OK);
@@ -342,6 +342,17 @@ static void dot_rowwise_tiered(void)
     run_model(&c, 0);
 }
 
+/* multi-hot tables: a table's gathers and updates take up to hot ids a sample */
+static void dcnv2_multihot(void)
+{
+    static const int32_t hot[5] = {3, 0, 7, 2, 0};
+    static const uint8_t mean[5] = {1, 0, 0, 1, 0};
+    struct dlrm_cfg c = cfg_of(KERN_OPT_ADAGRAD, 1);
+    c.hot = hot;
+    c.mean = mean;
+    run_model(&c, 1);
+}
+
 /* The plan counts what the backend answers: its held bytes after the reserve and
  * the largest per-call memory of an op, and, on rank 0, the metrics op's. */
 static void plan_asks_the_backend(void)
@@ -357,7 +368,7 @@ static void plan_asks_the_backend(void)
     j.batch_size = 40;
     j.seed = 1;
     j.threads = 2;
-    const struct plan_shape sh = {13, 5, small_model_rows, 1000, 0};
+    const struct plan_shape sh = {13, 5, small_model_rows, 1000, 0, NULL};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     TH_CHECK(S.nasked[KERN_OP_METRICS] == 1 && S.asked[KERN_OP_METRICS][0].m == 1000);
@@ -383,6 +394,7 @@ static const struct th_case cases[] = {
     {"dot_adagrad_columnwise", dot_adagrad_columnwise},
     {"dcnv2_rowwise", dcnv2_rowwise},
     {"dot_rowwise_tiered", dot_rowwise_tiered},
+    {"dcnv2_multihot", dcnv2_multihot},
     {"plan_asks_the_backend", plan_asks_the_backend},
 };
 

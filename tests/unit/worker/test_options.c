@@ -149,7 +149,61 @@ static void loader_marks(void)
     TH_CHECK(marked > 5);
 }
 
+/* --preset dlrm_dcnv2_mlperf gives MLPerf's model, data shape, optimizer and
+ * schedule; a flag given (command line or environment) wins; criteo_tb_t0 gives
+ * the tables; --pooling takes one word or one per table. */
+static void presets(void)
+{
+    struct worker_cfg c;
+    struct tr_opt o[WORKER_MAX_OPTS];
+    const char *mlperf[] = {"--preset", "dlrm_dcnv2_mlperf", NULL};
+    TH_EQ_ST_REQ(parse(&c, o, mlperf), TR_OK);
+    const struct job_cfg *j = &c.job;
+    TH_CHECK(j->embedding_dim == 128 && j->interaction == JOB_INTERACT_DCNV2 && j->dcn_num_layers == 3 &&
+             j->dcn_low_rank_dim == 512 && j->optimizer == JOB_OPT_ADAGRAD);
+    TH_CHECK(j->bottom.n == 3 && j->bottom.v[2] == 128 && j->top.n == 5 && j->top.v[0] == 1024 && j->top.v[4] == 1);
+    TH_CHECK(j->learning_rate == 0.005 && j->adagrad_eps == 1e-10 && j->adagrad_init == 0.0 && j->warmup_steps == 0);
+    TH_CHECK(j->batch_size == 65536 && j->evals_per_epoch == 20 && j->auc_threshold == 0.8030 && j->epochs == 1);
+    TH_CHECK(j->rows.n == 26 && j->rows.v[0] == 40000000 && j->rows.v[25] == 36);
+    TH_CHECK(j->multi_hot.n == 26 && j->multi_hot.v[20] == 100 && j->multi_hot.v[0] == 3 && !j->multi_hot_variable);
+    int32_t hot[26];
+    job_synthetic_hot(j, hot);
+    TH_CHECK(hot[0] == 3 && hot[2] == 0 && hot[20] == 100);
+    TH_EQ_ST(job_check(j, JOB_ALL), TR_OK);
+    tr_opt_release(o);
+    /* the flags given win, the rest stays the preset's */
+    setenv("TR_LEARNING_RATE", "0.004", 1);
+    const char *over[] = {"--preset", "dlrm_dcnv2_mlperf", "--synthetic_dataset_cardinalities", "26x1000",
+                          "--embedding_dim", "16", "--bottom_mlp_dims", "64,16", NULL};
+    TH_EQ_ST_REQ(parse(&c, o, over), TR_OK);
+    unsetenv("TR_LEARNING_RATE");
+    TH_CHECK(j->embedding_dim == 16 && j->bottom.v[1] == 16 && j->rows.v[0] == 1000 && j->learning_rate == 0.004);
+    TH_CHECK(j->dcn_low_rank_dim == 512 && j->multi_hot.v[20] == 100 && j->optimizer == JOB_OPT_ADAGRAD);
+    tr_opt_release(o);
+    const char *tb[] = {"--preset", "criteo_tb_t0", NULL};
+    TH_EQ_ST_REQ(parse(&c, o, tb), TR_OK);
+    TH_CHECK(j->rows.n == 26 && j->rows.v[19] == 292000000 && j->embedding_dim == 128 && j->optimizer == JOB_OPT_SGD);
+    tr_opt_release(o);
+    const char *none[] = {NULL};
+    TH_EQ_ST_REQ(parse(&c, o, none), TR_OK);
+    TH_CHECK(j->rows.n == 26 && j->rows.v[0] == 1000 && j->multi_hot.n == 0); /* the defaults */
+    uint8_t mean[3];
+    char *given = c.job.pooling; /* the table's, freed by tr_opt_release */
+    c.job.pooling = (char *)"mean";
+    TH_EQ_ST(job_pooling(j, 3, mean), TR_OK);
+    TH_CHECK(mean[0] == 1 && mean[2] == 1);
+    c.job.pooling = (char *)"sum,mean,sum";
+    TH_EQ_ST(job_pooling(j, 3, mean), TR_OK);
+    TH_CHECK(mean[0] == 0 && mean[1] == 1 && mean[2] == 0);
+    TH_EQ_ST(job_pooling(j, 4, mean), TR_ERR_ARG); /* 3 words for 4 tables */
+    c.job.pooling = (char *)"sum,max";
+    TH_EQ_ST(job_pooling(j, -1, NULL), TR_ERR_ARG);
+    c.job.pooling = given;
+    tr_opt_release(o);
+}
+
 static const struct th_case cases[] = {
+    {"presets", presets},
     {"resume_spellings", resume_spellings},
     {"properties", properties},
     {"loader_marks", loader_marks},

@@ -38,7 +38,7 @@ static void by_hand(void)
     struct job_cfg j;
     int64_t bottom[1], top[2];
     tiny_job(&j, bottom, top);
-    const struct plan_shape sh = {3, 2, rows2, 100, 0};
+    const struct plan_shape sh = {3, 2, rows2, 100, 0, NULL};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     /* dense: bottom 8x4+4, top 8x2+2 (interaction width 4 + 3 pairs -> 8), 2x1+1 = 57
@@ -57,7 +57,7 @@ static void by_hand(void)
     TH_EQ(w.alltoall, 5 * 4 + 8 + 6 * 8);
     /* batch block: header 128, numerical 5x8 floats (192 aligned), labels (64), ids
      * 5x2 (64): 448 bytes, held twice on rank 0 (host block and the step's) */
-    TH_EQ(batch_bytes(5, 3, 2), 448);
+    TH_EQ(batch_bytes(5, 3, 2, NULL), 448);
     TH_EQ(w.data, 2 * 448);
     TH_EQ(w.eval, 2 * 100 * 4 + 16 * 100); /* logits, labels; the cpu metrics' sort */
     /* the backend's own, as it answers: the cpu holds nothing, and its largest call
@@ -85,7 +85,7 @@ static void by_hand(void)
     TH_EQ(w1.alltoall, 5 * (2 * 2) * 4 + 3 * (2 * 2) * 4 + 8 + 2 * 6 * 8);
     TH_EQ(w1.data, 448);
     /* synthetic splits kept by rank 0's reader count on rank 0 only, in its host memory */
-    const struct plan_shape kept = {3, 2, rows2, 100, 1000};
+    const struct plan_shape kept = {3, 2, rows2, 100, 1000, NULL};
     struct plan_worker k0, k1;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &kept, &be, 2, 0, &k0), TR_OK);
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &kept, &be, 2, 1, &k1), TR_OK);
@@ -117,7 +117,7 @@ static void plan_is_allocation(void)
     int64_t bottom[1], top[2];
     tiny_job(&j, bottom, top);
     j.optimizer = JOB_OPT_ADAGRAD;
-    const struct plan_shape sh = {3, 2, rows2, 0, 0};
+    const struct plan_shape sh = {3, 2, rows2, 0, 0, NULL};
     struct plan_worker w;
     TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
     struct tr_alloc_stats s0, s1;
@@ -127,7 +127,7 @@ static void plan_is_allocation(void)
     dlrm_cfg_from_job(&j, sh.num_features, sh.ntables, sh.rows, NULL, &mc);
     TH_EQ_ST_REQ(solo_open(&s, &mc, &be, 0), TR_OK);
     struct batch *b = NULL;
-    TH_EQ_ST_REQ(batch_new(5, 3, 2, &b), TR_OK);
+    TH_EQ_ST_REQ(batch_new(5, 3, 2, NULL, &b), TR_OK);
     tr_alloc_get_stats(&s1);
     struct dlrm_bytes mb;
     dlrm_get_bytes(s.m, &mb);
@@ -144,8 +144,47 @@ static void plan_is_allocation(void)
     kern_backend_close(&be);
 }
 
+/* Bags are counted: a table of hotness 3 holds 3 ids a sample in the batch blocks
+ * and its offsets, and the update's workspace takes 3 ids a sample; the plan is
+ * still what the model, the step and the block allocate. */
+static void bags_counted(void)
+{
+    struct kern_backend be;
+    struct kern_backend_opts o = {.threads = 2, .device = -1, .local_rank = 0};
+    TH_EQ_ST_REQ(kern_backend_open("cpu", &o, &be), TR_OK);
+    struct job_cfg j;
+    int64_t bottom[1], top[2];
+    tiny_job(&j, bottom, top);
+    static const int32_t hot[2] = {0, 3};
+    const struct plan_shape sh = {3, 2, rows2, 0, 0, hot};
+    struct plan_worker w;
+    TH_EQ_ST_REQ(plan_worker_bytes(&j, &sh, &be, 1, 0, &w), TR_OK);
+    /* batch block: header 128, bag table 64, numerical 192, labels 64, ids 5 + 15 (128),
+     * the offsets of table 1: 6 (64) = 640 bytes, twice on rank 0 */
+    TH_EQ(batch_bytes(5, 3, 2, hot), 640);
+    TH_EQ(w.data, 2 * 640);
+    TH_EQ(w.workspace, (int64_t)kern_emb_update_ws_bytes(&be, 5 * 3, 4, 2));
+    struct tr_alloc_stats s0, s1;
+    tr_alloc_get_stats(&s0);
+    struct solo s;
+    struct dlrm_cfg mc;
+    dlrm_cfg_from_job(&j, sh.num_features, sh.ntables, sh.rows, NULL, &mc);
+    mc.hot = hot;
+    TH_EQ_ST_REQ(solo_open(&s, &mc, &be, 0), TR_OK);
+    struct batch *b = NULL;
+    TH_EQ_ST_REQ(batch_new(5, 3, 2, hot, &b), TR_OK);
+    tr_alloc_get_stats(&s1);
+    const int64_t live = s1.live_bytes - s0.live_bytes;
+    TH_CHECKF(live >= w.total && live - w.total < 16384, "allocated %lld bytes, planned %lld", (long long)live,
+              (long long)w.total);
+    batch_free(&b);
+    solo_close(&s);
+    kern_backend_close(&be);
+}
+
 static const struct th_case cases[] = {
     {"by_hand", by_hand},
+    {"bags_counted", bags_counted},
     {"threads_rule", threads_rule},
     {"plan_is_allocation", plan_is_allocation},
 };
