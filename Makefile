@@ -284,12 +284,15 @@ $(BUILD)/tests/lib/%.so: tests/integration/%.c
 	$(QUIET_LINK)$(CC) -std=c11 -O2 -g -Wall -Wextra -fPIC -shared $(shell pkg-config --cflags pmix) -o $@ $< -ldl -lpthread
 
 # ---- benchmarks --------------------------------------------------------------------
-BENCH_SRCS := $(wildcard bench/*.c)
+# one program per bench/*.c, but for the parts others link (bench_rows.c: bench_train's)
+BENCH_PARTS := bench/bench_rows.c
+BENCH_SRCS := $(filter-out $(BENCH_PARTS),$(wildcard bench/*.c))
 BENCH_BINS := $(patsubst bench/%.c,$(BIN)/bench-%,$(BENCH_SRCS))
 
+$(BIN)/bench-bench_train: $(BUILD)/obj/bench/bench_rows.o
 $(BIN)/bench-%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BUILD)/obj/bench/bench_rows.o,$^) $(ALL_LIBS) $(LDLIBS)
 
 .PHONY: all test test-unit check-headers check-cuda deps deps-build deps-bench clean bench asan ubsan tsan tsan-bins test-gpu run fuzz bundle \
   sanitize-cuda gpu-check install image image-cpu image-base help
