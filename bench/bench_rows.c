@@ -1,5 +1,5 @@
 /* bench_rows.c: the random-row limit that bench_train.c measures (bench_rows.h):
- * tables of a config's sizes, uniform random ids, gathers and RMWs by position or
+ * tables of a config's sizes (its own, or a model's), uniform random ids, gathers and RMWs by position or
  * by row, with several prefetch distances, on the step's threads. It does not run
  * the model. */
 #include "bench_rows.h"
@@ -28,11 +28,24 @@ void bench_fill_random(float *p, int64_t n, uint64_t stream)
 
 void bench_probe_release(struct probe *p)
 {
-    for (int t = 0; p->w && t < p->T; t++)
+    for (int t = 0; p->w && p->bytes && t < p->T; t++)
         tr_big_free(p->w[t], p->bytes[t]);
     tr_free(p->w);
     tr_free(p->bytes);
     memset(p, 0, sizeof *p);
+}
+
+enum tr_status bench_probe_borrow(struct probe *p, const int64_t *rows, int T, int64_t D, float *const *w)
+{
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->D = D;
+    p->rows = rows;
+    p->w = tr_calloc((size_t)T, sizeof *p->w);
+    if (!p->w)
+        return TR_ERR_NOMEM;
+    memcpy(p->w, w, (size_t)T * sizeof *p->w);
+    return TR_OK;
 }
 
 enum tr_status bench_probe_init(struct probe *p, const struct kern_backend *be, const int64_t *rows, int T,
@@ -269,7 +282,10 @@ enum tr_status bench_rows_measure(const struct probe *m, int64_t B, int nt, doub
         goto exit;
     }
     bench_fill_random(out, n, 4);
-    bench_fill_random(g, ng, 5);
+    if (m->bytes)
+        bench_fill_random(g, ng, 5);
+    else /* a model's tables: an RMW of lr * 0 changes no bit of them */
+        memset(g, 0, (size_t)ng * sizeof(float));
     memset(rates, 0, ROWS_NOPS_ * sizeof *rates);
     for (int op = 0; op < ROWS_NOPS_; op++) {
         for (int sorted = 0; sorted < 2; sorted++) {

@@ -30,13 +30,17 @@ struct probe {
     int64_t D;
     const int64_t *rows; /* (T) */
     float **w;           /* (T) each (rows[t], D) */
-    size_t *bytes;       /* (T) */
+    size_t *bytes;       /* (T), or NULL: w borrowed (bench_probe_borrow) */
 };
 
 /* Allocates and fills the probe's T tables of rows[t] x D floats (rows borrowed:
  * valid until bench_probe_release). TR_ERR_NOMEM. */
 enum tr_status bench_probe_init(struct probe *p, const struct kern_backend *be, const int64_t *rows, int T,
                                 int64_t D);
+/* The probe over T tables of rows[t] x D floats that live elsewhere (a model's: w[t]
+ * borrowed, never freed); its RMW variants then subtract lr * 0, so the tables keep
+ * their values bit for bit. TR_ERR_NOMEM. */
+enum tr_status bench_probe_borrow(struct probe *p, const int64_t *rows, int T, int64_t D, float *const *w);
 void bench_probe_release(struct probe *p);
 
 /* rates[op] = the best rows/s of ROWS_READ, ROWS_RMW and ROWS_STEP on the probe's

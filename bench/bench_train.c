@@ -1,12 +1,13 @@
 /* bench_train.c: samples/s and per-phase split of DLRM training steps on the CPU backend
  * (tiny, MLPerf-shaped, embedding-bound configs, and --preset dlrm_dcnv2_mlperf's model,
  * multi-hot, at reduced table sizes), against machine limits measured in the
- * same run: sgemm time of every GEMM of a step (be.i->gemm) and random row reads/RMWs on
- * tables of the config's sizes -> GEMM and bandwidth rooflines and terarec's share of
- * them. A step is what terarec-worker runs: the batch block loaded into the step, then
+ * same run, between rounds of steps: sgemm time of every GEMM of a step (be.i->gemm)
+ * and random row reads/RMWs on the model's own tables (bench_rows.c) -> GEMM and
+ * bandwidth rooflines and terarec's share of them. A step is what terarec-worker runs: the batch block loaded into the step, then
  * the hybrid step over the self communicator (worker/solo.h). It does not read data
  * files or run PyTorch (bench/torch_dlrm.py does). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,8 @@ struct bench_result {
     struct rows_rate rows[3];                       /* read, RMW, step-shaped (enum rows_op) */
     int rounds;                                     /* training rounds, each followed by a GEMM probe */
     double round_rate[MAX_ROUNDS], round_roof[MAX_ROUNDS], round_share[MAX_ROUNDS];
+    struct rows_rate round_rows[MAX_ROUNDS][ROWS_NOPS_]; /* each round's random-row probe */
+    double round_roof_rows[MAX_ROUNDS], round_share_rows[MAX_ROUNDS];
     double rate_median;                             /* samples/s: the median round's */
     double roof_gemm, roof_rows, roof_rows_indep, roof_both, roof, share, share_rows, share_target;
     const char *bound;
@@ -285,6 +288,22 @@ static enum tr_status one_step(struct solo *so, const struct batch *b, float lr,
     return so->be->i->synchronize(so->be->ctx);
 }
 
+/* The model's tables (world of 1: each whole), for the random-row probe. */
+struct table_walk {
+    float **w;
+    int n;
+};
+
+static enum tr_status table_visit(void *ctx, const struct dlrm_tensor_view *v)
+{
+    struct table_walk *tw = ctx;
+    if (v->role == DLRM_ROLE_EMB && v->layer_index < NTABLES) {
+        tw->w[v->layer_index] = v->buf;
+        tw->n++;
+    }
+    return TR_OK;
+}
+
 static double median_of(const double *v, int n)
 {
     double t[MAX_ROUNDS];
@@ -304,11 +323,17 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
     enum tr_status rc = TR_OK;
     double loss = 0.0, dt = 0.0;
     struct gemm_bufs gb = {0};
+    struct probe pr = {0};
     double *st = tr_malloc((size_t)r->steps * sizeof(double));
     if (!st)
         return TR_ERR_NOMEM;
     gemm_list(so->m, o->batch, r);
     TR_CHECK_GOTO(gemm_bufs_init(&gb, r), rc, exit);
+    float *tw_w[NTABLES] = {0};
+    struct table_walk tw = {tw_w, 0};
+    TR_CHECK_GOTO(dlrm_tensors(so->m, table_visit, &tw), rc, exit);
+    TR_ASSERT(tw.n == NTABLES);
+    TR_CHECK_GOTO(bench_probe_borrow(&pr, r->table_rows, NTABLES, r->c->emb_dim, tw_w), rc, exit);
     for (int s = 0; s < r->warmup; s++) {
         TR_CHECK_GOTO(one_step(so, batches[s % nb], lr, &loss), rc, exit);
         if (s == 0)
@@ -343,6 +368,11 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
         r->round_rate[k] = (double)o->batch / (n % 2 ? med[n / 2] : 0.5 * (med[n / 2 - 1] + med[n / 2]));
         r->round_roof[k] = (double)o->batch / gsum;
         r->round_share[k] = r->round_rate[k] / r->round_roof[k];
+        /* then the random-row probe on the model's own tables (unchanged by it) */
+        TR_CHECK_GOTO(bench_rows_measure(&pr, o->batch, o->threads, o->limit_sec / r->rounds, r->round_rows[k]), rc,
+                      exit);
+        r->round_roof_rows[k] = r->round_rows[k][ROWS_STEP].rate / (double)r->ids;
+        r->round_share_rows[k] = r->round_rate[k] / r->round_roof_rows[k];
     }
     qsort(st, (size_t)r->steps, sizeof *st, cmp_double);
     r->step_min = st[0];
@@ -363,6 +393,7 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
     for (int p = 0; p < HYBRID_T_COUNT_; p++)
         r->step_part_sec[p] = hybrid_seconds(so->h, (enum hybrid_timer)p) / r->steps;
 exit:
+    bench_probe_release(&pr);
     gemm_bufs_release(&gb);
     tr_free(st);
     return rc;
@@ -376,14 +407,19 @@ static void rooflines(const struct bench_opts *o, int64_t T, struct bench_result
 {
     (void)o;
     r->roof_gemm = median_of(r->round_roof, r->rounds);
-    r->roof_rows = r->rows[ROWS_STEP].rate / T;
+    r->roof_rows = median_of(r->round_roof_rows, r->rounds);
+    /* the rates printed: the round whose random-row roofline is the median's (or nearest) */
+    int km = 0;
+    for (int k = 1; k < r->rounds; k++)
+        if (fabs(r->round_roof_rows[k] - r->roof_rows) < fabs(r->round_roof_rows[km] - r->roof_rows))
+            km = k;
+    memcpy(r->rows, r->round_rows[km], sizeof r->rows);
     r->roof_rows_indep = 1.0 / ((double)T / r->rows[ROWS_READ].rate + (double)T / r->rows[ROWS_RMW].rate);
     r->roof_both = 1.0 / (1.0 / r->roof_gemm + 1.0 / r->roof_rows);
     r->bound = r->roof_gemm <= r->roof_rows ? "GEMM" : "bandwidth";
     r->roof = TR_MIN(r->roof_gemm, r->roof_rows);
-    /* each round against its own GEMM probe; the random-row probe (it needs the
-     * tables' memory, so it runs once, after training) against the median round */
-    r->share_rows = r->rate_median / r->roof_rows;
+    /* each round against its own probes */
+    r->share_rows = median_of(r->round_share_rows, r->rounds);
     r->share = r->roof_gemm <= r->roof_rows ? median_of(r->round_share, r->rounds) : r->share_rows;
     r->share_target = r->c->target_rows ? r->share_rows : r->share;
     r->met = r->share_target >= r->c->target;
@@ -408,13 +444,14 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
            r->warmup, 1e3 * r->step_sec, r->samples_per_s, r->loss_first, r->loss_last);
     printf("  one step: min %.2f, median %.2f, max %.2f ms (median-step rate %.0f samples/s)\n", 1e3 * r->step_min,
            1e3 * r->step_median, 1e3 * r->step_max, B / r->step_median);
-    printf("rounds: %d, each its steps then the GEMM probe (median-step rate, GEMM roofline, samples/s; share):\n",
+    printf("rounds: %d, each its steps, then the GEMM probe, then the random-row probe on the model's tables"
+           " (median-step rate; GEMM roofline, share; random-row roofline, share):\n",
            r->rounds);
     for (int k = 0; k < r->rounds; k++)
-        printf("  round %d: %9.0f %9.0f %6.1f%%\n", k + 1, r->round_rate[k], r->round_roof[k],
-               100.0 * r->round_share[k]);
-    printf("  median: %8.0f %9.0f %6.1f%%\n", r->rate_median, r->roof_gemm,
-           100.0 * median_of(r->round_share, r->rounds));
+        printf("  round %d: %9.0f %9.0f %6.1f%% %9.0f %6.1f%%\n", k + 1, r->round_rate[k], r->round_roof[k],
+               100.0 * r->round_share[k], r->round_roof_rows[k], 100.0 * r->round_share_rows[k]);
+    printf("  median: %8.0f %9.0f %6.1f%% %9.0f %6.1f%%\n", r->rate_median, r->roof_gemm,
+           100.0 * median_of(r->round_share, r->rounds), r->roof_rows, 100.0 * r->share_rows);
     printf("sgemm through be.i->gemm (%s), %d threads, best over the rounds' trials:\n", kern_blas_info(),
            o->threads);
     printf("  %-34s %6s %6s %6s %9s %8s\n", "gemm", "m", "n", "k", "ms", "GFLOP/s");
@@ -581,7 +618,6 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
     struct batch **batches = tr_calloc((size_t)o->nbatches, sizeof *batches);
     struct kern_backend be = {0};
     struct solo so;
-    struct probe pr = {0};
     struct job_cfg job;
     memset(&job, 0, sizeof job);
     int nb = 0, open = 0;
@@ -659,8 +695,6 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
     TR_CHECK_GOTO(train_measure(&so, batches, nb, o, lr, r), rc, exit);
     solo_close(&so);
     open = 0;
-    TR_CHECK_GOTO(bench_probe_init(&pr, &be, r->table_rows, NTABLES, c->emb_dim), rc, exit);
-    TR_CHECK_GOTO(bench_rows_measure(&pr, o->batch, o->threads, o->limit_sec, r->rows), rc, exit);
     rooflines(o, r->ids, r); /* a multi-hot sample gathers and updates all its ids' rows */
     print_result(o, r);
     json_array_append_new(out, result_json(o, r));
@@ -672,7 +706,6 @@ exit:
     tr_free(job.multi_hot.v);
     tr_free(job.bottom.v);
     tr_free(job.top.v);
-    bench_probe_release(&pr);
     if (open)
         solo_close(&so);
     kern_backend_close(&be);

@@ -141,13 +141,12 @@ for r in rows:
 print()
 print("where the numbers come from:")
 print(f"  terarec samples/s, roofline, share, target: {out}/c_<config>.json (bench-bench_train: timed training"
-      " steps as the worker runs them, in 5 rounds, each followed by a round of the GEMM probe; GEMM roofline = B /"
-      " sum of measured be.i->gemm times of the step's GEMMs; a round's share = its median step's rate over its own"
-      " probe's roofline, the share = the median round's; bandwidth roofline = R_step / ids a sample (26;"
-      " dcnv2_mlperf: 214, its bags), R_step = rows/s of"
-      " gathering then updating random rows of the config's own tables as a step does, measured once after"
-      " training, against the median round's rate; the smaller roofline applies; samples/s = the mean over all"
-      " timed steps)")
+      " steps as the worker runs them, in 5 rounds, each followed by a round of the GEMM probe and one of the"
+      " random-row probe; GEMM roofline = B / sum of measured be.i->gemm times of the step's GEMMs; bandwidth"
+      " roofline = R_step / ids a sample (26; dcnv2_mlperf: 214, its bags), R_step = rows/s of gathering then"
+      " updating random rows of the model's own tables as a step does (with a zero gradient: the tables keep"
+      " their values); a round's share = its median step's rate over its own probes' roofline, the share = the"
+      " median round's; the smaller roofline applies; samples/s = the mean over all timed steps)")
 print(f"  PyTorch samples/s: {out}/torch_<config>.json (bench/torch_dlrm.py, same shapes, batch, steps,"
       " 2 threads, OMP_WAIT_POLICY=PASSIVE)")
 print("  ratio = terarec / PyTorch; logs beside the JSON files")
