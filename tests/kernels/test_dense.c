@@ -728,6 +728,17 @@ static void test_gemm_then(void)
                 gemm_then_case(shapes[s][0], shapes[s][1], shapes[s][2], relu, acc, s % 2 == 0 || relu, seed++);
 }
 
+/* The CPU's opt-in fusions (TR_CPU_GEMM_FUSED=1: the forward epilogue in a oneDNN
+ * matmul primitive, the backward one on the product's row blocks) pass the same
+ * cases; other backends run them as they are. */
+static void test_gemm_fused(void)
+{
+    setenv("TR_CPU_GEMM_FUSED", "1", 1);
+    test_gemm_epilogue();
+    test_gemm_then();
+    unsetenv("TR_CPU_GEMM_FUSED");
+}
+
 /* ---- finite differences of a layer ------------------------------------------------------
  * y = relu(x W + b), L = sum R .* y with a random R. The kernels give dy' = relu'(y) R
  * (bias_act_bwd, which also gives db), dW = x^T dy' and dx = dy' W^T (gemm).
@@ -860,6 +871,7 @@ static const struct th_case cases[] = {
     {"gemm_edges", test_gemm_edges},
     {"gemm_epilogue", test_gemm_epilogue},
     {"gemm_then", test_gemm_then},
+    {"gemm_fused", test_gemm_fused},
     {"gemm_fp32", test_gemm_fp32},
     {"gemm_tf32", test_gemm_tf32},
     {"gemm_bf16", test_gemm_bf16},
