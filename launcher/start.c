@@ -157,6 +157,8 @@ static void ckpt_argv(struct launch *L, struct argv *a, int port)
         argv_add(a, "--ntasks-per-node=1");
         argv_add(a, "--job-name=terarec-ckpt");
         argv_add(a, "--kill-on-bad-exit=0");
+        if (L->el.on)
+            argv_add(a, "--no-kill"); /* a node lost takes its store, not the others' */
         if (L->ctr.image)
             ctr_srun_flags(&L->ctr, a, L->run_dir);
     }
@@ -221,6 +223,8 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int r
         argv_add(w, "--mpi=pmix");
         argv_add(w, "--kill-on-bad-exit=1");
         argv_add(w, "--job-name=terarec-worker");
+        if (L->el.on)
+            launch_elastic_srun_args(L, w);
         if (L->ctr.image)
             ctr_srun_flags(&L->ctr, w, L->run_dir);
         argv_split(w, L->c->srun_args);
