@@ -187,8 +187,9 @@ static const char *human(int64_t b, char *buf, size_t n)
  * rank, its limit and what it needs, then how many workers the model needs), the
  * backend's errors. A run whose tables the launcher does not know is not checked
  * (the workers check their plan themselves before they allocate). */
-static enum tr_status replan(struct launch *L, int w, int per_node, json_t **plan)
+static enum tr_status replan(struct launch *L, int w, int per_node, json_t **plan, char *why, size_t wn)
 {
+    *why = 0;
     const struct launch_data *d = &L->data;
     struct job_cfg job = L->c->w.job;
     job.ckpt_staging = 1; /* the run saves */
@@ -231,7 +232,7 @@ static enum tr_status replan(struct launch *L, int w, int per_node, json_t **pla
                                       .cgroup_avail = L->slurm ? -1 : sm.cgroup,
                                       .cgroup_id = (int64_t)(sm.cgroup_id >> 1), .rlimit_avail = rlimit,
                                       .rlimit_which = sm.rlimit_which};
-        hosts[q] = slot >= 0 ? L->el.slots.v[slot].name : L->host;
+        hosts[q] = L->slurm && slot >= 0 ? L->el.slots.v[slot].name : L->host;
     }
     int worst = 0;
     int64_t need = 0;
@@ -256,11 +257,10 @@ static enum tr_status replan(struct launch *L, int w, int per_node, json_t **pla
     }
     char a[32];
     if (enough)
-        LOG_ERROR("elastic: the model no longer fits on %d worker%s: it needs at least %d (%s on its largest rank)",
-                  w, w == 1 ? "" : "s", enough, human(need, a, sizeof a));
+        snprintf(why, wn, "it needs at least %d (%s on its largest rank)", enough, human(need, a, sizeof a));
     else
-        LOG_ERROR("elastic: the model no longer fits on %d worker%s, nor on any world up to the run's %d", w,
-                  w == 1 ? "" : "s", L->el.slots.n * per_node);
+        snprintf(why, wn, "nor does it on any world up to the run's %d", L->el.slots.n * per_node);
+    LOG_ERROR("elastic: the model no longer fits on %d worker%s: %s", w, w == 1 ? "" : "s", why);
     rc = TR_ERR_NOMEM;
 exit:
     kern_backend_close(&be);
@@ -302,7 +302,7 @@ static int lost_rank(struct launch *L, char *host, size_t hn, char *how, size_t 
     char ph[256] = "";
     const int parsed = launch_scan_step_log(L, &pr, ph, sizeof ph, &sig, &code);
     if (v >= 0) {
-        if (parsed && pr == v && sig > 0)
+        if (parsed && pr == v && sig > 0 && !L->ranks[v].silent) /* (a silent one was killed by us) */
             snprintf(how, n, "was killed by signal %d (%s)", sig, strsignal(sig));
         snprintf(host, hn, "%s", L->ranks[v].host);
         return v;
@@ -429,6 +429,23 @@ static void change_begin(struct launch *L, json_t *ev)
     e->t_planned = e->t_started = e->t_restored = 0;
 }
 
+/* Reaps the parked loaders that have ended (wait: each, SIGTERM then SIGKILL after
+ * 5 s, until it has). */
+static void reap_loaders(struct launch_elastic *e, int wait)
+{
+    for (size_t i = 0; i < TR_ARRAY_SIZE(e->old_loaders); i++) {
+        struct proc *p = &e->old_loaders[i];
+        if (p->pid <= 0)
+            continue;
+        if (wait)
+            proc_stop(p, 5);
+        if (proc_poll(p)) {
+            proc_release(p);
+            memset(p, 0, sizeof *p);
+        }
+    }
+}
+
 /* ---- while an attempt runs ------------------------------------------------------------------------ */
 
 /* Slots that a larger world could take now: resting ones here (they come back at a
@@ -444,13 +461,20 @@ static int growable(const struct launch *L)
     return k;
 }
 
+int launch_elastic_silent(const struct launch *L)
+{
+    for (int r = 0; r < L->nranks; r++)
+        if (L->ranks[r].silent)
+            return 1;
+    return 0;
+}
+
 void launch_elastic_tick(struct launch *L)
 {
     struct launch_elastic *e = &L->el;
     if (!e->on || L->workers.ended)
         return;
-    if (e->old_loader.pid > 0)
-        proc_poll(&e->old_loader); /* (reaped when it ends) */
+    reap_loaders(e, 0);
     const double now = tr_clock_now();
     for (int r = 0; r < L->nranks && !L->t_rank_lost; r++) {
         struct rank *rk = &L->ranks[r];
@@ -572,11 +596,12 @@ static enum elastic_next next_world(struct launch *L, json_t *ev, const char **s
     }
     const int w = k * e->per_node;
     json_t *plan = NULL;
-    enum tr_status rc = replan(L, w, e->per_node, &plan);
+    char why[256];
+    enum tr_status rc = replan(L, w, e->per_node, &plan, why, sizeof why);
     json_object_set_new(ev, "plan", plan ? plan : json_null());
     if (rc != TR_OK) {
-        snprintf(reason, n, "elastic: the model no longer fits on the %d worker%s left (%s)", w, w == 1 ? "" : "s",
-                 rc == TR_ERR_NOMEM ? "see the plan's error above" : tr_strerror(rc));
+        snprintf(reason, n, "elastic: the model no longer fits on the %d worker%s left: %s", w, w == 1 ? "" : "s",
+                 rc == TR_ERR_NOMEM ? why : tr_strerror(rc));
         json_object_set_new(ev, "refused", json_string(reason));
         launch_record_event(L, "elastic_stop", ev);
         *status = DB_FAILED;
@@ -621,7 +646,7 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
     if (!e->on)
         return ELASTIC_PASS;
     launch_elastic_flush(L); /* a change whose world never trained a step */
-    const double now = tr_clock_now();
+    const double now = L->t_attempt_down > 0 ? L->t_attempt_down : tr_clock_now();
     const int ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
     const int64_t reached = launch_stop_step(L);
     if (L->watch.stop == STOP_GROW && ok) {
@@ -692,10 +717,17 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
 void launch_elastic_park_loader(struct launch *L)
 {
     struct launch_elastic *e = &L->el;
-    proc_stop(&e->old_loader, 5); /* the one before, if it is still there */
-    proc_release(&e->old_loader);
+    reap_loaders(e, 0);
+    struct proc *slot = NULL;
+    for (size_t i = 0; i < TR_ARRAY_SIZE(e->old_loaders) && !slot; i++)
+        if (e->old_loaders[i].pid <= 0)
+            slot = &e->old_loaders[i];
+    if (!slot) { /* every place taken (losses faster than loaders end): this one is waited for */
+        proc_stop(&L->loader, 5);
+        return;
+    }
     proc_signal(&L->loader, SIGTERM);
-    e->old_loader = L->loader;
+    *slot = L->loader;
     memset(&L->loader, 0, sizeof L->loader);
 }
 
@@ -705,8 +737,7 @@ void launch_elastic_release(struct launch *L)
     if (!e->on)
         return;
     launch_elastic_flush(L);
-    proc_stop(&e->old_loader, 5);
-    proc_release(&e->old_loader);
+    reap_loaders(e, 1);
     launch_elastic_stores_stop(L);
     proc_stop(&e->probe, 1);
     proc_release(&e->probe);

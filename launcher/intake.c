@@ -262,7 +262,8 @@ static void conn_close(struct launch *L, int i)
             snprintf(rk->message, sizeof rk->message, "its connection to the launcher closed without a goodbye");
         if (!rk->bye) {
             rk->last_beat = -1; /* gone */
-            rk->lost_at = tr_clock_now();
+            if (!rk->lost_at) /* (a silent one was lost when it last beat) */
+                rk->lost_at = tr_clock_now();
             if (!L->t_rank_lost)
                 L->t_rank_lost = rk->lost_at;
         }

@@ -133,7 +133,7 @@ struct launch_elastic {
     /* SLURM: tasks per node, the step's node list and the nodes left out for good */
     int per_node;
     char nodelist[8192], exclude[8192];
-    struct proc old_loader;  /* the loader of the attempt that lost a worker, ending on its own */
+    struct proc old_loaders[4]; /* the loaders of attempts that lost a worker, ending on their own */
     struct proc probe;       /* a probe of the down nodes running in the background */
     double next_probe;
     struct proc *stores;     /* checkpoint stores started again on nodes that came back */
@@ -189,6 +189,7 @@ struct launch {
     int step_killed;
     int64_t saved_step; /* the step of the last checkpoint committed (heard from rank 0), -1: none yet */
     double t_workers_ended; /* when the attempt's workers ended (tr_clock_now) */
+    double t_attempt_down;  /* ... and its loader too (its children all stopped or told to) */
     struct launch_intake in;
     struct logfold *folds; /* the workers' log lines waiting to be shown (logfold.h) */
     struct launch_progress prog;
@@ -403,6 +404,9 @@ void launch_elastic_flush(struct launch *L);
  * with a slot usable again asks the workers to stop for a larger world; under
  * SLURM the down nodes are probed in the background. */
 void launch_elastic_tick(struct launch *L);
+
+/* 1 when the attempt has a rank that went silent (launch_elastic_tick). */
+int launch_elastic_silent(const struct launch *L);
 
 /* Rank rank's beat m (intake.c): rank 0's restore and first step time the change. */
 void launch_elastic_beat(struct launch *L, int rank, const json_t *m);

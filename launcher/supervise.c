@@ -232,8 +232,11 @@ static void supervise(struct launch *L, const char *token)
         /* a rank died: the step cannot go on (the others would wait in their next
          * collective, and they leave SIGTERM to us): end it now */
         if (L->t_rank_lost && !L->workers.ended) {
-            /* an elastic run knows who died first from the connections: its ranks go at once */
-            const double since = tr_clock_now() - L->t_rank_lost, first = L->el.on ? 0.0 : 2.0;
+            /* an elastic run knows who died first from the connections: its ranks go
+             * after 0.2 s (time for mpirun or srun to say how the first one died), at
+             * once when one was silent (stopped) */
+            const double since = tr_clock_now() - L->t_rank_lost,
+                         first = !L->el.on ? 2.0 : launch_elastic_silent(L) ? 0.0 : 0.2;
             if (L->step_killed == 0 && since >= first) { /* the ranks; mpirun or srun then says who died first */
                 L->step_killed = 1;
                 kill_ranks(L);
@@ -476,6 +479,7 @@ enum tr_status launch_supervise_attempts(struct launch *L, int resume, const cha
             proc_stop(&L->loader, 5);
         launch_ctr_remove(L, &L->loader, "loader");
         launch_ctr_remove(L, &L->workers, "workers");
+        L->t_attempt_down = tr_clock_now();
         *status = status_of(L, &end, reason, n);
         launch_history_exits(L);
         const int was_failed = !strcmp(*status, DB_FAILED);
