@@ -702,9 +702,11 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
                 const int i = idx[j];
                 const int was = e->slots.v[i].state;
                 elastic_slots_answer(&e->slots, i, up[j], reached);
-                if (!up[j] && was != ELASTIC_DOWN)
+                if (!up[j] && was != ELASTIC_DOWN) {
+                    e->nodes_lost++;
                     fprintf(stderr, "terarec: elastic: node %s does not answer (%s): left out until it does\n",
                             e->slots.v[i].name, why[j]);
+                }
             }
         }
         tr_free(idx);

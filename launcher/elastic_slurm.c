@@ -87,12 +87,19 @@ void launch_elastic_names_free(char **names, int n)
 }
 
 /* The probe of the nodes named after it, at once, one line each: "NAME yes", or
- * "NAME no WHY" (scontrol's state, or the probe step's exit and last line). */
+ * "NAME no WHY": its state in scontrol show node (down, drained, not
+ * responding), its slurmd not accepting a connection within 2 s (bash's
+ * /dev/tcp), or the probe step's exit and last line (srun within ELASTIC_PROBE_S). */
 static const char probe_script[] =
+    "port=$(scontrol show config 2>/dev/null </dev/null | sed -n 's/^SlurmdPort *= *\\([0-9]*\\).*/\\1/p')\n"
     "for n in \"$@\"; do (\n"
-    "  st=$(scontrol show node -o \"$n\" 2>/dev/null </dev/null | sed -n 's/.* State=\\([^ ]*\\).*/\\1/p')\n"
+    "  line=$(scontrol show node -o \"$n\" 2>/dev/null </dev/null)\n"
+    "  st=$(printf '%s\\n' \"$line\" | sed -n 's/.* State=\\([^ ]*\\).*/\\1/p')\n"
+    "  addr=$(printf '%s\\n' \"$line\" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')\n"
     "  case \"$st\" in ''|*DOWN*|*DRAIN*|*FAIL*|*NOT_RESPONDING*|*POWER*|*REBOOT*)\n"
     "    echo \"$n no state ${st:-unknown}\"; exit 0;; esac\n"
+    "  if [ -n \"$addr\" ] && ! timeout 2 bash -c \": </dev/tcp/$addr/${port:-6818}\" 2>/dev/null; then\n"
+    "    echo \"$n no its slurmd ($addr:${port:-6818}) does not take connections\"; exit 0; fi\n"
     "  out=$(timeout -k 2 " STR(ELASTIC_PROBE_S) " srun --overlap --mpi=none --nodes=1 --ntasks=1 "
     "--ntasks-per-node=1 --nodelist=\"$n\" --job-name=terarec-probe true 2>&1 </dev/null); rc=$?\n"
     "  if [ $rc -eq 0 ]; then echo \"$n yes\"; else echo \"$n no probe step exit $rc: $(printf '%s' \"$out\" | "
@@ -102,10 +109,10 @@ static const char probe_script[] =
 /* The probe's command line for the slots idx[0 .. k), into a (sh -c SCRIPT sh NAMES...). */
 static void probe_argv(struct launch *L, const int *idx, int k, struct argv *a)
 {
-    argv_add(a, "sh");
+    argv_add(a, "bash");
     argv_add(a, "-c");
     argv_add(a, probe_script);
-    argv_add(a, "sh");
+    argv_add(a, "bash");
     for (int j = 0; j < k; j++)
         argv_add(a, L->el.slots.v[idx[j]].name);
 }
@@ -176,6 +183,7 @@ void launch_elastic_probe_tick(struct launch *L)
             tr_free(text);
         }
         proc_release(&e->probe);
+        memset(&e->probe, 0, sizeof e->probe);
         int back = 0;
         for (int j = 0; j < k; j++)
             if (up[j]) {

@@ -123,6 +123,7 @@ struct launch_elastic {
     int grow_asked;      /* the workers were asked to stop for a larger world */
     int requeue;         /* under SLURM, MIN was not reachable: the job requeues */
     double silent_s;     /* a rank that has not beaten for this long is lost */
+    int nodes_lost;      /* nodes found down (under SLURM) */
     /* the change being timed: its "resized" event, recorded at the new world's first step */
     json_t *ev;
     double ev_wall;        /* when it happened (the event's time) */
@@ -426,17 +427,17 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
 enum tr_status launch_elastic_slurm_nodes(struct launch *L, char ***names, int *n) TR_WUR;
 void launch_elastic_names_free(char **names, int n);
 
-/* Which of the slots idx[0 .. k) answer now: scontrol show node (down, drained,
- * not responding: no), then a probe step on each of the others at once (srun
- * --overlap, within ELASTIC_PROBE_S); up[i] 1 or 0, why[i] (ELASTIC_WHY_MAX bytes
- * each, may be NULL) says why not. */
-#define ELASTIC_PROBE_S 10
+/* Which of the slots idx[0 .. k) answer now, each at once: scontrol show node
+ * (down, drained, not responding: no), its slurmd taking a connection (within
+ * 2 s), then a probe step (srun --overlap, within ELASTIC_PROBE_S); up[i] 1 or 0,
+ * why[i] (ELASTIC_WHY_MAX bytes each, may be NULL) says why not. */
+#define ELASTIC_PROBE_S 5
 #define ELASTIC_WHY_MAX 160
 void launch_elastic_probe(struct launch *L, const int *idx, int k, int *up, char (*why)[ELASTIC_WHY_MAX]);
 
 /* The background probe of the down nodes: started (every ELASTIC_REPROBE_S) and read
  * when it has ended; a node that answers becomes usable. */
-#define ELASTIC_REPROBE_S 10
+#define ELASTIC_REPROBE_S 5
 void launch_elastic_probe_tick(struct launch *L);
 
 /* The workers' srun flags of an elastic attempt: --overlap, its nodes, tasks and

@@ -240,7 +240,7 @@ static void supervise(struct launch *L, const char *token)
             if (L->step_killed == 0 && since >= first) { /* the ranks; mpirun or srun then says who died first */
                 L->step_killed = 1;
                 kill_ranks(L);
-            } else if (L->step_killed == 1 && since > first + 4.0) {
+            } else if (L->step_killed == 1 && since > first + (L->el.on ? 1.0 : 4.0)) {
                 L->step_killed = 2;
                 kill_step(L);
             }
@@ -511,9 +511,12 @@ void launch_stop_ckpt(struct launch *L)
     int failed = 0;
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended && !proc_poll(&L->ckpt))
         failed = slurm_step_signal(L, "terarec-ckpt", "INT", 0) != 0; /* SIGTERM would wait out --term_grace */
-    proc_stop(&L->ckpt, 10);
+    /* an elastic run that lost a node: its store's task went with it, and the stores'
+     * srun waits for it until the node is declared down; the others have ended */
+    const int node_lost = L->el.on && L->el.nodes_lost;
+    proc_stop(&L->ckpt, node_lost ? 2 : 10);
     /* only when it matters: the store's step did not end (srun had to be killed) */
-    if (failed && L->ckpt.ended && WIFSIGNALED(L->ckpt.status) && WTERMSIG(L->ckpt.status) == SIGKILL)
+    if (failed && !node_lost && L->ckpt.ended && WIFSIGNALED(L->ckpt.status) && WTERMSIG(L->ckpt.status) == SIGKILL)
         LOG_WARN("could not signal the SLURM step terarec-ckpt of job %s: its srun was killed; the stores on "
                  "other nodes end with the job",
                  L->slurm_job);
