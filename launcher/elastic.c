@@ -327,7 +327,7 @@ static double wall_of(double mono)
 static json_t *phases(const struct launch_elastic *e, double t_first)
 {
     const double t[] = {e->t0, e->t_decided, e->t_ended, e->t_planned, e->t_started, e->t_restored, t_first};
-    const char *const names[] = {e->grow_asked ? "stop_s" : "detect_s", "teardown_s", "plan_s", "start_s",
+    const char *const names[] = {e->ev_grow ? "stop_s" : "detect_s", "teardown_s", "plan_s", "start_s",
                                  "restore_s", "first_step_s"};
     json_t *o = json_object();
     for (size_t i = 0; i + 1 < TR_ARRAY_SIZE(t); i++)
@@ -385,7 +385,7 @@ static void change_done(struct launch *L, int64_t from_step)
     fprintf(stderr,
             "terarec: elastic: %d worker%s training from step %lld, %.2f s after the %s (%s); %lld step%s trained "
             "again (%.2f s)\n",
-            L->world, L->world == 1 ? "" : "s", (long long)from_step, down, e->grow_asked ? "stop" : "loss", parts,
+            L->world, L->world == 1 ? "" : "s", (long long)from_step, down, e->ev_grow ? "stop" : "loss", parts,
             (long long)redo, redo == 1 ? "" : "s", redo_s);
     launch_json_out(L, "elastic", json_deep_copy(e->ev));
     launch_record_event_at(L, "resized", e->ev, e->ev_wall);
@@ -587,8 +587,8 @@ static enum elastic_next next_world(struct launch *L, json_t *ev, const char **s
 {
     struct launch_elastic *e = &L->el;
     const int before = L->world;
-    if (L->slurm && e->grow_asked)
-        launch_elastic_stores(L); /* the nodes that come back need their store again */
+    if (L->slurm)
+        launch_elastic_stores(L); /* the nodes that come back, or lost a rank, need their store again */
     const int k = elastic_slots_choose(&e->slots);
     if (k < 0) {
         json_decref(ev);
@@ -633,6 +633,8 @@ static enum elastic_next next_world(struct launch *L, json_t *ev, const char **s
         fprintf(stderr, "terarec: elastic: left out for the rest of the run: %s (srun --exclude=%s)\n",
                 elastic_slots_names(&e->slots, ELASTIC_OUT, ", ", out, sizeof out), e->exclude);
     change_begin(L, ev);
+    e->ev_grow = e->grow_asked;
+    e->grow_asked = 0;
     e->t_planned = tr_clock_now();
     e->change_step = e->lost_step;
     e->ckpt_mark = L->saved_step;
@@ -675,6 +677,7 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
     e->t_ended = now;
     e->lost_step = reached;
     const enum elastic_state st = elastic_slots_lost(&e->slots, slot, reached);
+    e->slots.v[slot].was_down = 1; /* what ran there (its store) may be gone too */
     const struct elastic_slot *sl = &e->slots.v[slot];
     char said[256];
     if (st == ELASTIC_OUT)

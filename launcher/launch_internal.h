@@ -121,6 +121,7 @@ struct launch_elastic {
     int64_t change_step; /* the step the world last changed at (the run's step then) */
     int64_t ckpt_mark;   /* a checkpoint past this step is the next restart point */
     int grow_asked;      /* the workers were asked to stop for a larger world */
+    int ev_grow;         /* the change being timed is a growth (its first phase: the stop) */
     int requeue;         /* under SLURM, MIN was not reachable: the job requeues */
     double silent_s;     /* a rank that has not beaten for this long is lost */
     int nodes_lost;      /* nodes found down (under SLURM) */
