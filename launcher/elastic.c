@@ -681,7 +681,8 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
     const struct elastic_slot *sl = &e->slots.v[slot];
     char said[256];
     if (st == ELASTIC_OUT)
-        snprintf(said, sizeof said, "its workers died %d times: left out for the rest of the run", sl->failures);
+        snprintf(said, sizeof said, "its workers died %d time%s: left out for the rest of the run", sl->failures,
+                 sl->failures == 1 ? "" : "s");
     else if (L->slurm)
         snprintf(said, sizeof said, "asking the allocation's nodes whether they answer");
     else

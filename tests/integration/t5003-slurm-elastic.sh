@@ -14,7 +14,9 @@
 #   1e-8 on this model, see t4008);
 # - MIN not reachable (--elastic 4, a node lost): the run stops saying why, is
 #   recorded preempted and requeues its job (scontrol requeue), which resumes the
-#   same run on 4 nodes once the node is back, and completes.
+#   same run on 4 nodes once the node is back, and completes;
+# - a node whose worker died --elastic_max_failures times (1 here) is left out
+#   for the rest of the run: the next srun has --exclude=NODE, said on the console.
 # The jobs are submitted with sbatch --no-kill, which an elastic run needs (a node
 # lost must not end the job). SKIPs without root, namespaces or the SLURM/munge
 # commands; under CI=true a SKIP fails.
@@ -134,7 +136,13 @@ kill_node() {
     # shellcheck disable=SC2046
     kill -9 $(ip netns pids "$CTAG-node$1") 2>/dev/null
 }
-job_tail() { grep -E "terarec|error|warn|hint" "$TMP/$1.out" | tail -n 20; }
+job_tail() { # JOBID: what a failure shows of a job: its console, SLURM's view, its run's logs
+    grep -E "terarec|error|warn|hint" "$TMP/$1.out" | tail -n 20
+    squeue -s 2>&1 | tail -n 8
+    sed -n 's/.*; logs in \(.*\)$/\1/p' "$TMP/$1.out" | sort -u | while read -r d; do
+        for f in workers.log ckpt.log loader.log; do echo "# $f:"; tail -n 12 "$d/$f" 2>&1 | cut -c1-300; done
+    done
+}
 sb() { sbatch --parsable -k -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
 
 # ---- a node lost, and back ------------------------------------------------------------------------
@@ -258,5 +266,29 @@ row=$(q "select status, restarts, (select max(step) from metrics m where m.run =
          where name = 'min'")
 [ "$ev" = "elastic_stop,preempted,requeue,requeued,restarted,completed" ] && [ "$row" = "completed|1|1500|1" ] &&
     ok "the requeued job resumed the same run on 4 nodes and completed ($ev)" || fail "the requeue" "$ev; $row"
+
+# ---- a node whose workers die too often is left out: srun --exclude ------------------------------------
+# (--elastic_max_failures 1: the first death on a node is one too many; the node itself answers)
+job=$(sb -N 4 -n 4 "$SL/terarec.sbatch" --db "$DB" $F --max_steps 800 --elastic 2n --elastic_max_failures 1 --name ex)
+if wait_ckpt ex 200 180; then
+    pid=$(q "select p.pid from processes p join runs r on r.id = p.run where r.name = 'ex' and p.rank = 2 and p.host = 'trnode3'")
+    [ -n "$pid" ] && kill -9 "$pid"
+    wait_status ex completed 240 || fail "the run with a node left out completes" "$(job_tail "$job")"
+    wait_job "$job" 60 || scancel "$job"
+else
+    fail "left out: no checkpoint" "$(job_tail "$job")"
+    scancel "$job"
+fi
+worlds=$(q "select group_concat(w || '@' || h, ' ') from (select count(*) as w, group_concat(host, ',') as h from
+            (select * from processes order by rank) p join runs r on r.id = p.run where r.name = 'ex' group by p.attempt
+            order by p.attempt)")
+o=$TMP/$job.out
+rd=$(sed -n 's/.*; logs in \(.*\)$/\1/p' "$o" | head -n 1)
+[ "$worlds" = "4@trnode1,trnode2,trnode3,trnode4 3@trnode1,trnode2,trnode4" ] &&
+    grep -q "^terarec: elastic: rank 2 (trnode3) .*: its workers died 1 time: left out for the rest of the run" "$o" &&
+    grep -q "^terarec: elastic: left out for the rest of the run: trnode3 (srun --exclude=trnode3)" "$o" &&
+    grep -q "^terarec: attempt 1: srun .*--nodelist=trnode1,trnode2,trnode4 --exclude=trnode3 " "$rd/workers.log" &&
+    ok "a node whose worker died once with --elastic_max_failures 1: left out (srun --exclude=trnode3), said, and the run completed on 3 ($worlds)" ||
+    fail "a node left out" "$worlds; $(grep elastic "$o"); $(grep '^terarec: attempt 1' "$rd/workers.log" | cut -c1-300)"
 
 done_testing
