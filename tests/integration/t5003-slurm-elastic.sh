@@ -131,6 +131,18 @@ release() { # JOBID: a requeued job, pending again, made eligible (SLURM holds i
     done
     return 1
 }
+# node_settled NAME SECS: the node answers and has no job left to complete (a node that was
+# down when its job was requeued learns of it when its slurmd is back, and a step of the job's
+# next start there meanwhile is refused: "Job credential revoked")
+node_settled() {
+    local i st
+    for i in $(seq 1 $(($2 * 10))); do
+        st=$(scontrol show node "$1" -o 2>/dev/null | sed -n 's/.* State=\([^ ]*\).*/\1/p')
+        [ "$st" = IDLE ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 # kill_node N: node N crashes: its slurmd and every process in its namespace, SIGKILL
 kill_node() {
     # shellcheck disable=SC2046
@@ -250,6 +262,7 @@ if wait_ckpt min 200 180; then
             ok "MIN not reachable: preempted, saying why ($reason)" || fail "MIN not reachable: the reason" "$reason"
         out=$(cluster local_cluster.sh 4 2>&1)
         [ "$(echo "$out" | tail -n 1)" = "cluster ready" ] || fail "node 4 back" "$(echo "$out" | tail -n 8)"
+        node_settled trnode4 30 || echo "# trnode4 not idle after 30 s: $(scontrol show node trnode4 -o | grep -o 'State=[^ ]*')"
         release "$job"
         wait_status min completed 240 || fail "the requeued job completes" "$(q "select status, reason from runs where name = 'min'") $(job_tail "$job")"
     else
