@@ -272,11 +272,32 @@ exit:
 
 /* ---- who was lost ------------------------------------------------------------------------------ */
 
+/* The first task of this attempt's srun that "launch failed" (the workers' log:
+ * the lines after its last "terarec: attempt " header), -1 when none. */
+static int launch_failed_task(struct launch *L)
+{
+    FILE *fp = L->workers.log ? fopen(L->workers.log, "r") : NULL;
+    if (!fp)
+        return -1;
+    char line[4096];
+    int task = -1, t;
+    while (fgets(line, sizeof line, fp)) {
+        const char *p = strstr(line, "srun: error: task ");
+        if (!strncmp(line, "terarec: attempt ", 17))
+            task = -1;
+        else if (task < 0 && p && sscanf(p, "srun: error: task %d launch failed", &t) == 1 && strstr(p, "launch failed"))
+            task = t;
+    }
+    fclose(fp);
+    return task;
+}
+
 /* The rank the attempt lost, its host and how, or -1 when it lost none (a worker
  * that failed on an error of its own, which a restart would meet again): a rank
  * that went silent; else the first whose connection closed without a goodbye when
  * no rank had reported an error before (a rank that reports one ends the job,
- * and the others go after it); else one the workers' log says a signal killed. */
+ * and the others go after it); else, under SLURM, a task srun could not start;
+ * else one the workers' log says a signal killed. */
 static int lost_rank(struct launch *L, char *host, size_t hn, char *how, size_t n)
 {
     int v = -1;
@@ -306,6 +327,13 @@ static int lost_rank(struct launch *L, char *host, size_t hn, char *how, size_t 
             snprintf(how, n, "was killed by signal %d (%s)", sig, strsignal(sig));
         snprintf(host, hn, "%s", L->ranks[v].host);
         return v;
+    }
+    const int failed = L->slurm ? launch_failed_task(L) : -1;
+    if (failed >= 0) { /* a task srun could not start on its node (srun then kills the others) */
+        const int slot = elastic_slots_of_rank(&L->el.slots, failed);
+        snprintf(how, n, "could not be started (srun: task %d launch failed)", failed);
+        snprintf(host, hn, "%s", slot >= 0 ? L->el.slots.v[slot].name : "?");
+        return failed;
     }
     if (parsed && sig > 0 && pr >= 0 && (pr >= L->nranks || !L->ranks[pr].error)) {
         snprintf(how, n, "was killed by signal %d (%s)", sig, strsignal(sig));
@@ -672,7 +700,9 @@ enum elastic_next launch_elastic_next(struct launch *L, const char **status, enu
             LOG_WARN("elastic: rank %d on %s %s, but it is on none of the run's slots: the run ends", r, host, how);
         return ELASTIC_PASS;
     }
-    e->t0 = L->ranks[r].lost_at > 0 ? L->ranks[r].lost_at : L->t_rank_lost > 0 ? L->t_rank_lost : now;
+    /* (a rank known from srun's lines only may never have said hello: no state of it here) */
+    const double lost_at = r < L->nranks ? L->ranks[r].lost_at : 0;
+    e->t0 = lost_at > 0 ? lost_at : L->t_rank_lost > 0 ? L->t_rank_lost : L->t_workers_ended > 0 ? L->t_workers_ended : now;
     e->t_decided = L->t_rank_lost > 0 ? fmax(L->t_rank_lost, e->t0) : e->t0;
     e->t_ended = now;
     e->lost_step = reached;

@@ -313,13 +313,20 @@ static int parse_step_failure(const char *line, int *rank, char *host, size_t n,
 
 int launch_scan_step_log(struct launch *L, int *rank, char *host, size_t n, int *sig, int *code)
 {
-    FILE *fp = fopen(L->workers.log, "r");
+    FILE *fp = L->workers.log ? fopen(L->workers.log, "r") : NULL;
     if (!fp)
         return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, fp))
-        found = parse_step_failure(line, rank, host, n, sig, code);
+    char line[4096], h[256];
+    int found = 0, r, s, c;
+    while (fgets(line, sizeof line, fp)) {
+        if (!strncmp(line, "terarec: attempt ", 17)) { /* the log has every attempt's: this one's only */
+            found = 0;
+        } else if (!found && parse_step_failure(line, &r, h, sizeof h, &s, &c)) {
+            found = 1;
+            *rank = r, *sig = s, *code = c;
+            snprintf(host, n, "%s", h);
+        }
+    }
     fclose(fp);
     return found;
 }

@@ -154,6 +154,7 @@ job_tail() { # JOBID: what a failure shows of a job: its console, SLURM's view, 
     sed -n 's/.*; logs in \(.*\)$/\1/p' "$TMP/$1.out" | sort -u | while read -r d; do
         for f in workers.log ckpt.log loader.log; do echo "# $f:"; tail -n 12 "$d/$f" 2>&1 | cut -c1-300; done
     done
+    for f in slurmctld slurmd-trnode4; do echo "# $f.log:"; tail -n 25 "$CDIR/log/$f.log" 2>&1 | cut -c1-250; done
 }
 sb() { sbatch --parsable -k -o "$TMP/%j.out" "$@" | cut -d';' -f1; }
 
