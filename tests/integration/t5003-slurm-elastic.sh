@@ -279,7 +279,9 @@ ev=$(q "select group_concat(kind, ',') from (select kind from events e join runs
 row=$(q "select status, restarts, (select max(step) from metrics m where m.run = runs.id), slurm_job_id = '$job' from runs
          where name = 'min'")
 [ "$ev" = "elastic_stop,preempted,requeue,requeued,restarted,completed" ] && [ "$row" = "completed|1|1500|1" ] &&
-    ok "the requeued job resumed the same run on 4 nodes and completed ($ev)" || fail "the requeue" "$ev; $row"
+    ok "the requeued job resumed the same run on 4 nodes and completed ($ev)" ||
+    fail "the requeue" "$ev; $row; $(q "select kind, data from events e join runs r on r.id = e.run where r.name = 'min'
+                                       and kind in ('resized', 'failed_attempt') order by e.time") $(job_tail "$job")"
 
 # ---- a node whose workers die too often is left out: srun --exclude ------------------------------------
 # (--elastic_max_failures 1: the first death on a node is one too many; the node itself answers)
