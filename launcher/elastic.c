@@ -178,7 +178,7 @@ static const char *human(int64_t b, char *buf, size_t n)
     return buf;
 }
 
-/* The plan of the next world (w workers, per_node on each of its nodes), checked
+/* The plan of the next world (w workers, per_slot on each of its nodes under SLURM), checked
  * against the memory the launcher sees for them: here this machine's (MemAvailable,
  * the memory cgroup the workers inherit, and the address-space limit they inherit,
  * less what a process maps: the launcher's own mappings stand in for a worker's),
@@ -187,9 +187,10 @@ static const char *human(int64_t b, char *buf, size_t n)
  * rank, its limit and what it needs, then how many workers the model needs), the
  * backend's errors. A run whose tables the launcher does not know is not checked
  * (the workers check their plan themselves before they allocate). */
-static enum tr_status replan(struct launch *L, int w, int per_node, json_t **plan, char *why, size_t wn)
+static enum tr_status replan(struct launch *L, int w, int per_slot, json_t **plan, char *why, size_t wn)
 {
     *why = 0;
+    const int per_node = L->slurm ? per_slot : w; /* here every worker is on this machine */
     const struct launch_data *d = &L->data;
     struct job_cfg job = L->c->w.job;
     job.ckpt_staging = 1; /* the run saves */
@@ -249,17 +250,17 @@ static enum tr_status replan(struct launch *L, int w, int per_node, json_t **pla
         LOG_ERROR("elastic: the plan for %d workers does not fit: rank %d needs about %lld bytes", w, worst,
                   (long long)need);
     int enough = 0;
-    for (int w2 = w + per_node; w2 <= L->el.slots.n * per_node && !enough; w2 += per_node) {
+    for (int w2 = w + per_slot; w2 <= L->el.slots.n * per_slot && !enough; w2 += per_slot) {
         int q2;
         int64_t n2;
-        if (world_fits(&job, &sh, &be, w2, per_node, room, rlimit, &q2, &n2) == 1)
+        if (world_fits(&job, &sh, &be, w2, L->slurm ? per_slot : w2, room, rlimit, &q2, &n2) == 1)
             enough = w2;
     }
     char a[32];
     if (enough)
         snprintf(why, wn, "it needs at least %d (%s on its largest rank)", enough, human(need, a, sizeof a));
     else
-        snprintf(why, wn, "nor does it on any world up to the run's %d", L->el.slots.n * per_node);
+        snprintf(why, wn, "nor does it on any world up to the run's %d", L->el.slots.n * per_slot);
     LOG_ERROR("elastic: the model no longer fits on %d worker%s: %s", w, w == 1 ? "" : "s", why);
     rc = TR_ERR_NOMEM;
 exit:
