@@ -13,7 +13,8 @@
  *        keeps beating with the same step)
  *        rank 0 of a run resumed from a checkpoint adds "from_step":s0 and
  *        "start_position":"E:B" (the checkpoint's step and data position) to
- *        every beat from the restore on, and beats once at the restore
+ *        every beat from the restore on, and beats once at the restore; every
+ *        rank also beats once as soon as its first step is done
  *   {"type":"event","kind":K,"step":s,"time":t,"data":{...}}
  *        rank 0 only; K is params, step, eval, ckpt or summary, data the same
  *        object the DLLogger log gets (step: loss, learning_rate, step_time_ms,

@@ -396,10 +396,10 @@ const char db_sql_last_metrics[] = DB_SQL_LAST_METRICS;
 
 enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_t **out)
 {
-    static const char *const keys[] = {"metrics", "evals",  "checkpoints", "processes", "events",
+    static const char *const keys[] = {"metrics", "evals",  "checkpoints", "processes", "events", "attempts",
                                        "sysmetrics_summary", "sysmetrics"};
     const char *queries[] = {all_metrics ? Q_METRICS : DB_SQL_LAST_METRICS, Q_EVALS, Q_CKPTS, Q_PROCS, Q_EVENTS,
-                             DB_SQL_SYS_SUMMARY, Q_SYS};
+                             DB_SQL_ATTEMPTS, DB_SQL_SYS_SUMMARY, Q_SYS};
     const size_t nq = TR_ARRAY_SIZE(keys) - (all_metrics ? 0 : 1);
     enum tr_status rc = TR_OK;
     json_t *o = json_object(), *runs = NULL, *t = NULL;
@@ -412,7 +412,7 @@ enum tr_status db_json_run(struct db *db, const char *id, int all_metrics, json_
         db_config_clean(json_object_get(run, "config"));
     json_object_set(o, "run", run);
     for (size_t i = 0; i < nq; i++) {
-        if (i >= 5 && db->version < 3) { /* an older file read as it is: no system metrics */
+        if (i >= 6 && db->version < 3) { /* an older file read as it is: no system metrics */
             json_object_set_new(o, keys[i], json_array());
             continue;
         }

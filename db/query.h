@@ -71,6 +71,25 @@ enum tr_status db_query_json(struct db *db, json_t **out, const char *sql, const
     "coalesce(p.end_time, (SELECT CASE WHEN r.status <> 'running' THEN r.end_time END FROM runs r"          \
     " WHERE r.id = p.run))"
 
+/* A run's (?1) attempts, one row each: its number, workers and nodes (its
+ * processes), hosts, the step it started from (its started/restarted event's
+ * from_step; NULL: step 0 or not said), its start and end, and the first event
+ * that ended it ("resized (lost)", "failed_attempt", "completed", ...). An elastic
+ * run's attempts show its worlds. */
+#define DB_SQL_ATTEMPTS                                                                                      \
+    "SELECT a.attempt AS attempt, a.workers AS workers, a.nodes AS nodes, a.hosts AS hosts,"                  \
+    " (SELECT json_extract(e.data, '$.from_step') FROM events e WHERE e.run = ?1"                             \
+    " AND e.kind IN ('started', 'restarted') AND json_valid(e.data) AND json_extract(e.data, '$.attempt') = a.attempt" \
+    " ORDER BY e.time LIMIT 1) AS from_step, a.start_time AS start_time, a.end_time AS end_time,"              \
+    " (SELECT e.kind || CASE WHEN json_valid(e.data) AND json_extract(e.data, '$.why') IS NOT NULL"            \
+    " THEN ' (' || json_extract(e.data, '$.why') || ')' ELSE '' END FROM events e WHERE e.run = ?1"          \
+    " AND e.kind IN ('resized', 'failed_attempt', 'elastic_stop', 'completed', 'failed', 'hung', 'preempted',"\
+    " 'cancelled', 'lost') AND e.time >= a.start_time ORDER BY e.time, e.rowid LIMIT 1) AS ended"            \
+    " FROM (SELECT p.attempt AS attempt, count(*) AS workers, count(DISTINCT p.host) AS nodes,"              \
+    " group_concat(DISTINCT p.host) AS hosts, min(p.start_time) AS start_time,"                               \
+    " max(" DB_SQL_PROC_END ") AS end_time FROM processes p WHERE p.run = ?1 GROUP BY p.attempt) a"           \
+    " ORDER BY a.attempt"
+
 /* ---- numbers without float noise ---- */
 
 /* v in the shortest of %.15g, %.16g, %.17g that reads back as v ("1e-07", not

@@ -280,7 +280,7 @@ struct runs_sub {
 static const struct runs_sub subs[] = {
     {"list", runs_cmd_list, S_LIST, " [--filter EXPR]... [--columns A,B] [--sort -KEY]",
      "the runs, newest first: status, duration, steps, last loss, best auc, tags; filtered, chosen columns"},
-    {"show", runs_cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, processes, events"},
+    {"show", runs_cmd_show, S_SHOW, " RUN", "every field of a run, its last metrics, evals, checkpoints, attempts (their worlds), processes, events"},
     {"metrics", runs_cmd_metrics, S_METRICS, " RUN", "a run's metrics as step,name,value rows"},
     {"compare", runs_cmd_compare, S_COMPARE, " RUN RUN...", "runs side by side: their final metrics, and the config values that differ"},
     {"export", runs_cmd_export, S_EXPORT, " RUN", "a run as CSV (step,name,value) or JSON (all its tables)"},

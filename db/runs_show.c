@@ -130,13 +130,15 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         json_decref(j);
     }
     sqlite3_finalize(st);
-    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "processes", "events",
+    static const char *const titles[] = {"last metrics", "evals", "checkpoints", "attempts", "processes", "events",
                                          "system metrics (per rank; CPU: 100% per core busy)"};
     static const char *const queries[] = {
         "SELECT name, step, value, tr_time(time) AS time FROM (" DB_SQL_LAST_METRICS ")",
         "SELECT step, auc, logloss, samples, tr_time(time) AS time FROM evals WHERE run = ? ORDER BY step, rowid",
         "SELECT step, manifest_url, bytes, stall_s, tr_time(time) AS time FROM checkpoints WHERE run = ?"
         " ORDER BY step, rowid",
+        "SELECT attempt, workers, nodes, hosts, coalesce(from_step, 0) AS 'from step', tr_time(start_time) AS start,"
+        " tr_time(end_time) AS 'end', coalesce(ended, '-') AS 'ended by' FROM (" DB_SQL_ATTEMPTS ")",
         "SELECT attempt, rank, host, pid, tr_ended(exit_code, signal, " DB_SQL_PROC_END ") AS ended,"
         " tr_time(start_time) AS start, tr_time(" DB_SQL_PROC_END ") AS 'end' FROM processes p WHERE run = ?1"
         " ORDER BY attempt, rank",
@@ -148,7 +150,7 @@ static enum tr_status show_text(struct runs_ctx *x, const char *id)
         " AS 'peak GPU memory' FROM (" DB_SQL_SYS_SUMMARY ")",
     };
     for (size_t i = 0; i < TR_ARRAY_SIZE(titles); i++) {
-        if (i == 5 && x->db->version < 3) /* an older file read as it is: none recorded */
+        if (i == 6 && x->db->version < 3) /* an older file read as it is: none recorded */
             continue;
         printf("%s:\n", titles[i]);
         TR_CHECK(runs_query_print(x, "  ", queries[i], "t", id));

@@ -429,6 +429,7 @@ static enum MHD_Result page_run(struct req *q, const char *id)
              "<section><h2>run</h2><table class=\"kv\" id=\"summary\"></table></section>\n"
              "<section><h2>events</h2><table id=\"events\"></table></section>\n"
              "<section><h2>checkpoints</h2><table id=\"checkpoints\"></table></section>\n"
+             "<section><h2>attempts</h2><table id=\"attempts\"></table></section>\n"
              "<section><h2>processes</h2><table id=\"processes\"></table></section>\n"
              "<section><h2>config</h2><table class=\"kv\" id=\"config\"></table></section>\n",
              eid, ename);

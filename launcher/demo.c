@@ -110,10 +110,16 @@ static double flops_per_sample(const struct job_cfg *j, int ntables, int nnum)
     return 6.0 * macs + 8.0 * ntables * D;
 }
 
-void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, int num_features, int64_t nbatches)
+void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, const int32_t *hot, int num_features,
+                     int64_t nbatches, int64_t test_samples)
 {
-    memset(d, 0, sizeof *d);
+    launch_data_release(d);
     d->ntables = ntables;
+    d->test_samples = test_samples;
+    if (ntables > 0 && (d->rows = tr_malloc((size_t)ntables * sizeof *d->rows)))
+        memcpy(d->rows, rows, (size_t)ntables * sizeof *d->rows);
+    if (ntables > 0 && hot && (d->hot = tr_malloc((size_t)ntables * sizeof *d->hot)))
+        memcpy(d->hot, hot, (size_t)ntables * sizeof *d->hot);
     d->num_features = num_features;
     d->nbatches = nbatches;
     d->rows_same = 1;
@@ -122,6 +128,13 @@ void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, in
         d->rows_same &= rows[t] == rows[0];
     }
     d->rows_first = ntables > 0 ? rows[0] : 0;
+}
+
+void launch_data_release(struct launch_data *d)
+{
+    tr_free(d->rows);
+    tr_free(d->hot);
+    memset(d, 0, sizeof *d);
 }
 
 /* "26 tables x 100000 rows" or "26 tables, 1200000 rows in all" */

@@ -40,13 +40,18 @@ void launch_record_start(struct launch *L, const json_t *beat)
     h->start_ev = NULL;
 }
 
-void launch_record_event(struct launch *L, const char *kind, json_t *data)
+void launch_record_event_at(struct launch *L, const char *kind, json_t *data, double wall)
 {
     launch_record_start(L, NULL); /* it came first */
     char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
-    launch_db_try(db_event_add(L->hist.db, L->id, tr_clock_wall(), kind, s), kind);
+    launch_db_try(db_event_add(L->hist.db, L->id, wall, kind, s), kind);
     free(s);
     json_decref(data);
+}
+
+void launch_record_event(struct launch *L, const char *kind, json_t *data)
+{
+    launch_record_event_at(L, kind, data, tr_clock_wall());
 }
 
 static char *config_json(struct launch *L)

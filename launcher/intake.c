@@ -141,8 +141,10 @@ static void on_event(struct launch *L, const json_t *m)
         char url[PATH_MAX + 256];
         snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
                  (long long)step);
-        if (step > L->saved_step)
+        if (step > L->saved_step) {
             L->saved_step = step;
+            L->el.t_saved = tr_clock_now();
+        }
         launch_db_try(db_ckpt_add(L->hist.db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
                            jnum(d, "stall_seconds"), t),
                "a checkpoint");
@@ -202,7 +204,7 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
         }
         cn->rank = r;
         rk->hello = 1;
-        rk->last_beat = tr_clock_now();
+        rk->last_beat = rk->hello_at = tr_clock_now();
         rk->exit_code = -1;
         snprintf(rk->host, sizeof rk->host, "%s", json_string_value(json_object_get(m, "host")) ?: "?");
         rk->pid = (long)json_integer_value(json_object_get(m, "pid"));
@@ -223,6 +225,7 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
             L->last_progress_step = s;
             L->t_last_progress = tr_clock_now();
         }
+        launch_elastic_beat(L, cn->rank, m);
     } else if (!strcmp(type, "sys")) {
         const json_t *gm = json_object_get(m, "gpu_mem_bytes"), *rss = json_object_get(m, "rss_bytes");
         launch_db_try(db_sysmetric_add(L->hist.db, L->id, cn->rank, jnum(m, "time"),
@@ -237,6 +240,7 @@ static int on_line(struct launch *L, struct conn *cn, const char *line, const ch
                         json_string_value(json_object_get(m, "message")));
     } else if (!strcmp(type, "error")) {
         rk->error = 1;
+        rk->error_at = tr_clock_now();
         snprintf(rk->message, sizeof rk->message, "%s", json_string_value(json_object_get(m, "message")) ?: "");
         launch_record_event(L, "error", json_pack("{s:i,s:s,s:s}", "rank", cn->rank, "host", rk->host, "message",
                                            rk->message));
@@ -258,7 +262,8 @@ static void conn_close(struct launch *L, int i)
             snprintf(rk->message, sizeof rk->message, "its connection to the launcher closed without a goodbye");
         if (!rk->bye) {
             rk->last_beat = -1; /* gone */
-            rk->lost_at = tr_clock_now();
+            if (!rk->lost_at) /* (a silent one was lost when it last beat) */
+                rk->lost_at = tr_clock_now();
             if (!L->t_rank_lost)
                 L->t_rank_lost = rk->lost_at;
         }

@@ -18,6 +18,7 @@
 #include "../common/status.h"
 #include "../worker/worker.h"
 #include "container.h"
+#include "elastic_slots.h"
 #include "logfold.h"
 #include "proc.h"
 
@@ -44,12 +45,17 @@ struct launch_cfg {
     int container_runtime; /* index into runtime_choices (train.c) */
     char *container_bin_dir;
     int dry_run;
+    char *elastic;            /* --elastic MIN[:MAX] (NULL: not elastic) */
+    int64_t elastic_grow_every;
+    int elastic_max_failures;
 };
 
 /* ---- the state of a launch ---------------------------------------------------------------- */
 
 struct rank {
     int hello, bye, exit_code, error;
+    int silent;     /* with --elastic: it stopped beating (elastic.c), taken as lost */
+    double hello_at, error_at; /* when its hello and its error came (tr_clock_now) */
     char host[128];
     long pid;
     int64_t step;
@@ -64,7 +70,9 @@ struct conn {
     size_t len;
 };
 
-enum stop_why { STOP_NONE = 0, STOP_PREEMPT, STOP_CANCEL };
+/* STOP_GROW: an elastic run's restart point (elastic.c): the workers stop and save,
+ * and the run continues on more of them */
+enum stop_why { STOP_NONE = 0, STOP_PREEMPT, STOP_CANCEL, STOP_GROW };
 
 /* The report intake (intake.c): the listener and the ranks' connections. */
 struct launch_intake {
@@ -99,7 +107,40 @@ struct launch_watch {
 struct launch_data {
     int ntables, num_features, rows_same;
     int64_t rows_first, rows_sum;
-    int64_t nbatches; /* training batches an epoch (0: not known) */
+    int64_t nbatches;     /* training batches an epoch (0: not known) */
+    int64_t *rows;        /* (ntables), owned: each table's rows (the elastic re-plan's) */
+    int32_t *hot;         /* (ntables), owned: each table's hotness (plan_shape.hot); NULL: one-hot */
+    int64_t test_samples; /* rank 0 keeps their logits */
+};
+
+/* An elastic run (--elastic MIN[:MAX]; elastic.c, elastic_slurm.c): its slots
+ * (worker slots here, nodes under SLURM), the world's changes and their timing. */
+struct launch_elastic {
+    int on;
+    struct elastic_spec spec;
+    struct elastic_slots slots;
+    int64_t change_step; /* the step the world last changed at (the run's step then) */
+    int64_t ckpt_mark;   /* a checkpoint past this step is the next restart point */
+    int grow_asked;      /* the workers were asked to stop for a larger world */
+    int ev_grow;         /* the change being timed is a growth (its first phase: the stop) */
+    int requeue;         /* under SLURM, MIN was not reachable: the job requeues */
+    double silent_s;     /* a rank that has not beaten for this long is lost */
+    int nodes_lost;      /* nodes found down (under SLURM) */
+    /* the change being timed: its "resized" event, recorded at the new world's first step */
+    json_t *ev;
+    double ev_wall;        /* when it happened (the event's time) */
+    double t0, t_decided;  /* the loss (or the stop asked for), the attempt's end decided */
+    double t_ended, t_planned, t_started, t_restored;
+    double t_saved;        /* when the checkpoint of L->saved_step was heard (tr_clock_now) */
+    int64_t lost_step;     /* the step the run had reached at the change */
+    /* SLURM: tasks per node, the step's node list and the nodes left out for good */
+    int per_node;
+    char nodelist[8192], exclude[8192];
+    struct proc old_loaders[4]; /* the loaders of attempts that lost a worker, ending on their own */
+    struct proc probe;       /* a probe of the down nodes running in the background */
+    double next_probe;
+    struct proc *stores;     /* checkpoint stores started again on nodes that came back */
+    int nstores;
 };
 
 /* The run history (history.c) and which run this is (resume.c). */
@@ -150,20 +191,26 @@ struct launch {
     double t_rank_lost; /* when a rank's connection first closed without a bye (0: none) */
     int step_killed;
     int64_t saved_step; /* the step of the last checkpoint committed (heard from rank 0), -1: none yet */
+    double t_workers_ended; /* when the attempt's workers ended (tr_clock_now) */
+    double t_attempt_down;  /* ... and its loader too (its children all stopped or told to) */
     struct launch_intake in;
     struct logfold *folds; /* the workers' log lines waiting to be shown (logfold.h) */
     struct launch_progress prog;
     struct launch_watch watch;
     struct launch_hist hist;
     struct launch_data data; /* the job's size (check_flags), for launch_say_job */
+    struct launch_elastic el; /* --elastic */
     int demo;                /* the built-in demo (launch_demo_wanted) */
     char job_why[512];       /* launch_demo_why's */
 };
 
 /* ---- demo.c: the built-in demo and the line naming the job ------------------------------ */
 
-/* Fills *d from a dataset's shape (rows: (ntables), borrowed for the call). */
-void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, int num_features, int64_t nbatches);
+/* Fills *d from a dataset's shape (rows, hot: (ntables), copied, hot NULL for
+ * one-hot tables; test_samples: its test split's). Release with launch_data_release. */
+void launch_data_set(struct launch_data *d, int ntables, const int64_t *rows, const int32_t *hot, int num_features,
+                     int64_t nbatches, int64_t test_samples);
+void launch_data_release(struct launch_data *d);
 
 /* 1 when none of the worker flags opts[0 .. nworker) that define the data or the
  * model (TR_OPT_SHAPES_JOB) was set by the last parse (command line or
@@ -310,11 +357,106 @@ void launch_log_flush(struct launch *L, int final);
 enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason,
                                          size_t n) TR_WUR;
 
+/* Asks the workers to stop after the next batch and save (the loader drains):
+ * why, sig the signal that asked (0: none, the launcher's own). A stop for
+ * growth (STOP_GROW) gives way to a preemption or a cancel that comes after it. */
+void launch_request_stop(struct launch *L, enum stop_why why, int sig);
+
+/* The step the workers had reached (their beats', the progress', the last save's). */
+int64_t launch_stop_step(const struct launch *L);
+
+/* What the workers' log says about the first rank that failed: its rank, host (n
+ * bytes), *sig (0: none) and *code (-1: none), from mpirun's or srun's lines.
+ * Returns 1 when a line said, 0 otherwise. */
+int launch_scan_step_log(struct launch *L, int *rank, char *host, size_t n, int *sig, int *code);
+
 /* Stops the checkpoint store(s) at the end of the run. */
 void launch_stop_ckpt(struct launch *L);
 
 /* A preempted SLURM run that was asked to (SIGUSR1, --requeue) requeues its job. */
 void launch_requeue(struct launch *L, const char *status);
+
+/* ---- elastic.c: --elastic MIN[:MAX] ------------------------------------------------------------ */
+
+/* What launch_elastic_next decided about the attempt that ended. */
+enum elastic_next {
+    ELASTIC_PASS = 0, /* not elastic's: the run ends, or --max_restarts restarts it */
+    ELASTIC_AGAIN,    /* another attempt, on the world it chose (L->world, L->nodes) */
+    ELASTIC_STOP,     /* the run ends as it set (*status, reason, *end) */
+};
+
+/* --elastic and its companions, checked with the other flags (L->slurm, L->world
+ * and L->data known): the slots (worker slots here, the allocation's nodes under
+ * SLURM) and MIN and MAX in them. TR_ERR_ARG (logged, with a hint). */
+enum tr_status launch_elastic_check(struct launch *L) TR_WUR;
+
+/* Frees what the elastic state holds (nothing without --elastic); stops the stores
+ * it started again (elastic_slurm.c). Records a change still being timed first. */
+void launch_elastic_release(struct launch *L);
+
+/* The attempt lost a worker: its loader is told to stop (its consumer is gone, it
+ * ends on its own within seconds) and reaped later, so that the next attempt does
+ * not wait for it. */
+void launch_elastic_park_loader(struct launch *L);
+
+/* Records the change still being timed (with the phases measured so far), if any. */
+void launch_elastic_flush(struct launch *L);
+
+/* Called by the supervision loop while an attempt runs: a rank that stopped beating
+ * is taken as lost; a restart point (a checkpoint, or --elastic_grow_every steps)
+ * with a slot usable again asks the workers to stop for a larger world; under
+ * SLURM the down nodes are probed in the background. */
+void launch_elastic_tick(struct launch *L);
+
+/* 1 when the attempt has a rank that went silent (launch_elastic_tick). */
+int launch_elastic_silent(const struct launch *L);
+
+/* Rank rank's beat m (intake.c): rank 0's restore and first step time the change. */
+void launch_elastic_beat(struct launch *L, int rank, const json_t *m);
+
+/* After an attempt ended (its loader stopped) and status_of judged it (*status,
+ * reason, *end): a lost worker or node, or a stop for growth, makes the next
+ * world (re-planned; refused when the model no longer fits it, or MIN is not
+ * reachable: then *status, reason and *end say so and, under SLURM with
+ * --requeue, the run is preempted and L->el.requeue set). See enum elastic_next. */
+enum elastic_next launch_elastic_next(struct launch *L, const char **status, enum tr_status *end, char *reason,
+                                      size_t n);
+
+/* ---- elastic_slurm.c: the allocation's nodes under --elastic ------------------------------------ */
+
+/* The allocation's node names (scontrol show hostnames $SLURM_JOB_NODELIST) into
+ * *names (*n of them; free with launch_elastic_names_free). TR_ERR_IO (logged). */
+enum tr_status launch_elastic_slurm_nodes(struct launch *L, char ***names, int *n) TR_WUR;
+void launch_elastic_names_free(char **names, int n);
+
+/* Which of the slots idx[0 .. k) answer now, each at once: scontrol show node
+ * (down, drained, not responding: no), its slurmd taking a connection (within
+ * 2 s), then a probe step (srun --overlap, within ELASTIC_PROBE_S); up[i] 1 or 0,
+ * why[i] (ELASTIC_WHY_MAX bytes each, may be NULL) says why not. */
+#define ELASTIC_PROBE_S 5
+#define ELASTIC_WHY_MAX 160
+void launch_elastic_probe(struct launch *L, const int *idx, int k, int *up, char (*why)[ELASTIC_WHY_MAX]);
+
+/* The background probe of the down nodes: started (every ELASTIC_REPROBE_S) and read
+ * when it has ended; a node that answers becomes usable. */
+#define ELASTIC_REPROBE_S 5
+void launch_elastic_probe_tick(struct launch *L);
+
+/* The workers' srun flags of an elastic attempt: --overlap, its nodes, tasks and
+ * the nodes left out (--exclude). */
+void launch_elastic_srun_args(struct launch *L, struct argv *a);
+
+/* The room of each node of the world (FreeMem of scontrol show node) into
+ * room[0 .. nodes), -1 where unknown. */
+void launch_elastic_node_room(struct launch *L, int64_t *room, int nodes);
+
+/* Starts a checkpoint store again on each node of the next world that was down
+ * (its store went with it) and waits for it to listen. A node whose store does
+ * not start is down again (said). */
+void launch_elastic_stores(struct launch *L);
+
+/* Stops the stores launch_elastic_stores started. */
+void launch_elastic_stores_stop(struct launch *L);
 
 /* ---- history.c: the run history --------------------------------------------------------------- */
 
@@ -323,6 +465,8 @@ void launch_db_try(enum tr_status rc, const char *what);
 
 /* Records event kind with data (taken: may be NULL) in the run's history. */
 void launch_record_event(struct launch *L, const char *kind, json_t *data);
+/* The same, at time `wall` (seconds since the epoch) rather than now. */
+void launch_record_event_at(struct launch *L, const char *kind, json_t *data, double wall);
 /* Records the pending start event of a resumed attempt (L->hist.start_ev, at the
  * time the attempt started), with the step and data position rank 0 resumed from
  * when beat has them; nothing when none is pending. */

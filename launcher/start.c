@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,8 +97,10 @@ static void forward_flags(struct launch *L, struct argv *worker, struct argv *lo
     }
 }
 
-/* Waits for n "listening on URL" lines in the store's log; the URL of the first. */
-static enum tr_status wait_listening(struct launch *L, int n, char *url, size_t un)
+/* Waits for n "listening on URL" lines in the store's log past its first `from`
+ * bytes (a requeued job's log has the lines of the stores before); the URL of the
+ * first. */
+static enum tr_status wait_listening(struct launch *L, int n, size_t from, char *url, size_t un)
 {
     const double until = tr_clock_now() + 60;
     for (;;) {
@@ -106,7 +109,7 @@ static enum tr_status wait_listening(struct launch *L, int n, char *url, size_t 
         int seen = 0;
         if (tr_file_read_all(L->ckpt.log, &text, &len) == TR_OK) {
             const char *key = "terarec-ckpt: listening on ";
-            for (char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+            for (char *p = strstr(text + (from < len ? from : len), key); p; p = strstr(p + 1, key)) {
                 if (!seen++) {
                     char *e = strchr(p, '\n');
                     size_t k = e ? (size_t)(e - p) - strlen(key) : strlen(p + strlen(key));
@@ -157,6 +160,8 @@ static void ckpt_argv(struct launch *L, struct argv *a, int port)
         argv_add(a, "--ntasks-per-node=1");
         argv_add(a, "--job-name=terarec-ckpt");
         argv_add(a, "--kill-on-bad-exit=0");
+        if (L->el.on)
+            argv_add(a, "--no-kill"); /* a node lost takes its store, not the others' */
         if (L->ctr.image)
             ctr_srun_flags(&L->ctr, a, L->run_dir);
     }
@@ -176,12 +181,14 @@ enum tr_status launch_start_ckpt(struct launch *L)
     snprintf(log, sizeof log, "%s/ckpt.log", L->run_dir);
     int port = L->slurm ? free_port() : 0;
     ckpt_argv(L, &a, port);
+    struct stat st;
+    const size_t from = stat(log, &st) == 0 ? (size_t)st.st_size : 0;
     enum tr_status rc = proc_start(&L->ckpt, "checkpoint store", a.v, log, &L->orig_mask);
     argv_free(&a);
     if (rc != TR_OK)
         return rc;
     char url[256] = "";
-    TR_CHECK(wait_listening(L, L->slurm ? L->nodes : 1, url, sizeof url));
+    TR_CHECK(wait_listening(L, L->slurm ? L->nodes : 1, from, url, sizeof url));
     if (L->slurm)
         snprintf(L->ckpt_where, sizeof L->ckpt_where, "http://127.0.0.1:%d", port);
     else
@@ -221,6 +228,8 @@ static void attempt_argv(struct launch *L, struct argv *w, struct argv *l, int r
         argv_add(w, "--mpi=pmix");
         argv_add(w, "--kill-on-bad-exit=1");
         argv_add(w, "--job-name=terarec-worker");
+        if (L->el.on)
+            launch_elastic_srun_args(L, w);
         if (L->ctr.image)
             ctr_srun_flags(&L->ctr, w, L->run_dir);
         argv_split(w, L->c->srun_args);

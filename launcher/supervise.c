@@ -22,8 +22,20 @@
 #include "../db/db.h"
 #include "launch_internal.h"
 
-static void request_stop(struct launch *L, enum stop_why why, int sig)
+void launch_request_stop(struct launch *L, enum stop_why why, int sig)
 {
+    if (L->watch.stop == STOP_GROW && why != STOP_GROW) {
+        /* a preemption or a cancel during an elastic run's stop for growth: the
+         * workers stop as they were going to, and the run ends as asked */
+        L->watch.stop = why;
+        L->watch.stop_sig = sig;
+        launch_clear_line(L);
+        fprintf(stderr, "terarec: %s (%s): the workers stop after the next batch and save a checkpoint\n",
+                why == STOP_PREEMPT ? "preemption" : "stop requested", strsignal(sig));
+        launch_record_event(L, why == STOP_PREEMPT ? "preempt_signal" : "cancel_signal",
+                            json_pack("{s:s}", "signal", strsignal(sig)));
+        return;
+    }
     if (L->watch.stop && (L->watch.stop_sent || why == L->watch.stop)) {
         if (sig == SIGINT && L->watch.stop == STOP_CANCEL) { /* a second Ctrl-C: at once */
             launch_clear_line(L);
@@ -35,13 +47,14 @@ static void request_stop(struct launch *L, enum stop_why why, int sig)
     }
     L->watch.stop = why;
     L->watch.stop_sig = sig;
-    launch_clear_line(L);
-    fprintf(stderr,
-            "terarec: %s (%s): the workers stop after the next batch and save a checkpoint%s\n",
-            why == STOP_PREEMPT ? "preemption" : "stop requested", strsignal(sig),
-            sig == SIGINT ? " (Ctrl-C again: at once)" : "");
-    launch_record_event(L, why == STOP_PREEMPT ? "preempt_signal" : "cancel_signal",
-                 json_pack("{s:s}", "signal", strsignal(sig)));
+    if (why != STOP_GROW) { /* (elastic.c says why it stops) */
+        launch_clear_line(L);
+        fprintf(stderr, "terarec: %s (%s): the workers stop after the next batch and save a checkpoint%s\n",
+                why == STOP_PREEMPT ? "preemption" : "stop requested", strsignal(sig),
+                sig == SIGINT ? " (Ctrl-C again: at once)" : "");
+        launch_record_event(L, why == STOP_PREEMPT ? "preempt_signal" : "cancel_signal",
+                            json_pack("{s:s}", "signal", strsignal(sig)));
+    }
     /* the loader's first SIGTERM drains: every rank stops after the same step */
     proc_signal(&L->loader, SIGTERM);
     L->watch.stop_sent = 1;
@@ -127,8 +140,10 @@ static void check_loader(struct launch *L, int final)
     if (L->watch.loader_failed || L->loader.pid <= 0)
         return;
     const int workers_ok = WIFEXITED(L->workers.status) && WEXITSTATUS(L->workers.status) == 0;
-    /* workers that failed on their loader's error may end before it has: a second */
-    for (int i = 0; final && !workers_ok && !L->watch.stop && i < 20 && !proc_poll(&L->loader); i++)
+    /* workers that failed on their loader's error may end before it has: a second
+     * (not after a rank was lost: a loader that ends after that is never blamed) */
+    for (int i = 0; final && !workers_ok && !L->watch.stop && !L->t_rank_lost && i < 20 && !proc_poll(&L->loader);
+         i++)
         nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
     if (!proc_poll(&L->loader))
         return;
@@ -176,11 +191,11 @@ static void read_signals(struct launch *L)
     struct signalfd_siginfo si;
     while (read(L->watch.sfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGUSR1)
-            request_stop(L, STOP_PREEMPT, SIGUSR1);
+            launch_request_stop(L, STOP_PREEMPT, SIGUSR1);
         else if (si.ssi_signo == SIGTERM)
-            request_stop(L, L->slurm ? STOP_PREEMPT : STOP_CANCEL, SIGTERM);
+            launch_request_stop(L, L->slurm ? STOP_PREEMPT : STOP_CANCEL, SIGTERM);
         else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGHUP)
-            request_stop(L, STOP_CANCEL, (int)si.ssi_signo);
+            launch_request_stop(L, STOP_CANCEL, (int)si.ssi_signo);
     }
 }
 
@@ -211,16 +226,21 @@ static void supervise(struct launch *L, const char *token)
         proc_poll(&L->workers);
         check_loader(L, 0);
         if (L->watch.stop && !L->watch.stop_sent)
-            request_stop(L, L->watch.stop, SIGTERM);
+            launch_request_stop(L, L->watch.stop, SIGTERM);
         check_hang(L);
+        launch_elastic_tick(L);
         /* a rank died: the step cannot go on (the others would wait in their next
          * collective, and they leave SIGTERM to us): end it now */
         if (L->t_rank_lost && !L->workers.ended) {
-            const double since = tr_clock_now() - L->t_rank_lost;
-            if (L->step_killed == 0 && since > 2.0) { /* the ranks; mpirun or srun then says who died first */
+            /* an elastic run knows who died first from the connections: its ranks go
+             * after 0.2 s (time for mpirun or srun to say how the first one died), at
+             * once when one was silent (stopped) */
+            const double since = tr_clock_now() - L->t_rank_lost,
+                         first = !L->el.on ? 2.0 : launch_elastic_silent(L) ? 0.0 : 0.2;
+            if (L->step_killed == 0 && since >= first) { /* the ranks; mpirun or srun then says who died first */
                 L->step_killed = 1;
                 kill_ranks(L);
-            } else if (L->step_killed == 1 && since > 6.0) {
+            } else if (L->step_killed == 1 && since > first + (L->el.on ? 1.0 : 4.0)) {
                 L->step_killed = 2;
                 kill_step(L);
             }
@@ -231,6 +251,7 @@ static void supervise(struct launch *L, const char *token)
             launch_show_progress(L, 0);
         }
     }
+    L->t_workers_ended = tr_clock_now();
     /* SLURM's SIGTERM (scontrol requeue, a preemption, the time limit) reaches
      * every process of the job: srun then kills its tasks at once ("forcing job
      * termination"), and ours may come just after the step ended: a failed step is
@@ -290,16 +311,22 @@ static int parse_step_failure(const char *line, int *rank, char *host, size_t n,
     return 0;
 }
 
-/* What the workers' log says about the first rank that failed. */
-static int scan_step_log(struct launch *L, int *rank, char *host, size_t n, int *sig, int *code)
+int launch_scan_step_log(struct launch *L, int *rank, char *host, size_t n, int *sig, int *code)
 {
-    FILE *fp = fopen(L->workers.log, "r");
+    FILE *fp = L->workers.log ? fopen(L->workers.log, "r") : NULL;
     if (!fp)
         return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, fp))
-        found = parse_step_failure(line, rank, host, n, sig, code);
+    char line[4096], h[256];
+    int found = 0, r, s, c;
+    while (fgets(line, sizeof line, fp)) {
+        if (!strncmp(line, "terarec: attempt ", 17)) { /* the log has every attempt's: this one's only */
+            found = 0;
+        } else if (!found && parse_step_failure(line, &r, h, sizeof h, &s, &c)) {
+            found = 1;
+            *rank = r, *sig = s, *code = c;
+            snprintf(host, n, "%s", h);
+        }
+    }
     fclose(fp);
     return found;
 }
@@ -311,7 +338,7 @@ static void failure_reason(struct launch *L, char *buf, size_t n)
     proc_describe(L->workers.status, st, sizeof st);
     int rank = -1, sig = 0, code = -1;
     char host[256] = "";
-    int parsed = scan_step_log(L, &rank, host, sizeof host, &sig, &code);
+    int parsed = launch_scan_step_log(L, &rank, host, sizeof host, &sig, &code);
     /* the reports: a rank that said what went wrong, else one that vanished */
     int rep = -1;
     for (int r = 0; r < L->nranks && rep < 0; r++)
@@ -346,7 +373,7 @@ static void failure_reason(struct launch *L, char *buf, size_t n)
 
 /* The step the workers had reached when they stopped: their last beats' (the
  * progress lines come every --print_freq steps), or their last save's. */
-static int64_t stop_step(const struct launch *L)
+int64_t launch_stop_step(const struct launch *L)
 {
     int64_t s = TR_MAX(TR_MAX(L->prog.step, L->last_progress_step), L->saved_step);
     for (int r = 0; r < L->nranks; r++)
@@ -390,7 +417,7 @@ static const char *status_of(struct launch *L, enum tr_status *end, char *reason
     if (L->watch.stop)
         saved_said(L, saved, sizeof saved);
     if (ok && L->watch.stop == STOP_PREEMPT) {
-        snprintf(reason, n, "preempted at step %lld; %s", (long long)stop_step(L), saved);
+        snprintf(reason, n, "preempted at step %lld; %s", (long long)launch_stop_step(L), saved);
         *end = TR_OK;
         return DB_PREEMPTED;
     }
@@ -401,12 +428,12 @@ static const char *status_of(struct launch *L, enum tr_status *end, char *reason
         char st[96];
         snprintf(reason, n, "preempted at step %lld; the workers were ended (%s) before their last checkpoint: "
                  "%s, the next attempt continues from it",
-                 (long long)stop_step(L), proc_describe(L->workers.status, st, sizeof st), saved);
+                 (long long)launch_stop_step(L), proc_describe(L->workers.status, st, sizeof st), saved);
         *end = TR_OK;
         return DB_PREEMPTED;
     }
     if (L->watch.stop == STOP_CANCEL) {
-        snprintf(reason, n, "cancelled at step %lld; %s", (long long)stop_step(L), saved);
+        snprintf(reason, n, "cancelled at step %lld; %s", (long long)launch_stop_step(L), saved);
         *end = TR_ERR_INTERRUPTED;
         return DB_CANCELLED;
     }
@@ -417,6 +444,29 @@ static const char *status_of(struct launch *L, enum tr_status *end, char *reason
     failure_reason(L, reason, n);
     *end = TR_ERR_REMOTE;
     return DB_FAILED;
+}
+
+static void record_failed_attempt(struct launch *L, const char *reason)
+{
+    char *tail = proc_tail(L->workers.log, 20);
+    launch_record_event(L, "failed_attempt",
+                        json_pack("{s:i,s:s,s:s}", "attempt", L->attempt, "reason", reason, "log", tail ? tail : ""));
+    tr_free(tail);
+}
+
+/* The bookkeeping between two attempts: the next one's number, the run's row
+ * running again (its restarts counted), the ended children released, the stop
+ * and the loader's end forgotten. */
+static void next_attempt(struct launch *L)
+{
+    L->attempt++;
+    launch_db_try(db_run_reopen(L->hist.db, L->id, NULL), "the restart");
+    proc_release(&L->workers);
+    proc_release(&L->loader);
+    L->watch.loader_end_seen = 0;
+    L->watch.stop = STOP_NONE;
+    L->watch.stop_sent = 0;
+    L->watch.stop_sig = 0;
 }
 
 enum tr_status launch_supervise_attempts(struct launch *L, int resume, const char **status, char *reason, size_t n)
@@ -430,27 +480,35 @@ enum tr_status launch_supervise_attempts(struct launch *L, int resume, const cha
         }
         supervise(L, L->token);
         check_loader(L, 1);
-        proc_stop(&L->loader, 5);
+        if (L->el.on && L->t_rank_lost && !L->watch.loader_failed && !L->ctr.image)
+            launch_elastic_park_loader(L); /* it ends on its own; the next attempt need not wait */
+        else
+            proc_stop(&L->loader, 5);
         launch_ctr_remove(L, &L->loader, "loader");
         launch_ctr_remove(L, &L->workers, "workers");
+        L->t_attempt_down = tr_clock_now();
         *status = status_of(L, &end, reason, n);
         launch_history_exits(L);
+        const int was_failed = !strcmp(*status, DB_FAILED);
+        const enum elastic_next el = launch_elastic_next(L, status, &end, reason, n);
+        if (el == ELASTIC_STOP)
+            break;
+        if (el == ELASTIC_AGAIN) { /* a lost worker or node, or a larger world: not a --max_restarts restart */
+            if (was_failed)
+                record_failed_attempt(L, reason);
+            next_attempt(L);
+            resume = 1;
+            continue;
+        }
         if (strcmp(*status, DB_FAILED) || L->hist.restarts >= L->c->max_restarts || L->watch.loader_failed)
             break; /* (the loader's error is its input's: a restart would meet it again) */
-        char *tail = proc_tail(L->workers.log, 20);
-        launch_record_event(L, "failed_attempt", json_pack("{s:i,s:s,s:s}", "attempt", L->attempt, "reason", reason,
-                                                           "log", tail ? tail : ""));
-        tr_free(tail);
+        record_failed_attempt(L, reason);
         launch_clear_line(L);
         fprintf(stderr, "terarec: attempt %d failed: %s; restarting from the last checkpoint (%d of %d)\n",
                 L->attempt, reason, L->hist.restarts + 1, L->c->max_restarts);
         L->hist.restarts++;
-        L->attempt++;
-        launch_db_try(db_run_reopen(L->hist.db, L->id, NULL), "the restart");
+        next_attempt(L);
         resume = 1;
-        proc_release(&L->workers);
-        proc_release(&L->loader);
-        L->watch.loader_end_seen = 0;
     }
     return end;
 }
@@ -460,13 +518,17 @@ void launch_stop_ckpt(struct launch *L)
     int failed = 0;
     if (L->slurm && L->ckpt.pid > 0 && !L->ckpt.ended && !proc_poll(&L->ckpt))
         failed = slurm_step_signal(L, "terarec-ckpt", "INT", 0) != 0; /* SIGTERM would wait out --term_grace */
-    proc_stop(&L->ckpt, 10);
+    /* an elastic run that lost a node: its store's task went with it, and the stores'
+     * srun waits for it until the node is declared down; the others have ended */
+    const int node_lost = L->el.on && L->el.nodes_lost;
+    proc_stop(&L->ckpt, node_lost ? 2 : 10);
     /* only when it matters: the store's step did not end (srun had to be killed) */
-    if (failed && L->ckpt.ended && WIFSIGNALED(L->ckpt.status) && WTERMSIG(L->ckpt.status) == SIGKILL)
+    if (failed && !node_lost && L->ckpt.ended && WIFSIGNALED(L->ckpt.status) && WTERMSIG(L->ckpt.status) == SIGKILL)
         LOG_WARN("could not signal the SLURM step terarec-ckpt of job %s: its srun was killed; the stores on "
                  "other nodes end with the job",
                  L->slurm_job);
     launch_ctr_remove(L, &L->ckpt, "ckpt");
+    launch_elastic_stores_stop(L);
 }
 
 /* Did SLURM take the requeue? (scontrol show job: a restart counted past this
@@ -494,7 +556,7 @@ void launch_requeue(struct launch *L, const char *status)
 {
     /* SIGUSR1 (sbatch --signal) asks us to requeue; a SIGTERM under SLURM comes with
      * SLURM's own decision (requeue, preemption, time limit, scancel) */
-    if (strcmp(status, DB_PREEMPTED) || !L->slurm || !L->c->requeue || L->watch.stop_sig != SIGUSR1)
+    if (strcmp(status, DB_PREEMPTED) || !L->slurm || !L->c->requeue || (L->watch.stop_sig != SIGUSR1 && !L->el.requeue))
         return;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "scontrol requeue %s", L->slurm_job);

@@ -33,7 +33,7 @@
 
 static const char *const runtime_choices[] = {"auto", "docker", "podman", NULL};
 
-#define LAUNCH_OWN_OPTS 18
+#define LAUNCH_OWN_OPTS 21
 
 #define LAUNCH_MAX_OPTS (WORKER_MAX_OPTS + LAUNCH_OWN_OPTS)
 
@@ -104,6 +104,20 @@ static int launch_opts_fill(struct launch_cfg *c, struct tr_opt o[LAUNCH_MAX_OPT
          0, NULL, 0},
         {"container_bin_dir", TR_OPT_PATH, &c->container_bin_dir, "/opt/terarec/bin",
          "where terarec's programs are inside the image", 1, 0, NULL, NULL, 0, NULL, 0},
+        {"elastic", TR_OPT_STRING, &c->elastic, NULL,
+         "MIN[:MAX]: an elastic run: a lost worker (here) or node (under SLURM, with sbatch --no-kill) ends the "
+         "attempt, and the run goes on from its last committed checkpoint on the workers left, re-planned, as long "
+         "as MIN are left (workers, or Nn for nodes: 2n:4n), growing back to MAX (default: the run's size) at a "
+         "restart point",
+         TR_OPT_NOBOUNDS, NULL, NULL, 0, NULL, 0},
+        {"elastic_grow_every", TR_OPT_INT64, &c->elastic_grow_every, "0",
+         "with --elastic: a world made smaller grows back once it has trained this many steps (the workers stop "
+         "and save); 0: at the next committed checkpoint (--checkpoint_every)",
+         0, 1e15, NULL, NULL, 0, NULL, 0},
+        {"elastic_max_failures", TR_OPT_INT, &c->elastic_max_failures, "3",
+         "with --elastic: a worker slot (here) or node (under SLURM: srun --exclude) whose workers died this many "
+         "times is left out for the rest of the run",
+         1, 1000, NULL, NULL, 0, NULL, 0},
         {"dry_run", TR_OPT_BOOL, &c->dry_run, "false",
          "print the commands that would start the store, the loader and the workers, one per line, and exit "
          "without starting anything or writing the run history",
@@ -252,9 +266,14 @@ static enum tr_status check_flags(struct launch *L)
     }
     TR_CHECK(job_check(&c->w.job, JOB_ALL));
     const char *ds = c->w.job.dataset_type != JOB_DATA_SYNTHETIC ? c->w.job.dataset_path : NULL;
-    if (!ds)
-        launch_data_set(&L->data, c->w.job.rows.n, c->w.job.rows.v, c->w.job.num_numerical,
-                        c->w.job.train_batches);
+    if (!ds) {
+        int32_t *hot = c->w.job.rows.n > 0 ? tr_malloc((size_t)c->w.job.rows.n * sizeof *hot) : NULL;
+        if (hot)
+            job_synthetic_hot(&c->w.job, hot);
+        launch_data_set(&L->data, c->w.job.rows.n, c->w.job.rows.v, hot, c->w.job.num_numerical,
+                        c->w.job.train_batches, c->w.job.test_batches * job_test_batch(&c->w.job));
+        tr_free(hot);
+    }
     if (ds) {
         mapped = ctr_host_path(&L->ctr, ds, data, sizeof data);
         struct stat st;
@@ -282,7 +301,8 @@ static enum tr_status check_flags(struct launch *L)
         struct source src;
         enum tr_status rc = source_open_reader(&src, &job);
         if (rc == TR_OK)
-            launch_data_set(&L->data, src.ntables, src.rows, src.num_features, src.nbatches[BATCH_TRAIN]);
+            launch_data_set(&L->data, src.ntables, src.rows, src.hot, src.num_features, src.nbatches[BATCH_TRAIN],
+                            src.nsamples[BATCH_TEST]);
         source_close(&src);
         if (rc != TR_OK)
             return TR_ERR_ARG; /* logged, with a hint */
@@ -328,6 +348,7 @@ static enum tr_status check_flags(struct launch *L)
             free(abs);
         }
     }
+    TR_CHECK(launch_elastic_check(L));
     /* last: asking docker and podman takes seconds, bad flags are answered at once */
     if (L->ctr.image && !L->slurm)
         TR_CHECK(pick_runtime(L));
@@ -381,6 +402,7 @@ static void finish_run(struct launch *L, const char *status, const char *reason)
     launch_clear_line(L);
     if (L->prog.step > 0 && L->prog.tty)
         launch_show_progress(L, 1);
+    launch_elastic_flush(L);
     launch_history_end(L, status, reason);
     launch_stop_ckpt(L);
     launch_say_end(L, status, reason);
@@ -510,12 +532,14 @@ int train_cmd_main(int argc, char **argv)
         if (live)
             launch_ctr_remove(&L, left[i], what[i]);
     }
+    launch_elastic_release(&L);
     ctr_release(&L.ctr);
     proc_release(&L.workers);
     proc_release(&L.loader);
     proc_release(&L.ckpt);
     launch_log_flush(&L, 1);
     tr_free(L.ranks);
+    launch_data_release(&L.data);
     tr_free(L.in.conns);
     tr_free(L.ckpt_root);
     json_decref(L.prog.final_metrics);

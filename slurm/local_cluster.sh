@@ -238,8 +238,11 @@ for i in $(seq "$NODES"); do
     n=$(node_name "$i")
     alive "$RUN/slurmd-$n.pid" slurmd && continue
     # a step killed earlier may have left its spmix_appdir, which a new step of the same
-    # job id would trip over ("File exists")
-    rm -rf "$DIR/nodes/$n/pmixcli"
+    # job id would trip over ("File exists"), and a node that crashed its steps' PMIx
+    # directories and sockets in its spool directory, which the same step of a requeued
+    # job would fail to create ("File exists") or bind ("Address already in use"): a node
+    # starts without them, as after a reboot
+    rm -rf "$DIR/nodes/$n/pmixcli" "$DIR/spool/$n"/pmix.* "$DIR/spool/$n"/stepd.slurm.pmix.*
     mkdir -p "$DIR/spool/$n" "$DIR/nodes/$n/pmixcli"
     rm -f "$RUN/slurmd-$n.pid"
     # nsenter, not 'ip netns exec': the latter remounts /sys, which hides /sys/fs/cgroup

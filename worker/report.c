@@ -46,6 +46,9 @@ struct report {
     _Atomic int64_t from_step; /* the restored step (report_set_resumed), -1: none */
     _Atomic int64_t from_pos[2]; /* its data position: epoch, batch */
     _Atomic int64_t dev_mem;   /* device bytes the backend holds, -1: none */
+    int64_t first_step;        /* the step the run starts from (the first report_set_step), -1 before;
+                                  main thread only */
+    int first_beat;            /* the beat of its first step was sent (main thread only) */
     /* the system metrics: the last sample (beat thread, then report_bye) */
     struct sysmetrics_sample sys_prev;
     int sys_ok;                /* sys_prev was read */
@@ -437,6 +440,7 @@ enum tr_status report_open(const char *addr, const char *token_file, const struc
     r->rank = who->rank;
     atomic_init(&r->step, 0);
     atomic_init(&r->from_step, -1);
+    r->first_step = -1;
     atomic_init(&r->dev_mem, -1);
     r->sys_ok = sysmetrics_read(&r->sys_prev) == TR_OK; /* the first sample's CPU is since here */
     /* a big job samples less often: the launcher writes each sample (about
@@ -490,8 +494,15 @@ fail:
 
 void report_set_step(struct report *r, int64_t step)
 {
-    if (r)
-        atomic_store(&r->step, step);
+    if (!r)
+        return;
+    atomic_store(&r->step, step);
+    if (r->first_step < 0) {
+        r->first_step = step;
+    } else if (!r->first_beat && step > r->first_step) {
+        r->first_beat = 1;
+        send_beat(r); /* its first step, now: when the launcher's restart ends (an elastic run times it) */
+    }
 }
 
 void report_set_sys_every(struct report *r, double sec)

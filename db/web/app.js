@@ -311,7 +311,16 @@
   /* ---- a run ---------------------------------------------------------------------------- */
   /* Event kinds marked on the curves (besides evaluations and resumes). */
   var MARKED = { restarted: 1, preempt_signal: 1, cancel_signal: 1, requeued: 1, requeue: 1, failed_attempt: 1,
-    hung: 1, lost: 1, error: 1, fresh_start: 1, loader_failed: 1, preempted: 1 };
+    hung: 1, lost: 1, error: 1, fresh_start: 1, loader_failed: 1, preempted: 1, elastic_stop: 1 };
+  /* An elastic run's change of world ("resized"): where the new world starts, and what happened. */
+  function resizedTitle(d) {
+    var t = 'workers ' + d.world_before + ' \u2192 ' + d.world;
+    if (d.why === 'lost' && d.lost) t += ': rank ' + d.lost.rank + ' (' + d.lost.slot + ') ' + d.lost.how;
+    else if (d.why === 'grow') t += ': slots back';
+    if (typeof d.from_step === 'number') t += '; from the checkpoint of step ' + d.from_step;
+    if (typeof d.time_lost_s === 'number') t += '; ' + d.time_lost_s.toFixed(2) + ' s lost';
+    return t;
+  }
   var METRICS = [['loss', 'loss'], ['samples_per_s', 'samples/s'], ['learning_rate', 'learning rate'],
     ['step_time_ms', 'step time (ms)']];
   function runPage() {
@@ -363,7 +372,10 @@
       var resumed = false;
       events.forEach(function (e) {
         var d = e.data && typeof e.data === 'object' ? e.data : {}, title, x;
-        if ((e.kind === 'started' || e.kind === 'restarted') && typeof d.from_step === 'number') {
+        if (e.kind === 'resized') {
+          title = resizedTitle(d);
+          x = typeof d.from_step === 'number' ? d.from_step : typeof d.step === 'number' ? d.step : stepAt(e.time);
+        } else if ((e.kind === 'started' || e.kind === 'restarted') && typeof d.from_step === 'number') {
           title = (e.kind === 'restarted' ? 'restarted' : 'resumed') + ' from the checkpoint of step ' + d.from_step;
           x = d.from_step;
           resumed = true;
@@ -482,6 +494,11 @@
       fillTable($('checkpoints'), ['step', 'bytes', 'stall (s)', 'verify state', 'time', 'manifest'],
         (j.checkpoints || []).map(function (c) {
           return [c.step, fmtBytes(c.bytes), fmtNum(c.stall_s, 3), 'committed', fmtTime(c.time), c.manifest_url];
+        }));
+      fillTable($('attempts'), ['attempt', 'workers', 'nodes', 'hosts', 'from step', 'start', 'end', 'ended by'],
+        (j.attempts || []).map(function (a) {
+          return [a.attempt, a.workers, a.nodes, a.hosts, a.from_step === null ? 0 : a.from_step, fmtTime(a.start_time),
+            fmtTime(a.end_time), a.ended];
         }));
       fillTable($('processes'), ['attempt', 'rank', 'host', 'pid', 'ended', 'start', 'end'],
         (j.processes || []).map(function (p) {

@@ -8,7 +8,7 @@
 # (polling); the compare page overlays two runs and shows their config diff and
 # final metrics; the list filters by tag and shows chosen columns, sorted, and
 # tags; a run's header its tags and note. The run page's views: learning rate and
-# step time, evaluation/resume/preemption/restart markers with titles, each
+# step time, evaluation/resume/preemption/restart/resized markers with titles, the attempts with their worlds, each
 # rank's CPU and RSS, EMA smoothing and log scale (?smooth=&log=1), a resumed
 # chain drawn as one curve, a one-point chart.
 # Screenshots of the run page (whole, smoothed on a log scale, a resumed chain,
@@ -67,6 +67,15 @@ for step in range(45, 105, 5):
     db.execute("INSERT INTO metrics VALUES ('20261124-child', ?, 'loss', ?, ?)", (step, 0.5 - step / 1000, 1764000200 + step))
 db.execute("INSERT INTO events VALUES ('20261124-child', 1764000262, 'preempt_signal', '{\"signal\":\"SIGTERM\"}')")
 db.execute("INSERT INTO events VALUES ('20261124-child', 1764000271, 'restarted', '{\"attempt\":1,\"from_step\":60}')")
+# ... and an elastic change of world: rank 1 lost at step 85, one worker from the checkpoint of step 80
+db.execute("INSERT INTO events VALUES ('20261124-child', 1764000285, 'resized', '{\"why\":\"lost\",\"attempt\":1,"
+           "\"lost\":{\"rank\":1,\"host\":\"h\",\"slot\":\"slot 1\",\"how\":\"was killed by signal 9 (Killed)\"},"
+           "\"world_before\":2,\"world\":1,\"step\":85,\"from_step\":80,\"time_lost_s\":1.25}')")
+db.execute("INSERT INTO events VALUES ('20261124-child', 1764000286, 'restarted', '{\"attempt\":2,\"workers\":1,\"from_step\":80}')")
+for a, ranks, t in ((0, 2, 1764000200), (1, 2, 1764000271), (2, 1, 1764000286)):
+    for r in range(ranks):
+        db.execute("INSERT INTO processes VALUES ('20261124-child', ?, ?, 'h', ?, ?, NULL, ?, ?)",
+                   (a, r, 100 + 10 * a + r, 0 if a == 2 else None, t, t + 14 if a < 2 else 1764000300))
 db.execute("INSERT INTO runs (id, name, status, nodes, workers, start_time, end_time) VALUES"
            " ('20261124-one', 'one-point', 'completed', 1, 1, 1764000400, 1764000410)")
 db.execute("INSERT INTO metrics VALUES ('20261124-one', 7, 'loss', 0.6931, 1764000407)")
@@ -216,6 +225,19 @@ grep -q 'class="marker marker-started" title="resumed from the checkpoint of ste
     grep -q 'class="marker marker-restarted" title="restarted from the checkpoint of step 60' chain.html &&
     ok "run: resume, preemption and restart marked on the curves, with titles" ||
     fail "run: resume, preemption and restart markers" "$(grep -o 'class="marker[^>]*>' chain.html | head)"
+grep -q 'class="marker marker-resized" title="workers 2 → 1: rank 1 (slot 1) was killed by signal 9 (Killed); from the checkpoint of step 80; 1.25 s lost' chain.html &&
+    ok "run: an elastic change of world (resized) marked where the new world starts, titled" ||
+    fail "run: the resized marker" "$(grep -o 'class="marker[^>]*>' chain.html | head)"
+att=$($PY - chain.html <<'PYEOF'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r'<table id="attempts">(.*?)</table>', t, re.S)
+rows = re.findall(r'<tr>(.*?)</tr>', m.group(1), re.S) if m else []
+print(" ".join(":".join(c[i] for i in (0, 1, 4)) for c in (re.findall(r'<td>(.*?)</td>', r) for r in rows) if len(c) > 4))
+PYEOF
+)
+[ "$att" = "0:2:40 1:2:60 2:1:80" ] && ok "run: the attempts table lists each attempt's world and its start step ($att)" ||
+    fail "run: the attempts table" "'$att': $(grep -o '<table id="attempts">.\{600\}' chain.html)"
 chrome --dump-dom "$URL/run/20261124-one" >one.html
 [ "$(attr one.html chart-loss single)" = 1 ] && [ "$(attr one.html chart-loss points)" = 1 ] &&
     ok "run: a one-point chart is drawn as a lone point" || fail "run: a one-point chart" "$(grep -o 'id="chart-loss"[^>]*' one.html)"

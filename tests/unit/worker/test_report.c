@@ -1,6 +1,7 @@
 /* test_report.c: a rank's report to the launcher (worker/report.h over
  * common/evproto.h), against listeners made here on 127.0.0.1:0 and on a unix
- * socket: the hello's fields, beats about every second carrying the step set,
+ * socket: the hello's fields, beats about every second carrying the step set (and one
+ * at once at the first step past where the run started),
  * the system metrics at their interval and before the bye,
  * events as the documented JSON line, error and bye lines, a launcher that goes
  * away (sends go on, one warning), refused addresses and token files, the address
@@ -286,13 +287,16 @@ static void hello_and_beats_tcp(void)
     TH_REQUIRE(h != NULL);
     check_hello(h, "s3cret", 2, 4, 1);
     json_decref(h);
-    /* three beats, about a second apart, with the step set */
-    double t[3];
-    for (int i = 0; i < 3; i++) {
+    /* three beats, about a second apart, with the step set; then, at the first
+     * step past where the run started (7), one at once; and no more at once after */
+    double t[4];
+    for (int i = 0; i < 4; i++) {
         if (i == 2)
             report_set_step(r, 9);
+        if (i == 3)
+            report_set_step(r, 10);
         json_t *b = peer_line(p, 3.0);
-        if (b && !strcmp(str(b, "type"), "sys")) { /* the first sample goes with the first beat */
+        while (b && !strcmp(str(b, "type"), "sys")) { /* the first sample goes with the first beat */
             json_decref(b);
             b = peer_line(p, 3.0);
         }
@@ -300,20 +304,22 @@ static void hello_and_beats_tcp(void)
         TH_REQUIRE(b != NULL);
         TH_EQ_STR(str(b, "type"), "beat");
         TH_EQ(num(b, "rank"), 2);
-        TH_EQ(num(b, "step"), i == 2 ? 9 : 7);
+        TH_EQ(num(b, "step"), i < 2 ? 7 : i == 2 ? 9 : 10);
         double bt = json_number_value(json_object_get(b, "time"));
         TH_CHECKF(bt > 1.5e9 && bt < 1e10, "beat time %f is not wall-clock seconds", bt);
         json_decref(b);
     }
-    for (int i = 1; i < 3; i++)
-        TH_CHECKF(t[i] - t[i - 1] > 0.6 && t[i] - t[i - 1] < 1.6, "beats %.2f s apart", t[i] - t[i - 1]);
+    TH_CHECKF(t[1] - t[0] > 0.6 && t[1] - t[0] < 1.6, "beats %.2f s apart", t[1] - t[0]);
+    TH_CHECKF(t[2] - t[1] < 0.3, "the first step's beat came %.2f s after the step, not at once", t[2] - t[1]);
+    TH_CHECKF(t[3] - t[2] > 0.2 && t[3] - t[2] < 1.6, "the beat after the first step's came %.2f s after it",
+              t[3] - t[2]);
     report_set_device_mem(r, 12345);
     report_bye(r, 0);
     /* the last system metrics come before the bye: CPU since the open, RSS, the device's */
     json_t *sys = NULL, *bye = peer_bye(p, 3.0, &sys);
     TH_REQUIRE(bye != NULL && sys != NULL);
     TH_EQ(num(sys, "rank"), 2);
-    TH_EQ(num(sys, "step"), 9);
+    TH_EQ(num(sys, "step"), 10);
     TH_CHECKF(num(sys, "rss_bytes") > (1 << 20), "rss %lld", (long long)num(sys, "rss_bytes"));
     const double cpu = json_number_value(json_object_get(sys, "cpu_pct"));
     TH_CHECKF(json_is_number(json_object_get(sys, "cpu_pct")) && cpu >= 0 && cpu < 100.0 * 1024, "cpu %f", cpu);
