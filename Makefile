@@ -273,15 +273,19 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS)
 
-# an LD_PRELOAD library for the SLURM tests (tests/integration/pmix_slow_modex.c): plain
-# flags, no sanitizer, as it goes into programs that are not its own
-TEST_PRELOADS :=
+# LD_PRELOAD libraries for the fault tests (tests/integration/pmix_slow_modex.c for
+# the SLURM ones, kill_after_latest.c): plain flags, no sanitizer, as they go into
+# programs that are not their own
+TEST_PRELOADS := $(BUILD)/tests/lib/kill_after_latest.so
 ifeq ($(PMIX),1)
 TEST_PRELOADS += $(BUILD)/tests/lib/pmix_slow_modex.so
 endif
-$(BUILD)/tests/lib/%.so: tests/integration/%.c
+$(BUILD)/tests/lib/pmix_slow_modex.so: tests/integration/pmix_slow_modex.c
 	@mkdir -p $(@D)
 	$(QUIET_LINK)$(CC) -std=c11 -O2 -g -Wall -Wextra -fPIC -shared $(shell pkg-config --cflags pmix) -o $@ $< -ldl -lpthread
+$(BUILD)/tests/lib/%.so: tests/integration/%.c
+	@mkdir -p $(@D)
+	$(QUIET_LINK)$(CC) -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
 # ---- benchmarks --------------------------------------------------------------------
 # one program per bench/*.c, but for the parts others link (bench_rows.c: bench_train's)

@@ -169,6 +169,11 @@ enum tr_status db_preparev(struct db *db, sqlite3_stmt **st, const char *sql, co
         case 'i':
             rc = sqlite3_bind_int64(*st, i, (sqlite3_int64)va_arg(ap, int64_t));
             break;
+        case 'u': { /* an int64_t that may be unknown */
+            const int64_t v = va_arg(ap, int64_t);
+            rc = v >= 0 ? sqlite3_bind_int64(*st, i, (sqlite3_int64)v) : sqlite3_bind_null(*st, i);
+            break;
+        }
         case 'n':
             rc = sqlite3_bind_int(*st, i, va_arg(ap, int));
             break;

@@ -181,6 +181,7 @@ enum tr_status db_metric_add(struct db *db, const char *run, int64_t step, const
                              double time) TR_WUR;
 enum tr_status db_eval_add(struct db *db, const char *run, int64_t step, double auc, double logloss, int64_t samples,
                            double time) TR_WUR;
+/* A committed checkpoint; bytes < 0 and a NaN stall_s are not known (NULL). */
 enum tr_status db_ckpt_add(struct db *db, const char *run, int64_t step, const char *manifest_url, int64_t bytes,
                            double stall_s, double time) TR_WUR;
 /* A process of attempt `attempt` (0 first, +1 per restart or requeue). */

@@ -307,7 +307,7 @@ enum tr_status db_ckpt_add(struct db *db, const char *run, int64_t step, const c
 {
     return write1(db, run, NULL,
                   "INSERT INTO checkpoints (run, step, manifest_url, bytes, stall_s, time) VALUES (?, ?, ?, ?, ?, ?)",
-                  "titidd", run, step, manifest_url, bytes, stall_s, time);
+                  "titudd", run, step, manifest_url, bytes, stall_s, time);
 }
 
 enum tr_status db_process_add(struct db *db, const char *run, int attempt, int rank, const char *host, int64_t pid,

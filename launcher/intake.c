@@ -74,6 +74,37 @@ static double jnum(const json_t *o, const char *k)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A committed checkpoint: the run's last save, in the history and on the console.
+ * late: why it is heard of only now (NULL: rank 0 said so as it committed). */
+static void ckpt_heard(struct launch *L, int64_t step, const char *where, const char *run, int64_t bytes, double stall_s,
+                       double t, const char *late)
+{
+    char url[PATH_MAX + 256];
+    snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
+             (long long)step);
+    if (step > L->saved_step) {
+        L->saved_step = step;
+        L->el.t_saved = tr_clock_now();
+    }
+    launch_db_try(db_ckpt_add(L->hist.db, L->id, step, url, bytes, stall_s, t), "a checkpoint");
+    if (L->c->json) {
+        launch_json_out(L, "checkpoint", json_pack("{s:I,s:s}", "step", (json_int_t)step, "manifest", url));
+    } else {
+        launch_clear_line(L);
+        printf("checkpoint: step %lld committed (%s)%s%s\n", (long long)step, url, late ? "; " : "", late ? late : "");
+        launch_out_flush();
+    }
+}
+
+void launch_ckpt_catch_up(struct launch *L)
+{
+    int64_t step = -1, bytes = -1;
+    if (launch_store_latest_bytes(L, &step, &bytes) != TR_OK || step <= L->saved_step)
+        return;
+    ckpt_heard(L, step, L->ckpt_where, L->ckpt_run, bytes, NAN, tr_clock_wall(),
+               "read from the store: rank 0 ended before it said so");
+}
+
 static void on_event(struct launch *L, const json_t *m)
 {
     const char *kind = json_string_value(json_object_get(m, "kind"));
@@ -138,23 +169,8 @@ static void on_event(struct launch *L, const json_t *m)
     } else if (!strcmp(kind, "ckpt")) {
         const char *where = json_string_value(json_object_get(d, "checkpoint_committed"));
         const char *run = json_string_value(json_object_get(d, "run"));
-        char url[PATH_MAX + 256];
-        snprintf(url, sizeof url, "%s/runs/%s/manifests/%lld.json", where ? where : "?", run ? run : L->ckpt_run,
-                 (long long)step);
-        if (step > L->saved_step) {
-            L->saved_step = step;
-            L->el.t_saved = tr_clock_now();
-        }
-        launch_db_try(db_ckpt_add(L->hist.db, L->id, step, url, json_integer_value(json_object_get(d, "bytes")),
-                           jnum(d, "stall_seconds"), t),
-               "a checkpoint");
-        if (L->c->json) {
-            launch_json_out(L, "checkpoint", json_pack("{s:I,s:s}", "step", (json_int_t)step, "manifest", url));
-        } else {
-            launch_clear_line(L);
-            printf("checkpoint: step %lld committed (%s)\n", (long long)step, url);
-            launch_out_flush();
-        }
+        ckpt_heard(L, step, where, run, json_integer_value(json_object_get(d, "bytes")), jnum(d, "stall_seconds"), t,
+                   NULL);
     } else if (!strcmp(kind, "summary")) {
         json_decref(L->prog.final_metrics);
         L->prog.final_metrics = json_deep_copy(d);

@@ -282,6 +282,8 @@ enum tr_status launch_pick_run(struct launch *L, char **from_ckpt_url) TR_WUR;
  * L->ckpt_run) in *step (-1: none). TR_ERR_NOT_FOUND (none, or no store yet), the
  * store's errors; not logged by this function. */
 enum tr_status launch_store_latest(struct launch *L, int64_t *step) TR_WUR;
+/* The same, with the bytes its manifest holds in *bytes (-1: its manifest unread). */
+enum tr_status launch_store_latest_bytes(struct launch *L, int64_t *step, int64_t *bytes) TR_WUR;
 
 /* ---- resume_cfg.c: --resume RUN takes RUN's configuration ------------------------------------ */
 
@@ -337,6 +339,12 @@ void launch_intake_read(struct launch *L, const struct pollfd *pf, int nc, const
 
 /* Reads the reports still in flight for up to a second, then closes every connection. */
 void launch_intake_drain(struct launch *L, const char *token);
+
+/* After an attempt whose workers did not end well: a checkpoint the store has
+ * committed (its LATEST) past the last one rank 0 said it committed (killed between
+ * its commit and its line) is recorded in the history then, with its manifest's
+ * bytes, and L->saved_step moved to it. A store that does not answer: nothing. */
+void launch_ckpt_catch_up(struct launch *L);
 
 /* ---- intake.c: the workers' warn, error and hint lines on the console --------------------------- */
 

@@ -252,7 +252,14 @@ enum tr_status launch_resume_gate(struct launch *L, int *fresh)
 
 enum tr_status launch_store_latest(struct launch *L, int64_t *step)
 {
+    return launch_store_latest_bytes(L, step, NULL);
+}
+
+enum tr_status launch_store_latest_bytes(struct launch *L, int64_t *step, int64_t *bytes)
+{
     *step = -1;
+    if (bytes)
+        *bytes = -1;
     if (!*L->ckpt_where && !L->ckpt_root)
         return TR_ERR_NOT_FOUND;
     char root[PATH_MAX], token[PATH_MAX];
@@ -265,6 +272,15 @@ enum tr_status launch_store_latest(struct launch *L, int64_t *step)
     enum tr_status rc = ckpt_client_open(L->ckpt_root ? root : L->ckpt_where, &o, &cl);
     if (rc == TR_OK)
         rc = ckpt_get_latest(cl, L->ckpt_run, step);
+    char *text = NULL;
+    size_t n = 0;
+    struct ckpt_manifest m = {0};
+    struct ckpt_manifest_totals tot;
+    if (rc == TR_OK && bytes && *step >= 0 && ckpt_get_manifest(cl, L->ckpt_run, *step, &text, &n) == TR_OK &&
+        ckpt_manifest_parse(text, n, "the manifest LATEST names", &m) == TR_OK && ckpt_manifest_totals(&m, &tot) == TR_OK)
+        *bytes = tot.bytes;
+    ckpt_manifest_release(&m);
+    tr_free(text);
     ckpt_client_close(&cl);
     return rc;
 }

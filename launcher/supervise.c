@@ -487,6 +487,8 @@ enum tr_status launch_supervise_attempts(struct launch *L, int resume, const cha
         launch_ctr_remove(L, &L->loader, "loader");
         launch_ctr_remove(L, &L->workers, "workers");
         L->t_attempt_down = tr_clock_now();
+        if (!WIFEXITED(L->workers.status) || WEXITSTATUS(L->workers.status) != 0)
+            launch_ckpt_catch_up(L);
         *status = status_of(L, &end, reason, n);
         launch_history_exits(L);
         const int was_failed = !strcmp(*status, DB_FAILED);

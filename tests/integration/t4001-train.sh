@@ -9,7 +9,8 @@
 #   refuse) exits 2 with one line before anything starts (no run row);
 # - kill -9 of one worker: failed, naming the rank and the host, within 10 s; with
 #   --max_restarts 1 it resumes from the last checkpoint and completes (rank 1, and
-#   rank 0, whose death also ends the loader that feeds it);
+#   rank 0, whose death also ends the loader that feeds it); rank 0 killed between its
+#   commit of a checkpoint and its line saying so: the history has it from the store;
 # - a worker stopped with SIGSTOP: hung within --hang_timeout + 5 s, naming the silent rank;
 # - Ctrl-C (SIGINT) to the launcher: cancelled after a checkpoint;
 # - --resume RUN continues a finished run in a new row;
@@ -156,6 +157,34 @@ restart_case() { # RANK
 }
 restart_case 1
 restart_case 0
+
+# ---- a checkpoint committed but never reported: the history has it all the same ------------------------
+# rank 0 commits step 100 to a store it writes itself (--checkpoint_dir DIR) and dies at
+# once (kill_after_latest.so), before its line saying so: the launcher reads the
+# store's LATEST as the attempt ends and records that checkpoint, with its manifest's
+# bytes, and the restart continues from it
+P=$TR_BUILD/tests/lib/kill_after_latest.so
+if [ -f "$P" ]; then
+    LD_PRELOAD=$P TR_TEST_KILL_AFTER_LATEST=100 \
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        $T train --db "$DB" --workers 2 $M --max_steps 300 --print_freq 10 --checkpoint_every 50 --max_restarts 1 \
+        --checkpoint_dir "$TMP/ck-late" --name late </dev/null >late.out 2>&1
+    rc=$?
+    ck=$(q "select group_concat(step || ':' || (bytes > 0), ',') from (select step, bytes from checkpoints c join
+            runs r on r.id = c.run where r.name = 'late' order by step)")
+    from=$(q "select json_extract(data, '$.from_step') from events e join runs r on r.id = e.run
+              where r.name = 'late' and e.kind = 'restarted'")
+    wlog=$TMP/hist/runs/$(q "select id from runs where name = 'late'")/workers.log
+    if [ $rc -eq 0 ] && grep -q "kill_after_latest: step 100 committed" "$wlog" && [ "$from" = 100 ] &&
+        [ "$ck" = "50:1,100:1,150:1,200:1,250:1,300:1" ] &&
+        grep -q "checkpoint: step 100 committed .*read from the store" late.out; then
+        ok "rank 0 killed right after its commit of step 100: the history has it from the store ($ck), the restart continued from it"
+    else
+        fail "a checkpoint committed but not reported" "exit $rc; from $from; checkpoints $ck; $(grep -E 'kill_after|checkpoint: step 100|terarec:' late.out | tail -n 5)"
+    fi
+else
+    fail "a checkpoint committed but not reported" "no $P (make builds it)"
+fi
 
 # ---- SIGSTOP: hung within --hang_timeout + 5 s ---------------------------------------------------------
 $T train --db "$DB" --workers 2 $M --max_steps 1000000 --print_freq 10 --hang_timeout 5 --name hang >hang.out 2>&1 &

@@ -219,6 +219,11 @@ static void writes_and_commands(void)
     TH_CHECK(v == NULL);
     TH_EQ_ST(db_run_get(db, "r1-aaaa", "nope", &v), TR_ERR_ARG);
     TH_EQ_ST(db_run_get(db, "zzz", "status", &v), TR_ERR_NOT_FOUND);
+    /* a checkpoint whose bytes and stall are not known (one the launcher read from the
+     * store): NULL, not -1 */
+    TH_EQ_ST(db_ckpt_add(db, "r1-aaaa", 60, "file:///ck/r1/60.json", -1, NAN, 1070), TR_OK);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM checkpoints WHERE step = 60 AND bytes IS NULL AND stall_s IS NULL"), 1);
+    TH_EQ(sql_int(p, "SELECT count(*) FROM checkpoints WHERE step = 50 AND bytes = 123456"), 1);
     /* reopen: running again, restarts counted, hosts replaced */
     TH_EQ_ST(db_run_reopen(db, "r2-bbbb", "n7"), TR_OK);
     TH_EQ_ST(db_run_get(db, "r2-bbbb", "restarts", &v), TR_OK);
