@@ -191,10 +191,15 @@ lost=$(q "select json_extract(data, '$.lost.rank') || ':' || json_extract(data, 
           json_extract(data, '$.left_out[0].slot') || '=' || json_extract(data, '$.left_out[0].state') || ':' ||
           json_extract(data, '$.from_step') from events e join runs r on r.id = e.run where r.name = 'el'
           and e.kind = 'resized' and json_extract(data, '$.why') = 'lost'")
-before=$(q "select max(c.step) from checkpoints c join runs r on r.id = c.run where r.name = 'el' and c.time < $t_kill")
+# the last checkpoint committed before the new world started (the loss's time and its
+# downtime): not only those before the kill, as a save under way can reach its commit
+# after it, and one rank 0 did not live to report is recorded as the attempt ends
+before=$(q "select max(c.step) from checkpoints c join runs r on r.id = c.run join events e on e.run = r.id
+            where r.name = 'el' and e.kind = 'resized' and json_extract(e.data, '$.why') = 'lost'
+            and c.time < e.time + json_extract(e.data, '$.downtime_s')")
 [ "$ev" = "lost:4>3 grow:3>4" ] && [ "$lost" = "3:trnode4:trnode4=down:$before" ] &&
-    ok "the history: $ev; rank 3 on trnode4 lost, trnode4 down, restored from step $before (the last checkpoint before the loss)" ||
-    fail "the history of the changes" "$ev; $lost (the last checkpoint before the loss: $before)"
+    ok "the history: $ev; rank 3 on trnode4 lost, trnode4 down, restored from step $before (the last checkpoint committed before the loss)" ||
+    fail "the history of the changes" "$ev; $lost (the last checkpoint committed before the loss: $before); the kill at $t_kill; checkpoints: $(q "select group_concat(c.step || '@' || c.time, ' ') from checkpoints c join runs r on r.id = c.run where r.name = 'el'"); the loss: $(q "select e.time || ' ' || e.data from events e join runs r on r.id = e.run where r.name = 'el' and e.kind = 'resized'" | head -n 1)"
 o=$TMP/$job.out
 grep -q "^terarec: elastic: rank 3 (trnode4) .* at step [0-9]*: asking the allocation's nodes whether they answer" "$o" &&
     grep -qE "^terarec: elastic: node trnode4 does not answer \((its slurmd|probe step|state).*\): left out until it does" "$o" &&
