@@ -35,7 +35,8 @@ enum tr_status db_sql_error(struct db *db, const char *what);
 
 /* Prepares sql and binds its parameters 1..n from `types`, one letter each:
  * t text (const char *, NULL binds NULL), i int64_t, u int64_t (negative: not
- * known, binds NULL), n int, d double (NaN or inf binds NULL). On error (logged) *st is NULL: TR_ERR_DB. */
+ * known, binds NULL), n int, d double (NaN or inf binds NULL). On error (logged)
+ * *st is NULL: TR_ERR_DB. */
 enum tr_status db_prepare(struct db *db, sqlite3_stmt **st, const char *sql, const char *types, ...) TR_WUR;
 enum tr_status db_preparev(struct db *db, sqlite3_stmt **st, const char *sql, const char *types, va_list ap) TR_WUR;
 
