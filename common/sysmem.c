@@ -148,3 +148,16 @@ void tr_sysmem_read(struct tr_sysmem *m)
         }
     }
 }
+
+const char *tr_sysmem_human(int64_t b, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}

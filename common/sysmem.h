@@ -8,6 +8,7 @@
 #ifndef TR_SYSMEM_H
 #define TR_SYSMEM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -24,6 +25,9 @@ struct tr_sysmem {
 };
 
 void tr_sysmem_read(struct tr_sysmem *m);
+
+/* b bytes for messages into buf (n bytes): "1.50 GiB", "512 B". Returns buf. */
+const char *tr_sysmem_human(int64_t b, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

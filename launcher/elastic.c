@@ -165,19 +165,6 @@ static int world_fits(const struct job_cfg *job, const struct plan_shape *sh, co
     return ok;
 }
 
-static const char *human(int64_t b, char *buf, size_t n)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
-    return buf;
-}
-
 /* The plan of the next world (w workers, per_slot on each of its nodes under SLURM), checked
  * against the memory the launcher sees for them: here this machine's (MemAvailable,
  * the memory cgroup the workers inherit, and the address-space limit they inherit,
@@ -258,7 +245,7 @@ static enum tr_status replan(struct launch *L, int w, int per_slot, json_t **pla
     }
     char a[32];
     if (enough)
-        snprintf(why, wn, "it needs at least %d (%s on its largest rank)", enough, human(need, a, sizeof a));
+        snprintf(why, wn, "it needs at least %d (%s on its largest rank)", enough, tr_sysmem_human(need, a, sizeof a));
     else
         snprintf(why, wn, "nor does it on any world up to the run's %d", L->el.slots.n * per_slot);
     LOG_ERROR("elastic: the model no longer fits on %d worker%s: %s", w, w == 1 ? "" : "s", why);
@@ -656,7 +643,7 @@ static enum elastic_next next_world(struct launch *L, json_t *ev, const char **s
     launch_clear_line(L);
     fprintf(stderr, "terarec: elastic: next attempt on %d worker%s (%s)%s%s%s, from the last committed checkpoint\n",
             w, w == 1 ? "" : "s", elastic_slots_names(&e->slots, -1, ", ", names, sizeof names),
-            largest > 0 ? "; plan: " : "", largest > 0 ? human(largest, a, sizeof a) : "",
+            largest > 0 ? "; plan: " : "", largest > 0 ? tr_sysmem_human(largest, a, sizeof a) : "",
             largest > 0 ? " on the largest rank, fits" : "");
     if (*e->exclude)
         fprintf(stderr, "terarec: elastic: left out for the rest of the run: %s (srun --exclude=%s)\n",

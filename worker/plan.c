@@ -12,6 +12,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/sysmem.h"
 #include "../loader_svc/batch.h"
 #include "ckpt.h"
 #include "dlrm.h"
@@ -101,20 +102,6 @@ void plan_disk_room(const struct job_cfg *job, int64_t *avail, int64_t *id)
     *id = (int64_t)st.st_dev;
 }
 
-/* "1.50 GiB": a size for messages. */
-static const char *human(int64_t b, char *buf, size_t n)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
-    return buf;
-}
-
 /* The three largest tables rank `rank` holds, as "table 3 (2000000000 x 512, 3.73 TiB), ..." */
 static void largest_tables(const struct job_cfg *job, const struct plan_shape *s, int world, int rank, char *out,
                            size_t n)
@@ -147,7 +134,7 @@ static void largest_tables(const struct job_cfg *job, const struct plan_shape *s
     for (int k = 0; k < 3 && top[k] >= 0 && o < n; k++) {
         char h[32];
         o += (size_t)snprintf(out + o, n - o, "%stable %d (%lld x %lld, %s)", k ? ", " : "", top[k],
-                              (long long)s->rows[top[k]], (long long)width[k], human(bytes[k], h, sizeof h));
+                              (long long)s->rows[top[k]], (long long)width[k], tr_sysmem_human(bytes[k], h, sizeof h));
     }
     shard_plan_release(&sp);
 }
@@ -168,8 +155,8 @@ static void refuse(const struct job_cfg *job, const struct plan_shape *s, const 
     largest_tables(job, s, world, q, tabs, sizeof tabs);
     LOG_ERROR("memory: rank %d (host %s) needs %s%s (embeddings %s, optimizer state %s; largest: %s) plus headroom, "
               "but %s has %s left",
-              q, host ? host : "?", human(need, a, sizeof a), share, human(w->embeddings, e, sizeof e),
-              human(w->opt_state, o, sizeof o), tabs[0] ? tabs : "no tables", limit, human(avail, b, sizeof b));
+              q, host ? host : "?", tr_sysmem_human(need, a, sizeof a), share, tr_sysmem_human(w->embeddings, e, sizeof e),
+              tr_sysmem_human(w->opt_state, o, sizeof o), tabs[0] ? tabs : "no tables", limit, tr_sysmem_human(avail, b, sizeof b));
     LOG_HINT("spread the tables over more workers (more nodes, --columnwise_split), keep them in a row cache over a "
              "local disk (--table_store file:DIR), lower --embedding_dim or the cardinalities; 'terarec plan --fit' "
              "sizes a job before it runs");
@@ -210,12 +197,12 @@ enum tr_status plan_check_room(const struct job_cfg *job, const struct plan_shap
             char a[32], b[32];
             LOG_ERROR("disk: rank %d (host %s) needs %s for its table files under --table_store %s%s, but that disk "
                       "has %s free",
-                      q, host ? host : "?", human(w[q].tier_disk, a, sizeof a), job->table_store,
-                      disk_n > 1 ? " (its node's ranks together need more)" : "", human(r->disk_avail, b, sizeof b));
+                      q, host ? host : "?", tr_sysmem_human(w[q].tier_disk, a, sizeof a), job->table_store,
+                      disk_n > 1 ? " (its node's ranks together need more)" : "", tr_sysmem_human(r->disk_avail, b, sizeof b));
             if (disk_n > 1) {
                 char c[32];
                 LOG_ERROR("disk: the %d ranks of that node need %s there together", disk_n,
-                          human(disk_need, c, sizeof c));
+                          tr_sysmem_human(disk_need, c, sizeof c));
             }
             LOG_HINT("free space there, give file: a larger local disk, or spread the tables over more nodes; "
                      "'terarec plan --disk_per_node' sizes the files before a run");

@@ -23,6 +23,7 @@
 
 #include "../common/alloc.h"
 #include "../common/check.h"
+#include "../common/sysmem.h"
 #include "../kernels/kmath.h"
 
 /* ---- sizing ------------------------------------------------------------------------- */
@@ -45,19 +46,6 @@ static int64_t bytes_at(double f, int ntables, const int64_t *rows, const int64_
     return b;
 }
 
-static const char *human(int64_t b, char *buf, size_t n)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
-    return buf;
-}
-
 enum tr_status tier_plan_slots(const struct job_tier *jt, int ntables, const int64_t *rows,
                                const int64_t *bytes_per_row, int64_t max_ids, int64_t *slots)
 {
@@ -71,7 +59,7 @@ enum tr_status tier_plan_slots(const struct job_tier *jt, int ntables, const int
             char a[32], b[32];
             LOG_ERROR("--embedding_cache %s: this worker's tables need at least %s of cache (room for two batches "
                       "of ids a table)",
-                      human(jt->cache_bytes, a, sizeof a), human(lo, b, sizeof b));
+                      tr_sysmem_human(jt->cache_bytes, a, sizeof a), tr_sysmem_human(lo, b, sizeof b));
             LOG_HINT("give a larger --embedding_cache, or a smaller --batch_size");
             return TR_ERR_NOMEM;
         }
@@ -177,10 +165,10 @@ static enum tr_status open_file(struct tier_store *s, const struct tier_cfg *c, 
         struct statvfs vs;
         char need[32], have[32] = "?";
         if (fstatvfs(s->fd, &vs) == 0)
-            human((int64_t)vs.f_bavail * (int64_t)vs.f_frsize, have, sizeof have);
+            tr_sysmem_human((int64_t)vs.f_bavail * (int64_t)vs.f_frsize, have, sizeof have);
         LOG_ERROR("--table_store file:%s: cannot allocate %s for table %d (%lld rows of %lld floats): %s (%s free "
                   "there)",
-                  c->dir, human(s->file_bytes, need, sizeof need), d->table, (long long)d->rows, (long long)s->rec,
+                  c->dir, tr_sysmem_human(s->file_bytes, need, sizeof need), d->table, (long long)d->rows, (long long)s->rec,
                   strerror(err), have);
         LOG_HINT("free space there or give file: a larger local disk; 'terarec plan --disk_per_node' counts the "
                  "files a job needs");
@@ -208,7 +196,7 @@ enum tr_status tier_store_open(struct tier_store *s, const struct tier_cfg *c, c
     if (rc != TR_OK) {
         char b[32];
         LOG_ERROR("--table_store host: out of host memory for table %d's store (%s)", d->table,
-                  human((int64_t)s->mem_bytes, b, sizeof b));
+                  tr_sysmem_human((int64_t)s->mem_bytes, b, sizeof b));
         LOG_HINT("use --table_store file:DIR on a local disk, or more workers");
         return rc;
     }
