@@ -14,7 +14,7 @@
 
 #define HDR 64
 #define HUGE_ALIGN ((size_t)2 << 20)
-#define HUGE_MIN ((size_t)32 << 20)
+#define HUGE_MIN ((size_t)2 << 20)
 
 static _Atomic int64_t live_bytes;
 static _Atomic int64_t peak_bytes;

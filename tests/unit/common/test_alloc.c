@@ -131,13 +131,14 @@ static void test_size_limits(void)
 static void test_big_alloc(void)
 {
     const int64_t start = live();
-    const size_t sizes[] = {1, 4095, 4096, 5000, ((size_t)32 << 20) - 1, (size_t)32 << 20, ((size_t)40 << 20) + 3};
+    const size_t sizes[] = {1, 4095, 4096, 5000, ((size_t)2 << 20) - 1, (size_t)2 << 20, ((size_t)6 << 20) + 3,
+                            ((size_t)40 << 20) + 3};
     for (size_t i = 0; i < TR_ARRAY_SIZE(sizes); i++) {
         const size_t n = sizes[i];
         void *p = NULL;
         TH_EQ_ST_REQ(tr_big_alloc(n, &p), TR_OK);
         TH_REQUIRE(p != NULL);
-        size_t align = n >= ((size_t)32 << 20) ? (size_t)2 << 20 : 4096;
+        size_t align = n >= ((size_t)2 << 20) ? (size_t)2 << 20 : 4096;
         TH_CHECKF((uintptr_t)p % align == 0, "tr_big_alloc(%zu) = %p is not %zu-aligned", n, p, align);
         TH_EQ(live(), start + (int64_t)n);
         /* zero-filled: check the first and last page and a stride through the rest */
