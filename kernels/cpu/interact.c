@@ -3,7 +3,9 @@
  * over the batch. Forward: per sample, the pairs are taken VW at a time (VW = 16
  * with AVX-512, 8 otherwise); each pair's dot product runs in VW lanes along the
  * vectors, and one shuffle tree turns the VW accumulators into VW sums stored as
- * one vector. Backward: dx = S x (S the symmetric pair gradients, zero diagonal)
+ * one vector. When a vector is one register (dim 16 with AVX-512, 8 with AVX2)
+ * the forward instead transposes the sample and computes each Gram row with one
+ * broadcast FMA a dimension (fwd_gram), with no shuffle tree. Backward: dx = S x (S the symmetric pair gradients, zero diagonal)
  * by register tiles of up to 4 rows x 4 vectors, the coefficients read straight
  * from the pair gradients. The loops are written once (interact_body.inc) and
  * compiled per instruction set; the set is chosen at run time. Every output
@@ -151,8 +153,15 @@ struct scratch {
     int nseg;
     uint8_t *brv;
     float *xs, *dxs, *tmp;
+    float *xt; /* the transposed sample of fwd_gram, when it applies */
     int64_t dp;
 };
+
+/* fwd_gram applies: one register a vector, and at most 4 of them a Gram row */
+static int gram_fits(int n, int64_t dp, int vw)
+{
+    return dp == vw && n <= 4 * vw;
+}
 
 /* Segments of n vectors' pairs cut at every group of vw: at most one per row and
  * one more per group. */
@@ -165,7 +174,8 @@ static size_t scratch_bytes(int n, int d, int vw)
 {
     const int64_t dp = round_up(d, vw);
     const int64_t pad = dp == d ? 0 : 2 * (int64_t)n * dp;
-    return (size_t)max_segs(n, vw) * sizeof(struct seg) + 128 + (size_t)(pad + vw) * sizeof(float);
+    const int64_t xt = gram_fits(n, dp, vw) ? vw * round_up(n, vw) : 0;
+    return (size_t)max_segs(n, vw) * sizeof(struct seg) + 128 + (size_t)(pad + vw + xt) * sizeof(float);
 }
 
 size_t kern_cpu_interact_call_bytes(int n, int d, int threads)
@@ -202,6 +212,7 @@ static int scratch_get(struct scratch *sc, int n, int d, int vw, int fwd)
     sc->tmp = (float *)(sc->brv + 64);
     sc->xs = dp == d ? NULL : sc->tmp + vw;
     sc->dxs = dp == d ? NULL : sc->xs + (int64_t)n * dp;
+    sc->xt = gram_fits(n, dp, vw) ? sc->tmp + vw + (dp == d ? 0 : 2 * (int64_t)n * dp) : NULL;
     sc->dp = dp;
     if (sc->xs)
         memset(sc->xs, 0, (size_t)(2 * (int64_t)n * dp) * sizeof(float));
@@ -239,12 +250,21 @@ static void fwd_sample(const struct kern_interact_fwd_args *a, int64_t s, const 
         memcpy(o, x, (size_t)d * sizeof(float));
     if (P > 0) {
         const float *xp = padded(x, n, d, sc);
+        float *pairs = o + off;
 #ifdef HAVE_AVX512_BODY
-        if (vw == 16)
-            fwd_pairs_v16(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, o + off, sc->tmp);
-        else
+        if (vw == 16) {
+            if (sc->xt)
+                fwd_gram_v16(xp, n, P, sc->xt, pairs, sc->tmp);
+            else
+                fwd_pairs_v16(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, pairs, sc->tmp);
+        } else
 #endif
-            fwd_pairs_v8(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, o + off, sc->tmp);
+        {
+            if (sc->xt)
+                fwd_gram_v8(xp, n, P, sc->xt, pairs, sc->tmp);
+            else
+                fwd_pairs_v8(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, pairs, sc->tmp);
+        }
     }
     for (int64_t c = off + P; c < a->out_w; c++)
         o[c] = 0.0f;
