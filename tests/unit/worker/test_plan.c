@@ -63,14 +63,15 @@ static void by_hand(void)
     /* the backend's own, as it answers: the cpu holds nothing, and its largest call
      * buffer is the interaction's, per thread: its pair segments (n + pairs / VW + 2
      * = 5, of 16 bytes), 128 bytes, one sample (n x d) padded to VW columns and its
-     * gradient, one vector; VW = 16 floats with AVX-512, else 8 */
+     * gradient, one vector, and the forward's transposed sample (VW rows of n rounded
+     * up to VW); VW = 16 floats with AVX-512, else 8 */
     int vw = 8;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
         vw = 16;
 #endif
-    TH_EQ(w.backend, 5 * 16 + 128 + (2 * 3 * vw + vw) * 4);
+    TH_EQ(w.backend, 5 * 16 + 128 + (2 * 3 * vw + vw + vw * vw) * 4);
     TH_EQ(w.device, 0);
     TH_EQ(w.total, w.mlp + w.embeddings + w.activations + w.workspace + w.alltoall + w.data + w.eval + w.ckpt_staging +
                        w.backend);
