@@ -200,7 +200,19 @@ if wait_step hang 30; then
     [ $rc -eq 1 ] && echo "$row" | grep -qE "^hung\|no training step for 5 s after step [0-9]+; silent ranks: 1 \($(hostname)\)" &&
         awk "BEGIN{exit !($secs <= 10)}" && ok "SIGSTOP: hung in $secs s: $row" ||
         fail "SIGSTOP: hung" "exit $rc after $secs s: $row"
-    kill -0 "$pid" 2>/dev/null && fail "the stopped worker is still there" || ok "the stopped worker was killed"
+    # the launcher's SIGKILL is sent before it exits, but the process ends (its memory
+    # freed, then reaped as a zombie by mpirun or init) a moment later: gone or a
+    # zombie within 5 s; a worker left stopped ('T') fails
+    st=
+    for _ in $(seq 50); do
+        st=$(ps -o stat= -p "$pid" 2>/dev/null | tr -d ' ')
+        case "$st" in "" | Z*) break ;; esac
+        sleep 0.1
+    done
+    case "$st" in
+    "" | Z*) ok "the stopped worker was killed" ;;
+    *) fail "the stopped worker is still there" "pid $pid state $st 5 s after the launcher's exit" ;;
+    esac
 else
     kill $lp; wait $lp
     fail "hang: no progress" "$(tail -n 5 hang.out)"
