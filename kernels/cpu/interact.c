@@ -3,15 +3,15 @@
  * over the batch. Forward: per sample, the pairs are taken VW at a time (VW = 16
  * with AVX-512, 8 otherwise); each pair's dot product runs in VW lanes along the
  * vectors, and one shuffle tree turns the VW accumulators into VW sums stored as
- * one vector. When a vector is one register (dim 16 with AVX-512, 8 with AVX2)
- * the forward instead transposes the sample and computes each Gram row with one
- * broadcast FMA a dimension (fwd_gram), with no shuffle tree. Backward: dx = S x (S the symmetric pair gradients, zero diagonal)
- * by register tiles of up to 4 rows x 4 vectors, the coefficients read straight
- * from the pair gradients. The loops are written once (interact_body.inc) and
- * compiled per instruction set; the set is chosen at run time. Every output
- * element is a sum in a fixed order, so results are bitwise independent of the
- * thread count (threads split the batch). It does not implement the concat or
- * cat-only interaction variants. */
+ * one vector; when a vector is one register (dim 16 with AVX-512, 8 with AVX2),
+ * it transposes the sample instead and computes each Gram row with one broadcast
+ * FMA a dimension (fwd_gram), with no shuffle tree. Backward: dx = S x (S the
+ * symmetric pair gradients, zero diagonal) by register tiles of up to 4 rows x 4
+ * vectors, the coefficients read straight from the pair gradients. The loops are
+ * written once (interact_body.inc) and compiled per instruction set; the set is
+ * chosen at run time. Every output element is a sum in a fixed order, so results
+ * are bitwise independent of the thread count (threads split the batch). It does
+ * not implement the concat or cat-only interaction variants. */
 #define TR_SUBSYS TR_SUB_KERN
 #include <math.h>
 #include <stdatomic.h>
