@@ -212,7 +212,7 @@ static int scratch_get(struct scratch *sc, int n, int d, int vw, int fwd)
     sc->tmp = (float *)(sc->brv + 64);
     sc->xs = dp == d ? NULL : sc->tmp + vw;
     sc->dxs = dp == d ? NULL : sc->xs + (int64_t)n * dp;
-    sc->xt = gram_fits(n, dp, vw) ? sc->tmp + vw + (dp == d ? 0 : 2 * (int64_t)n * dp) : NULL;
+    sc->xt = !gram_fits(n, dp, vw) ? NULL : sc->dxs ? sc->dxs + (int64_t)n * dp : sc->tmp + vw; /* after the rest */
     sc->dp = dp;
     if (sc->xs)
         memset(sc->xs, 0, (size_t)(2 * (int64_t)n * dp) * sizeof(float));
