@@ -57,12 +57,29 @@ INLINE v8f reduce8(const v8f *a)
            __builtin_shuffle(v[0], v[1], (v8i){1, 9, 3, 11, 5, 13, 7, 15});
 }
 
+/* r[0..8) transposed in place (r[k][j] = old r[j][k]): at block sizes 4, 2, 1, the
+ * upper-right and lower-left blocks of each 2b x 2b block swapped. */
+INLINE void transpose8(v8f *r)
+{
+    static const v8i m[3][2] = {{{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}},
+                                {{0, 1, 8, 9, 4, 5, 12, 13}, {2, 3, 10, 11, 6, 7, 14, 15}},
+                                {{0, 8, 2, 10, 4, 12, 6, 14}, {1, 9, 3, 11, 5, 13, 7, 15}}};
+    for (int l = 0, b = 4; l < 3; l++, b >>= 1)
+        for (int j = 0; j < 8; j++)
+            if (!(j & b)) {
+                const v8f lo = __builtin_shuffle(r[j], r[j + b], m[l][0]);
+                r[j + b] = __builtin_shuffle(r[j], r[j + b], m[l][1]);
+                r[j] = lo;
+            }
+}
+
 #define VW 8
 #define VEC v8f
 #define LOADV(p) (*(const v8u *)(p))
 #define STOREV(p, v) (*(v8u *)(p) = (v))
 #define SPLATV(s) ((v8f){(s), (s), (s), (s), (s), (s), (s), (s)})
 #define REDUCE reduce8
+#define TRANSPOSE transpose8
 #define TARGET
 #define SFX _v8
 #include "interact_body.inc"
@@ -72,6 +89,7 @@ INLINE v8f reduce8(const v8f *a)
 #undef STOREV
 #undef SPLATV
 #undef REDUCE
+#undef TRANSPOSE
 #undef TARGET
 #undef SFX
 
@@ -102,12 +120,30 @@ __attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
     return __builtin_shuffle(w[0], w[1], n0) + __builtin_shuffle(w[0], w[1], n1);
 }
 
+/* As transpose8, block sizes 8, 4, 2, 1 (the same masks as reduce16's). */
+__attribute__((target("avx512f"))) INLINE void transpose16(v16f *r)
+{
+    static const v16i m[4][2] = {
+        {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+        {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+        {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+        {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
+    for (int l = 0, b = 8; l < 4; l++, b >>= 1)
+        for (int j = 0; j < 16; j++)
+            if (!(j & b)) {
+                const v16f lo = __builtin_shuffle(r[j], r[j + b], m[l][0]);
+                r[j + b] = __builtin_shuffle(r[j], r[j + b], m[l][1]);
+                r[j] = lo;
+            }
+}
+
 #define VW 16
 #define VEC v16f
 #define LOADV(p) (*(const v16u *)(p))
 #define STOREV(p, v) (*(v16u *)(p) = (v))
 #define SPLATV(s) ((v16f){(s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s)})
 #define REDUCE reduce16
+#define TRANSPOSE transpose16
 #define TARGET __attribute__((target("avx512f")))
 #define SFX _v16
 #include "interact_body.inc"
@@ -117,6 +153,7 @@ __attribute__((target("avx512f"))) INLINE v16f reduce16(const v16f *a)
 #undef STOREV
 #undef SPLATV
 #undef REDUCE
+#undef TRANSPOSE
 #undef TARGET
 #undef SFX
 #endif

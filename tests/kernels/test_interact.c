@@ -1,7 +1,7 @@
 /* test_interact.c: parity tests of the dot interaction, forward and backward,
  * against naive double references over n in {1,2,3,5,27} and d in {1,3,8,16,17,128},
  * with and without the bottom vector and with out_w wider than needed (the padding
- * must be exact zeros); one feature (no pairs) with NaN, inf and negative inputs:
+ * must be exact zeros), and over n up to 65 for the CPU's blocked row paths; one feature (no pairs) with NaN, inf and negative inputs:
  * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of
  * the backward; argument errors and failure of the ops' scratch allocation (CPU
  * backend); the forward, backward and finite-difference cases again with the CPU's
@@ -122,6 +122,22 @@ static void test_fwd(void)
                 fwd_case(ns[i], ds[j], hb, seed++);
 }
 
+/* The CPU's blocked paths by their row counts: the forward's Gram rows of one to
+ * four vectors (n up to 4 vector widths with one-vector rows, 64 with AVX-512) in
+ * blocks of 4, 2 and 1 rows and their ends, the backward's 8-row tiles (rows of at
+ * most 2 vectors) and their remainders. */
+static const int gram_ns[] = {4, 9, 16, 17, 31, 32, 33, 40, 63, 64, 65};
+static const int gram_ds[] = {8, 16, 17, 32};
+
+static void test_fwd_rows(void)
+{
+    KT_NEED_OP(KERN_OP_INTERACT_FWD);
+    uint64_t seed = 300;
+    for (size_t i = 0; i < TR_ARRAY_SIZE(gram_ns); i++)
+        for (size_t j = 0; j < TR_ARRAY_SIZE(gram_ds); j++, seed++)
+            fwd_case(gram_ns[i], gram_ds[j], (int)(seed & 1), seed);
+}
+
 static void bwd_case(int n, int d, int hb, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
@@ -159,6 +175,15 @@ static void test_bwd(void)
         for (size_t j = 0; j < TR_ARRAY_SIZE(ds); j++)
             for (int hb = 0; hb < 2; hb++)
                 bwd_case(ns[i], ds[j], hb, seed++);
+}
+
+static void test_bwd_rows(void)
+{
+    KT_NEED_OP(KERN_OP_INTERACT_BWD);
+    uint64_t seed = 400;
+    for (size_t i = 0; i < TR_ARRAY_SIZE(gram_ns); i++)
+        for (size_t j = 0; j < TR_ARRAY_SIZE(gram_ds); j++, seed++)
+            bwd_case(gram_ns[i], gram_ds[j], (int)(seed & 1), seed);
 }
 
 /* ---- reduced precision ------------------------------------------------------------------
@@ -724,6 +749,8 @@ static void test_one_feature(void)
     }
 WITH_AVX2(test_fwd)
 WITH_AVX2(test_bwd)
+WITH_AVX2(test_fwd_rows)
+WITH_AVX2(test_bwd_rows)
 WITH_AVX2(test_one_feature)
 WITH_AVX2(test_fd)
 
@@ -731,6 +758,8 @@ static const struct th_case cases[] = {
     {"fwd", test_fwd},
     {"one_feature", test_one_feature},
     {"bwd", test_bwd},
+    {"fwd_rows", test_fwd_rows},
+    {"bwd_rows", test_bwd_rows},
     {"fp32", test_fp32},
     {"tf32", test_tf32},
     {"bf16", test_bf16},
@@ -742,6 +771,8 @@ static const struct th_case cases[] = {
     {"nomem", test_nomem},
     {"fwd_avx2", test_fwd_avx2},
     {"bwd_avx2", test_bwd_avx2},
+    {"fwd_rows_avx2", test_fwd_rows_avx2},
+    {"bwd_rows_avx2", test_bwd_rows_avx2},
     {"one_feature_avx2", test_one_feature_avx2},
     {"fd_avx2", test_fd_avx2},
 };
