@@ -123,9 +123,10 @@ static void test_fwd(void)
 }
 
 /* The CPU's blocked paths by their row counts: the forward's Gram rows of one to
- * four vectors (n up to 4 vector widths with one-vector rows, 64 with AVX-512) in
- * blocks of 4, 2 and 1 rows and their ends, the backward's 8-row tiles (rows of at
- * most 2 vectors) and their remainders. */
+ * four vectors (n up to 4 vector widths, 64 with AVX-512; d up to 32, padded or
+ * not) in blocks of 4, 2 and 1 rows and their ends, and past them the pairs again
+ * (n 65); the backward's 8-row tiles (rows of at most 2 vectors) and their
+ * remainders. */
 static const int gram_ns[] = {4, 9, 16, 17, 31, 32, 33, 40, 63, 64, 65};
 static const int gram_ds[] = {8, 16, 17, 32};
 

@@ -63,8 +63,8 @@ static void by_hand(void)
     /* the backend's own, as it answers: the cpu holds nothing, and its largest call
      * buffer is the interaction's, per thread: its pair segments (n + pairs / VW + 2
      * = 5, of 16 bytes), 128 bytes, one sample (n x d) padded to VW columns and its
-     * gradient, one vector, and the forward's transposed sample (VW rows of n rounded
-     * up to VW); VW = 16 floats with AVX-512, else 8 */
+     * gradient, one vector, and the forward's transposed sample (a row for each of the
+     * VW padded columns, of n rounded up to VW); VW = 16 floats with AVX-512, else 8 */
     int vw = 8;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     __builtin_cpu_init();
