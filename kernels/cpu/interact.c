@@ -313,6 +313,12 @@ static void fwd_sample(const struct kern_interact_fwd_args *a, int64_t s, const 
         o[c] = 0.0f;
 }
 
+/* A sample's dx of at least this many bytes has the next sample's lines fetched
+ * before its stores, which would otherwise each wait for its line. Measured on the
+ * kernel alone (2 threads, B 2048, n 27): d 128 (13.5 KiB a sample) 3.0 against
+ * 4.1 ms; d 16 and 64 within the noise either way. */
+#define PREFETCH_DX_BYTES 8192
+
 /* Backward of sample s; returns nonzero when its dx holds a NaN or inf. */
 static int bwd_sample(const struct kern_interact_bwd_args *a, int64_t s, const struct scratch *sc, int vw)
 {
@@ -321,6 +327,9 @@ static int bwd_sample(const struct kern_interact_bwd_args *a, int64_t s, const s
     const float *x = a->x + s * (int64_t)n * d;
     const float *g = a->dout + s * a->out_w + off;
     float *dx = a->dx + s * (int64_t)n * d;
+    if (s + 1 < a->batch && (int64_t)n * d * (int64_t)sizeof(float) >= PREFETCH_DX_BYTES)
+        for (int64_t o = 0; o < (int64_t)n * d; o += 64 / (int64_t)sizeof(float))
+            __builtin_prefetch(dx + (int64_t)n * d + o, 1, 3);
     const float *xp = padded(x, n, d, sc);
     float *dxp = sc->dxs ? sc->dxs : dx;
     int bad;
