@@ -1,11 +1,12 @@
 /* test_interact.c: parity tests of the dot interaction, forward and backward,
  * against naive double references over n in {1,2,3,5,27} and d in {1,3,8,16,17,128},
  * with and without the bottom vector and with out_w wider than needed (the padding
- * must be exact zeros), and over n up to 65 for the CPU's blocked row paths; one feature (no pairs) with NaN, inf and negative inputs:
- * dx is 0 + 0 * x as the CPU sums it, bit for bit; a finite-difference check of
- * the backward; argument errors and failure of the ops' scratch allocation (CPU
- * backend); the forward, backward and finite-difference cases again with the CPU's
- * 8-wide body (TR_CPU_SIMD=avx2). Runs on every backend. */
+ * must be exact zeros), and over n up to 65 for the CPU's blocked row paths; one
+ * feature (no pairs) with NaN, inf and negative inputs: dx is 0 + 0 * x as the CPU
+ * sums it, bit for bit; a finite-difference check of the backward; argument
+ * errors and failure of the ops' scratch allocation (CPU backend); the forward,
+ * backward, blocked-row and finite-difference cases again with the CPU's 8-wide
+ * body (TR_CPU_SIMD=avx2). Runs on every backend. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
