@@ -3,9 +3,11 @@
  * multi-hot, at reduced table sizes), against machine limits measured in the
  * same run, between rounds of steps: sgemm time of every GEMM of a step (be.i->gemm)
  * and random row reads/RMWs on the model's own tables (bench_rows.c) -> GEMM and
- * bandwidth rooflines and terarec's share of them. A step is what terarec-worker runs: the batch block loaded into the step, then
- * the hybrid step over the self communicator (worker/solo.h). It does not read data
- * files or run PyTorch (bench/torch_dlrm.py does). */
+ * bandwidth rooflines and terarec's share of them; beside each GEMM's probe time, its
+ * time inside the timed steps (how much of a GEMM phase's excess is the GEMMs
+ * themselves). A step is what terarec-worker runs: the batch block loaded into the
+ * step, then the hybrid step over the self communicator (worker/solo.h). It does not
+ * read data files or run PyTorch (bench/torch_dlrm.py does). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,7 +91,9 @@ struct gemm_case {
     enum dlrm_phase phase;
     int ta, tb;
     int64_t m, n, k, lda, ldb, ldc;
-    double sec; /* measured, best of the trials */
+    double sec;      /* measured, best of the trials */
+    double step_sec; /* inside the timed steps, per step (its share of its shape's calls) */
+    int shared;      /* another GEMM of the list has the same shape and strides */
 };
 
 struct bench_result {
@@ -106,6 +110,7 @@ struct bench_result {
     struct gemm_case gemms[MAX_GEMMS];
     int ngemms;
     double gemm_sec, gemm_phase_sec[DLRM_T_COUNT_]; /* per step */
+    double gemm_step_sec;                           /* per step: the GEMM calls inside the step */
     struct rows_rate rows[3];                       /* read, RMW, step-shaped (enum rows_op) */
     int rounds;                                     /* training rounds, each followed by a GEMM probe */
     double round_rate[MAX_ROUNDS], round_roof[MAX_ROUNDS], round_share[MAX_ROUNDS];
@@ -269,6 +274,63 @@ static enum tr_status gemm_round(const struct kern_backend *be, const struct gem
     return TR_OK;
 }
 
+/* The step's GEMMs timed where they run: the backend's interface copied with its
+ * gemm wrapped, so that every call made while `on` is set (the timed steps, not
+ * the warm-up or the probe) adds its time to the listed GEMMs of the same shape
+ * and strides (split evenly when several share one). A call times its epilogue too
+ * (bias and ReLU, or the layer below's ReLU gradient and bias sums). The CPU
+ * backend is synchronous, so the clock around the call is the call's. */
+static struct {
+    const struct kern_backend_i *real;
+    struct kern_backend_i i;
+    struct bench_result *r;
+    int on;
+    int64_t unlisted; /* calls of a shape the list does not have (gemm_list out of date) */
+    double unlisted_sec;
+} step_gemm;
+
+static int gemm_same(const struct gemm_case *g, const struct kern_gemm_args *a)
+{
+    return g->ta == a->trans_a && g->tb == a->trans_b && g->m == a->m && g->n == a->n && g->k == a->k &&
+           g->lda == a->lda && g->ldb == a->ldb && g->ldc == a->ldc;
+}
+
+static enum tr_status step_gemm_call(void *ctx, const struct kern_gemm_args *a)
+{
+    if (!step_gemm.on)
+        return step_gemm.real->gemm(ctx, a);
+    const double t0 = tr_clock_now();
+    const enum tr_status rc = step_gemm.real->gemm(ctx, a);
+    const double dt = tr_clock_now() - t0;
+    struct bench_result *r = step_gemm.r;
+    int same = 0;
+    for (int i = 0; i < r->ngemms; i++)
+        same += gemm_same(&r->gemms[i], a);
+    if (!same) {
+        step_gemm.unlisted++;
+        step_gemm.unlisted_sec += dt;
+    }
+    for (int i = 0; i < r->ngemms; i++) {
+        if (gemm_same(&r->gemms[i], a)) {
+            r->gemms[i].step_sec += dt / same;
+        }
+    }
+    return rc;
+}
+
+/* Puts the wrapper in front of be's gemm (before the model is made from be). */
+static void step_gemm_wrap(struct kern_backend *be, struct bench_result *r)
+{
+    step_gemm.real = be->i;
+    step_gemm.i = *be->i;
+    step_gemm.i.gemm = step_gemm_call;
+    step_gemm.r = r;
+    step_gemm.on = 0;
+    step_gemm.unlisted = 0;
+    step_gemm.unlisted_sec = 0.0;
+    be->i = &step_gemm.i;
+}
+
 /* ---- one config ------------------------------------------------------------------ */
 
 static int cmp_double(const void *a, const void *b)
@@ -342,15 +404,26 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
     dlrm_reset_timers(so->m);
     hybrid_reset_timers(so->h);
     r->rounds = TR_MAX(1, TR_MIN(TR_MIN(o->rounds, MAX_ROUNDS), r->steps));
-    for (int i = 0; i < r->ngemms; i++)
-        r->gemms[i].sec = 0.0;
+    for (int i = 0; i < r->ngemms; i++) {
+        r->gemms[i].sec = r->gemms[i].step_sec = 0.0;
+        r->gemms[i].shared = 0;
+        for (int j = 0; j < r->ngemms; j++) {
+            const struct gemm_case *g = &r->gemms[j];
+            const struct kern_gemm_args a = {.trans_a = g->ta, .trans_b = g->tb, .m = g->m, .n = g->n, .k = g->k,
+                                             .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc};
+            r->gemms[i].shared |= j != i && gemm_same(&r->gemms[i], &a);
+        }
+    }
     int s = 0;
     for (int k = 0; k < r->rounds; k++) {
         const int s1 = (int)((int64_t)r->steps * (k + 1) / r->rounds);
         double t0 = tr_clock_now();
         for (; s < s1; s++) {
             double ts = tr_clock_now();
-            TR_CHECK_GOTO(one_step(so, batches[(r->warmup + s) % nb], lr, &loss), rc, exit);
+            step_gemm.on = 1;
+            rc = one_step(so, batches[(r->warmup + s) % nb], lr, &loss);
+            step_gemm.on = 0;
+            TR_CHECK_GOTO(rc, rc, exit);
             st[s] = tr_clock_now() - ts;
             if (s == 0 && r->warmup == 0)
                 r->loss_first = loss;
@@ -383,8 +456,10 @@ static enum tr_status train_measure(struct solo *so, struct batch **batches, int
     r->samples_per_s = (double)o->batch * r->steps / dt;
     r->rate_median = median_of(r->round_rate, r->rounds);
     memset(r->gemm_phase_sec, 0, sizeof r->gemm_phase_sec);
-    r->gemm_sec = 0.0;
+    r->gemm_sec = r->gemm_step_sec = 0.0;
     for (int i = 0; i < r->ngemms; i++) {
+        r->gemms[i].step_sec /= r->steps;
+        r->gemm_step_sec += r->gemms[i].step_sec;
         r->gemm_sec += r->gemms[i].sec;
         r->gemm_phase_sec[r->gemms[i].phase] += r->gemms[i].sec;
     }
@@ -454,11 +529,14 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
            100.0 * median_of(r->round_share, r->rounds), r->roof_rows, 100.0 * r->share_rows);
     printf("sgemm through be.i->gemm (%s), %d threads, best over the rounds' trials:\n", kern_blas_info(),
            o->threads);
-    printf("  %-34s %6s %6s %6s %9s %8s\n", "gemm", "m", "n", "k", "ms", "GFLOP/s");
+    printf("  %-34s %6s %6s %6s %9s %8s %10s\n", "gemm", "m", "n", "k", "ms", "GFLOP/s", "in step ms");
+    int shared = 0;
     for (int i = 0; i < r->ngemms; i++) {
         const struct gemm_case *g = &r->gemms[i];
-        printf("  %-34s %6lld %6lld %6lld %9.3f %8.1f\n", g->name, (long long)g->m, (long long)g->n,
-               (long long)g->k, 1e3 * g->sec, 2e-9 * (double)g->m * (double)g->n * (double)g->k / g->sec);
+        shared |= g->shared;
+        printf("  %-34s %6lld %6lld %6lld %9.3f %8.1f %9.3f%s\n", g->name, (long long)g->m, (long long)g->n,
+               (long long)g->k, 1e3 * g->sec, 2e-9 * (double)g->m * (double)g->n * (double)g->k / g->sec,
+               1e3 * g->step_sec, g->shared ? "*" : "");
     }
     double flops = 0.0;
     for (int i = 0; i < r->ngemms; i++)
@@ -466,6 +544,12 @@ static void print_result(const struct bench_opts *o, const struct bench_result *
     printf("  all %d GEMMs of a step: %.3f ms, %.1f GFLOP/s (each GEMM's best); GEMM roofline = B / sum(t_gemm) of"
            " the median round = %.0f samples/s\n",
            r->ngemms, 1e3 * r->gemm_sec, 1e-9 * flops / r->gemm_sec, r->roof_gemm);
+    printf("  in step: the same GEMMs as the timed steps call them, with their epilogues (bias, ReLU, the ReLU"
+           " gradient and bias sums of the layer below), %.3f ms a step%s\n",
+           1e3 * r->gemm_step_sec, shared ? "; *: a shape two GEMMs share, its calls' time split evenly" : "");
+    if (step_gemm.unlisted)
+        printf("  in step: %lld calls of shapes this list does not have, %.3f ms a step (not counted above)\n",
+               (long long)step_gemm.unlisted, 1e3 * step_gemm.unlisted_sec / r->steps);
     const double row_bytes = (double)c->emb_dim * 4.0;
     const struct rows_rate *rs = &r->rows[ROWS_STEP];
     printf("random rows (uniform ids on this config's %d tables, %d threads, %.0f-byte rows, %d x B ids per pass):\n",
@@ -560,10 +644,13 @@ static json_t *result_json(const struct bench_opts *o, const struct bench_result
         json_object_set_new(e, "k", json_integer(g->k));
         json_object_set_new(e, "ms", json_real(1e3 * g->sec));
         json_object_set_new(e, "gflops", json_real(2e-9 * (double)g->m * (double)g->n * (double)g->k / g->sec));
+        json_object_set_new(e, "in_step_ms", json_real(1e3 * g->step_sec));
+        json_object_set_new(e, "shape_shared", json_boolean(g->shared));
         json_array_append_new(gs, e);
     }
     json_object_set_new(j, "gemms", gs);
     json_object_set_new(j, "gemm_ms_per_step", json_real(1e3 * r->gemm_sec));
+    json_object_set_new(j, "gemm_in_step_ms_per_step", json_real(1e3 * r->gemm_step_sec));
     static const char *const rows_names[ROWS_NOPS_] = {"read", "rmw", "step"};
     for (int op = 0; op < ROWS_NOPS_; op++) {
         const struct rows_rate *x = &r->rows[op];
@@ -651,6 +738,7 @@ static enum tr_status run_config(const struct bench_config *c, const struct benc
     }
     struct kern_backend_opts bo = {.threads = o->threads, .device = -1, .local_rank = 0};
     TR_CHECK_GOTO(kern_backend_open("cpu", &bo, &be), rc, exit);
+    step_gemm_wrap(&be, r);
     struct dlrm_cfg mc = {
         .num_features = NUM_FEATURES, .ntables = NTABLES, .rows = r->table_rows, .emb_dim = c->emb_dim,
         .nbottom = c->nbottom, .ntop = c->ntop, .optim = KERN_OPT_SGD, .seed = 42, .max_batch = o->batch,
