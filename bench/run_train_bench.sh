@@ -163,6 +163,11 @@ for n in names:
     if c and t:
         extra += (f"; median-step rates: terarec {c['batch_size'] / c['step_ms_median'] * 1e3:.0f},"
                   f" PyTorch {t['batch_size'] / t['step_ms_median'] * 1e3:.0f} samples/s")
+    if c and "gemm_in_step_ms_per_step" in c:
+        step_ms = c["batch_size"] / c["samples_per_s"] * 1e3
+        extra += (f"; a step {step_ms:.2f} ms: its GEMMs {c['gemm_in_step_ms_per_step']:.2f} ms in the step"
+                  f" (with their epilogues) against {c['gemm_ms_per_step']:.2f} ms in the probe,"
+                  f" {step_ms - c['gemm_in_step_ms_per_step']:.2f} ms outside them")
     print(f"  {n}: {extra}; " + "; ".join(la))
 if not baseline:
     sys.exit(0)
