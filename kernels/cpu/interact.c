@@ -1,16 +1,17 @@
 /* interact.c: CPU dot interaction, forward and backward, in the seed's layout
- * ([bottom | strict lower triangle row-major | zero pad]), a memory-bound pass
- * over the batch. Forward: per sample, the pairs are taken VW at a time (VW = 16
- * with AVX-512, 8 otherwise); each pair's dot product runs in VW lanes along the
- * vectors, and one shuffle tree turns the VW accumulators into VW sums stored as
- * one vector; when the vectors are short (dim up to 32) and at most 4 vector
- * widths of them, it transposes the sample instead (in registers, VW x VW blocks)
- * and computes each Gram row with one broadcast FMA a dimension (fwd_gram), rows
- * in blocks of 4 or 2, with no shuffle tree. Backward: dx = S x (S the symmetric
- * pair gradients, zero diagonal) by register tiles of up to 8 rows x 2 vectors
- * or 4 x 4, the coefficients read straight from the pair gradients. The loops are
- * written once (interact_body.inc) and compiled per instruction set; the set is
- * chosen at run time. Every output element is a sum in a fixed order, so results
+ * ([bottom | strict lower triangle row-major | zero pad]), a pass over the batch.
+ * Forward: per sample, the triangle is cut into tiles of VW pairs (4 rows x 4
+ * columns with AVX-512's VW = 16, 2 x 4 with VW = 8); a tile's dot products run in
+ * VW lanes along the vectors, each row's and column's vector loaded once a step
+ * for all the tile's products, and one shuffle tree turns the VW accumulators into
+ * the tile's VW sums; when the vectors are short (dim up to 32) and at most 4
+ * vector widths of them, it transposes the sample instead (in registers, VW x VW
+ * blocks) and computes each Gram row with one broadcast FMA a dimension
+ * (fwd_gram), rows in blocks of 4 or 2, with no shuffle tree. Backward: dx = S x
+ * (S the symmetric pair gradients, zero diagonal) by register tiles of up to 8
+ * rows x 2 vectors or 4 x 4, the coefficients read straight from the pair
+ * gradients. The loops are written once (interact_body.inc) and compiled per
+ * instruction set; the set is chosen at run time. Every output element is a sum in a fixed order, so results
  * are bitwise independent of the thread count (threads split the batch). It does
  * not implement the concat or cat-only interaction variants. */
 #define TR_SUBSYS TR_SUB_KERN
@@ -26,13 +27,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* A run of pairs (i, j0), (i, j0 + 1), ... (i, j0 + cnt - 1) inside one group of
- * VW pairs, the first of them pair number p. */
-struct seg {
-    int32_t i, j0, cnt;
-    int32_t p;
-};
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 # define HAVE_AVX512_BODY 1
 #endif
@@ -44,7 +38,7 @@ typedef int v8i __attribute__((vector_size(32)));
 
 /* r[q] = sum of the lanes of a[bitrev3(q)]: three levels, each adding two shuffles of
  * a pair of vectors (halves, then quarters, then neighbours); the lane sums come
- * out in bit-reversed order of the accumulators, which the pair tables undo. */
+ * out in bit-reversed order of the accumulators, which fwd_tiles undoes (BITREV). */
 INLINE v8f reduce8(const v8f *a)
 {
     v8f u[4], v[2];
@@ -81,6 +75,9 @@ INLINE void transpose8(v8f *r)
 #define SPLATV(s) ((v8f){(s), (s), (s), (s), (s), (s), (s), (s)})
 #define REDUCE reduce8
 #define TRANSPOSE transpose8
+#define BITREV(q) ((((q) & 1) << 2) | ((q) & 2) | (((q) & 4) >> 2))
+#define TILE_R 2
+#define TILE_C 4
 #define TARGET
 #define SFX _v8
 #include "interact_body.inc"
@@ -91,6 +88,9 @@ INLINE void transpose8(v8f *r)
 #undef SPLATV
 #undef REDUCE
 #undef TRANSPOSE
+#undef BITREV
+#undef TILE_R
+#undef TILE_C
 #undef TARGET
 #undef SFX
 
@@ -149,6 +149,9 @@ __attribute__((target("avx512f"))) INLINE void transpose16(v16f *r)
 #define SPLATV(s) ((v16f){(s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s), (s)})
 #define REDUCE reduce16
 #define TRANSPOSE transpose16
+#define BITREV(q) ((((q) & 1) << 3) | (((q) & 2) << 1) | (((q) & 4) >> 1) | (((q) & 8) >> 3))
+#define TILE_R 4
+#define TILE_C 4
 #define TARGET __attribute__((target("avx512f")))
 #define SFX _v16
 #include "interact_body.inc"
@@ -159,6 +162,9 @@ __attribute__((target("avx512f"))) INLINE void transpose16(v16f *r)
 #undef SPLATV
 #undef REDUCE
 #undef TRANSPOSE
+#undef BITREV
+#undef TILE_R
+#undef TILE_C
 #undef TARGET
 #undef SFX
 #endif
@@ -187,13 +193,10 @@ static int64_t round_up(int64_t v, int64_t m)
     return (v + m - 1) / m * m;
 }
 
-/* Per-thread scratch: the forward's segments (seg, nseg) and bit-reversal table
- * (brv), and for widths that are not a multiple of the vector, one sample padded
- * with zero columns (xs) and its gradient (dxs); tmp holds one vector. */
+/* Per-thread scratch: for widths that are not a multiple of the vector, one sample
+ * padded with zero columns (xs) and its gradient (dxs); tmp holds one vector. */
 struct scratch {
-    struct seg *seg;
-    int nseg;
-    uint8_t *brv;
+    char *mem;
     float *xs, *dxs, *tmp;
     float *xt; /* the transposed sample of fwd_gram, when it applies */
     int64_t dp;
@@ -210,19 +213,12 @@ static int gram_fits(int n, int64_t dp, int vw)
     return dp <= GRAM_DIM && n <= 4 * vw;
 }
 
-/* Segments of n vectors' pairs cut at every group of vw: at most one per row and
- * one more per group. */
-static int64_t max_segs(int n, int vw)
-{
-    return n + km_tri_count(n) / vw + 2;
-}
-
 static size_t scratch_bytes(int n, int d, int vw)
 {
     const int64_t dp = round_up(d, vw);
     const int64_t pad = dp == d ? 0 : 2 * (int64_t)n * dp;
     const int64_t xt = gram_fits(n, dp, vw) ? dp * round_up(n, vw) : 0;
-    return (size_t)max_segs(n, vw) * sizeof(struct seg) + 128 + (size_t)(pad + vw + xt) * sizeof(float);
+    return (size_t)(pad + vw + xt) * sizeof(float);
 }
 
 size_t kern_cpu_interact_call_bytes(int n, int d, int threads)
@@ -230,50 +226,19 @@ size_t kern_cpu_interact_call_bytes(int n, int d, int threads)
     return n >= 1 && d >= 1 ? scratch_bytes(n, d, vector_width()) * (size_t)(threads > 1 ? threads : 1) : 0;
 }
 
-/* Cuts the pairs of n vectors, in row-major order of the strict lower triangle,
- * into segments that neither leave a row nor cross a group of vw pairs. */
-static int make_segs(int n, int vw, struct seg *seg)
-{
-    int ns = 0;
-    int64_t p = 0;
-    for (int i = 1; i < n; i++) {
-        for (int j = 0; j < i;) {
-            const int64_t room = vw - p % vw;
-            const int cnt = (int)TR_MIN((int64_t)(i - j), room);
-            seg[ns++] = (struct seg){i, j, cnt, (int32_t)p};
-            j += cnt;
-            p += cnt;
-        }
-    }
-    return ns;
-}
-
-static int scratch_get(struct scratch *sc, int n, int d, int vw, int fwd)
+static int scratch_get(struct scratch *sc, int n, int d, int vw)
 {
     const int64_t dp = round_up(d, vw);
-    char *p = tr_malloc(scratch_bytes(n, d, vw));
-    if (!p)
+    sc->mem = tr_malloc(scratch_bytes(n, d, vw));
+    if (!sc->mem)
         return -1;
-    sc->seg = (struct seg *)p;
-    sc->brv = (uint8_t *)(sc->seg + max_segs(n, vw));
-    sc->tmp = (float *)(sc->brv + 64);
+    sc->tmp = (float *)sc->mem;
     sc->xs = dp == d ? NULL : sc->tmp + vw;
     sc->dxs = dp == d ? NULL : sc->xs + (int64_t)n * dp;
     sc->xt = !gram_fits(n, dp, vw) ? NULL : sc->dxs ? sc->dxs + (int64_t)n * dp : sc->tmp + vw; /* after the rest */
     sc->dp = dp;
     if (sc->xs)
         memset(sc->xs, 0, (size_t)(2 * (int64_t)n * dp) * sizeof(float));
-    sc->nseg = 0;
-    if (fwd) {
-        const int bits = vw == 16 ? 4 : 3;
-        for (int q = 0; q < vw; q++) {
-            int r = 0;
-            for (int b = 0; b < bits; b++)
-                r |= ((q >> b) & 1) << (bits - 1 - b);
-            sc->brv[q] = (uint8_t)r;
-        }
-        sc->nseg = make_segs(n, vw, sc->seg);
-    }
     return 0;
 }
 
@@ -303,14 +268,14 @@ static void fwd_sample(const struct kern_interact_fwd_args *a, int64_t s, const 
             if (sc->xt)
                 fwd_gram_v16(xp, sc->dp, n, P, sc->xt, pairs, sc->tmp);
             else
-                fwd_pairs_v16(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, pairs, sc->tmp);
+                fwd_tiles_v16(xp, sc->dp, n, pairs, sc->tmp);
         } else
 #endif
         {
             if (sc->xt)
                 fwd_gram_v8(xp, sc->dp, n, P, sc->xt, pairs, sc->tmp);
             else
-                fwd_pairs_v8(xp, sc->dp, sc->seg, sc->nseg, P, sc->brv, pairs, sc->tmp);
+                fwd_tiles_v8(xp, sc->dp, n, pairs, sc->tmp);
         }
     }
     for (int64_t c = off + P; c < a->out_w; c++)
@@ -370,7 +335,7 @@ static enum tr_status for_each_sample(int64_t batch, int n, int d, const void *a
 #pragma omp parallel reduction(| : failed, bad)
     {
         struct scratch sc = {0};
-        if (scratch_get(&sc, n, d, vw, fwd) != 0) {
+        if (scratch_get(&sc, n, d, vw) != 0) {
             failed = 1;
         } else if (fwd) {
 #pragma omp for schedule(static)
@@ -381,7 +346,7 @@ static enum tr_status for_each_sample(int64_t batch, int n, int d, const void *a
             for (int64_t s = 0; s < batch; s++)
                 bad |= bwd_sample(args, s, &sc, vw);
         }
-        tr_free(sc.seg);
+        tr_free(sc.mem);
     }
     if (!fwd && ((const struct kern_interact_bwd_args *)args)->nonfinite)
         *((const struct kern_interact_bwd_args *)args)->nonfinite = bad;

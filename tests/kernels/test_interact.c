@@ -1,5 +1,5 @@
 /* test_interact.c: parity tests of the dot interaction, forward and backward,
- * against naive double references over n in {1,2,3,5,27} and d in {1,3,8,16,17,128},
+ * against naive double references over n in {1,2,3,5,8,27} and d in {1,3,8,16,17,64,128},
  * with and without the bottom vector and with out_w wider than needed (the padding
  * must be exact zeros), and over n up to 65 for the CPU's blocked row paths; one
  * feature (no pairs) with NaN, inf and negative inputs: dx is 0 + 0 * x as the CPU
@@ -22,8 +22,8 @@
 #include "../../kernels/kmath.h"
 #include "kt_util.h"
 
-static const int ns[] = {1, 2, 3, 5, 27};
-static const int ds[] = {1, 3, 8, 16, 17, 128};
+static const int ns[] = {1, 2, 3, 5, 8, 27};
+static const int ds[] = {1, 3, 8, 16, 17, 64, 128};
 
 /* out (batch, out_w) in double: [x0 | x_i . x_j for i > j in row-major order | 0...]. */
 static void ref_fwd(const float *x, int64_t batch, int n, int d, int hb, int64_t out_w, double *out)
