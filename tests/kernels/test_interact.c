@@ -140,10 +140,10 @@ static void test_fwd_rows(void)
             fwd_case(gram_ns[i], gram_ds[j], (int)(seed & 1), seed);
 }
 
-static void bwd_case(int n, int d, int hb, uint64_t seed)
+static void bwd_case_batch(int64_t batch, int n, int d, int hb, uint64_t seed)
 {
     struct kt_rng r = kt_rng_seed(seed);
-    const int64_t batch = 3, out_w = km_interact_width(n, d, hb) + 5;
+    const int64_t out_w = km_interact_width(n, d, hb) + 5;
     struct kt_buf x, dout, dx;
     kt_buf_init(&x, batch * n * d);
     kt_buf_init(&dout, batch * out_w);
@@ -157,7 +157,7 @@ static void bwd_case(int n, int d, int hb, uint64_t seed)
     struct kern_interact_bwd_args a = {.batch = batch, .n = n, .d = d, .has_bottom = hb, .x = x.d, .dout = dout.d,
                                        .out_w = out_w, .dx = dx.d};
     char what[64];
-    snprintf(what, sizeof what, "interact_bwd n=%d d=%d bottom=%d", n, d, hb);
+    snprintf(what, sizeof what, "interact_bwd batch=%lld n=%d d=%d bottom=%d", (long long)batch, n, d, hb);
     enum tr_status rc = kt_be.i->interact_bwd(kt_be.ctx, &a);
     TH_CHECKF(rc == TR_OK, "%s: %s", what, tr_strerror(rc));
     kt_download(&dx);
@@ -167,6 +167,11 @@ static void bwd_case(int n, int d, int hb, uint64_t seed)
     kt_buf_release(&dx);
     kt_buf_release(&dout);
     kt_buf_release(&x);
+}
+
+static void bwd_case(int n, int d, int hb, uint64_t seed)
+{
+    bwd_case_batch(3, n, d, hb, seed);
 }
 
 static void test_bwd(void)
@@ -186,6 +191,18 @@ static void test_bwd_rows(void)
     for (size_t i = 0; i < TR_ARRAY_SIZE(gram_ns); i++)
         for (size_t j = 0; j < TR_ARRAY_SIZE(gram_ds); j++, seed++)
             bwd_case(gram_ns[i], gram_ds[j], (int)(seed & 1), seed);
+}
+
+/* A dx of more than 8 MiB (kernels/cpu/interact.c's STREAM_DX_BYTES), which the
+ * CPU stores past the cache when it is aligned to a vector (these are: kt_buf's
+ * guard is 128 bytes): the embedding-bound and MLPerf-shaped widths, with and
+ * without the bottom vector (added to row 0 before its store). */
+static void test_bwd_stream(void)
+{
+    KT_NEED_OP(KERN_OP_INTERACT_BWD);
+    bwd_case_batch(1300, 27, 64, 1, 450);
+    bwd_case_batch(1300, 27, 64, 0, 451);
+    bwd_case_batch(700, 27, 128, 1, 452);
 }
 
 /* ---- reduced precision ------------------------------------------------------------------
@@ -751,6 +768,7 @@ static void test_one_feature(void)
     }
 WITH_AVX2(test_fwd)
 WITH_AVX2(test_bwd)
+WITH_AVX2(test_bwd_stream)
 WITH_AVX2(test_fwd_rows)
 WITH_AVX2(test_bwd_rows)
 WITH_AVX2(test_one_feature)
@@ -760,6 +778,7 @@ static const struct th_case cases[] = {
     {"fwd", test_fwd},
     {"one_feature", test_one_feature},
     {"bwd", test_bwd},
+    {"bwd_stream", test_bwd_stream},
     {"fwd_rows", test_fwd_rows},
     {"bwd_rows", test_bwd_rows},
     {"fp32", test_fp32},
@@ -773,6 +792,7 @@ static const struct th_case cases[] = {
     {"nomem", test_nomem},
     {"fwd_avx2", test_fwd_avx2},
     {"bwd_avx2", test_bwd_avx2},
+    {"bwd_stream_avx2", test_bwd_stream_avx2},
     {"fwd_rows_avx2", test_fwd_rows_avx2},
     {"bwd_rows_avx2", test_bwd_rows_avx2},
     {"one_feature_avx2", test_one_feature_avx2},
