@@ -253,7 +253,7 @@ static enum tr_status gemm_round(const struct kern_backend *be, const struct gem
     for (int i = 0; i < r->ngemms; i++) {
         struct gemm_case *g = &r->gemms[i];
         struct kern_gemm_args a = {g->ta, g->tb, g->m, g->n, g->k, 1.0f, 0.0f, gb->a, g->lda, gb->b, g->ldb, gb->c,
-                                   g->ldc, NULL, KERN_ACT_NONE, NULL};
+                                   g->ldc, NULL, KERN_ACT_NONE, NULL, NULL};
         double t0 = tr_clock_now();
         TR_CHECK(be->i->gemm(be->ctx, &a));
         TR_CHECK(be->i->gemm(be->ctx, &a));

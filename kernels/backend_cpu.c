@@ -254,6 +254,7 @@ static void cpu_destroy(void *ctx)
 static const struct kern_backend_i cpu_iface = {
     .name = "cpu",
     .host_memory = 1,
+    .relu_mask = 1,
     .supports = cpu_supports,
     .mem_alloc = cpu_mem_alloc,
     .mem_release = cpu_mem_release,

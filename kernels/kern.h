@@ -118,6 +118,10 @@ struct kern_gemm_args {
      * act above NULL and NONE), as if the op had been called next. The CPU runs it
      * on row blocks of c as they are made, while they are in cache. */
     const struct kern_bias_act_bwd_args *then;
+    /* With act RELU, where the epilogue records which outputs passed (as
+     * kern_bias_act_fwd_args.mask: m rows of n bits), or NULL. Only on a backend
+     * with relu_mask set. */
+    uint8_t *mask;
 };
 
 /* In place: y = act(y + bias) for y (rows, cols). bias (cols) may be NULL. */
@@ -127,7 +131,17 @@ struct kern_bias_act_fwd_args {
     int64_t ldy;
     const float *bias;
     enum kern_act act;
+    /* With act RELU, or NULL: the output's km_relu_mask bits, bit c % 8 of byte
+     * r * kern_relu_mask_ld(cols) + c / 8, so that the backward can do without y
+     * (and y's memory take the input gradient). */
+    uint8_t *mask;
 };
+
+/* Bytes of a row of cols outputs' ReLU mask. */
+static inline int64_t kern_relu_mask_ld(int64_t cols)
+{
+    return (cols + 7) / 8;
+}
 
 /* Backward of bias_act_fwd: dy = act'(y) * dy in place, and dbias (cols) =
  * column sums of the new dy (overwritten, or added to when accumulate is set;
@@ -141,6 +155,9 @@ struct kern_bias_act_bwd_args {
     float *dbias;
     int accumulate;
     enum kern_act act;
+    /* The forward's mask bits (as kern_bias_act_fwd_args.mask) or NULL: with act
+     * RELU they are read instead of y (y may then be NULL), giving the same bits. */
+    const uint8_t *mask;
 };
 
 /* Gathers columns [c0, c1) of table rows into out (nbags, c1-c0):
@@ -465,6 +482,9 @@ struct kern_backend_i {
     /* 1 when the backend's memory is host memory (the CPU: tr_big_alloc, which the
      * process's allocator counts), 0 when it is its own (GPU memory on CUDA). */
     int host_memory;
+    /* 1 when gemm and bias_act_fwd record ReLU masks and bias_act_bwd reads them
+     * (the .mask fields); 0: they must be NULL. */
+    int relu_mask;
     /* True if the op is implemented for floating tensors of type dt. */
     int (*supports)(void *ctx, enum kern_op op, enum kern_dtype dt);
     /* n bytes of the backend's memory, zero-filled. TR_ERR_NOMEM. */

@@ -121,6 +121,19 @@ KM_FN float km_relu_grad(float y, float dy)
     return y <= 0.0f ? 0.0f : dy;
 }
 
+/* The ReLU's mask bit of an output y: 1 where km_relu_grad passes the gradient
+ * (NaN included). */
+KM_FN unsigned km_relu_mask(float y)
+{
+    return y <= 0.0f ? 0u : 1u;
+}
+
+/* km_relu_grad from the mask bit: the same bits. */
+KM_FN float km_relu_grad_mask(unsigned bit, float dy)
+{
+    return bit ? dy : 0.0f;
+}
+
 /* Logistic function without overflow; NaN takes the second branch and stays NaN. */
 KM_FN float km_sigmoid(float x)
 {

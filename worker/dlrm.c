@@ -239,6 +239,7 @@ struct sizes {
     int tiered;             /* tables held in a tier: their bytes above are their caches' */
     int64_t width_held;     /* widest column slice held */
     size_t dense_bytes, act_floats;
+    size_t mask_bytes; /* the ReLU layers' masks (rows of out bits), each 64-byte aligned */
 };
 
 void dlrm_table_part(const struct dlrm_cfg *c, int t, int64_t *col0, int64_t *width)
@@ -269,8 +270,10 @@ static int64_t table_state_numel(const struct dlrm_cfg *c, int64_t rows, int64_t
     return 0;
 }
 
-/* slots (ntables): the rows each table keeps in the backend's memory (dlrm_tier_slots), or NULL: all. */
-static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct sizes *z)
+/* slots (ntables): the rows each table keeps in the backend's memory (dlrm_tier_slots), or NULL: all.
+ * masks: the backend records ReLU masks (kern_backend_i.relu_mask): the MLPs' input
+ * gradients then take the place of the activations (grad_below), with no dbuf. */
+static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, int masks, struct sizes *z)
 {
     memset(z, 0, sizeof *z);
     const int64_t D = c->emb_dim, B = c->max_batch, G = c->max_global > 0 ? c->max_global : c->max_batch;
@@ -293,6 +296,8 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
         maxw = TR_MAX(maxw, c->bottom[l]);
         if (l + 1 < c->nbottom)
             z->hidden_bottom += c->bottom[l];
+        if (masks)
+            z->mask_bytes += (size_t)TR_CEIL_DIV(z->bottom_rows * kern_relu_mask_ld(c->bottom[l]), 64) * 64;
         in = c->bottom[l];
     }
     z->top_param0 = np;
@@ -309,6 +314,8 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
         np += in * c->top[l] + c->top[l];
         maxw = TR_MAX(maxw, c->top[l]);
         z->hidden_top += c->top[l];
+        if (masks && l + 1 < c->ntop) /* the last layer, the logit, has no ReLU */
+            z->mask_bytes += (size_t)TR_CEIL_DIV(B * kern_relu_mask_ld(c->top[l]), 64) * 64;
         in = c->top[l];
     }
     z->nparams = np;
@@ -337,10 +344,11 @@ static void compute_sizes(const struct dlrm_cfg *c, const int64_t *slots, struct
     if (c->optim == KERN_OPT_ROWWISE_ADAGRAD && p && p->world > 1 && p->mode == SHARD_COLUMNWISE)
         for (int t = 0; t < c->ntables; t++) /* at most one distinct row per id */
             z->sumsq_n += TR_MAX(G, B) * (c->hot && c->hot[t] ? c->hot[t] : 1);
-    /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw); dlogits (B);
-     * hidden bottom outputs (bottom_rows each); top outputs (B each) */
+    /* x, dx (B, n, D); top_in, dtop_in (B, top_in_w); dbuf x2 (rows, maxw) unless
+     * masks; dlogits (B); hidden bottom outputs (bottom_rows each); top outputs (B each) */
+    const int64_t dbuf_w = masks ? 0 : maxw;
     z->act_floats = (size_t)B * (size_t)(2 * z->n * D + 2 * z->top_in_w + 1 + z->hidden_top + z->cross_floats) +
-                    (size_t)z->bottom_rows * (size_t)(2 * maxw + z->hidden_bottom);
+                    (size_t)z->bottom_rows * (size_t)(2 * dbuf_w + z->hidden_bottom);
 }
 
 static size_t ws_bytes_for(const struct dlrm_cfg *c, const struct sizes *z, const struct kern_backend *be)
@@ -420,11 +428,12 @@ static void ops_ws(const struct dlrm_cfg *c, const struct sizes *z, const struct
 }
 
 /* Bytes of the activation block: the floats, then (8-byte aligned) the row-wise
- * sums, then the embedding workspace of ws bytes, then dx's guard flag. */
+ * sums, then the embedding workspace of ws bytes, then dx's guard flag, then (with
+ * masks) the ReLU masks. */
 static size_t act_bytes_of(const struct sizes *z, size_t ws)
 {
     return z->act_floats * sizeof(float) + (z->sumsq_n ? 8 + (size_t)z->sumsq_n * sizeof(double) : 0) + ws + 64 +
-           64; /* the last 64: dx_bad */
+           64 /* dx_bad */ + (z->mask_bytes ? z->mask_bytes + 64 : 0);
 }
 
 enum tr_status dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_backend *be, struct dlrm_bytes *b)
@@ -438,7 +447,7 @@ enum tr_status dlrm_plan_bytes(const struct dlrm_cfg *cfg, const struct kern_bac
     if (rc == TR_OK)
         rc = dlrm_tier_plan_bytes(cfg, slots, be->i->host_memory, &tb);
     struct sizes z;
-    compute_sizes(cfg, slots, &z);
+    compute_sizes(cfg, slots, be->i->relu_mask, &z);
     tr_free(slots);
     TR_CHECK(rc);
     b->tables_tiered = z.tiered;
@@ -480,7 +489,7 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
     }
     TR_CHECK_GOTO(dlrm_tier_slots(cfg, slots), rc, fail);
     struct sizes z;
-    compute_sizes(cfg, slots, &z);
+    compute_sizes(cfg, slots, be->i->relu_mask, &z);
     memcpy(m->rows, cfg->rows, (size_t)T * sizeof(int64_t));
     if (cfg->hot)
         memcpy(m->hot, cfg->hot, (size_t)T * sizeof(int32_t));
@@ -584,8 +593,10 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         m->dx = p, p += (size_t)B * m->n * D;
         m->top_in = p, p += (size_t)B * m->top_in_w;
         m->dtop_in = p, p += (size_t)B * m->top_in_w;
-        m->dbuf[0] = p, p += (size_t)R * maxw;
-        m->dbuf[1] = p, p += (size_t)R * maxw;
+        if (!be->i->relu_mask) {
+            m->dbuf[0] = p, p += (size_t)R * maxw;
+            m->dbuf[1] = p, p += (size_t)R * maxw;
+        }
         m->dlogits = p, p += (size_t)B;
         for (int l = 0; l < m->cfg.nbottom; l++) {
             if (l + 1 == m->cfg.nbottom) { /* the last bottom layer writes where it is told */
@@ -628,6 +639,18 @@ enum tr_status dlrm_new(const struct dlrm_cfg *cfg, const struct kern_backend *b
         q += m->emb_ws_bytes;
         m->dx_bad = (int32_t *)(((uintptr_t)q + 63) & ~(uintptr_t)63);
         TR_ASSERT((char *)(m->dx_bad + 1) <= act + m->act_bytes);
+        if (z.mask_bytes) { /* after dx_bad's 64 bytes, each layer's 64-byte aligned */
+            uint8_t *mk = (uint8_t *)(((uintptr_t)m->dx_bad + 64 + 63) & ~(uintptr_t)63);
+            for (int l = 0; l < m->cfg.nbottom; l++) {
+                m->bottom[l].mask = mk;
+                mk += TR_CEIL_DIV(R * kern_relu_mask_ld(m->bottom[l].out), 64) * 64;
+            }
+            for (int l = 0; l + 1 < cfg->ntop; l++) {
+                m->top[l].mask = mk;
+                mk += TR_CEIL_DIV(B * kern_relu_mask_ld(m->top[l].out), 64) * 64;
+            }
+            TR_ASSERT((char *)mk <= act + m->act_bytes);
+        }
     }
     /* every op's working memory now, so that no step allocates */
     ops_ws(cfg, &z, be, &m->ops_ws);
@@ -670,7 +693,7 @@ void dlrm_free(struct dlrm **pm)
 static enum tr_status gemm(struct dlrm *m, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                            int64_t lda, const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc, NULL, KERN_ACT_NONE, NULL};
+    struct kern_gemm_args g = {ta, tb, M, N, K, 1.0f, beta, A, lda, Bm, ldb, C, ldc, NULL, KERN_ACT_NONE, NULL, NULL};
     return m->be.i->gemm(m->be.ctx, &g);
 }
 
@@ -679,7 +702,7 @@ static enum tr_status gemm(struct dlrm *m, int ta, int tb, int64_t M, int64_t N,
 static enum tr_status layer_fwd(struct dlrm *m, struct dlrm_layer *L, int64_t B, const float *x, int64_t ldx)
 {
     struct kern_gemm_args g = {0, 0, B, L->out, L->in, 1.0f, 0.0f, x, ldx, L->w, L->out, L->y, L->ldy, L->b,
-                               L->relu ? KERN_ACT_RELU : KERN_ACT_NONE, NULL};
+                               L->relu ? KERN_ACT_RELU : KERN_ACT_NONE, NULL, L->relu ? L->mask : NULL};
     return m->be.i->gemm(m->be.ctx, &g);
 }
 
@@ -693,7 +716,7 @@ float dlrm_grad_unscale(const struct dlrm *m)
 static struct kern_bias_act_bwd_args layer_epilogue(const struct dlrm_layer *L, int64_t B, float *dy, int64_t lddy)
 {
     return (struct kern_bias_act_bwd_args){B, L->out, L->y, L->ldy, dy, lddy, L->db, 0,
-                                           L->relu ? KERN_ACT_RELU : KERN_ACT_NONE};
+                                           L->relu ? KERN_ACT_RELU : KERN_ACT_NONE, L->relu ? L->mask : NULL};
 }
 
 /* Given dy (B, out) of the layer output (modified in place into dz), fills dw, db
@@ -709,6 +732,7 @@ static enum tr_status layer_bwd(struct dlrm *m, struct dlrm_layer *L, int64_t B,
         struct kern_bias_act_bwd_args a = layer_epilogue(L, B, dy, lddy);
         TR_CHECK(m->be.i->bias_act_bwd(m->be.ctx, &a));
     }
+    /* the weight gradient first: with prev's mask, dx is written over x (grad_below) */
     TR_CHECK(gemm(m, 1, 0, L->in, L->out, B, x, ldx, dy, lddy, 0.0f, L->dw, L->out));
     if (!dx)
         return TR_OK;
@@ -716,8 +740,24 @@ static enum tr_status layer_bwd(struct dlrm *m, struct dlrm_layer *L, int64_t B,
         return gemm(m, 0, 1, B, L->in, L->out, dy, lddy, L->w, L->out, 0.0f, dx, lddx);
     struct kern_bias_act_bwd_args e = layer_epilogue(prev, B, dx, lddx);
     struct kern_gemm_args g = {0, 1, B, L->in, L->out, 1.0f, 0.0f, dy, lddy, L->w, L->out, dx, lddx, NULL,
-                               KERN_ACT_NONE, &e};
+                               KERN_ACT_NONE, &e, NULL};
     return m->be.i->gemm(m->be.ctx, &g);
+}
+
+/* Where layer L's input gradient goes when it comes out through the epilogue of
+ * prev, the layer below: with prev's ReLU mask, over prev's output y, which the
+ * backward does not read again once L's weight gradient (the GEMM before, in
+ * layer_bwd) has read it, and whose lines that GEMM left in the cache; without
+ * one, into buf. */
+static float *grad_below(const struct dlrm_layer *prev, float *buf, int64_t *ld)
+{
+    if (prev->mask) {
+        *ld = prev->ldy;
+        return prev->y;
+    }
+    TR_ASSERT(buf);
+    *ld = prev->out;
+    return buf;
 }
 
 enum tr_status dlrm_bottom_forward(struct dlrm *m, const float *num, int64_t ldnum, int64_t n, float *out,
@@ -748,8 +788,8 @@ enum tr_status dlrm_bottom_backward(struct dlrm *m, const float *num, int64_t ld
         struct dlrm_layer *L = &m->bottom[l];
         const float *in = l ? m->bottom[l - 1].y : num;
         int64_t ldin = l ? m->bottom[l - 1].ldy : ldnum;
-        float *dx = l ? m->dbuf[l & 1] : NULL;
-        int64_t lddx = l ? m->bottom[l - 1].out : 0;
+        int64_t lddx = 0;
+        float *dx = l ? grad_below(&m->bottom[l - 1], m->dbuf[l & 1], &lddx) : NULL;
         /* below the last layer, the input gradient comes out through the next layer's epilogue */
         TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx, l + 1 < m->cfg.nbottom,
                            l ? &m->bottom[l - 1] : NULL));
@@ -769,7 +809,7 @@ static enum tr_status cross_forward(struct dlrm *m, int64_t n)
         struct dlrm_cross *X = &m->cross[l];
         TR_CHECK(gemm(m, 0, 0, n, X->r, X->w, X->in, X->w, X->v, X->r, 0.0f, X->xv, X->r));
         TR_CHECK(gemm(m, 0, 0, n, X->w, X->r, X->xv, X->r, X->u, X->w, 0.0f, X->h, X->w));
-        struct kern_bias_act_fwd_args ba = {n, X->w, X->h, X->w, X->b, KERN_ACT_NONE};
+        struct kern_bias_act_fwd_args ba = {n, X->w, X->h, X->w, X->b, KERN_ACT_NONE, NULL};
         TR_CHECK(be->i->bias_act_fwd(be->ctx, &ba));
         struct kern_cross_fwd_args ca = {n, X->w, m->x, X->w, X->h, X->w, X->in, X->w, X->out, X->w};
         TR_CHECK(be->i->cross_fwd(be->ctx, &ca));
@@ -796,7 +836,7 @@ static enum tr_status cross_backward(struct dlrm *m, int64_t n)
         struct kern_cross_bwd_args cb = {n,  w, m->x, w, X->h, w, dy, w, m->cross_dh, w, m->dx, w,
                                          l < L - 1, l == 0};
         TR_CHECK(be->i->cross_bwd(be->ctx, &cb));
-        struct kern_bias_act_bwd_args bb = {n, w, m->cross_dh, w, m->cross_dh, w, X->db, 0, KERN_ACT_NONE};
+        struct kern_bias_act_bwd_args bb = {n, w, m->cross_dh, w, m->cross_dh, w, X->db, 0, KERN_ACT_NONE, NULL};
         TR_CHECK(be->i->bias_act_bwd(be->ctx, &bb));
         TR_CHECK(gemm(m, 1, 0, r, w, n, X->xv, r, m->cross_dh, w, 0.0f, X->du, w));
         TR_CHECK(gemm(m, 0, 1, n, r, w, m->cross_dh, w, X->u, w, 0.0f, m->cross_dv, r));
@@ -864,15 +904,16 @@ enum tr_status dlrm_loss_dense(struct dlrm *m, const float *labels, int64_t n, f
 enum tr_status dlrm_backward_top(struct dlrm *m, int64_t n)
 {
     double t0 = dlrm_clock(m);
-    /* top MLP: dy of the last layer is dlogits; ping-pong through dbuf */
+    /* top MLP: dy of the last layer is dlogits; over the activations, or ping-pong
+     * through dbuf */
     float *dy = m->dlogits;
     int64_t lddy = 1;
     for (int l = m->cfg.ntop - 1; l >= 0; l--) {
         struct dlrm_layer *L = &m->top[l];
         const float *in = l ? m->top[l - 1].y : m->top_in;
         int64_t ldin = l ? m->top[l - 1].ldy : m->top_in_w;
-        float *dx = l ? m->dbuf[l & 1] : m->dtop_in;
-        int64_t lddx = l ? m->top[l - 1].out : m->top_in_w;
+        int64_t lddx = m->top_in_w;
+        float *dx = l ? grad_below(&m->top[l - 1], m->dbuf[l & 1], &lddx) : m->dtop_in;
         TR_CHECK(layer_bwd(m, L, n, in, ldin, dy, lddy, dx, lddx, l + 1 < m->cfg.ntop, l ? &m->top[l - 1] : NULL));
         dy = dx;
         lddy = lddx;

@@ -19,6 +19,7 @@ struct dlrm_layer {
     float *y;       /* (rows, ldy) output (post-activation) */
     int64_t ldy;
     int relu;
+    uint8_t *mask;  /* km_relu_mask bits of y (kern_bias_act_fwd_args), or NULL: y kept for the backward */
     char name[48];  /* "bottom_mlp_layer_0" */
 };
 
@@ -82,7 +83,7 @@ struct dlrm {
                        gradient before the last bottom ReLU (that backward runs in place) */
     float *top_in;  /* (max_batch, top_in_w) */
     float *dtop_in; /* (max_batch, top_in_w) */
-    float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers */
+    float *dbuf[2]; /* (max_batch, max width) ping-pong gradient buffers; NULL with ReLU masks */
     float *dlogits; /* (max_batch) */
     float *cross_dy; /* dcnv2: (max_batch, n*D) gradient of the current cross layer's output */
     float *cross_dh; /* dcnv2: (max_batch, n*D) of its h */

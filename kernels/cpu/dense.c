@@ -27,6 +27,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 void kern_cpu_blas_set_threads(int threads)
 {
@@ -262,7 +265,7 @@ enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, co
         return gemm_then(cache, threads, a);
     const int epilogue = (a->bias || a->act != KERN_ACT_NONE) && a->m > 0 && a->n > 0;
 #if defined(TR_BLAS_DNNL)
-    if (epilogue && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && fused_wanted(FUSE_FWD) &&
+    if (epilogue && !a->mask && a->k > 0 && a->alpha == 1.0f && a->beta == 0.0f && fused_wanted(FUSE_FWD) &&
         gemm_fused(cache, a, threads) == TR_OK)
         return TR_OK;
 #else
@@ -272,8 +275,43 @@ enum tr_status kern_cpu_gemm(struct kern_cpu_gemm_cache **cache, int threads, co
     TR_CHECK(gemm_plain(a));
     if (!epilogue)
         return TR_OK;
-    struct kern_bias_act_fwd_args e = {a->m, a->n, a->c, a->ldc, a->bias, a->act};
+    struct kern_bias_act_fwd_args e = {a->m, a->n, a->c, a->ldc, a->bias, a->act, a->mask};
     return kern_cpu_bias_act_fwd(&e);
+}
+
+/* The mask bits of a row y of n outputs: bit c % 8 of mk[c / 8] = km_relu_mask(y[c]). */
+static void mask_row(const float *y, int64_t n, unsigned char *mk)
+{
+    int64_t c = 0;
+#ifdef __AVX2__
+    const __m256 zero = _mm256_setzero_ps();
+    for (; c + 8 <= n; c += 8) /* not (y <= 0), NaN included: km_relu_mask */
+        mk[c / 8] = (unsigned char)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(y + c), zero, _CMP_NLE_UQ));
+#endif
+    for (; c < n; c += 8) {
+        unsigned bits = 0;
+        for (int64_t k = c; k < n && k < c + 8; k++)
+            bits |= (unsigned)km_relu_mask(y[k]) << (k - c);
+        mk[c / 8] = (unsigned char)bits;
+    }
+}
+
+/* dy[c] = km_relu_grad_mask(bit c of mk, dy[c]) for c in [c0, c1). */
+static void unmask_row(const unsigned char *mk, float *dy, int64_t c0, int64_t c1)
+{
+    int64_t c = c0;
+    for (; c < c1 && c % 8; c++)
+        dy[c] = km_relu_grad_mask((mk[c / 8] >> (c % 8)) & 1, dy[c]);
+#ifdef __AVX2__
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (; c + 8 <= c1; c += 8) {
+        const __m256i b = _mm256_and_si256(_mm256_set1_epi32(mk[c / 8]), bit);
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+        _mm256_storeu_ps(dy + c, _mm256_and_ps(_mm256_loadu_ps(dy + c), keep));
+    }
+#endif
+    for (; c < c1; c++)
+        dy[c] = km_relu_grad_mask((mk[c / 8] >> (c % 8)) & 1, dy[c]);
 }
 
 enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a)
@@ -281,6 +319,8 @@ enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a)
     const int64_t rows = a->rows, cols = a->cols, ld = a->ldy;
     const float *bias = a->bias;
     const int relu = a->act == KERN_ACT_RELU;
+    if (a->mask && !relu)
+        return TR_ERR_ARG;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *y = a->y + r * ld;
@@ -294,6 +334,8 @@ enum tr_status kern_cpu_bias_act_fwd(const struct kern_bias_act_fwd_args *a)
             for (int64_t c = 0; c < cols; c++)
                 y[c] = km_relu(y[c]);
         }
+        if (a->mask) /* the row again while it is in L1 */
+            mask_row(y, cols, a->mask + r * kern_relu_mask_ld(cols));
     }
     return TR_OK;
 }
@@ -320,11 +362,14 @@ static void bwd_chunk(const struct kern_bias_act_bwd_args *a, int64_t r0, int64_
         for (int64_t c = c0; c < c1; c++)
             part[c] = 0.0f;
     for (int64_t r = r0; r < r1; r++) {
-        const float *y = a->y + r * a->ldy;
         float *dy = a->dy + r * a->lddy;
-        if (relu)
+        if (relu && a->mask) {
+            unmask_row(a->mask + r * kern_relu_mask_ld(a->cols), dy, c0, c1);
+        } else if (relu) {
+            const float *y = a->y + r * a->ldy;
             for (int64_t c = c0; c < c1; c++)
                 dy[c] = km_relu_grad(y[c], dy[c]);
+        }
         if (part)
             for (int64_t c = c0; c < c1; c++)
                 part[c] += dy[c];
@@ -347,7 +392,7 @@ static void bwd_sum_chunks(const struct kern_bias_act_bwd_args *a, const float *
 enum tr_status kern_cpu_bias_act_bwd(const struct kern_bias_act_bwd_args *a)
 {
     const int64_t rows = a->rows, cols = a->cols;
-    if (rows < 0 || cols < 0)
+    if (rows < 0 || cols < 0 || (a->mask && a->act != KERN_ACT_RELU))
         return TR_ERR_ARG;
     if (cols == 0)
         return TR_OK;
@@ -386,7 +431,7 @@ static enum tr_status gemm_then(struct kern_cpu_gemm_cache **cache, int threads,
 {
     const struct kern_bias_act_bwd_args *e = a->then;
     if (e->dy != a->c || e->lddy != a->ldc || e->rows != a->m || e->cols != a->n || a->bias ||
-        a->act != KERN_ACT_NONE)
+        a->act != KERN_ACT_NONE || a->mask || (e->mask && e->act != KERN_ACT_RELU))
         return TR_ERR_ARG;
     const int64_t rows = a->m, cols = a->n;
     if (rows <= 0 || cols <= 0 || !fused_wanted(FUSE_BWD)) { /* the product whole, then the op */

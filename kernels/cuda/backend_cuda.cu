@@ -266,6 +266,8 @@ static enum tr_status cu_gemm(void *ctx, const struct kern_gemm_args *a)
 {
     struct kcu_ctx *c = (struct kcu_ctx *)ctx;
     TR_CHECK(cu_enter(c));
+    if (a->mask) /* relu_mask 0: the model keeps y for the backward */
+        return TR_ERR_UNSUPPORTED;
     if (a->then && (a->then->dy != a->c || a->then->lddy != a->ldc || a->then->rows != a->m ||
                     a->then->cols != a->n || a->bias || a->act != KERN_ACT_NONE))
         return TR_ERR_ARG;

@@ -571,6 +571,8 @@ enum tr_status kcu_gemm(struct kcu_ctx *c, const struct kern_gemm_args *a)
 
 enum tr_status kcu_bias_act_fwd(struct kcu_ctx *c, const struct kern_bias_act_fwd_args *a)
 {
+    if (a->mask) /* no ReLU masks here (kern_backend_i.relu_mask 0) */
+        return TR_ERR_UNSUPPORTED;
     if (a->rows < 0 || a->cols < 0 || (a->rows > 0 && a->ldy < a->cols) ||
         (a->act != KERN_ACT_NONE && a->act != KERN_ACT_RELU))
         return TR_ERR_ARG;
@@ -647,6 +649,8 @@ static size_t bias_bwd_scratch(int64_t rows, int64_t cols)
 enum tr_status kcu_bias_act_bwd(struct kcu_ctx *c, const struct kern_bias_act_bwd_args *a)
 {
     const int64_t rows = a->rows, cols = a->cols;
+    if (a->mask)
+        return TR_ERR_UNSUPPORTED;
     if (rows < 0 || cols < 0 || (rows > 0 && (a->ldy < cols || a->lddy < cols)) ||
         (a->act != KERN_ACT_NONE && a->act != KERN_ACT_RELU))
         return TR_ERR_ARG;

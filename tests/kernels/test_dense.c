@@ -679,8 +679,8 @@ static void gemm_then_case(int64_t m, int64_t n, int64_t k, int relu, int accumu
     kt_upload(&y);
     kt_upload(&db1);
     const enum kern_act act = relu ? KERN_ACT_RELU : KERN_ACT_NONE;
-    struct kern_bias_act_bwd_args e1 = {m, n, y.d, n, c1.d, ldc, with_db ? db1.d : NULL, accumulate, act};
-    struct kern_gemm_args g1 = {0, 1, m, n, k, 1.0f, 0.0f, a.d, k, b.d, k, c1.d, ldc, NULL, KERN_ACT_NONE, &e1};
+    struct kern_bias_act_bwd_args e1 = {m, n, y.d, n, c1.d, ldc, with_db ? db1.d : NULL, accumulate, act, NULL};
+    struct kern_gemm_args g1 = {0, 1, m, n, k, 1.0f, 0.0f, a.d, k, b.d, k, c1.d, ldc, NULL, KERN_ACT_NONE, &e1, NULL};
     TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &g1), TR_OK);
     kt_download(&c1);
     kt_download(&db1);
@@ -866,6 +866,122 @@ static void test_fd_layer(void)
     kt_buf_release(&x);
 }
 
+/* ReLU masks (kern_backend_i.relu_mask): the forward's epilogue writes the same
+ * outputs with a mask as without and the mask bits are km_relu_mask of each; the
+ * backward reads the mask in place of y for the same bits, as its own op and as a
+ * GEMM's backward epilogue (whole, and by row blocks with TR_CPU_GEMM_FUSED=bwd).
+ * Row 0 of A is NaN, so its outputs are NaN and pass the gradient. */
+static void test_relu_mask(void)
+{
+    if (!kt_be.i->relu_mask)
+        TH_SKIP("this backend records no ReLU masks (kern_backend_i.relu_mask 0)");
+    const int64_t m = 300, n = 41, k = 19;
+    const size_t fb = (size_t)(m * n) * sizeof(float);
+    struct kt_rng r = kt_rng_seed(4100);
+    float *a = tr_malloc((size_t)(m * k) * sizeof(float)), *b = tr_malloc((size_t)(k * n) * sizeof(float));
+    float *bias = tr_malloc((size_t)n * sizeof(float)), *g = tr_malloc(fb), *y1 = tr_malloc(fb);
+    float *y2 = tr_malloc(fb), *o1 = tr_malloc(fb), *o2 = tr_malloc(fb), *db1 = tr_malloc(2 * (size_t)n * 4);
+    float *db2 = db1 + n;
+    const size_t mb = (size_t)(m * kern_relu_mask_ld(n));
+    unsigned char *mk = tr_malloc(mb);
+    TH_REQUIRE(a && b && bias && g && y1 && y2 && o1 && o2 && db1 && mk);
+    kt_fill(&r, a, m * k, -1.0f, 1.0f);
+    kt_fill(&r, b, k * n, -1.0f, 1.0f);
+    kt_fill(&r, bias, n, -0.5f, 0.5f);
+    kt_fill(&r, g, m * n, -1.0f, 1.0f);
+    for (int64_t j = 0; j < k; j++)
+        a[j] = NAN;
+    float *da = kt_dev_dup(a, (size_t)(m * k) * sizeof(float)), *dbm = kt_dev_dup(b, (size_t)(k * n) * sizeof(float));
+    float *dbias = kt_dev_dup(bias, (size_t)n * sizeof(float)), *dy1 = kt_dev_alloc(fb), *dy2 = kt_dev_alloc(fb);
+    float *dg1 = kt_dev_alloc(fb), *dg2 = kt_dev_alloc(fb), *ddb = kt_dev_alloc(2 * (size_t)n * sizeof(float));
+    unsigned char *dmk = kt_dev_alloc(mb);
+
+    /* forward: y = relu(a b + bias), without and with the mask */
+    struct kern_gemm_args f = {.m = m, .n = n, .k = k, .alpha = 1.0f, .a = da, .lda = k, .b = dbm, .ldb = n,
+                               .c = dy1, .ldc = n, .bias = dbias, .act = KERN_ACT_RELU};
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &f), TR_OK);
+    f.c = dy2;
+    f.mask = dmk;
+    TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &f), TR_OK);
+    kt_d2h(y1, dy1, fb);
+    kt_d2h(y2, dy2, fb);
+    kt_d2h(mk, dmk, mb);
+    KT_SAME_BITS("relu mask: forward output", y1, y2, m * n);
+    int64_t wrong = 0, ones = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const unsigned bit = (mk[i * kern_relu_mask_ld(n) + j / 8] >> (j % 8)) & 1;
+            wrong += bit != km_relu_mask(y1[i * n + j]);
+            ones += bit;
+        }
+    TH_EQ(wrong, 0);
+    TH_CHECKF(ones > n && ones < m * n, "relu mask: %lld of %lld outputs passed", (long long)ones,
+              (long long)(m * n)); /* row 0 (NaN) and some others pass, not all */
+    struct kern_bias_act_fwd_args nf = {.rows = m, .cols = n, .y = dy2, .ldy = n, .act = KERN_ACT_NONE, .mask = dmk};
+    TH_EQ_ST(kt_be.i->bias_act_fwd(kt_be.ctx, &nf), TR_ERR_ARG); /* a mask needs the ReLU */
+
+    /* backward: dy = relu'(y) g, db its column sums, from y and from the mask */
+    kt_h2d(dg1, g, fb);
+    kt_h2d(dg2, g, fb);
+    struct kern_bias_act_bwd_args e1 = {.rows = m, .cols = n, .y = dy1, .ldy = n, .dy = dg1, .lddy = n,
+                                        .dbias = ddb, .act = KERN_ACT_RELU};
+    struct kern_bias_act_bwd_args e2 = e1;
+    e2.y = NULL;
+    e2.mask = dmk;
+    e2.dy = dg2;
+    e2.dbias = ddb + n;
+    TH_EQ_ST(kt_be.i->bias_act_bwd(kt_be.ctx, &e1), TR_OK);
+    TH_EQ_ST(kt_be.i->bias_act_bwd(kt_be.ctx, &e2), TR_OK);
+    kt_d2h(o1, dg1, fb);
+    kt_d2h(o2, dg2, fb);
+    kt_d2h(db1, ddb, 2 * (size_t)n * sizeof(float));
+    KT_SAME_BITS("relu mask: bias_act_bwd dy", o1, o2, m * n);
+    KT_SAME_BITS("relu mask: bias_act_bwd dbias", db1, db2, n);
+
+    /* as a GEMM's backward epilogue: (m, n) = g[:, :k] b^T-shaped product of a (m, k)
+     * and b (k, n), then the epilogue, whole and by row blocks */
+    for (int blocks = 0; blocks < 2; blocks++) {
+        if (blocks)
+            setenv("TR_CPU_GEMM_FUSED", "bwd", 1);
+        struct kern_bias_act_bwd_args t1 = e1, t2 = e2;
+        t1.dy = dg1;
+        t2.dy = dg2;
+        struct kern_gemm_args p1 = {.m = m, .n = n, .k = k, .alpha = 1.0f, .a = da + k, .lda = k, .b = dbm,
+                                    .ldb = n, .c = dg1, .ldc = n, .then = &t1};
+        struct kern_gemm_args p2 = p1;
+        p2.c = dg2;
+        p2.then = &t2;
+        p1.m = p2.m = t1.rows = t2.rows = m - 1; /* a's rows 1.. (row 0 is NaN) */
+        TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &p1), TR_OK);
+        TH_EQ_ST(kt_be.i->gemm(kt_be.ctx, &p2), TR_OK);
+        unsetenv("TR_CPU_GEMM_FUSED");
+        kt_d2h(o1, dg1, fb);
+        kt_d2h(o2, dg2, fb);
+        kt_d2h(db1, ddb, 2 * (size_t)n * sizeof(float));
+        KT_SAME_BITS(blocks ? "relu mask: gemm then, by row blocks" : "relu mask: gemm then", o1, o2, (m - 1) * n);
+        KT_SAME_BITS("relu mask: gemm then dbias", db1, db2, n);
+    }
+    kt_dev_release(dmk, mb);
+    kt_dev_release(ddb, 2 * (size_t)n * sizeof(float));
+    kt_dev_release(dg2, fb);
+    kt_dev_release(dg1, fb);
+    kt_dev_release(dy2, fb);
+    kt_dev_release(dy1, fb);
+    kt_dev_release(dbias, (size_t)n * sizeof(float));
+    kt_dev_release(dbm, (size_t)(k * n) * sizeof(float));
+    kt_dev_release(da, (size_t)(m * k) * sizeof(float));
+    tr_free(mk);
+    tr_free(db1);
+    tr_free(o2);
+    tr_free(o1);
+    tr_free(y2);
+    tr_free(y1);
+    tr_free(g);
+    tr_free(bias);
+    tr_free(b);
+    tr_free(a);
+}
+
 static const struct th_case cases[] = {
     {"gemm", test_gemm},
     {"gemm_edges", test_gemm_edges},
@@ -879,6 +995,7 @@ static const struct th_case cases[] = {
     {"prec_model", test_prec_model},
     {"bias_act_fwd", test_bias_act_fwd},
     {"bias_act_bwd", test_bias_act_bwd},
+    {"relu_mask", test_relu_mask},
     {"fd_layer", test_fd_layer},
     {"bf16_bits", test_bf16_bits},
 };

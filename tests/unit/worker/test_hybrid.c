@@ -80,6 +80,53 @@ static void placement_does_not_matter(void)
     }
 }
 
+/* The cpu's ReLU masks (kern_backend_i.relu_mask) change no bit: the model with
+ * them (input gradients written over the activations they replace) and without
+ * (the backward reading y, gradients in their own buffers) train the same losses,
+ * parameters and tables; the masks are the difference in their activation bytes. */
+static void masks_do_not_matter(void)
+{
+    for (int opt = 0; opt < 2; opt++) {
+        struct kern_backend be = open_cpu();
+        TH_REQUIRE(be.i->relu_mask);
+        static struct kern_backend_i plain;
+        plain = *be.i;
+        plain.relu_mask = 0;
+        struct kern_backend nomask = {&plain, be.ctx};
+        struct dlrm_cfg c = small_model_cfg(opt ? KERN_OPT_ADAGRAD : KERN_OPT_SGD);
+        struct solo with, without;
+        TH_EQ_ST_REQ(solo_open(&with, &c, &be, 1), TR_OK);
+        TH_EQ_ST_REQ(solo_open(&without, &c, &nomask, 1), TR_OK);
+        struct dlrm_bytes bw, bo;
+        dlrm_get_bytes(with.m, &bw);
+        dlrm_get_bytes(without.m, &bo);
+        /* a bit per output of bottom 16 and 8 and of top layer 0 (16), 40 rows, each
+         * layer's rounded up to 64 bytes, + 64, against no ping-pong buffers (2 x 40
+         * rows of the widest layer, 16) */
+        TH_EQ(bw.activations - bo.activations, 128 + 64 + 128 + 64 - 2 * 40 * 16 * 4);
+        for (int k = 0; k < 5; k++) {
+            struct batch *b = make_batch(k, k == 4 ? 23 : 40);
+            TH_REQUIRE(b);
+            double l1 = 0, l2 = 0;
+            TH_EQ_ST(solo_load(&with, b), TR_OK);
+            TH_EQ_ST(hybrid_train_step(with.h, 0.5f, &l1), TR_OK);
+            TH_EQ_ST(solo_load(&without, b), TR_OK);
+            TH_EQ_ST(hybrid_train_step(without.h, 0.5f, &l2), TR_OK);
+            TH_CHECKF(memcmp(&l1, &l2, sizeof l1) == 0, "step %d: loss %.17g vs %.17g", k, l1, l2);
+            TH_CHECK(isfinite(l1) && l1 > 0);
+            batch_free(&b);
+        }
+        TH_CHECK(same_tensor(with.m, without.m, DLRM_PARAMS, 0));
+        if (opt)
+            TH_CHECK(same_tensor(with.m, without.m, DLRM_PARAMS_STATE, 0));
+        for (int t = 0; t < 5; t++)
+            TH_CHECKF(same_tensor(with.m, without.m, DLRM_TABLE, t), "table %d", t);
+        solo_close(&with);
+        solo_close(&without);
+        kern_backend_close(&be);
+    }
+}
+
 static void shared_batch_and_logits(void)
 {
     struct kern_backend be = open_cpu();
@@ -157,6 +204,7 @@ static void plan_must_match(void)
 }
 
 static const struct th_case cases[] = {
+    {"masks_do_not_matter", masks_do_not_matter},
     {"placement_does_not_matter", placement_does_not_matter},
     {"shared_batch_and_logits", shared_batch_and_logits},
     {"plan_must_match", plan_must_match},
