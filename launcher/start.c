@@ -132,21 +132,52 @@ static enum tr_status wait_listening(struct launch *L, int n, size_t from, char 
     }
 }
 
-/* A TCP port free on this machine now (the per-node stores bind it on 127.0.0.1). */
-static int free_port(void)
+/* Binds a TCP socket to 127.0.0.1:port (0: any) and closes it; returns the port
+ * bound, 0 when the bind failed. */
+static int try_port(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
     socklen_t al = sizeof a;
-    int port = 0;
+    int got = 0;
     if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-        port = ntohs(a.sin_port);
+        got = ntohs(a.sin_port);
     if (fd >= 0)
         close(fd);
-    return port;
+    return got;
+}
+
+/* Ports below this are left to the site's fixed services. */
+#define STORE_PORT_MIN 10000
+
+/* A TCP port free on this machine now, for the per-node stores to bind on 127.0.0.1
+ * once srun has started them. It is taken below the kernel's ephemeral range
+ * (ip_local_port_range) when there is room: until the stores bind it, a port of
+ * the range may be handed to any socket bound to port 0 or connecting out, on this
+ * node or another, and a store then failed to listen (EADDRINUSE; seen once in
+ * t5003 under CI). Else, or when no such port binds, a port of the range. */
+static int free_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    (void)hi;
+    uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(tr_clock_now() * 1e9);
+    for (int k = 0; k < 64 && lo - STORE_PORT_MIN > 100; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+        const int port = try_port(STORE_PORT_MIN + (int)(x % (uint64_t)(lo - STORE_PORT_MIN)));
+        if (port)
+            return port;
+    }
+    return try_port(0);
 }
 
 /* The stores' command: one per node under SLURM, on the port given. */

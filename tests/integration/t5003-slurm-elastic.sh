@@ -211,6 +211,15 @@ rd=$(sed -n 's/.*; logs in \(.*\)$/\1/p' "$o" | head -n 1)
 grep -q "terarec-ckpt: listening on" "$rd/ckpt-trnode4.log" 2>/dev/null &&
     ok "a checkpoint store started again on trnode4 before the run grew onto it" ||
     fail "the store on trnode4" "$(tail -n 3 "$rd/ckpt-trnode4.log" 2>&1)"
+# the stores' port is below the ephemeral range (launcher/start.c free_port), where
+# no socket bound to port 0 or connecting out can take it before they bind it
+lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+port=$(sed -n 's|^terarec-ckpt: listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$rd/ckpt.log" 2>/dev/null | head -n 1)
+if [ -n "$lo" ] && [ "$lo" -gt 10100 ]; then
+    [ -n "$port" ] && [ "$port" -ge 10000 ] && [ "$port" -lt "$lo" ] &&
+        ok "the stores listen on port $port, below the ephemeral range (from $lo)" ||
+        fail "the stores' port" "'$port' against the ephemeral range from $lo: $(head -n 3 "$rd/ckpt.log" 2>&1)"
+fi
 # no committed checkpoint lost: every one the history has is in the store, and verifies
 crun=$(q "select ckpt_run from runs where name = 'el'")
 root=$TMP/hist/checkpoints
