@@ -162,14 +162,13 @@ static int try_port(int port)
  * t5003 under CI). Else, or when no such port binds, a port of the range. */
 static int free_port(void)
 {
-    int lo = 32768, hi = 60999;
+    int lo = 32768; /* the range's first port */
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
     if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+        if (fscanf(f, "%d", &lo) != 1)
             lo = 32768;
         fclose(f);
     }
-    (void)hi;
     uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(tr_clock_now() * 1e9);
     for (int k = 0; k < 64 && lo - STORE_PORT_MIN > 100; k++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */

@@ -46,6 +46,33 @@ static int same_tensor(const struct dlrm *a, const struct dlrm *b, enum dlrm_ten
     return same;
 }
 
+/* Trains a and b on the same 5 batches (the last of last_n samples): the same loss
+ * bits at every step, then the same parameters and tables (and, with Adagrad, opt,
+ * their state). */
+static void train_alike(struct solo *a, struct solo *b, int opt, int64_t last_n)
+{
+    for (int k = 0; k < 5; k++) {
+        struct batch *bt = make_batch(k, k == 4 ? last_n : 40);
+        TH_REQUIRE(bt);
+        double l1 = 0, l2 = 0;
+        TH_EQ_ST(solo_load(a, bt), TR_OK);
+        TH_EQ_ST(hybrid_train_step(a->h, 0.5f, &l1), TR_OK);
+        TH_EQ_ST(solo_load(b, bt), TR_OK);
+        TH_EQ_ST(hybrid_train_step(b->h, 0.5f, &l2), TR_OK);
+        TH_CHECKF(memcmp(&l1, &l2, sizeof l1) == 0, "step %d: loss %.17g vs %.17g", k, l1, l2);
+        TH_CHECK(isfinite(l1) && l1 > 0);
+        batch_free(&bt);
+    }
+    TH_CHECK(same_tensor(a->m, b->m, DLRM_PARAMS, 0));
+    if (opt)
+        TH_CHECK(same_tensor(a->m, b->m, DLRM_PARAMS_STATE, 0));
+    for (int t = 0; t < 5; t++) {
+        TH_CHECKF(same_tensor(a->m, b->m, DLRM_TABLE, t), "table %d", t);
+        if (opt)
+            TH_CHECKF(same_tensor(a->m, b->m, DLRM_TABLE_STATE, t), "table %d state", t);
+    }
+}
+
 static void placement_does_not_matter(void)
 {
     for (int opt = 0; opt < 2; opt++) {
@@ -54,26 +81,7 @@ static void placement_does_not_matter(void)
         struct solo col, tab;
         TH_EQ_ST_REQ(solo_open(&col, &c, &be, 1), TR_OK);
         TH_EQ_ST_REQ(solo_open(&tab, &c, &be, 0), TR_OK);
-        for (int k = 0; k < 5; k++) {
-            struct batch *b = make_batch(k, 40);
-            TH_REQUIRE(b);
-            double l1 = 0, l2 = 0;
-            TH_EQ_ST(solo_load(&col, b), TR_OK);
-            TH_EQ_ST(hybrid_train_step(col.h, 0.5f, &l1), TR_OK);
-            TH_EQ_ST(solo_load(&tab, b), TR_OK);
-            TH_EQ_ST(hybrid_train_step(tab.h, 0.5f, &l2), TR_OK);
-            TH_CHECKF(memcmp(&l1, &l2, sizeof l1) == 0, "step %d: loss %.17g vs %.17g", k, l1, l2);
-            TH_CHECK(isfinite(l1) && l1 > 0);
-            batch_free(&b);
-        }
-        TH_CHECK(same_tensor(col.m, tab.m, DLRM_PARAMS, 0));
-        if (opt)
-            TH_CHECK(same_tensor(col.m, tab.m, DLRM_PARAMS_STATE, 0));
-        for (int t = 0; t < 5; t++) {
-            TH_CHECKF(same_tensor(col.m, tab.m, DLRM_TABLE, t), "table %d", t);
-            if (opt)
-                TH_CHECKF(same_tensor(col.m, tab.m, DLRM_TABLE_STATE, t), "table %d state", t);
-        }
+        train_alike(&col, &tab, opt, 40);
         solo_close(&col);
         solo_close(&tab);
         kern_backend_close(&be);
@@ -104,23 +112,7 @@ static void masks_do_not_matter(void)
          * layer's rounded up to 64 bytes, + 64, against no ping-pong buffers (2 x 40
          * rows of the widest layer, 16) */
         TH_EQ(bw.activations - bo.activations, 128 + 64 + 128 + 64 - 2 * 40 * 16 * 4);
-        for (int k = 0; k < 5; k++) {
-            struct batch *b = make_batch(k, k == 4 ? 23 : 40);
-            TH_REQUIRE(b);
-            double l1 = 0, l2 = 0;
-            TH_EQ_ST(solo_load(&with, b), TR_OK);
-            TH_EQ_ST(hybrid_train_step(with.h, 0.5f, &l1), TR_OK);
-            TH_EQ_ST(solo_load(&without, b), TR_OK);
-            TH_EQ_ST(hybrid_train_step(without.h, 0.5f, &l2), TR_OK);
-            TH_CHECKF(memcmp(&l1, &l2, sizeof l1) == 0, "step %d: loss %.17g vs %.17g", k, l1, l2);
-            TH_CHECK(isfinite(l1) && l1 > 0);
-            batch_free(&b);
-        }
-        TH_CHECK(same_tensor(with.m, without.m, DLRM_PARAMS, 0));
-        if (opt)
-            TH_CHECK(same_tensor(with.m, without.m, DLRM_PARAMS_STATE, 0));
-        for (int t = 0; t < 5; t++)
-            TH_CHECKF(same_tensor(with.m, without.m, DLRM_TABLE, t), "table %d", t);
+        train_alike(&with, &without, opt, 23);
         solo_close(&with);
         solo_close(&without);
         kern_backend_close(&be);
